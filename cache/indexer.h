@@ -1,0 +1,29 @@
+/* indexer.h - build a dataset index by streaming every shard once, keeping
+ * each shard in the disk cache on the way so the first epoch need not fetch
+ * it again. */
+#ifndef ECHOFS_INDEXER_H
+#define ECHOFS_INDEXER_H
+
+#include <stddef.h>
+
+struct http;
+struct store;
+struct index;
+struct shardlist;
+
+/* Called after each shard, serialized (never concurrently). */
+typedef void (*indexer_progress_fn)(void *ud, size_t done, size_t total,
+				    unsigned long long bytes);
+
+/* For each URL of list: stat it (size, ETag), stream it through the tar
+ * scanner and, when st is non-NULL, into the store. `jobs` shards at a time.
+ * Skipped members and samples are counted and logged (log_warn, one line per
+ * shard and reason). Any shard failing (404, unreachable, malformed tar) fails
+ * the build: returns -errno with a one-line reason naming the (redacted)
+ * shard URL in err. *out is caller-freed (index_free). */
+int indexer_build(struct http *h, struct store *st,
+		  const struct shardlist *list, unsigned jobs,
+		  indexer_progress_fn progress, void *ud, struct index **out,
+		  char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,77 @@
+/* shards.h - shard data for readers: serves byte ranges of shards from the
+ * disk cache, fetching whole shards in the background when they are not
+ * there yet.
+ *
+ * DESIGN
+ * - `workers` fetch threads take shard numbers from a FIFO queue. A read of a
+ *   shard that is not cached queues the whole shard (read-ahead: one
+ *   sequential GET streamed into a store writer) and waits until the bytes it
+ *   needs have arrived, then reads them back from the writer's file; later
+ *   reads of that shard are served from the finished cache entry.
+ * - When the disk cache can't take the shard (no store, disk full, shard
+ *   larger than the cache), reads are served by range GETs of just the
+ *   requested bytes (counted as range_reads) and nothing is kept.
+ * - A corrupt cache entry (checksum mismatch) is dropped and fetched again;
+ *   the reader waits for the new copy and is never given the bad bytes.
+ * - A shard whose fetch failed for good (404, 403, retries exhausted) is
+ *   marked failed: its reads return -EIO at once for `retry_failed_s` seconds,
+ *   after which the next read tries again. Other shards are unaffected.
+ * - Locking: one mutex guards the per-shard state table and the queue; it is
+ *   never held across network I/O, disk reads or the store's own lock.
+ *   Lock order: shards lock, then store lock (inside store_*), never reverse.
+ */
+#ifndef ECHOFS_SHARDS_H
+#define ECHOFS_SHARDS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct index;
+struct http;
+struct store;
+
+struct shards_opts {
+	unsigned workers;      /* fetch threads; 0 means 4 */
+	double retry_failed_s; /* how long a failed shard fails fast; 0 means 30 */
+	double read_timeout_s; /* longest a read waits for data; 0 means 120 */
+};
+
+struct shards_stats {
+	uint64_t hits;          /* reads served from a complete cache entry */
+	uint64_t misses;        /* reads that waited for a fetch */
+	uint64_t range_reads;   /* reads served by a range GET (uncached mode) */
+	uint64_t fetched_shards;
+	uint64_t fetched_bytes; /* shard body bytes streamed */
+	uint64_t failed_shards; /* fetches that failed for good */
+	uint64_t refetches;     /* corrupt cache entries fetched again */
+	uint64_t read_errors;   /* reads that returned an error */
+	uint64_t queued;        /* shards waiting for a worker now */
+	uint64_t active;        /* shard fetches in progress now */
+};
+
+struct shards;
+
+/* ix, h and st are borrowed and must outlive the result; st may be NULL (no
+ * disk cache). Starts the worker threads. Returns NULL with errno set. */
+struct shards *shards_new(const struct index *ix, struct http *h,
+			  struct store *st, const struct shards_opts *o);
+/* Stops the workers (aborting transfers in progress) and frees. Accepts NULL. */
+void shards_free(struct shards *sh);
+
+/* Read up to len bytes at off of shard `shard` into buf, blocking until they
+ * are available. Returns the byte count (len unless past the shard's end) or
+ * -EIO (shard failed; the reason is logged once per failure), -ETIMEDOUT,
+ * -EINVAL (bad shard number). */
+ssize_t shards_read(struct shards *sh, uint32_t shard, uint64_t off,
+		    size_t len, void *buf);
+
+/* Queue shard for background fetch if it is neither cached nor queued. */
+void shards_prefetch(struct shards *sh, uint32_t shard);
+
+/* 1 if the shard is complete in the disk cache. */
+int shards_is_cached(struct shards *sh, uint32_t shard);
+
+void shards_get_stats(struct shards *sh, struct shards_stats *out);
+
+#endif

@@ -1,0 +1,2 @@
+/* placeholder until the module lands */
+typedef int echofs_placeholder_store;

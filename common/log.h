@@ -1,0 +1,30 @@
+/* log.h - the one logging module: levels, stderr or syslog or a file. */
+#ifndef ECHOFS_LOG_H
+#define ECHOFS_LOG_H
+
+enum log_level {
+	LOG_LEVEL_ERROR = 0,
+	LOG_LEVEL_WARN,
+	LOG_LEVEL_INFO,
+	LOG_LEVEL_DEBUG,
+};
+
+/* Parse "error", "warn", "info" or "debug". Returns 0 or -EINVAL. */
+int log_parse_level(const char *s, enum log_level *out);
+void log_set_level(enum log_level level);
+enum log_level log_get_level(void);
+
+/* Send messages to a file (appended, opened once; path borrowed) or, with
+ * NULL, to syslog. Until called, messages go to stderr. Returns 0 or -errno. */
+int log_set_file(const char *path);
+void log_use_syslog(void);
+
+void log_msg(enum log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+#define log_error(...) log_msg(LOG_LEVEL_ERROR, __VA_ARGS__)
+#define log_warn(...) log_msg(LOG_LEVEL_WARN, __VA_ARGS__)
+#define log_info(...) log_msg(LOG_LEVEL_INFO, __VA_ARGS__)
+#define log_debug(...) log_msg(LOG_LEVEL_DEBUG, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,94 @@
+/* http.h - HTTP(S) transfers with libcurl: whole-object streaming, range
+ * reads, retries with backoff, verification, redaction.
+ *
+ * Calls are blocking and may be made from many threads at once; each call
+ * uses its own easy handle while connections (keep-alive), DNS and TLS
+ * sessions are shared through one curl share object, so transfers reuse
+ * connections. At most `connections` transfers run at a time; callers beyond
+ * that wait. Only fetch/ includes curl: errors come back as negative errno:
+ *   -ENOENT  404/410          -EACCES  401/403       -ESTALE  ETag changed
+ *   -EPROTO  bad Content-Range / Content-Length / redirect to http
+ *   -ETIMEDOUT  no progress within the low-speed limit, retries exhausted
+ *   -EIO     5xx/429/connection errors after retries, other statuses
+ *   -ECONNREFUSED / -EHOSTUNREACH  could not connect, retries exhausted
+ *   -EFBIG   body larger than the caller's cap
+ *   -ECANCELED  the sink asked to stop (its own errno is returned instead
+ *               when it returned one)
+ * Credentials (URL userinfo, query strings, header_file contents) never
+ * reach logs or error text: use http_redact for any URL shown to a user. */
+#ifndef ECHOFS_HTTP_H
+#define ECHOFS_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define HTTP_ETAG_MAX 128
+
+struct http_opts {
+	unsigned connections;   /* transfers in flight at most; 0 means 8 */
+	const char *header_file; /* extra "Name: value" header lines, or NULL */
+	/* Retries of one call stop when this much time has passed since the
+	 * call started (default 30 s when 0). */
+	double retry_budget_s;
+	double connect_timeout_s; /* default 5 s when 0 */
+	double low_speed_time_s;  /* abort a transfer stalled this long; default 10 s */
+	double backoff_base_s;    /* first backoff; default 0.2 s; doubles, with jitter, capped at 5 s */
+	const char *ca_file;      /* extra CA bundle for tests, or NULL */
+};
+
+struct http_stats {
+	uint64_t requests;      /* transfers started */
+	uint64_t bytes;         /* body bytes received */
+	uint64_t retries;       /* attempts repeated after a retryable failure */
+	uint64_t resumes;       /* broken bodies resumed with Range */
+	uint64_t errors_4xx;
+	uint64_t errors_5xx;
+	uint64_t errors_conn;    /* connect / DNS / TLS / reset / timeout */
+	uint64_t errors_verify;  /* ETag, length or range mismatches */
+};
+
+struct http;
+
+/* Reads header_file now (so later changes to it need a remount). Returns NULL
+ * with a one-line reason in err on failure. Call http_global_init() once
+ * before any thread is started. */
+int http_global_init(void);
+struct http *http_new(const struct http_opts *o, char *err, size_t errlen);
+void http_free(struct http *h);
+
+/* Size (from Content-Length of a HEAD, or the total of a 0-0 range GET) and
+ * ETag (strong or weak, quotes kept; "" if none) of url. */
+int http_stat(struct http *h, const char *url, uint64_t *size, char *etag,
+	      size_t etaglen);
+
+/* Called with consecutive body bytes, starting at the object's offset 0,
+ * never repeating a byte even across resumes. Return 0 to go on or a negative
+ * errno to stop (the call then returns that errno). */
+typedef int (*http_sink_fn)(void *ud, const void *data, size_t len);
+
+/* Stream the whole object. expected_size is checked (UINT64_MAX: unknown);
+ * etag, when non-empty, must match the server's (-ESTALE otherwise; resumes
+ * use If-Range/If-Match so bytes of two versions are never mixed). A body that
+ * breaks off is resumed with a Range request from the next byte; a server that
+ * ignores Range is handled by skipping the bytes already delivered. */
+int http_stream(struct http *h, const char *url, const char *etag,
+		uint64_t expected_size, http_sink_fn sink, void *ud);
+
+/* Read exactly len bytes at off into buf with a Range request (retried, and
+ * verified through Content-Range; a 200 full body is skipped to off). */
+int http_get_range(struct http *h, const char *url, const char *etag,
+		   uint64_t off, size_t len, void *buf);
+
+/* Whole object into a malloc'd, NUL-terminated buffer of at most cap bytes
+ * (-EFBIG beyond). Caller frees *out. */
+int http_get_all(struct http *h, const char *url, size_t cap, char **out,
+		 size_t *outlen);
+
+void http_get_stats(struct http *h, struct http_stats *out);
+
+/* Copy url into buf without userinfo, query string and fragment (replaced by
+ * "***" markers), truncated to fit. Returns buf. */
+const char *http_redact(const char *url, char *buf, size_t buflen);
+
+#endif

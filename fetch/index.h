@@ -1,0 +1,72 @@
+/* index.h - the dataset index: shards (URL, size, ETag) and samples (key,
+ * label, image member offset and size), in memory and as a text file.
+ *
+ * File format (UTF-8 text, tab-separated, one record a line):
+ *   echofs-index 1
+ *   S <url> <size> <etag or "-">                    one line per shard, in order
+ *   M <shard#> <offset> <size> <label> <key> <ext>  one line per sample
+ * Shard numbers count S lines from 0. <key> is the WebDataset key (member name
+ * up to the first dot of its last component, directory part included), <ext>
+ * the image member's extension without the dot (e.g. "jpg"), <label> the class
+ * label (decimal from key.cls, or the parent directory name). Fields must not
+ * contain tabs, newlines or other control characters. Lines starting with '#'
+ * are comments. Loading 1.3 million samples takes well under a second. */
+#ifndef ECHOFS_INDEX_H
+#define ECHOFS_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct index_shard {
+	const char *url;  /* owned by the index */
+	uint64_t size;
+	const char *etag; /* owned by the index; "" if unknown */
+};
+
+struct index_sample {
+	uint32_t shard;
+	uint64_t offset; /* of the image data within the shard */
+	uint64_t size;   /* of the image data */
+	const char *label; /* owned by the index */
+	const char *key;   /* owned by the index */
+	const char *ext;   /* owned by the index, lower case, no dot */
+};
+
+struct index {
+	struct index_shard *shards;
+	size_t nshards;
+	struct index_sample *samples;
+	size_t nsamples;
+	/* private: string storage */
+	struct index_arena *arena;
+	size_t cap_shards, cap_samples;
+};
+
+/* Empty index; caller frees with index_free. */
+struct index *index_new(void);
+void index_free(struct index *ix);
+
+/* Append a shard (strings copied). Returns its number. */
+uint32_t index_add_shard(struct index *ix, const char *url, uint64_t size,
+			 const char *etag);
+/* Append a sample (strings copied). Returns 0, or -EINVAL if a field holds
+ * a tab, newline or control character, or the shard number is out of range. */
+int index_add_sample(struct index *ix, uint32_t shard, uint64_t offset,
+		     uint64_t size, const char *label, const char *key,
+		     const char *ext);
+
+/* Parse an index held in memory. On error returns -EBADMSG (or -ENOMEM) and
+ * writes "line N: reason" into err. *out is caller-freed. Every sample is
+ * checked to lie inside its shard's size. */
+int index_parse(const char *buf, size_t len, struct index **out, char *err,
+		size_t errlen);
+/* Read and parse a local file. -errno on I/O failure, with a reason in err. */
+int index_load(const char *path, struct index **out, char *err, size_t errlen);
+
+/* Write in the format above. Returns 0 or -errno. */
+int index_write(const struct index *ix, FILE *f);
+/* Write to path atomically (temp file in the same directory + rename). */
+int index_save(const struct index *ix, const char *path);
+
+#endif

@@ -1,0 +1,49 @@
+/* scan.h - turn one shard's tar stream into index samples, following the
+ * WebDataset conventions.
+ *
+ * A sample is the run of adjacent members sharing a key (the member name up
+ * to the first dot of its last path component). Its image is the first member
+ * whose extension (case-insensitive) is jpg, jpeg, png, ppm or webp; its label
+ * is the decimal integer in key.cls (surrounding whitespace allowed) or, when
+ * there is no .cls member, the name of the image's parent directory. Samples
+ * with no image or no label are skipped and counted. */
+#ifndef ECHOFS_SCAN_H
+#define ECHOFS_SCAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct index;
+
+struct scan_counts {
+	uint64_t samples;          /* added to the index */
+	uint64_t members;          /* tar entries seen */
+	uint64_t skipped_members;  /* rejected by the tar parser (links, bad names...) */
+	uint64_t skipped_no_image; /* key groups without an image member */
+	uint64_t skipped_no_label; /* images without a .cls nor a parent dir */
+	uint64_t skipped_bad_label; /* .cls that is not a decimal integer */
+	uint64_t extra_images;     /* second image member of one key, ignored */
+};
+
+struct scan;
+
+/* Scan shard number `shard` of ix. Caller frees with scan_free. */
+struct scan *scan_new(struct index *ix, uint32_t shard);
+void scan_free(struct scan *s);
+
+/* Feed the shard's bytes in order. Returns 0 or -EBADMSG (malformed tar; see
+ * scan_error). */
+int scan_feed(struct scan *s, const void *buf, size_t len);
+/* End of the shard: flushes the last sample. Returns 0 or -EBADMSG. */
+int scan_finish(struct scan *s);
+const char *scan_error(const struct scan *s);
+/* Counts so far (borrowed). Skip reasons are also listed by scan_for_each_skip. */
+const struct scan_counts *scan_counts(const struct scan *s);
+
+/* Each distinct reason a member or sample was skipped, with its count, e.g.
+ * ("symlink", 3). For logging by the caller. */
+void scan_for_each_skip(const struct scan *s,
+			void (*fn)(void *ud, const char *reason, uint64_t n),
+			void *ud);
+
+#endif

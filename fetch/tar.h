@@ -1,0 +1,63 @@
+/* tar.h - a push (streaming) parser for ustar / GNU / PAX tar archives.
+ *
+ * Bytes are fed in any chunking; the parser calls back once per archive
+ * entry with the entry's final name (after GNU longname / PAX path records)
+ * and the offset of its data in the archive. It never follows links and never
+ * builds filesystem paths: safety of names is judged here so every caller
+ * gets the same rules. Low-level: it reports, it does not log. */
+#ifndef ECHOFS_TAR_H
+#define ECHOFS_TAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Largest member whose data the parser hands over in tar_entry.small_data
+ * (used for labels such as key.cls). */
+#define TAR_SMALL_MAX 256
+/* Longest accepted member name (after longname / PAX). */
+#define TAR_NAME_MAX 4096
+
+struct tar_entry {
+	const char *name;     /* borrowed, valid during the callback, NUL-terminated */
+	char type;            /* typeflag as in the header ('0', '5', '2', ...) */
+	uint64_t data_offset; /* offset of the first data byte in the archive */
+	uint64_t size;        /* data size in bytes */
+	/* NULL for a regular file with a safe name; otherwise a short static
+	 * reason the entry must be skipped ("symlink", "hard link", "device",
+	 * "directory", "absolute name", "dot-dot component", "empty component",
+	 * "control character", ...). Skipped entries are still reported so the
+	 * caller can count them. */
+	const char *reject;
+	/* For regular files with size <= TAR_SMALL_MAX: the whole data, else
+	 * NULL. Borrowed, valid during the callback. */
+	const uint8_t *small_data;
+};
+
+/* Return 0 to go on, or a negative errno to stop parsing (returned by
+ * tar_parser_feed). */
+typedef int (*tar_entry_fn)(void *ud, const struct tar_entry *e);
+
+struct tar_parser;
+
+/* Caller frees with tar_parser_free. */
+struct tar_parser *tar_parser_new(tar_entry_fn on_entry, void *ud);
+void tar_parser_free(struct tar_parser *p);
+
+/* Feed the next len bytes of the archive. Returns 0, a callback's negative
+ * errno, or -EBADMSG on a malformed archive (bad header checksum, size field
+ * overflowing or not octal/base-256, name too long, PAX record malformed);
+ * after an error every later call returns the same error. */
+int tar_parser_feed(struct tar_parser *p, const void *buf, size_t len);
+
+/* End of input. Returns 0 if the archive ended cleanly (end-of-archive zero
+ * blocks, or EOF exactly at a header boundary), -EBADMSG if it was truncated
+ * inside a header or member data, or the earlier error. */
+int tar_parser_finish(struct tar_parser *p);
+
+/* Human-readable reason for the last error, static string, or "" if none. */
+const char *tar_parser_error(const struct tar_parser *p);
+
+/* Total bytes consumed so far. */
+uint64_t tar_parser_offset(const struct tar_parser *p);
+
+#endif

@@ -1,0 +1,5 @@
+/* placeholder until the program lands */
+int main(void)
+{
+	return 1;
+}
