@@ -1,5 +1,287 @@
-/* placeholder until the program lands */
-int main(void)
+/* main.c - echofs: mount WebDataset tar shards served over HTTP(S) as a
+ * read-only ImageFolder tree. Start-up order matters: parse, fork (no thread
+ * exists yet), build the index and tree, mount, release the parent, loop. */
+#define FUSE_USE_VERSION 314
+#include <errno.h>
+#include <fuse_log.h>
+#include <fuse_lowlevel.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache/dataset.h"
+#include "cache/shards.h"
+#include "cache/store.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "fetch/http.h"
+#include "fetch/index.h"
+#include "fs/control.h"
+#include "fs/daemon.h"
+#include "fs/namespace.h"
+#include "fs/ops.h"
+#include "fs/options.h"
+
+/* Retries at mount time stop sooner, so a dead server fails the mount well
+ * within 15 s; once mounted, a read may retry for up to 30 s. */
+#define BOOT_RETRY_BUDGET_S 6.0
+#define RUN_RETRY_BUDGET_S 30.0
+#define CACHE_TIMEOUT_S 86400.0
+
+struct app {
+	struct fs_options o;
+	struct http *http;
+	struct store *store;
+	struct index *ix;
+	struct namespace *ns;
+	struct shards *sh;
+	struct control *ctl;
+	struct fs_ctx fs;
+	struct fuse_session *se;
+	uint64_t tar_skipped;
+};
+
+static void fuse_log_to_ours(enum fuse_log_level level, const char *fmt,
+			     va_list ap)
 {
-	return 1;
+	char msg[512];
+	size_t n;
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	n = strlen(msg);
+	while (n && msg[n - 1] == '\n')
+		msg[--n] = '\0';
+	log_msg(level <= FUSE_LOG_ERR ? LOG_LEVEL_ERROR
+		: level <= FUSE_LOG_WARNING ? LOG_LEVEL_WARN
+		: level <= FUSE_LOG_INFO ? LOG_LEVEL_INFO : LOG_LEVEL_DEBUG,
+		"libfuse: %s", msg);
+}
+
+static struct http *open_http(const struct fs_options *o, double budget,
+			      char *err, size_t errlen)
+{
+	struct http_opts ho = {
+		.connections = o->connections,
+		.header_file = o->header_file,
+		.retry_budget_s = budget,
+	};
+	return http_new(&ho, err, errlen);
+}
+
+/* Everything before the mount: HTTP, cache, index, tree, shard readers. */
+static int prepare(struct app *a, char *err, size_t errlen)
+{
+	struct dataset_opts dopt = {
+		.source = a->o.source, .index = a->o.index,
+		.cache_dir = a->o.cache_dir, .jobs = a->o.connections,
+		.progress = 1,
+	};
+	struct dataset_info info;
+	char serr[512];
+	int r;
+
+	a->http = open_http(&a->o, BOOT_RETRY_BUDGET_S, err, errlen);
+	if (!a->http)
+		return -EINVAL;
+	a->store = store_open(a->o.cache_dir, a->o.cache_size, serr, sizeof(serr));
+	if (!a->store)
+		log_warn("serving without a disk cache: %s", serr);
+	r = dataset_open(&dopt, a->http, a->store, &a->ix, &info, err, errlen);
+	if (r)
+		return r;
+	a->tar_skipped = info.tar_skipped;
+	log_info("index from %s: %zu shards, %zu samples", info.index_from,
+		 a->ix->nshards, a->ix->nsamples);
+	http_free(a->http);
+	a->http = open_http(&a->o, RUN_RETRY_BUDGET_S, err, errlen);
+	if (!a->http)
+		return -EINVAL;
+	a->ns = ns_build(a->ix);
+	if (!a->ns) {
+		snprintf(err, errlen, "cannot build the tree: %s", strerror(errno));
+		return -errno;
+	}
+	if (a->ns->counts.skipped_bad_label || a->ns->counts.renamed_duplicates)
+		log_warn("%llu samples skipped (label unusable as a directory "
+			 "name), %llu files renamed to keep names unique",
+			 (unsigned long long)a->ns->counts.skipped_bad_label,
+			 (unsigned long long)a->ns->counts.renamed_duplicates);
+	struct shards_opts so = {.workers = a->o.connections};
+	a->sh = shards_new(a->ix, a->http, a->store, &so);
+	if (!a->sh) {
+		snprintf(err, errlen, "cannot start the fetchers: %s", strerror(errno));
+		return -errno;
+	}
+	return 0;
+}
+
+static void init_ctx(struct app *a)
+{
+	struct control_sources cs = {
+		.ns = a->ns, .sh = a->sh, .http = a->http, .store = a->store,
+		.fc = &a->fs.counters, .tar_skipped = a->tar_skipped,
+	};
+	a->fs.ns = a->ns;
+	a->fs.sh = a->sh;
+	a->fs.timeout = CACHE_TIMEOUT_S;
+	a->fs.uid = getuid();
+	a->fs.gid = getgid();
+	clock_gettime(CLOCK_REALTIME, &a->fs.mtime);
+	a->ctl = control_new(&cs);
+	a->fs.ctl = a->ctl;
+}
+
+static int mount_fs(struct app *a, struct fuse_args *args, char *err,
+		    size_t errlen)
+{
+	a->se = fuse_session_new(args, &fs_ops, sizeof(fs_ops), &a->fs);
+	if (!a->se) {
+		snprintf(err, errlen, "libfuse rejected the options (see the log)");
+		return -EINVAL;
+	}
+	if (fuse_set_signal_handlers(a->se) != 0) {
+		snprintf(err, errlen, "cannot install signal handlers");
+		return -EINVAL;
+	}
+	if (fuse_session_mount(a->se, a->o.mountpoint) != 0) {
+		snprintf(err, errlen, "cannot mount on %s (is /dev/fuse there, "
+			 "and fusermount3 installed?)", a->o.mountpoint);
+		fuse_remove_signal_handlers(a->se);
+		return -EIO;
+	}
+	return 0;
+}
+
+static int loop(struct app *a)
+{
+	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
+	int r;
+
+	fuse_loop_cfg_set_idle_threads(cfg, 16);
+	fuse_loop_cfg_set_max_threads(cfg, 64);
+	r = fuse_session_loop_mt(a->se, cfg);
+	fuse_loop_cfg_destroy(cfg);
+	fuse_session_unmount(a->se);
+	fuse_remove_signal_handlers(a->se);
+	return r;
+}
+
+static void app_free(struct app *a)
+{
+	if (a->se)
+		fuse_session_destroy(a->se);
+	shards_free(a->sh);
+	control_free(a->ctl);
+	ns_free(a->ns);
+	index_free(a->ix);
+	store_close(a->store);
+	http_free(a->http);
+	options_free(&a->o);
+}
+
+/* Paths are resolved now: the daemon changes to "/". */
+static int absolutize(char **path, int must_exist, char *err, size_t errlen)
+{
+	char buf[PATH_MAX], cwd[PATH_MAX];
+	struct stat st;
+
+	if (must_exist) {
+		if (!realpath(*path, buf) || stat(buf, &st) != 0 ||
+		    !S_ISDIR(st.st_mode)) {
+			snprintf(err, errlen, "mountpoint %s is not a directory",
+				 *path);
+			return -ENOTDIR;
+		}
+	} else if ((*path)[0] == '/') {
+		return 0;
+	} else if (!getcwd(cwd, sizeof(cwd)) ||
+		   snprintf(buf, sizeof(buf), "%s/%s", cwd, *path) >= (int)sizeof(buf)) {
+		snprintf(err, errlen, "path too long: %s", *path);
+		return -ENAMETOOLONG;
+	}
+	free(*path);
+	*path = xstrdup(buf);
+	return 0;
+}
+
+static int setup(struct app *a, char *err, size_t errlen)
+{
+	int r;
+	if ((r = absolutize(&a->o.mountpoint, 1, err, errlen)) ||
+	    (r = absolutize(&a->o.cache_dir, 0, err, errlen)))
+		return r;
+	if (a->o.header_file && (r = absolutize(&a->o.header_file, 0, err, errlen)))
+		return r;
+	if (a->o.index && a->o.index[0] != '/' && !strstr(a->o.index, "://") &&
+	    (r = absolutize(&a->o.index, 0, err, errlen)))
+		return r;
+	/* Before the mount is ready a background start shows only warnings
+	 * and errors on the terminal; the level asked for applies after. */
+	log_set_level(a->o.foreground || a->o.log_file ||
+				      a->o.log_level < LOG_LEVEL_WARN
+			      ? a->o.log_level
+			      : LOG_LEVEL_WARN);
+	if (a->o.log_file && (r = log_set_file(a->o.log_file)) != 0) {
+		snprintf(err, errlen, "cannot open log_file %s: %s",
+			 a->o.log_file, strerror(-r));
+		return r;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct app a = {0};
+	char err[1024] = "";
+	int r;
+
+	fuse_set_log_func(fuse_log_to_ours);
+	if (options_parse(&args, &a.o, err, sizeof(err)) != 0) {
+		fprintf(stderr, "echofs: error: %s\n", err);
+		fprintf(stderr, "usage: %s [options] SOURCE MOUNTPOINT (see --help)\n", argv[0]);
+		r = 1;
+		goto out;
+	}
+	if (a.o.show_help || a.o.show_version) {
+		if (a.o.show_help)
+			options_usage(stdout, argv[0]);
+		else
+			printf("echofs %s (libfuse %s)\n", ECHOFS_VERSION, fuse_pkgversion());
+		r = 0;
+		goto out;
+	}
+	if (setup(&a, err, sizeof(err)) != 0 || http_global_init() != 0) {
+		fprintf(stderr, "echofs: error: %s\n", err[0] ? err : "cannot start libcurl");
+		r = 1;
+		goto out;
+	}
+	if ((r = daemon_start(a.o.foreground)) != 0) {
+		fprintf(stderr, "echofs: error: cannot fork: %s\n", strerror(-r));
+		r = 1;
+		goto out;
+	}
+	if (prepare(&a, err, sizeof(err)) != 0 ||
+	    (init_ctx(&a), mount_fs(&a, &args, err, sizeof(err))) != 0) {
+		if (a.o.log_file)
+			log_error("%s", err);
+		daemon_fail(err);
+		r = 1;
+		goto out;
+	}
+	log_info("mounted %zu files in %zu classes on %s", a.ns->nfiles,
+		 a.ns->nclasses, a.o.mountpoint);
+	daemon_ready();
+	if (!a.o.log_file && !a.o.foreground)
+		log_use_syslog();
+	log_set_level(a.o.log_level);
+	r = loop(&a) == 0 ? 0 : 1;
+out:
+	app_free(&a);
+	fuse_opt_free_args(&args);
+	return r;
 }

@@ -1,2 +1,356 @@
-/* placeholder until the module lands */
-typedef int echofs_placeholder_namespace;
+/* namespace.c - the virtual ImageFolder tree built from an index: class
+ * directories, file names, inode numbers, lookups and listings. */
+#include "fs/namespace.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "fetch/index.h"
+
+static const char *const control_names[] = {"stats", "stats.prom"};
+
+/* One file before grouping. */
+struct ent {
+	uint64_t num;      /* numeric label, when every label is numeric */
+	const char *label; /* borrowed from the index */
+	char *name;        /* in the names buffer */
+	uint32_t sample;
+};
+
+/* qsort_r comparator; arg points at the namespace's numeric_labels. */
+static int ent_cmp(const void *a, const void *b, void *arg)
+{
+	const struct ent *x = a, *y = b;
+	int c;
+	if (*(const int *)arg) {
+		if (x->num != y->num)
+			return x->num < y->num ? -1 : 1;
+	} else if ((c = strcmp(x->label, y->label)) != 0) {
+		return c;
+	}
+	if ((c = strcmp(x->name, y->name)) != 0)
+		return c;
+	return x->sample < y->sample ? -1 : x->sample > y->sample;
+}
+
+static const char *key_base(const char *key)
+{
+	const char *slash = strrchr(key, '/');
+	return slash ? slash + 1 : key;
+}
+
+static int label_ok(const char *l)
+{
+	return l[0] && strcmp(l, ".") != 0 && strcmp(l, "..") != 0 &&
+	       strcmp(l, NS_CONTROL_DIR_NAME) != 0 && !strchr(l, '/');
+}
+
+#define SUFFIX_ROOM 16 /* "_dup" + up to 10 digits + NUL, rounded */
+
+/* Room for every file name plus a uniquifying suffix each. */
+static size_t names_size(const struct index *ix)
+{
+	size_t total = 1;
+	for (size_t i = 0; i < ix->nsamples; i++) {
+		const struct index_sample *s = &ix->samples[i];
+		total += strlen(key_base(s->key)) + strlen(s->ext) + 2 +
+			 SUFFIX_ROOM;
+	}
+	return total;
+}
+
+/* "<base>[_dup<n>].<ext>" into p, which has room (see names_size). Returns
+ * the length written, without the NUL. */
+static size_t write_name(char *p, const struct index_sample *s, int dup,
+			 uint32_t n)
+{
+	const char *base = key_base(s->key);
+	size_t bl = strlen(base), el = strlen(s->ext), len = bl;
+	memcpy(p, base, bl);
+	if (dup)
+		len += (size_t)snprintf(p + len, SUFFIX_ROOM, "_dup%u", n);
+	p[len++] = '.';
+	memcpy(p + len, s->ext, el + 1);
+	return len + el;
+}
+
+static int all_numeric(const struct index *ix)
+{
+	uint64_t v;
+	for (size_t i = 0; i < ix->nsamples; i++)
+		if (parse_u64(ix->samples[i].label, &v) != 0)
+			return 0;
+	return ix->nsamples > 0;
+}
+
+/* Fill ents; returns how many were kept. */
+static size_t make_ents(struct namespace *ns, struct ent *ents,
+			uint64_t *max_label)
+{
+	const struct index *ix = ns->ix;
+	char *p = ns->names;
+	size_t n = 0;
+
+	*max_label = 0;
+	for (size_t i = 0; i < ix->nsamples; i++) {
+		const struct index_sample *s = &ix->samples[i];
+		struct ent *e = &ents[n];
+		if (!label_ok(s->label)) {
+			ns->counts.skipped_bad_label++;
+			continue;
+		}
+		e->label = s->label;
+		e->sample = (uint32_t)i;
+		e->num = 0;
+		if (ns->numeric_labels) {
+			parse_u64(s->label, &e->num);
+			if (e->num > *max_label)
+				*max_label = e->num;
+		}
+		e->name = p;
+		p += write_name(p, s, 0, 0) + 1 + SUFFIX_ROOM;
+		n++;
+	}
+	return n;
+}
+
+static int same_class(int numeric, const struct ent *a, const struct ent *b)
+{
+	return numeric ? a->num == b->num : strcmp(a->label, b->label) == 0;
+}
+
+/* Give every file whose name repeats the one before it in its class a
+ * unique name. Returns how many were renamed; the caller sorts again when
+ * any were. Marks first, renames after, so runs of three stay caught. */
+static size_t rename_duplicates(const struct namespace *ns, struct ent *ents,
+				size_t n)
+{
+	unsigned char *dup = xcalloc(n ? n : 1, 1);
+	size_t renamed = 0;
+
+	for (size_t i = 1; i < n; i++)
+		dup[i] = same_class(ns->numeric_labels, &ents[i - 1], &ents[i]) &&
+			 strcmp(ents[i - 1].name, ents[i].name) == 0;
+	for (size_t i = 1; i < n; i++) {
+		if (!dup[i])
+			continue;
+		write_name(ents[i].name, &ns->ix->samples[ents[i].sample], 1,
+			   ents[i].sample);
+		renamed++;
+	}
+	free(dup);
+	return renamed;
+}
+
+static char *class_name(int numeric, const struct ent *e, int width)
+{
+	char buf[32];
+	if (!numeric)
+		return xstrdup(e->label);
+	snprintf(buf, sizeof(buf), "%0*llu", width, (unsigned long long)e->num);
+	return xstrdup(buf);
+}
+
+static void group(struct namespace *ns, const struct ent *ents, size_t n,
+		  uint64_t max_label)
+{
+	char digits[32];
+	int width = snprintf(digits, sizeof(digits), "%llu",
+			     (unsigned long long)max_label);
+	size_t cap = 16;
+
+	ns->classes = xcalloc(cap, sizeof(*ns->classes));
+	ns->files = xcalloc(n, sizeof(*ns->files));
+	for (size_t i = 0; i < n; i++) {
+		if (i == 0 ||
+		    !same_class(ns->numeric_labels, &ents[i - 1], &ents[i])) {
+			if (ns->nclasses == cap) {
+				cap *= 2;
+				ns->classes = xrealloc(ns->classes,
+					cap * sizeof(*ns->classes));
+			}
+			ns->classes[ns->nclasses].name = class_name(ns->numeric_labels, &ents[i], width);
+			ns->classes[ns->nclasses].first = (uint32_t)i;
+			ns->classes[ns->nclasses].count = 0;
+			ns->nclasses++;
+		}
+		ns->classes[ns->nclasses - 1].count++;
+		ns->files[i].name = ents[i].name;
+		ns->files[i].sample = ents[i].sample;
+		ns->files[i].cls = (uint32_t)(ns->nclasses - 1);
+	}
+	ns->nfiles = n;
+}
+
+struct namespace *ns_build(const struct index *ix)
+{
+	struct namespace *ns;
+	struct ent *ents;
+	uint64_t max_label;
+	size_t n;
+
+	if (ix->nsamples >= UINT32_MAX - NS_INO_FIRST_CLASS) {
+		errno = EOVERFLOW;
+		return NULL;
+	}
+	ns = xcalloc(1, sizeof(*ns));
+	ns->ix = ix;
+	ns->names = malloc(names_size(ix));
+	ents = malloc((ix->nsamples ? ix->nsamples : 1) * sizeof(*ents));
+	if (!ns->names || !ents) {
+		free(ents);
+		ns_free(ns);
+		errno = ENOMEM;
+		return NULL;
+	}
+	ns->numeric_labels = all_numeric(ix);
+	n = make_ents(ns, ents, &max_label);
+	qsort_r(ents, n, sizeof(*ents), ent_cmp, &ns->numeric_labels);
+	ns->counts.renamed_duplicates = rename_duplicates(ns, ents, n);
+	if (ns->counts.renamed_duplicates)
+		qsort_r(ents, n, sizeof(*ents), ent_cmp, &ns->numeric_labels);
+	group(ns, ents, n, max_label);
+	free(ents);
+	return ns;
+}
+
+void ns_free(struct namespace *ns)
+{
+	if (!ns)
+		return;
+	for (size_t i = 0; i < ns->nclasses; i++)
+		free((char *)ns->classes[i].name);
+	free(ns->classes);
+	free(ns->files);
+	free(ns->names);
+	free(ns);
+}
+
+uint64_t ns_class_ino(const struct namespace *ns, uint32_t cls)
+{
+	(void)ns;
+	return NS_INO_FIRST_CLASS + (uint64_t)cls;
+}
+
+uint64_t ns_file_ino(const struct namespace *ns, uint32_t file)
+{
+	return NS_INO_FIRST_CLASS + ns->nclasses + (uint64_t)file;
+}
+
+enum ns_kind ns_kind_of(const struct namespace *ns, uint64_t ino,
+			uint32_t *num)
+{
+	if (ino == NS_INO_ROOT)
+		return NS_ROOT;
+	if (ino == NS_INO_CONTROL_DIR)
+		return NS_CONTROL_DIR;
+	if (ino >= NS_INO_STATS && ino < NS_INO_STATS + ARRAY_SIZE(control_names))
+		return NS_CONTROL_FILE;
+	if (ino < NS_INO_FIRST_CLASS)
+		return NS_NONE;
+	ino -= NS_INO_FIRST_CLASS;
+	if (ino < ns->nclasses) {
+		*num = (uint32_t)ino;
+		return NS_CLASS;
+	}
+	ino -= ns->nclasses;
+	if (ino < ns->nfiles) {
+		*num = (uint32_t)ino;
+		return NS_FILE;
+	}
+	return NS_NONE;
+}
+
+static uint64_t find_class(const struct namespace *ns, const char *name)
+{
+	size_t lo = 0, hi = ns->nclasses;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(name, ns->classes[mid].name);
+		if (c == 0)
+			return ns_class_ino(ns, (uint32_t)mid);
+		if (c < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return 0;
+}
+
+static uint64_t find_file(const struct namespace *ns, uint32_t cls,
+			  const char *name)
+{
+	size_t lo = ns->classes[cls].first;
+	size_t hi = lo + ns->classes[cls].count;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(name, ns->files[mid].name);
+		if (c == 0)
+			return ns_file_ino(ns, (uint32_t)mid);
+		if (c < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return 0;
+}
+
+uint64_t ns_lookup(const struct namespace *ns, uint64_t parent,
+		   const char *name)
+{
+	uint32_t num;
+
+	switch (ns_kind_of(ns, parent, &num)) {
+	case NS_ROOT:
+		if (strcmp(name, NS_CONTROL_DIR_NAME) == 0)
+			return NS_INO_CONTROL_DIR;
+		return find_class(ns, name);
+	case NS_CONTROL_DIR:
+		for (size_t i = 0; i < ARRAY_SIZE(control_names); i++)
+			if (strcmp(name, control_names[i]) == 0)
+				return NS_INO_STATS + i;
+		return 0;
+	case NS_CLASS:
+		return find_file(ns, num, name);
+	default:
+		return 0;
+	}
+}
+
+uint64_t ns_list(const struct namespace *ns, uint64_t dir, size_t i,
+		 const char **name, int *is_dir)
+{
+	uint32_t num;
+
+	switch (ns_kind_of(ns, dir, &num)) {
+	case NS_ROOT:
+		if (i >= ns->nclasses)
+			return 0;
+		*name = ns->classes[i].name;
+		*is_dir = 1;
+		return ns_class_ino(ns, (uint32_t)i);
+	case NS_CONTROL_DIR:
+		if (i >= ARRAY_SIZE(control_names))
+			return 0;
+		*name = control_names[i];
+		*is_dir = 0;
+		return NS_INO_STATS + i;
+	case NS_CLASS:
+		if (i >= ns->classes[num].count)
+			return 0;
+		i += ns->classes[num].first;
+		*name = ns->files[i].name;
+		*is_dir = 0;
+		return ns_file_ino(ns, (uint32_t)i);
+	default:
+		return 0;
+	}
+}
+
+uint64_t ns_file_size(const struct namespace *ns, uint32_t file)
+{
+	return ns->ix->samples[ns->files[file].sample].size;
+}

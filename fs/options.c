@@ -1,2 +1,259 @@
-/* placeholder until the module lands */
-typedef int echofs_placeholder_options;
+/* options.c - the command line: `echofs [options] SOURCE MOUNTPOINT`, with
+ * echofs's own -o options taken out and the rest left for libfuse. */
+#define FUSE_USE_VERSION 314
+#include "fs/options.h"
+
+#include <errno.h>
+#include <fuse_lowlevel.h>
+#include <fuse_opt.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/util.h"
+
+/* Raw strings as fuse_opt fills them; converted and checked afterwards. */
+struct raw_opts {
+	char *cache_dir, *cache_size, *index, *connections, *header_file;
+	char *log_level, *log_file;
+	char *positional[3];
+	int npositional;
+	int foreground, debug, help, version;
+	char *bad; /* first unknown dash option, for the error */
+};
+
+enum { KEY_HELP, KEY_VERSION, KEY_FOREGROUND, KEY_DEBUG };
+
+#define RAW(name, field) {name "=%s", offsetof(struct raw_opts, field), 0}
+static const struct fuse_opt opt_spec[] = {
+	RAW("cache_dir", cache_dir),
+	RAW("cache_size", cache_size),
+	RAW("index", index),
+	RAW("connections", connections),
+	RAW("header_file", header_file),
+	RAW("log_level", log_level),
+	RAW("log_file", log_file),
+	FUSE_OPT_KEY("-h", KEY_HELP),
+	FUSE_OPT_KEY("--help", KEY_HELP),
+	FUSE_OPT_KEY("-V", KEY_VERSION),
+	FUSE_OPT_KEY("--version", KEY_VERSION),
+	FUSE_OPT_KEY("-f", KEY_FOREGROUND),
+	FUSE_OPT_KEY("-d", KEY_DEBUG),
+	FUSE_OPT_KEY("debug", KEY_DEBUG),
+	FUSE_OPT_END,
+};
+
+static int opt_proc(void *data, const char *arg, int key,
+		    struct fuse_args *outargs)
+{
+	struct raw_opts *r = data;
+	(void)outargs;
+
+	switch (key) {
+	case FUSE_OPT_KEY_NONOPT:
+		if (r->npositional < 3)
+			r->positional[r->npositional] = xstrdup(arg);
+		r->npositional++;
+		return 0;
+	case KEY_HELP:
+		r->help = 1;
+		return 0;
+	case KEY_VERSION:
+		r->version = 1;
+		return 0;
+	case KEY_FOREGROUND:
+		r->foreground = 1;
+		return 0;
+	case KEY_DEBUG:
+		r->debug = 1;
+		r->foreground = 1;
+		return 0;
+	default:
+		/* -o options we do not know go to libfuse (allow_other...);
+		 * other dash arguments are errors. */
+		if (key == FUSE_OPT_KEY_OPT && arg[0] == '-' && !r->bad) {
+			r->bad = xstrdup(arg);
+			return 0;
+		}
+		return 1;
+	}
+}
+
+static char *default_cache_dir(void)
+{
+	const char *xdg = getenv("XDG_CACHE_HOME");
+	const char *home = getenv("HOME");
+	char buf[4096];
+
+	if (geteuid() == 0)
+		return xstrdup("/var/cache/echofs");
+	if (xdg && xdg[0] == '/')
+		snprintf(buf, sizeof(buf), "%s/echofs", xdg);
+	else if (home && home[0] == '/')
+		snprintf(buf, sizeof(buf), "%s/.cache/echofs", home);
+	else
+		return xstrdup("/tmp/echofs-cache");
+	return xstrdup(buf);
+}
+
+static void raw_free(struct raw_opts *r)
+{
+	free(r->cache_dir);
+	free(r->cache_size);
+	free(r->index);
+	free(r->connections);
+	free(r->header_file);
+	free(r->log_level);
+	free(r->log_file);
+	for (int i = 0; i < 3; i++)
+		free(r->positional[i]);
+	free(r->bad);
+}
+
+/* Turn the raw strings into checked values. */
+static int convert(struct raw_opts *r, struct fs_options *o, char *err,
+		   size_t errlen)
+{
+	uint64_t v;
+
+	if (r->cache_size) {
+		if (parse_size(r->cache_size, &o->cache_size) != 0) {
+			snprintf(err, errlen, "bad cache_size '%s' (use e.g. 512M, 20G)",
+				 r->cache_size);
+			return -EINVAL;
+		}
+	}
+	if (r->connections) {
+		if (parse_u64(r->connections, &v) != 0 || v < 1 || v > 256) {
+			snprintf(err, errlen, "bad connections '%s' (1 to 256)",
+				 r->connections);
+			return -EINVAL;
+		}
+		o->connections = (unsigned)v;
+	}
+	if (r->log_level && log_parse_level(r->log_level, &o->log_level)) {
+		snprintf(err, errlen,
+			 "bad log_level '%s' (error, warn, info or debug)",
+			 r->log_level);
+		return -EINVAL;
+	}
+	if (r->debug)
+		o->log_level = LOG_LEVEL_DEBUG;
+	return 0;
+}
+
+static void take(char **dst, char **src)
+{
+	*dst = *src;
+	*src = NULL;
+}
+
+int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
+		  size_t errlen)
+{
+	struct raw_opts r = {0};
+	int ret = -EINVAL;
+
+	memset(o, 0, sizeof(*o));
+	o->cache_size = FS_DEFAULT_CACHE_SIZE;
+	o->connections = FS_DEFAULT_CONNECTIONS;
+	o->log_level = LOG_LEVEL_INFO;
+	err[0] = '\0';
+
+	if (fuse_opt_parse(args, &r, opt_spec, opt_proc) != 0) {
+		snprintf(err, errlen, "cannot parse the command line");
+		goto out;
+	}
+	o->show_help = r.help;
+	o->show_version = r.version;
+	o->foreground = r.foreground;
+	o->debug = r.debug;
+	if (r.help || r.version) {
+		ret = 0;
+		goto out;
+	}
+	if (r.bad) {
+		snprintf(err, errlen, "unknown option '%s' (see --help)", r.bad);
+		goto out;
+	}
+	if (r.npositional != 2) {
+		snprintf(err, errlen, "expected SOURCE and MOUNTPOINT, got %d argument%s",
+			 r.npositional, r.npositional == 1 ? "" : "s");
+		goto out;
+	}
+	ret = convert(&r, o, err, errlen);
+	if (ret)
+		goto out;
+	take(&o->source, &r.positional[0]);
+	take(&o->mountpoint, &r.positional[1]);
+	take(&o->index, &r.index);
+	take(&o->header_file, &r.header_file);
+	take(&o->log_file, &r.log_file);
+	take(&o->cache_dir, &r.cache_dir);
+	if (!o->cache_dir)
+		o->cache_dir = default_cache_dir();
+	/* Read-only whatever the user passes: later -o values win in libfuse,
+	 * so these go last. */
+	if (fuse_opt_add_arg(args, "-o") ||
+	    fuse_opt_add_arg(args, "ro,nosuid,nodev,fsname=echofs,subtype=echofs")) {
+		snprintf(err, errlen, "out of memory");
+		ret = -ENOMEM;
+		goto out;
+	}
+	if (o->debug && fuse_opt_add_arg(args, "-d")) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	ret = 0;
+out:
+	raw_free(&r);
+	return ret;
+}
+
+void options_free(struct fs_options *o)
+{
+	if (!o)
+		return;
+	free(o->source);
+	free(o->mountpoint);
+	free(o->cache_dir);
+	free(o->index);
+	free(o->header_file);
+	free(o->log_file);
+	memset(o, 0, sizeof(*o));
+}
+
+void options_usage(FILE *f, const char *prog)
+{
+	fprintf(f,
+"usage: %s [options] SOURCE MOUNTPOINT\n"
+"\n"
+"Mount WebDataset tar shards served over HTTP(S) as a read-only ImageFolder\n"
+"tree MOUNTPOINT/<class>/<key>.<ext>. Unmount with: fusermount3 -u MOUNTPOINT\n"
+"\n"
+"SOURCE  an http(s) URL of tar shards with bash-style brace ranges, e.g.\n"
+"        'http://host/ds/train-{000000..000059}.tar', or the path or URL of a\n"
+"        text file listing one shard URL a line\n"
+"\n"
+"options:\n"
+"  -o cache_dir=DIR     shard cache directory (default /var/cache/echofs for\n"
+"                       root, else $XDG_CACHE_HOME/echofs or ~/.cache/echofs)\n"
+"  -o cache_size=SIZE   cache size cap, K/M/G/T suffixes (default 10G)\n"
+"  -o index=URL|PATH    dataset index written by echofs-index (default: the\n"
+"                       cached one, else <stem>.echofs-index beside the shards,\n"
+"                       else built by streaming every shard once)\n"
+"  -o connections=N     HTTP transfers in flight (default 8)\n"
+"  -o header_file=PATH  extra HTTP headers ('Name: value' lines), e.g.\n"
+"                       Authorization; read from the file, never from argv\n"
+"  -o log_level=LEVEL   error, warn, info (default) or debug\n"
+"  -o log_file=PATH     log here (default: stderr with -f, else syslog)\n"
+"  -o allow_other       let other users read the mount (libfuse option)\n"
+"  -f                   stay in the foreground\n"
+"  -d                   debug: foreground, log_level=debug, libfuse tracing\n"
+"  -h, --help           this help\n"
+"  -V, --version        version\n"
+"\n"
+"The mount is always ro,nosuid,nodev. Statistics: MOUNTPOINT/.echofs/stats\n",
+		prog);
+}

@@ -1,0 +1,339 @@
+/* dataset.c - from SOURCE to an index: the shard list, then the index that
+ * was given, or the one cached from an earlier mount, or the one published
+ * beside the shards, or one built by streaming every shard once. */
+#include "cache/dataset.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache/indexer.h"
+#include "cache/store.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "fetch/http.h"
+#include "fetch/index.h"
+#include "fetch/shardlist.h"
+
+#define MAX_SHARDS 10000000
+#define LIST_CAP (256u << 20)
+#define INDEX_CAP (1u << 30)
+
+/* Read a local file whole (NUL-terminated), at most cap bytes. */
+static int read_local(const char *path, size_t cap, char **out, size_t *len)
+{
+	FILE *f = fopen(path, "rbe");
+	size_t n = 0, sz = 65536;
+	char *buf;
+
+	if (!f)
+		return -errno;
+	buf = xmalloc(sz);
+	for (;;) {
+		if (n + 1 >= sz) {
+			if (sz >= cap) {
+				free(buf);
+				fclose(f);
+				return -EFBIG;
+			}
+			sz *= 2;
+			buf = xrealloc(buf, sz);
+		}
+		size_t r = fread(buf + n, 1, sz - n - 1, f);
+		if (r == 0)
+			break;
+		n += r;
+	}
+	int bad = ferror(f);
+	fclose(f);
+	if (bad) {
+		free(buf);
+		return -EIO;
+	}
+	buf[n] = '\0';
+	*out = buf;
+	*len = n;
+	return 0;
+}
+
+/* URL or local path into memory. */
+static int read_any(struct http *h, const char *where, size_t cap, char **out,
+		    size_t *len)
+{
+	if (shardlist_is_url(where))
+		return http_get_all(h, where, cap, out, len);
+	return read_local(where, cap, out, len);
+}
+
+static const char *last_component(const char *s)
+{
+	const char *q = strpbrk(s, "?#");
+	const char *end = q ? q : s + strlen(s);
+	const char *p = end;
+	while (p > s && p[-1] != '/')
+		p--;
+	return p;
+}
+
+/* A source names shards when its last component holds ".tar". */
+static int is_shard_pattern(const char *source)
+{
+	return shardlist_is_url(source) && strstr(last_component(source), ".tar");
+}
+
+static int shard_list(const struct dataset_opts *o, struct http *h,
+		      struct shardlist *l, char *err, size_t errlen)
+{
+	char red[512], *text = NULL;
+	size_t len, bad = 0;
+	int r;
+
+	if (is_shard_pattern(o->source)) {
+		r = shardlist_expand(o->source, MAX_SHARDS, l);
+		if (r)
+			snprintf(err, errlen, "bad shard pattern %s (%s)",
+				 http_redact(o->source, red, sizeof(red)), strerror(-r));
+		return r;
+	}
+	r = read_any(h, o->source, LIST_CAP, &text, &len);
+	if (r) {
+		snprintf(err, errlen, "cannot read shard list %s: %s",
+			 http_redact(o->source, red, sizeof(red)), strerror(-r));
+		return r;
+	}
+	r = shardlist_parse(text, len, MAX_SHARDS, l, &bad);
+	free(text);
+	if (!r && l->n == 0)
+		r = -ENODATA;
+	for (size_t i = 0; !r && i < l->n; i++)
+		if (!shardlist_is_url(l->urls[i]))
+			r = -EPROTONOSUPPORT, bad = i + 1;
+	if (r)
+		snprintf(err, errlen, "bad shard list %s (line %zu): %s",
+			 http_redact(o->source, red, sizeof(red)), bad,
+			 r == -EPROTONOSUPPORT ? "not an http(s) URL"
+			 : r == -ENODATA      ? "no shards listed"
+					      : strerror(-r));
+	return r;
+}
+
+int dataset_beside_index(const char *source, char *buf, size_t buflen)
+{
+	const char *comp = last_component(source);
+	size_t dirlen = (size_t)(comp - source), stem;
+	const char *brace = strchr(comp, '{'), *dot;
+
+	if (brace) {
+		stem = (size_t)(brace - comp);
+	} else {
+		dot = strrchr(comp, '.');
+		stem = dot && dot != comp ? (size_t)(dot - comp) : strcspn(comp, "?#");
+	}
+	while (stem > 0 && strchr("-_.", comp[stem - 1]))
+		stem--;
+	int n = snprintf(buf, buflen, "%.*s%.*s.echofs-index", (int)dirlen,
+			 source, (int)stem, stem ? comp : "shards");
+	return n < 0 || (size_t)n >= buflen ? -ENAMETOOLONG : 0;
+}
+
+/* cache_dir/index/<hash of the shard URLs>.echofs-index */
+static void cached_index_path(const char *cache_dir,
+			      const struct shardlist *l, char *buf,
+			      size_t buflen)
+{
+	uint64_t hsh = hash64("echofs-index", 12, l->n);
+	for (size_t i = 0; i < l->n; i++)
+		hsh = hash64(l->urls[i], strlen(l->urls[i]) + 1, hsh);
+	snprintf(buf, buflen, "%s/index/%016llx.echofs-index", cache_dir,
+		 (unsigned long long)hsh);
+}
+
+/* The index must describe exactly SOURCE's shards, in order. */
+static int check_matches(const struct index *ix, const struct shardlist *l,
+			 const char *what, char *err, size_t errlen)
+{
+	char red[512];
+	if (ix->nshards != l->n) {
+		snprintf(err, errlen, "%s lists %zu shards but SOURCE has %zu",
+			 what, ix->nshards, l->n);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < l->n; i++) {
+		if (strcmp(ix->shards[i].url, l->urls[i]) != 0) {
+			snprintf(err, errlen,
+				 "%s does not match SOURCE at shard %zu (%s)",
+				 what, i, http_redact(l->urls[i], red, sizeof(red)));
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/* Load and parse an index from a URL or path. -ENOENT when it is absent. */
+static int load_index(struct http *h, const char *where, struct index **out,
+		      char *err, size_t errlen)
+{
+	char perr[256], red[512], *text = NULL;
+	size_t len;
+	int r = read_any(h, where, INDEX_CAP, &text, &len);
+
+	if (r) {
+		snprintf(err, errlen, "cannot read index %s: %s",
+			 http_redact(where, red, sizeof(red)), strerror(-r));
+		return r;
+	}
+	r = index_parse(text, len, out, perr, sizeof(perr));
+	free(text);
+	if (r)
+		snprintf(err, errlen, "corrupt index %s: %s",
+			 http_redact(where, red, sizeof(red)), perr);
+	return r;
+}
+
+static void show_progress(void *ud, size_t done, size_t total,
+			  unsigned long long bytes)
+{
+	int tty = *(int *)ud;
+	if (tty || done == total)
+		fprintf(stderr, "%sechofs: indexing %zu/%zu shards, %.1f MB%s",
+			tty ? "\r" : "", done, total, (double)bytes / 1e6,
+			done == total || !tty ? "\n" : "");
+}
+
+static int build_index(const struct dataset_opts *o, struct http *h,
+		       struct store *st, const struct shardlist *l,
+		       struct index **out, char *err, size_t errlen)
+{
+	int tty = isatty(STDERR_FILENO);
+	double t0 = now_mono();
+	int r = indexer_build(h, st, l, o->jobs ? o->jobs : 4,
+			      o->progress ? show_progress : NULL, &tty, out,
+			      err, errlen);
+	if (!r)
+		log_info("indexed %zu shards, %zu samples in %.1f s",
+			 (*out)->nshards, (*out)->nsamples, now_mono() - t0);
+	return r;
+}
+
+static void save_cached(const char *path, const struct index *ix)
+{
+	char dir[4096];
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash)
+		*slash = '\0';
+	mkdir(dir, 0700);
+	int r = index_save(ix, path);
+	if (r)
+		log_warn("cannot keep the index in %s: %s", dir, strerror(-r));
+}
+
+/* Fail now when a shard is not cached and its server can't be reached. */
+static int probe(struct http *h, struct store *st, const struct index *ix,
+		 char *err, size_t errlen)
+{
+	for (size_t i = 0; i < ix->nshards; i++) {
+		const struct index_shard *s = &ix->shards[i];
+		struct store_entry *e = st ? store_get(st, s->url, s->etag, s->size)
+					   : NULL;
+		if (e) {
+			store_put(e);
+			continue;
+		}
+		char etag[HTTP_ETAG_MAX], red[512];
+		uint64_t size;
+		int r = http_stat(h, s->url, &size, etag, sizeof(etag));
+		http_redact(s->url, red, sizeof(red));
+		if (r == -ENOENT || r == -EACCES) {
+			/* The server answers: this shard's files will fail
+			 * with EIO, the others work. */
+			log_warn("shard %s: %s", red, strerror(-r));
+			return 0;
+		}
+		if (r) {
+			snprintf(err, errlen, "cannot reach shard %s: %s", red,
+				 strerror(-r));
+			return r;
+		}
+		if (size != s->size || (s->etag[0] && strcmp(etag, s->etag)))
+			log_warn("shard %s changed since it was indexed: its files "
+				 "will fail with EIO; index it again", red);
+		return 0;
+	}
+	return 0;
+}
+
+/* Index from option, cache or beside the shards; -ENOENT when none of them
+ * has one (then the caller builds it). */
+static int find_index(const struct dataset_opts *o, struct http *h,
+		      const struct shardlist *l, const char *cached,
+		      struct index **out, struct dataset_info *info, char *err,
+		      size_t errlen)
+{
+	char beside[4096];
+	int r;
+
+	if (o->index) {
+		info->index_from = "option";
+		r = load_index(h, o->index, out, err, errlen);
+		return r == -ENOENT ? -EINVAL : r; /* given but missing: fail */
+	}
+	if (cached[0] && access(cached, R_OK) == 0) {
+		info->index_from = "cache";
+		r = load_index(h, cached, out, err, errlen);
+		if (r == 0 && check_matches(*out, l, "cached index", err, errlen) == 0)
+			return 0;
+		log_warn("ignoring cached index %s: %s", cached, err);
+		index_free(*out);
+		*out = NULL;
+		unlink(cached);
+	}
+	if (dataset_beside_index(o->source, beside, sizeof(beside)) != 0)
+		return -ENOENT;
+	info->index_from = "beside";
+	r = load_index(h, beside, out, err, errlen);
+	if (r == -ENOENT)
+		log_info("no index beside the shards; building one");
+	return r;
+}
+
+int dataset_open(const struct dataset_opts *o, struct http *h,
+		 struct store *st, struct index **out,
+		 struct dataset_info *info, char *err, size_t errlen)
+{
+	struct shardlist l = {0};
+	char cached[4096] = "";
+	int r;
+
+	*out = NULL;
+	memset(info, 0, sizeof(*info));
+	r = shard_list(o, h, &l, err, errlen);
+	if (r)
+		goto out;
+	if (o->cache_dir)
+		cached_index_path(o->cache_dir, &l, cached, sizeof(cached));
+	r = find_index(o, h, &l, cached, out, info, err, errlen);
+	if (r == -ENOENT) {
+		info->index_from = "built";
+		r = build_index(o, h, st, &l, out, err, errlen);
+	}
+	if (r)
+		goto out;
+	r = check_matches(*out, &l, o->index ? "index" : "index beside the shards",
+			  err, errlen);
+	if (r)
+		goto out;
+	if (cached[0] && strcmp(info->index_from, "cache") != 0)
+		save_cached(cached, *out);
+	r = probe(h, st, *out, err, errlen);
+out:
+	if (r) {
+		index_free(*out);
+		*out = NULL;
+	}
+	shardlist_clear(&l);
+	return r;
+}

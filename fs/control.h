@@ -1,0 +1,46 @@
+/* control.h - the control files under MOUNTPOINT/.echofs: stats as JSON
+ * (stats) and in Prometheus text format (stats.prom). */
+#ifndef ECHOFS_CONTROL_H
+#define ECHOFS_CONTROL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct namespace;
+struct shards;
+struct http;
+struct store;
+
+/* Counters the FUSE handlers keep. */
+struct fs_counters {
+	_Atomic uint64_t open_handles;
+	_Atomic uint64_t opens;
+	_Atomic uint64_t reads;
+	_Atomic uint64_t read_errors;
+	_Atomic uint64_t bytes_served;
+};
+
+/* Everything the stats are read from; all borrowed. store may be NULL. */
+struct control_sources {
+	const struct namespace *ns;
+	struct shards *sh;
+	struct http *http;
+	struct store *store;
+	const struct fs_counters *fc;
+	uint64_t tar_skipped; /* members skipped when the index was built */
+};
+
+enum control_file { CONTROL_STATS_JSON, CONTROL_STATS_PROM };
+
+struct control;
+
+/* src is copied; what it points to must outlive the control. */
+struct control *control_new(const struct control_sources *src);
+void control_free(struct control *c);
+
+/* Render a snapshot into a malloc'd buffer (caller frees). Returns 0 or
+ * -ENOMEM. */
+int control_render(struct control *c, enum control_file which, char **out,
+		   size_t *len);
+
+#endif

@@ -1,0 +1,79 @@
+/* namespace.h - the virtual ImageFolder tree built from an index: class
+ * directories, file names, inode numbers, lookups and listings.
+ *
+ * Inodes are stable for a given index: 1 is the root, NS_INO_CONTROL_DIR and
+ * the control files follow, then one inode per class directory (in sorted
+ * order), then one per file (sorted by class, then name). The tree never
+ * changes after it is built, so it needs no lock. */
+#ifndef ECHOFS_NAMESPACE_H
+#define ECHOFS_NAMESPACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct index;
+
+#define NS_INO_ROOT 1
+#define NS_INO_CONTROL_DIR 2
+#define NS_INO_STATS 3
+#define NS_INO_STATS_PROM 4
+#define NS_INO_FIRST_CLASS 16
+#define NS_CONTROL_DIR_NAME ".echofs"
+
+enum ns_kind { NS_NONE, NS_ROOT, NS_CONTROL_DIR, NS_CONTROL_FILE, NS_CLASS,
+	       NS_FILE };
+
+struct ns_class {
+	const char *name;  /* directory name, owned by the namespace */
+	uint32_t first;    /* first file number of this class */
+	uint32_t count;    /* number of files */
+};
+
+struct ns_file {
+	const char *name;  /* file name, owned by the namespace */
+	uint32_t sample;   /* index into the index's samples */
+	uint32_t cls;      /* class number */
+};
+
+struct ns_counts {
+	uint64_t skipped_bad_label; /* labels that can't be a directory name */
+	uint64_t renamed_duplicates; /* names made unique within a class */
+};
+
+struct namespace {
+	const struct index *ix; /* borrowed */
+	struct ns_class *classes;
+	size_t nclasses;
+	struct ns_file *files;
+	size_t nfiles;
+	struct ns_counts counts;
+	char *names;            /* storage for every name */
+	int numeric_labels;     /* 1 if every label was an integer */
+};
+
+/* Build the tree. ix is borrowed and must outlive the namespace. Returns
+ * NULL with errno set (ENOMEM, EOVERFLOW past 2^32 files). */
+struct namespace *ns_build(const struct index *ix);
+void ns_free(struct namespace *ns);
+
+/* What an inode is. For NS_CLASS and NS_FILE, *num receives the class or
+ * file number. */
+enum ns_kind ns_kind_of(const struct namespace *ns, uint64_t ino,
+			uint32_t *num);
+uint64_t ns_class_ino(const struct namespace *ns, uint32_t cls);
+uint64_t ns_file_ino(const struct namespace *ns, uint32_t file);
+
+/* Inode of `name` in directory `parent`, or 0 if none. The control directory
+ * is found by name in the root but is not listed by ns_list. */
+uint64_t ns_lookup(const struct namespace *ns, uint64_t parent,
+		   const char *name);
+
+/* The i-th entry (from 0, without "." and "..") of directory `dir`: returns
+ * its inode and sets *name and *is_dir, or returns 0 past the end. */
+uint64_t ns_list(const struct namespace *ns, uint64_t dir, size_t i,
+		 const char **name, int *is_dir);
+
+/* Size of the file (exact sample size). */
+uint64_t ns_file_size(const struct namespace *ns, uint32_t file);
+
+#endif

@@ -1,0 +1,29 @@
+/* ops.h - the FUSE request handlers (low-level API). */
+#ifndef ECHOFS_OPS_H
+#define ECHOFS_OPS_H
+
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
+
+#include "fs/control.h"
+
+struct namespace;
+struct shards;
+
+/* The filesystem's state, passed as the session's userdata. Everything is
+ * borrowed; the tree never changes, the counters are atomics, so handlers
+ * take no lock of their own. */
+struct fs_ctx {
+	const struct namespace *ns;
+	struct shards *sh;
+	struct control *ctl;
+	struct fs_counters counters;
+	double timeout;       /* entry and attribute cache timeout, seconds */
+	struct timespec mtime; /* of every inode: the mount time */
+	uid_t uid;
+	gid_t gid;
+};
+
+extern const struct fuse_lowlevel_ops fs_ops;
+
+#endif

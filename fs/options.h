@@ -1,0 +1,41 @@
+/* options.h - the command line: `echofs [options] SOURCE MOUNTPOINT`, with
+ * echofs's own -o options taken out and the rest left for libfuse. */
+#ifndef ECHOFS_OPTIONS_H
+#define ECHOFS_OPTIONS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/log.h"
+
+#define FS_DEFAULT_CACHE_SIZE (10ULL << 30)
+#define FS_DEFAULT_CONNECTIONS 8
+
+struct fuse_args;
+
+struct fs_options {
+	char *source;      /* SOURCE as given (owned) */
+	char *mountpoint;  /* MOUNTPOINT as given (owned) */
+	char *cache_dir;   /* owned; a default is filled in when not given */
+	uint64_t cache_size;
+	char *index;       /* index= URL or path, or NULL (owned) */
+	unsigned connections;
+	char *header_file; /* owned or NULL */
+	enum log_level log_level;
+	char *log_file;    /* owned or NULL */
+	int foreground;
+	int debug;
+	int show_help;
+	int show_version;
+};
+
+/* Parse argv. Our options are removed from `args`, which keeps what libfuse
+ * should see (e.g. -o allow_other); the forced mount options
+ * (ro,nosuid,nodev,fsname,subtype) are appended. Returns 0, or -EINVAL with
+ * a one-line reason in err. Free with options_free even on error. */
+int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
+		  size_t errlen);
+void options_free(struct fs_options *o);
+void options_usage(FILE *f, const char *prog);
+
+#endif

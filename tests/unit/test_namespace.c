@@ -1,0 +1,144 @@
+/* test_namespace.c - the virtual tree: class names, file names, inodes,
+ * lookups, listings, duplicates and bad labels. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "fetch/index.h"
+#include "fs/namespace.h"
+
+struct spec {
+	const char *label, *key, *ext;
+	uint64_t size;
+};
+
+static struct index *make_index(const struct spec *s, size_t n)
+{
+	struct index *ix = index_new();
+	uint32_t sh = index_add_shard(ix, "http://h/a.tar", 1 << 20, "\"e\"");
+	for (size_t i = 0; i < n; i++)
+		cr_assert_eq(index_add_sample(ix, sh, 512 * (i + 1), s[i].size,
+					      s[i].label, s[i].key, s[i].ext),
+			     0);
+	return ix;
+}
+
+static const char *list_name(const struct namespace *ns, uint64_t dir,
+			     size_t i)
+{
+	const char *name = NULL;
+	int is_dir;
+	return ns_list(ns, dir, i, &name, &is_dir) ? name : NULL;
+}
+
+Test(namespace, numeric_labels_are_zero_padded_and_sorted)
+{
+	const struct spec s[] = {
+		{"10", "b", "jpg", 5}, {"2", "a", "jpg", 6}, {"0", "c", "png", 7},
+	};
+	struct index *ix = make_index(s, 3);
+	struct namespace *ns = ns_build(ix);
+
+	cr_assert_not_null(ns);
+	cr_assert_eq(ns->nclasses, 3);
+	cr_assert_str_eq(list_name(ns, NS_INO_ROOT, 0), "00");
+	cr_assert_str_eq(list_name(ns, NS_INO_ROOT, 1), "02");
+	cr_assert_str_eq(list_name(ns, NS_INO_ROOT, 2), "10");
+	cr_assert_null(list_name(ns, NS_INO_ROOT, 3));
+
+	uint64_t d = ns_lookup(ns, NS_INO_ROOT, "10");
+	cr_assert_neq(d, 0);
+	uint64_t f = ns_lookup(ns, d, "b.jpg");
+	uint32_t num;
+	cr_assert_eq(ns_kind_of(ns, f, &num), NS_FILE);
+	cr_assert_eq(ns_file_size(ns, num), 5);
+	cr_assert_eq(ns_lookup(ns, d, "a.jpg"), 0, "a is in class 02");
+	cr_assert_eq(ns_lookup(ns, NS_INO_ROOT, "2"), 0, "unpadded name");
+	ns_free(ns);
+	index_free(ix);
+}
+
+Test(namespace, directory_labels_keep_names_and_key_basenames)
+{
+	const struct spec s[] = {
+		{"n02", "n02/n02_9", "jpeg", 1},
+		{"n01", "n01/n01_1", "jpeg", 2},
+		{"n01", "n01/n01_0", "jpeg", 3},
+	};
+	struct index *ix = make_index(s, 3);
+	struct namespace *ns = ns_build(ix);
+	uint64_t d = ns_lookup(ns, NS_INO_ROOT, "n01");
+
+	cr_assert_eq(ns->numeric_labels, 0);
+	cr_assert_str_eq(list_name(ns, d, 0), "n01_0.jpeg");
+	cr_assert_str_eq(list_name(ns, d, 1), "n01_1.jpeg");
+	cr_assert_null(list_name(ns, d, 2));
+	ns_free(ns);
+	index_free(ix);
+}
+
+Test(namespace, control_dir_is_reachable_but_not_listed)
+{
+	const struct spec s[] = {{"1", "k", "jpg", 1}};
+	struct index *ix = make_index(s, 1);
+	struct namespace *ns = ns_build(ix);
+
+	cr_assert_eq(ns_lookup(ns, NS_INO_ROOT, ".echofs"), NS_INO_CONTROL_DIR);
+	cr_assert_eq(ns_lookup(ns, NS_INO_CONTROL_DIR, "stats"), NS_INO_STATS);
+	cr_assert_str_eq(list_name(ns, NS_INO_ROOT, 0), "1");
+	cr_assert_null(list_name(ns, NS_INO_ROOT, 1));
+	ns_free(ns);
+	index_free(ix);
+}
+
+Test(namespace, duplicate_names_are_made_unique)
+{
+	const struct spec s[] = {
+		{"a", "x/k", "jpg", 1}, {"a", "y/k", "jpg", 2}, {"a", "z/k", "jpg", 3},
+	};
+	struct index *ix = make_index(s, 3);
+	struct namespace *ns = ns_build(ix);
+	uint64_t d = ns_lookup(ns, NS_INO_ROOT, "a");
+
+	cr_assert_eq(ns->counts.renamed_duplicates, 2);
+	cr_assert_neq(ns_lookup(ns, d, "k.jpg"), 0);
+	cr_assert_neq(ns_lookup(ns, d, "k_dup1.jpg"), 0);
+	cr_assert_neq(ns_lookup(ns, d, "k_dup2.jpg"), 0);
+	/* Listing stays sorted so lookups by binary search work. */
+	for (size_t i = 1; i < 3; i++)
+		cr_assert_lt(strcmp(list_name(ns, d, i - 1), list_name(ns, d, i)), 0);
+	ns_free(ns);
+	index_free(ix);
+}
+
+Test(namespace, every_inode_round_trips)
+{
+	struct spec s[50];
+	char keys[50][8], labels[50][4];
+	for (int i = 0; i < 50; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "k%02d", 49 - i);
+		snprintf(labels[i], sizeof(labels[i]), "%d", i % 7);
+		s[i] = (struct spec){labels[i], keys[i], "jpg", (uint64_t)i + 1};
+	}
+	struct index *ix = make_index(s, 50);
+	struct namespace *ns = ns_build(ix);
+	size_t seen = 0;
+
+	for (size_t c = 0; c < ns->nclasses; c++) {
+		uint64_t d = ns_class_ino(ns, (uint32_t)c);
+		const char *name;
+		int is_dir;
+		uint64_t ino;
+		for (size_t i = 0; (ino = ns_list(ns, d, i, &name, &is_dir)); i++) {
+			uint32_t num;
+			cr_assert_eq(ns_lookup(ns, d, name), ino);
+			cr_assert_eq(ns_kind_of(ns, ino, &num), NS_FILE);
+			const struct index_sample *sm = &ix->samples[ns->files[num].sample];
+			cr_assert_eq(sm->size, ns_file_size(ns, num));
+			cr_assert_eq(strtoull(sm->label, NULL, 10), c);
+			seen++;
+		}
+	}
+	cr_assert_eq(seen, 50);
+	ns_free(ns);
+	index_free(ix);
+}

@@ -1,0 +1,115 @@
+/* test_options.c - command-line parsing: our options, forced mount options,
+ * errors. */
+#define FUSE_USE_VERSION 314
+#include <criterion/criterion.h>
+#include <fuse_lowlevel.h>
+#include <string.h>
+
+#include "fs/options.h"
+
+static int parse(int argc, const char **argv, struct fs_options *o,
+		 struct fuse_args *args, char *err)
+{
+	*args = (struct fuse_args)FUSE_ARGS_INIT(argc, (char **)argv);
+	args->allocated = 0;
+	return options_parse(args, o, err, 256);
+}
+
+static int has_arg(const struct fuse_args *a, const char *needle)
+{
+	for (int i = 0; i < a->argc; i++)
+		if (strstr(a->argv[i], needle))
+			return 1;
+	return 0;
+}
+
+Test(options, parses_our_options_and_leaves_the_rest)
+{
+	const char *argv[] = {"echofs", "-o", "cache_dir=/c,cache_size=2G,allow_other",
+			      "-o", "connections=3,log_level=debug,index=/i",
+			      "http://h/{0..1}.tar", "/mnt", NULL};
+	struct fs_options o;
+	struct fuse_args a;
+	char err[256];
+
+	cr_assert_eq(parse(7, argv, &o, &a, err), 0, "%s", err);
+	cr_assert_str_eq(o.cache_dir, "/c");
+	cr_assert_eq(o.cache_size, 2ULL << 30);
+	cr_assert_eq(o.connections, 3);
+	cr_assert_eq(o.log_level, LOG_LEVEL_DEBUG);
+	cr_assert_str_eq(o.index, "/i");
+	cr_assert_str_eq(o.source, "http://h/{0..1}.tar");
+	cr_assert_str_eq(o.mountpoint, "/mnt");
+	cr_assert(has_arg(&a, "allow_other"));
+	cr_assert(has_arg(&a, "ro,nosuid,nodev"));
+	cr_assert_not(has_arg(&a, "cache_dir"));
+	options_free(&o);
+	fuse_opt_free_args(&a);
+}
+
+struct bad_case {
+	const char *opt;
+	const char *reason;
+};
+
+Test(options, rejects_bad_values_with_a_reason)
+{
+	static const struct bad_case cases[] = {
+		{"cache_size=12Q", "cache_size"},
+		{"cache_size=", "cache_size"},
+		{"connections=0", "connections"},
+		{"connections=-1", "connections"},
+		{"connections=9999", "connections"},
+		{"log_level=loud", "log_level"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *argv[] = {"echofs", "-o", cases[i].opt, "http://h/a.tar",
+				      "/mnt", NULL};
+		struct fs_options o;
+		struct fuse_args a;
+		char err[256];
+		cr_assert_eq(parse(5, argv, &o, &a, err), -EINVAL, "%s", cases[i].opt);
+		cr_assert(strstr(err, cases[i].reason), "%s: %s", cases[i].opt, err);
+		options_free(&o);
+		fuse_opt_free_args(&a);
+	}
+}
+
+Test(options, needs_source_and_mountpoint)
+{
+	const char *argv[] = {"echofs", "http://h/a.tar", NULL};
+	struct fs_options o;
+	struct fuse_args a;
+	char err[256];
+	cr_assert_eq(parse(2, argv, &o, &a, err), -EINVAL);
+	cr_assert(strstr(err, "SOURCE and MOUNTPOINT"));
+	options_free(&o);
+	fuse_opt_free_args(&a);
+}
+
+Test(options, debug_implies_foreground_and_defaults_fill_in)
+{
+	const char *argv[] = {"echofs", "-d", "http://h/a.tar", "/mnt", NULL};
+	struct fs_options o;
+	struct fuse_args a;
+	char err[256];
+	cr_assert_eq(parse(4, argv, &o, &a, err), 0, "%s", err);
+	cr_assert(o.foreground && o.debug);
+	cr_assert_eq(o.connections, FS_DEFAULT_CONNECTIONS);
+	cr_assert_eq(o.cache_size, FS_DEFAULT_CACHE_SIZE);
+	cr_assert_not_null(o.cache_dir);
+	options_free(&o);
+	fuse_opt_free_args(&a);
+}
+
+Test(options, help_and_version)
+{
+	const char *argv[] = {"echofs", "--help", NULL};
+	struct fs_options o;
+	struct fuse_args a;
+	char err[256];
+	cr_assert_eq(parse(2, argv, &o, &a, err), 0);
+	cr_assert(o.show_help);
+	options_free(&o);
+	fuse_opt_free_args(&a);
+}
