@@ -1,2 +1,316 @@
-/* placeholder until the module lands */
-typedef int echofs_placeholder_indexer;
+/* indexer.c - build a dataset index by streaming every shard once through
+ * the tar scanner, caching each shard on the way.
+ *
+ * DESIGN
+ * - `jobs` threads take URL numbers from a shared counter. Each job stats its
+ *   URL, streams it once into scan_feed (and, with a store, into a store
+ *   writer) and collects the shard's samples in a private one-shard index.
+ * - When every job is done, the private indexes are merged in URL order, so
+ *   shard numbers equal list order and samples are grouped by shard.
+ * - The first failure wins: it records the error, the counter stops handing
+ *   out URLs and transfers in progress are cancelled by their sinks.
+ * - Locking: one mutex guards the counter, the first error, the progress
+ *   count and the "cache failed" warning; it is never held across network
+ *   I/O. The progress callback runs under a second mutex so calls are
+ *   serialized and never concurrent. */
+#include "cache/indexer.h"
+
+#include "cache/store.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "fetch/http.h"
+#include "fetch/index.h"
+#include "fetch/scan.h"
+#include "fetch/shardlist.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct job_result {
+	struct index *ix; /* one shard (number 0) and its samples */
+	uint64_t size;
+	char etag[HTTP_ETAG_MAX];
+};
+
+struct build {
+	struct http *h;
+	struct store *st;
+	const struct shardlist *list;
+	indexer_progress_fn progress;
+	void *ud;
+	struct job_result *res; /* one per URL, written by its job only */
+	pthread_mutex_t lock;
+	pthread_mutex_t progress_lock;
+	/* Guarded by lock. */
+	size_t next, done;
+	unsigned long long bytes;
+	bool failed, cache_warned;
+	int err;
+	char errmsg[1024];
+};
+
+/* One shard's transfer: scanner and optional cache writer. */
+struct shard_job {
+	struct build *b;
+	size_t i;
+	struct scan *scan;
+	struct store_writer *w;
+	int scan_err;
+};
+
+static const char *reason(int err, char *buf, size_t n)
+{
+	switch (err) {
+	case -ENOENT:
+		return "not found (HTTP 404)";
+	case -EACCES:
+		return "access denied (HTTP 401/403)";
+	case -ECONNREFUSED:
+		return "connection refused";
+	case -ESTALE:
+		return "changed while indexing (ETag mismatch)";
+	case -ETIMEDOUT:
+		return "timed out";
+	case -EPROTO:
+		return "bad response (length or range mismatch)";
+	default:
+		snprintf(buf, n, "%s", strerror(-err));
+		return buf;
+	}
+}
+
+/* Record the first failure; later ones are consequences or noise. */
+static void fail(struct build *b, size_t i, int err, const char *why)
+{
+	char red[400], tmp[128];
+
+	http_redact(b->list->urls[i], red, sizeof(red));
+	pthread_mutex_lock(&b->lock);
+	if (!b->failed) {
+		b->failed = true;
+		b->err = err;
+		snprintf(b->errmsg, sizeof(b->errmsg), "%s: %s", red,
+			 why ? why : reason(err, tmp, sizeof(tmp)));
+	}
+	pthread_mutex_unlock(&b->lock);
+}
+
+static bool stopped(struct build *b)
+{
+	bool f;
+	pthread_mutex_lock(&b->lock);
+	f = b->failed;
+	pthread_mutex_unlock(&b->lock);
+	return f;
+}
+
+/* The cache is an optimisation: on failure warn once, keep indexing. */
+static void cache_failed(struct shard_job *j, int err)
+{
+	struct build *b = j->b;
+	bool warn;
+
+	store_abort(j->w);
+	j->w = NULL;
+	pthread_mutex_lock(&b->lock);
+	warn = !b->cache_warned;
+	b->cache_warned = true;
+	pthread_mutex_unlock(&b->lock);
+	if (warn)
+		log_warn("indexer: not keeping shards in the cache: %s",
+			 strerror(-err));
+}
+
+static int sink(void *ud, const void *data, size_t len)
+{
+	struct shard_job *j = ud;
+	int r;
+
+	if (stopped(j->b))
+		return -ECANCELED;
+	r = scan_feed(j->scan, data, len);
+	if (r) {
+		j->scan_err = r;
+		return r;
+	}
+	if (j->w && (r = store_write(j->w, data, len)) != 0)
+		cache_failed(j, r);
+	return 0;
+}
+
+struct skip_log {
+	const char *url;
+};
+
+static void log_skip(void *ud, const char *why, uint64_t n)
+{
+	const struct skip_log *l = ud;
+	log_warn("indexer: %s: skipped %llu (%s)", l->url,
+		 (unsigned long long)n, why);
+}
+
+static void report(struct build *b, uint64_t size)
+{
+	size_t done, total = b->list->n;
+	unsigned long long bytes;
+
+	pthread_mutex_lock(&b->lock);
+	done = ++b->done;
+	bytes = b->bytes += size;
+	pthread_mutex_unlock(&b->lock);
+	if (!b->progress)
+		return;
+	/* Under its own lock: calls are serialized, counts may arrive out of
+	 * order by a step but done only ever reaches total once. */
+	pthread_mutex_lock(&b->progress_lock);
+	b->progress(b->ud, done, total, bytes);
+	pthread_mutex_unlock(&b->progress_lock);
+}
+
+/* Stream URL i once, through the scanner and into the store. */
+static int stream_shard(struct build *b, size_t i, struct job_result *res)
+{
+	const char *url = b->list->urls[i];
+	struct shard_job j = {b, i, NULL, NULL, 0};
+	int r;
+
+	index_add_shard(res->ix, url, res->size, res->etag);
+	j.scan = scan_new(res->ix, 0);
+	if (b->st) {
+		j.w = store_begin(b->st, url, res->etag, res->size);
+		if (!j.w)
+			cache_failed(&j, -errno);
+	}
+	r = http_stream(b->h, url, res->etag, res->size, sink, &j);
+	if (r == 0)
+		r = scan_finish(j.scan);
+	if (r == -EBADMSG) {
+		char why[300];
+		snprintf(why, sizeof(why), "malformed tar: %s",
+			 scan_error(j.scan));
+		fail(b, i, r, why);
+	} else if (r) {
+		fail(b, i, r, NULL);
+	} else {
+		char red[400];
+		struct skip_log l = {http_redact(url, red, sizeof(red))};
+		scan_for_each_skip(j.scan, log_skip, &l);
+	}
+	if (r == 0 && j.w) {
+		struct store_entry *e = store_commit(j.w);
+		if (!e)
+			cache_failed(&j, -errno);
+		store_put(e);
+	} else {
+		store_abort(j.w);
+	}
+	scan_free(j.scan);
+	return r;
+}
+
+static void index_one(struct build *b, size_t i)
+{
+	struct job_result *res = &b->res[i];
+	int r;
+
+	res->ix = index_new();
+	r = http_stat(b->h, b->list->urls[i], &res->size, res->etag,
+		      sizeof(res->etag));
+	if (r) {
+		fail(b, i, r, NULL);
+		return;
+	}
+	if (stream_shard(b, i, res) == 0)
+		report(b, res->size);
+}
+
+static void *job_main(void *arg)
+{
+	struct build *b = arg;
+	for (;;) {
+		size_t i;
+		pthread_mutex_lock(&b->lock);
+		i = b->failed ? b->list->n : b->next++;
+		pthread_mutex_unlock(&b->lock);
+		if (i >= b->list->n)
+			return NULL;
+		index_one(b, i);
+	}
+}
+
+/* Concatenate the per-shard indexes in URL order. */
+static int merge(struct build *b, struct index **out)
+{
+	struct index *ix = index_new();
+	for (size_t i = 0; i < b->list->n; i++) {
+		const struct index *p = b->res[i].ix;
+		uint32_t n = index_add_shard(ix, b->list->urls[i],
+					     b->res[i].size, b->res[i].etag);
+		for (size_t k = 0; k < p->nsamples; k++) {
+			const struct index_sample *s = &p->samples[k];
+			int r = index_add_sample(ix, n, s->offset, s->size,
+						 s->label, s->key, s->ext);
+			if (r) {
+				index_free(ix);
+				return r;
+			}
+		}
+	}
+	*out = ix;
+	return 0;
+}
+
+static void run_jobs(struct build *b, unsigned jobs)
+{
+	pthread_t *t;
+	unsigned started = 0;
+
+	if (jobs > b->list->n)
+		jobs = (unsigned)b->list->n;
+	t = xcalloc(jobs ? jobs : 1, sizeof(*t));
+	/* If no thread can be started, the calling thread does all the work. */
+	for (; started < jobs; started++)
+		if (pthread_create(&t[started], NULL, job_main, b) != 0)
+			break;
+	if (started == 0)
+		job_main(b);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(t[i], NULL);
+	free(t);
+}
+
+int indexer_build(struct http *h, struct store *st,
+		  const struct shardlist *list, unsigned jobs,
+		  indexer_progress_fn progress, void *ud, struct index **out,
+		  char *err, size_t errlen)
+{
+	struct build b = {
+		.h = h, .st = st, .list = list, .progress = progress, .ud = ud};
+	int r;
+
+	*out = NULL;
+	if (!h || !list || list->n == 0) {
+		snprintf(err, errlen, "no shards to index");
+		return -EINVAL;
+	}
+	b.res = xcalloc(list->n, sizeof(*b.res));
+	pthread_mutex_init(&b.lock, NULL);
+	pthread_mutex_init(&b.progress_lock, NULL);
+	run_jobs(&b, jobs ? jobs : 1);
+	if (b.failed) {
+		snprintf(err, errlen, "%s", b.errmsg);
+		r = b.err;
+	} else if ((r = merge(&b, out)) != 0) {
+		snprintf(err, errlen, "merging the index: %s", strerror(-r));
+	}
+	for (size_t i = 0; i < list->n; i++)
+		index_free(b.res[i].ix);
+	free(b.res);
+	pthread_mutex_destroy(&b.lock);
+	pthread_mutex_destroy(&b.progress_lock);
+	return r;
+}

@@ -16,8 +16,14 @@
  * - A shard whose fetch failed for good (404, 403, retries exhausted) is
  *   marked failed: its reads return -EIO at once for `retry_failed_s` seconds,
  *   after which the next read tries again. Other shards are unaffected.
+ * - A cached shard's store entry stays pinned while readers use it, so a hit
+ *   costs one pread (each block's checksum is checked once). At most
+ *   max(32, 8 * workers) entries stay pinned; the least recently read ones are
+ *   unpinned so the store can evict them, and all are unpinned when the store
+ *   has no room for a new shard.
  * - Locking: one mutex guards the per-shard state table and the queue; it is
- *   never held across network I/O, disk reads or the store's own lock.
+ *   never held across network I/O or disk reads. It may be held while calling
+ *   into the store (store_put, store_drop: short, no data I/O).
  *   Lock order: shards lock, then store lock (inside store_*), never reverse.
  */
 #ifndef ECHOFS_SHARDS_H
@@ -39,7 +45,8 @@ struct shards_opts {
 
 struct shards_stats {
 	uint64_t hits;          /* reads served from a complete cache entry */
-	uint64_t misses;        /* reads that waited for a fetch */
+	uint64_t misses;        /* reads that waited for a fetch (served from
+				 * the partial file or the new entry) */
 	uint64_t range_reads;   /* reads served by a range GET (uncached mode) */
 	uint64_t fetched_shards;
 	uint64_t fetched_bytes; /* shard body bytes streamed */
@@ -56,7 +63,9 @@ struct shards;
  * disk cache). Starts the worker threads. Returns NULL with errno set. */
 struct shards *shards_new(const struct index *ix, struct http *h,
 			  struct store *st, const struct shards_opts *o);
-/* Stops the workers (aborting transfers in progress) and frees. Accepts NULL. */
+/* Stops the workers (aborting transfers in progress: a transfer stalled with
+ * no data at all ends at the http low-speed limit) and frees. No read may be
+ * in progress. Accepts NULL. */
 void shards_free(struct shards *sh);
 
 /* Read up to len bytes at off of shard `shard` into buf, blocking until they

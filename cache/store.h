@@ -8,9 +8,16 @@
  * CRC-32 per STORE_BLOCK bytes and a trailer naming the key,
  * so a file is self-describing and a corrupt or foreign file is detected.
  *
+ * The exact file layout is described at the top of store.c. Temp files
+ * ("<dir>/shards/.tmp-*") left by a crash are removed by store_open, so two
+ * live processes must not share one cache dir. Files in the directory that are
+ * not named like entries are left alone.
+ *
  * Thread safety: every function may be called from any thread. Entries handed
  * out by store_get are pinned (never evicted or unlinked under a reader) until
- * store_put. */
+ * store_put. An entry's file is open only while it is pinned (one descriptor
+ * per pinned entry, opened by the first store_get, closed by the last
+ * store_put): callers reading an entry often should keep it pinned. */
 #ifndef ECHOFS_STORE_H
 #define ECHOFS_STORE_H
 
@@ -38,6 +45,7 @@ struct store_writer;
  * reason in err if the directory can't be created or used. */
 struct store *store_open(const char *dir, uint64_t cap, char *err,
 			 size_t errlen);
+/* Every entry must have been put and every writer finished. Accepts NULL. */
 void store_close(struct store *s);
 
 /* Look up a complete entry. NULL if absent. The entry is pinned and marked
@@ -58,9 +66,13 @@ ssize_t store_pread(struct store_entry *e, void *buf, size_t len,
 void store_drop(struct store_entry *e);
 
 /* Start writing an entry. Evicts unpinned entries to make room for size
- * bytes. Returns NULL (errno set: ENOSPC when it can't fit even after
- * eviction, or the I/O error) when the entry can't be written: the caller
- * then serves without the cache. */
+ * bytes plus footer, and claims the disk space up front (fallocate) so a full
+ * disk shows here rather than half way through. Returns NULL (errno set:
+ * ENOSPC when it can't fit under the cap even after eviction, or is larger
+ * than the cap, or the disk is full; EROFS, EACCES... from creating the file)
+ * when the entry can't be written: the caller then serves without the cache.
+ * Disk errors are counted in write_errors; "larger than the cap" is not. A
+ * writer is used by one thread; store_writer_pread may be called from others. */
 struct store_writer *store_begin(struct store *s, const char *url,
 				 const char *etag, uint64_t size);
 /* Append data. Returns 0 or -errno (e.g. -ENOSPC). */

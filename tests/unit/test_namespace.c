@@ -1,6 +1,8 @@
 /* test_namespace.c - the virtual tree: class names, file names, inodes,
  * lookups, listings, duplicates and bad labels. */
 #include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fetch/index.h"

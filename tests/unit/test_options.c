@@ -2,6 +2,7 @@
  * errors. */
 #define FUSE_USE_VERSION 314
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <fuse_lowlevel.h>
 #include <string.h>
 

@@ -1,0 +1,789 @@
+/* test_store.c - unit tests for the on-disk shard store (cache/store.c). */
+#include "cache/store.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char tdir[64];
+
+static int rm_cb(const char *p, const struct stat *sb, int flag,
+		 struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(p);
+}
+
+static void setup(void)
+{
+	snprintf(tdir, sizeof(tdir), "/tmp/echofs-store-XXXXXX");
+	cr_assert_not_null(mkdtemp(tdir));
+}
+
+static void teardown(void)
+{
+	char m[128];
+	/* A failed tmpfs test may leave its mount behind. */
+	snprintf(m, sizeof(m), "%s/m", tdir);
+	umount2(m, MNT_DETACH);
+	nftw(tdir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+TestSuite(store, .init = setup, .fini = teardown, .timeout = 60);
+
+static uint8_t pat(unsigned seed, uint64_t i)
+{
+	uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ULL ^
+		     (seed * 0xBF58476D1CE4E5B9ULL);
+	x ^= x >> 29;
+	return (uint8_t)(x ^ (x >> 17));
+}
+
+static void fill(uint8_t *b, size_t n, unsigned seed, uint64_t off)
+{
+	for (size_t i = 0; i < n; i++)
+		b[i] = pat(seed, off + i);
+}
+
+/* Write a whole entry in uneven chunks; returns it pinned. */
+static struct store_entry *add(struct store *s, const char *url,
+			       const char *etag, uint64_t size, unsigned seed)
+{
+	struct store_writer *w = store_begin(s, url, etag, size);
+	uint8_t *buf;
+	uint64_t off = 0;
+
+	if (!w)
+		return NULL;
+	buf = malloc(300001);
+	cr_assert_not_null(buf);
+	while (off < size) {
+		size_t n = (size_t)(size - off < 300001 ? size - off : 300001);
+		fill(buf, n, seed, off);
+		cr_assert_eq(store_write(w, buf, n), 0);
+		off += n;
+		cr_assert_eq(store_written(w), off);
+	}
+	free(buf);
+	return store_commit(w);
+}
+
+static void add_put(struct store *s, const char *url, uint64_t size,
+		    unsigned seed)
+{
+	struct store_entry *e = add(s, url, "\"e\"", size, seed);
+	cr_assert_not_null(e, "add %s: %s", url, strerror(errno));
+	store_put(e);
+}
+
+static void check_range(struct store_entry *e, uint64_t off, size_t len,
+			unsigned seed, ssize_t want)
+{
+	uint8_t *got = malloc(len + 1), *exp = malloc(len + 1);
+	ssize_t r;
+
+	cr_assert(got && exp);
+	r = store_pread(e, got, len, off);
+	cr_assert_eq(r, want, "pread off %llu len %zu: %zd want %zd",
+		     (unsigned long long)off, len, r, want);
+	if (r > 0) {
+		fill(exp, (size_t)r, seed, off);
+		cr_assert(memcmp(got, exp, (size_t)r) == 0, "bytes differ");
+	}
+	free(got);
+	free(exp);
+}
+
+static struct store *open_store(uint64_t cap)
+{
+	char err[256] = "";
+	struct store *s = store_open(tdir, cap, err, sizeof(err));
+	cr_assert_not_null(s, "store_open: %s", err);
+	return s;
+}
+
+static size_t count_files(const char *prefix)
+{
+	char p[128];
+	size_t n = 0;
+	struct dirent *d;
+	DIR *dir;
+
+	snprintf(p, sizeof(p), "%s/shards", tdir);
+	dir = opendir(p);
+	cr_assert_not_null(dir);
+	while ((d = readdir(dir)) != NULL)
+		if (strncmp(d->d_name, prefix, strlen(prefix)) == 0 &&
+		    strcmp(d->d_name, ".") != 0 && strcmp(d->d_name, "..") != 0)
+			n++;
+	closedir(dir);
+	return n;
+}
+
+/* The path of the only entry file in the store. */
+static void only_entry_path(char *out, size_t outlen)
+{
+	char p[128];
+	struct dirent *d;
+	DIR *dir;
+
+	snprintf(p, sizeof(p), "%s/shards", tdir);
+	dir = opendir(p);
+	cr_assert_not_null(dir);
+	out[0] = '\0';
+	while ((d = readdir(dir)) != NULL)
+		if (strstr(d->d_name, ".shard"))
+			snprintf(out, outlen, "%s/%s", p, d->d_name);
+	closedir(dir);
+	cr_assert(out[0], "no entry file");
+}
+
+Test(store, round_trip_sizes)
+{
+	static const uint64_t sizes[] = {0,
+					 1,
+					 4095,
+					 STORE_BLOCK - 1,
+					 STORE_BLOCK,
+					 STORE_BLOCK + 1,
+					 3 * STORE_BLOCK + 17};
+	struct store *s = open_store(1ULL << 30);
+	struct stat sb;
+	char p[128];
+
+	snprintf(p, sizeof(p), "%s/shards", tdir);
+	cr_assert_eq(stat(p, &sb), 0);
+	cr_assert_eq(sb.st_mode & 0777, 0700);
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		char url[64];
+		uint64_t z = sizes[i];
+		struct store_entry *e;
+		snprintf(url, sizeof(url), "http://h/s-%zu.tar", i);
+		e = add(s, url, "", z, (unsigned)i);
+		cr_assert_not_null(e);
+		check_range(e, 0, (size_t)z, (unsigned)i, (ssize_t)z);
+		check_range(e, z, 10, (unsigned)i, 0);
+		if (z > 10) {
+			check_range(e, z - 5, 10, (unsigned)i, 5);
+			check_range(e, z / 2, 7, (unsigned)i, 7);
+		}
+		if (z > STORE_BLOCK + 3)
+			check_range(e, STORE_BLOCK - 3, 6, (unsigned)i, 6);
+		store_put(e);
+		e = store_get(s, url, "", z);
+		cr_assert_not_null(e);
+		check_range(e, 0, (size_t)z, (unsigned)i, (ssize_t)z);
+		store_put(e);
+	}
+	cr_assert_eq(count_files(".tmp-"), 0);
+	store_close(s);
+}
+
+Test(store, writer_pread_serves_partial)
+{
+	struct store *s = open_store(1ULL << 30);
+	struct store_writer *w = store_begin(s, "http://h/a", "x", 5000);
+	uint8_t buf[5000], got[5000];
+	struct store_entry *e;
+
+	cr_assert_not_null(w);
+	fill(buf, sizeof(buf), 7, 0);
+	cr_assert_eq(store_write(w, buf, 1000), 0);
+	cr_assert_eq(store_writer_pread(w, got, 500, 200), 500);
+	cr_assert(memcmp(got, buf + 200, 500) == 0);
+	cr_assert_eq(store_writer_pread(w, got, 500, 900), 100);
+	cr_assert_eq(store_writer_pread(w, got, 10, 1000), 0);
+	cr_assert_eq(store_write(w, buf + 1000, 4001), -EFBIG);
+	cr_assert_eq(store_write(w, buf + 1000, 4000), 0);
+	/* Not yet committed: invisible to readers. */
+	cr_assert_null(store_get(s, "http://h/a", "x", 5000));
+	e = store_commit(w);
+	cr_assert_not_null(e);
+	check_range(e, 0, 5000, 7, 5000);
+	store_put(e);
+	store_close(s);
+}
+
+Test(store, commit_incomplete_fails)
+{
+	struct store *s = open_store(1ULL << 30);
+	struct store_writer *w = store_begin(s, "http://h/a", "", 100);
+	uint8_t buf[50] = {0};
+	struct store_stats st;
+
+	cr_assert_eq(store_write(w, buf, 50), 0);
+	errno = 0;
+	cr_assert_null(store_commit(w));
+	cr_assert_eq(errno, EPROTO);
+	cr_assert_null(store_get(s, "http://h/a", "", 100));
+	cr_assert_eq(count_files(".tmp-"), 0);
+	w = store_begin(s, "http://h/b", "", 100);
+	store_abort(w);
+	store_abort(NULL);
+	cr_assert_eq(count_files(".tmp-"), 0);
+	store_get_stats(s, &st);
+	cr_assert_eq(st.entries, 0);
+	cr_assert_eq(st.bytes, 0);
+	store_close(s);
+}
+
+Test(store, reopen_finds_entries)
+{
+	struct store *s = open_store(1ULL << 30);
+	struct store_stats a, b;
+	struct store_entry *e;
+
+	add_put(s, "http://h/0.tar", 2 * STORE_BLOCK + 5, 1);
+	add_put(s, "http://h/1.tar", 10, 2);
+	store_get_stats(s, &a);
+	store_close(s);
+
+	s = open_store(1ULL << 30);
+	store_get_stats(s, &b);
+	cr_assert_eq(b.entries, 2);
+	cr_assert_eq(b.bytes, a.bytes);
+	e = store_get(s, "http://h/0.tar", "\"e\"", 2 * STORE_BLOCK + 5);
+	cr_assert_not_null(e);
+	check_range(e, 0, 2 * STORE_BLOCK + 5, 1, 2 * STORE_BLOCK + 5);
+	store_put(e);
+	/* Another version of the object is another key. */
+	cr_assert_null(
+		store_get(s, "http://h/0.tar", "\"f\"", 2 * STORE_BLOCK + 5));
+	cr_assert_null(
+		store_get(s, "http://h/0.tar", "\"e\"", 2 * STORE_BLOCK + 4));
+	cr_assert_null(store_get(s, "http://h/2.tar", "\"e\"", 10));
+	store_close(s);
+}
+
+/* LRU: ops are letters; upper case adds an entry, lower case reads it (a
+ * use). The cap holds `fit` entries; `left` lists the survivors. */
+struct lru_case {
+	unsigned fit;
+	const char *ops;
+	const char *left;
+	unsigned evictions;
+};
+
+static const struct lru_case lru_cases[] = {
+	{3, "ABC", "ABC", 0},	     {3, "ABCD", "BCD", 1},
+	{3, "ABCaD", "ACD", 1},	     {3, "ABCbaDE", "ADE", 2},
+	{2, "ABcCD", "CD", 2},	     {1, "ABCD", "D", 3},
+	{4, "ABCDdcbaE", "ABCE", 1},
+};
+
+static void url_of(char c, char *url, size_t n)
+{
+	snprintf(url, n, "http://h/%c.tar", c & ~0x20);
+}
+
+static void run_lru_case(const struct lru_case *c, uint64_t unit)
+{
+	struct store *s = open_store(unit * c->fit + unit / 2);
+	struct store_stats st;
+	char url[64];
+
+	for (const char *p = c->ops; *p; p++) {
+		url_of(*p, url, sizeof(url));
+		if (*p >= 'A' && *p <= 'Z') {
+			add_put(s, url, 1000, (unsigned)*p);
+		} else {
+			struct store_entry *e =
+				store_get(s, url, "\"e\"", 1000);
+			if (e)
+				store_put(e);
+		}
+		store_get_stats(s, &st);
+		cr_assert_leq(st.bytes, st.cap);
+		cr_assert_eq(st.bytes, st.entries * unit);
+	}
+	for (char ch = 'A'; ch <= 'Z'; ch++) {
+		struct store_entry *e;
+		url_of(ch, url, sizeof(url));
+		e = store_get(s, url, "\"e\"", 1000);
+		cr_assert_eq(e != NULL, strchr(c->left, ch) != NULL,
+			     "case %s: %c present=%d", c->ops, ch, e != NULL);
+		store_put(e);
+	}
+	store_get_stats(s, &st);
+	cr_assert_eq(st.evictions, c->evictions, "case %s: evictions %llu",
+		     c->ops, (unsigned long long)st.evictions);
+	cr_assert_eq(st.entries, strlen(c->left));
+	cr_assert_eq(count_files(""), strlen(c->left));
+	store_close(s);
+}
+
+Test(store, lru_eviction_table)
+{
+	struct store *s = open_store(1ULL << 30);
+	struct store_stats st;
+	uint64_t unit;
+
+	/* One entry's size on disk: data plus footer. */
+	add_put(s, "http://h/Z.tar", 1000, 1);
+	store_get_stats(s, &st);
+	unit = st.bytes;
+	cr_assert_gt(unit, 1000);
+	store_close(s);
+	for (size_t i = 0; i < sizeof(lru_cases) / sizeof(lru_cases[0]); i++) {
+		teardown();
+		setup();
+		run_lru_case(&lru_cases[i], unit);
+	}
+}
+
+/* Set the mtime of the entry file holding url (found by the key in its
+ * footer) to sec. */
+static void set_mtime_of(const char *url, time_t sec)
+{
+	char path[128], fp[512];
+	struct dirent *d;
+	DIR *dir;
+	int found = 0;
+
+	snprintf(path, sizeof(path), "%s/shards", tdir);
+	dir = opendir(path);
+	cr_assert_not_null(dir);
+	while ((d = readdir(dir)) != NULL) {
+		char blob[4096];
+		size_t n;
+		FILE *f;
+		if (!strstr(d->d_name, ".shard"))
+			continue;
+		snprintf(fp, sizeof(fp), "%s/%s", path, d->d_name);
+		f = fopen(fp, "rb");
+		cr_assert_not_null(f);
+		n = fread(blob, 1, sizeof(blob), f);
+		fclose(f);
+		if (memmem(blob, n, url, strlen(url))) {
+			struct timespec ts[2] = {{sec, 0}, {sec, 0}};
+			cr_assert_eq(utimensat(AT_FDCWD, fp, ts, 0), 0);
+			found = 1;
+		}
+	}
+	closedir(dir);
+	cr_assert(found, "no file for %s", url);
+}
+
+Test(store, reopen_orders_by_mtime)
+{
+	struct store *s = open_store(1ULL << 30);
+	struct store_stats st;
+	uint64_t unit;
+
+	add_put(s, "http://h/A.tar", 1000, 1);
+	add_put(s, "http://h/B.tar", 1000, 2);
+	add_put(s, "http://h/C.tar", 1000, 3);
+	store_get_stats(s, &st);
+	unit = st.bytes / 3;
+	store_close(s);
+	/* B is the oldest file, then A, then C. */
+	set_mtime_of("http://h/A.tar", 2000);
+	set_mtime_of("http://h/B.tar", 1000);
+	set_mtime_of("http://h/C.tar", 3000);
+	/* Room for two: the oldest (B) goes. */
+	s = open_store(2 * unit + unit / 2);
+	store_get_stats(s, &st);
+	cr_assert_eq(st.entries, 2);
+	cr_assert_eq(st.evictions, 1);
+	cr_assert_null(store_get(s, "http://h/B.tar", "\"e\"", 1000));
+	/* A is used now, so adding D evicts C. */
+	store_put(store_get(s, "http://h/A.tar", "\"e\"", 1000));
+	add_put(s, "http://h/D.tar", 1000, 4);
+	cr_assert_null(store_get(s, "http://h/C.tar", "\"e\"", 1000));
+	store_put(store_get(s, "http://h/A.tar", "\"e\"", 1000));
+	store_close(s);
+}
+
+Test(store, pinned_never_evicted)
+{
+	struct store *s = open_store(1ULL << 30);
+	struct store_entry *a, *b;
+	struct store_stats st;
+	uint64_t unit;
+
+	add_put(s, "http://h/Z.tar", 1000, 1);
+	store_get_stats(s, &st);
+	unit = st.bytes;
+	store_close(s);
+	teardown();
+	setup();
+	s = open_store(2 * unit + 10);
+	a = add(s, "http://h/A.tar", "\"e\"", 1000, 'A');
+	cr_assert_not_null(a);
+	for (char c = 'B'; c <= 'F'; c++) {
+		char url[32];
+		url_of(c, url, sizeof(url));
+		add_put(s, url, 1000, (unsigned)c);
+	}
+	check_range(a, 0, 1000, 'A', 1000);
+	b = store_get(s, "http://h/F.tar", "\"e\"", 1000);
+	cr_assert_not_null(b);
+	/* Both pinned, cap full: nothing can be written. */
+	errno = 0;
+	cr_assert_null(store_begin(s, "http://h/G.tar", "", 1000));
+	cr_assert_eq(errno, ENOSPC);
+	store_put(b);
+	add_put(s, "http://h/G.tar", 1000, 'G');
+	cr_assert_null(store_get(s, "http://h/F.tar", "\"e\"", 1000));
+	check_range(a, 0, 1000, 'A', 1000);
+	store_put(a);
+	store_get_stats(s, &st);
+	cr_assert_eq(st.entries, 2);
+	cr_assert_eq(st.write_errors, 0);
+	store_close(s);
+}
+
+Test(store, larger_than_cap_refused)
+{
+	struct store *s = open_store(4096);
+	struct store_stats st;
+	errno = 0;
+	cr_assert_null(store_begin(s, "http://h/big", "", 5000));
+	cr_assert_eq(errno, ENOSPC);
+	store_get_stats(s, &st);
+	cr_assert_eq(st.write_errors, 0);
+	cr_assert_eq(count_files(".tmp-"), 0);
+	store_close(s);
+}
+
+static void flip_byte(const char *path, off_t off)
+{
+	int fd = open(path, O_RDWR);
+	uint8_t b;
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(pread(fd, &b, 1, off), 1);
+	b ^= 0x40;
+	cr_assert_eq(pwrite(fd, &b, 1, off), 1);
+	close(fd);
+}
+
+Test(store, corrupt_block_detected_and_dropped)
+{
+	uint64_t size = 3 * STORE_BLOCK + 100;
+	struct store *s = open_store(1ULL << 30);
+	struct store_entry *e;
+	struct store_stats st;
+	char path[512];
+	uint8_t buf[64];
+
+	add_put(s, "http://h/c.tar", size, 9);
+	store_close(s);
+	only_entry_path(path, sizeof(path));
+	flip_byte(path, STORE_BLOCK + 12345);
+
+	s = open_store(1ULL << 30);
+	e = store_get(s, "http://h/c.tar", "\"e\"", size);
+	cr_assert_not_null(e);
+	check_range(e, 10, 50, 9, 50);		    /* block 0 fine */
+	check_range(e, 2 * STORE_BLOCK, 64, 9, 64); /* block 2 fine */
+	cr_assert_eq(store_pread(e, buf, 10, STORE_BLOCK + 1), -EBADMSG);
+	/* The bad byte is never handed out, however it is asked for. */
+	cr_assert_eq(store_pread(e, buf, 64, STORE_BLOCK - 32), -EBADMSG);
+	store_drop(e);
+	cr_assert_null(store_get(s, "http://h/c.tar", "\"e\"", size));
+	cr_assert_eq(access(path, F_OK),
+		     0); /* still pinned: not unlinked yet */
+	store_put(e);
+	cr_assert_neq(access(path, F_OK), 0);
+	store_get_stats(s, &st);
+	cr_assert_eq(st.corrupt, 1);
+	cr_assert_eq(st.entries, 0);
+	cr_assert_eq(st.bytes, 0);
+	store_close(s);
+}
+
+/* Damage to the footer or tail, or a truncated file: gone at open. */
+struct damage_case {
+	const char *what;
+	int from_end; /* byte offset from the end to flip; 0 = truncate */
+};
+
+static const struct damage_case damage_cases[] = {
+	{"tail crc", 1}, {"key length", 6}, {"size field", 30}, {"magic", 40},
+	{"key", 45},	 {"block crc", 60}, {"truncated", 0},
+};
+
+Test(store, damaged_footer_removed_at_open)
+{
+	for (size_t i = 0; i < sizeof(damage_cases) / sizeof(damage_cases[0]);
+	     i++) {
+		const struct damage_case *c = &damage_cases[i];
+		struct store *s = open_store(1ULL << 30);
+		struct store_stats st;
+		struct stat sb;
+		char path[512];
+
+		add_put(s, "http://h/d.tar", 20000, 3);
+		store_close(s);
+		only_entry_path(path, sizeof(path));
+		cr_assert_eq(stat(path, &sb), 0);
+		if (c->from_end)
+			flip_byte(path, sb.st_size - c->from_end);
+		else
+			cr_assert_eq(truncate(path, sb.st_size - 7), 0);
+		s = open_store(1ULL << 30);
+		store_get_stats(s, &st);
+		cr_assert_eq(st.entries, 0, "%s: entry kept", c->what);
+		cr_assert_null(store_get(s, "http://h/d.tar", "\"e\"", 20000));
+		cr_assert_neq(access(path, F_OK), 0, "%s: not removed",
+			      c->what);
+		store_close(s);
+	}
+}
+
+Test(store, foreign_files_ignored_temp_removed)
+{
+	char p[256], keep[256], bad[256], moved[256], tmp[256], sub[256];
+	struct store *s = open_store(1ULL << 30);
+	struct store_stats st;
+	FILE *f;
+
+	add_put(s, "http://h/ok.tar", 3000, 5);
+	store_close(s);
+	snprintf(keep, sizeof(keep), "%s/shards/README", tdir);
+	snprintf(bad, sizeof(bad), "%s/shards/0123456789abcdef.shard", tdir);
+	snprintf(tmp, sizeof(tmp), "%s/shards/.tmp-AbC123", tdir);
+	snprintf(sub, sizeof(sub), "%s/shards/fedcba9876543210.shard", tdir);
+	only_entry_path(p, sizeof(p));
+	/* A valid entry under the wrong name: its key does not match. */
+	snprintf(moved, sizeof(moved), "%s/shards/00000000000000aa.shard",
+		 tdir);
+	cr_assert_eq(link(p, moved), 0);
+	f = fopen(keep, "w");
+	fputs("not a shard\n", f);
+	fclose(f);
+	f = fopen(bad, "w");
+	fputs("garbage garbage garbage garbage garbage garbage\n", f);
+	fclose(f);
+	f = fopen(tmp, "w");
+	fputs("half written", f);
+	fclose(f);
+	cr_assert_eq(mkdir(sub, 0700), 0);
+
+	s = open_store(1ULL << 30);
+	store_get_stats(s, &st);
+	cr_assert_eq(st.entries, 1);
+	cr_assert_eq(access(keep, F_OK), 0, "foreign file removed");
+	cr_assert_neq(access(bad, F_OK), 0, "garbage .shard kept");
+	cr_assert_neq(access(moved, F_OK), 0, "misnamed entry kept");
+	cr_assert_neq(access(tmp, F_OK), 0, "temp file kept");
+	cr_assert_eq(access(sub, F_OK), 0);
+	store_put(store_get(s, "http://h/ok.tar", "\"e\"", 3000));
+	cr_assert_not_null(store_get(s, "http://h/ok.tar", "\"e\"", 3000));
+	store_close(s);
+	rmdir(sub);
+}
+
+Test(store, same_key_rewritten_while_pinned)
+{
+	struct store *s = open_store(1ULL << 30);
+	struct store_entry *old, *neu, *again;
+	struct store_stats st;
+	char path[512];
+
+	old = add(s, "http://h/k.tar", "\"e\"", 5000, 1);
+	cr_assert_not_null(old);
+	store_drop(old);
+	/* Fetched again while a reader still holds the dropped copy. */
+	neu = add(s, "http://h/k.tar", "\"e\"", 5000, 1);
+	cr_assert_not_null(neu);
+	store_put(neu);
+	store_put(old);
+	only_entry_path(path, sizeof(path));
+	cr_assert_eq(access(path, F_OK), 0, "new file unlinked by old put");
+	again = store_get(s, "http://h/k.tar", "\"e\"", 5000);
+	cr_assert_not_null(again);
+	check_range(again, 0, 5000, 1, 5000);
+	/* And a plain second commit of a live key replaces it. */
+	neu = add(s, "http://h/k.tar", "\"e\"", 5000, 1);
+	cr_assert_not_null(neu);
+	check_range(again, 0, 5000, 1, 5000);
+	store_put(again);
+	store_put(neu);
+	store_get_stats(s, &st);
+	cr_assert_eq(st.entries, 1);
+	cr_assert_eq(count_files(""), 1);
+	store_close(s);
+	s = open_store(1ULL << 30);
+	store_get_stats(s, &st);
+	cr_assert_eq(st.entries, 1);
+	store_close(s);
+}
+
+Test(store, open_fails_cleanly)
+{
+	char err[256] = "", path[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/file", tdir);
+	f = fopen(path, "w");
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/file/cache", tdir);
+	cr_assert_null(store_open(path, 1 << 20, err, sizeof(err)));
+	cr_assert(strstr(err, "cache"), "err: %s", err);
+	store_close(NULL);
+	store_put(NULL);
+	store_drop(NULL);
+	cr_assert_null(store_get(NULL, "u", "", 1));
+}
+
+/* Mount a small tmpfs at <tdir>/m; skips the test when that is impossible. */
+static void mount_small(char *m, size_t mlen, const char *opts)
+{
+	snprintf(m, mlen, "%s/m", tdir);
+	cr_assert_eq(mkdir(m, 0700), 0);
+	if (geteuid() != 0)
+		cr_skip_test("needs root to mount a small tmpfs");
+	if (mount("tmpfs", m, "tmpfs", 0, opts) != 0)
+		cr_skip_test("mount tmpfs failed: %s", strerror(errno));
+}
+
+Test(store, disk_full_is_an_error_not_a_crash)
+{
+	char m[128], err[256];
+	struct store *s;
+	struct store_stats st;
+	struct store_entry *e;
+
+	mount_small(m, sizeof(m), "size=256k");
+	s = store_open(m, 64ULL << 20, err, sizeof(err));
+	cr_assert_not_null(s, "%s", err);
+	e = add(s, "http://h/small", "", 10000, 1);
+	cr_assert_not_null(e);
+	store_put(e);
+	errno = 0;
+	cr_assert_null(store_begin(s, "http://h/big", "", 1 << 20));
+	cr_assert_eq(errno, ENOSPC, "errno %s", strerror(errno));
+	store_get_stats(s, &st);
+	cr_assert_eq(st.write_errors, 1);
+	e = store_get(s, "http://h/small", "", 10000);
+	cr_assert_not_null(e);
+	check_range(e, 0, 10000, 1, 10000);
+	store_put(e);
+	store_close(s);
+	{
+		char sh[160];
+		DIR *d;
+		struct dirent *de;
+		snprintf(sh, sizeof(sh), "%s/shards", m);
+		d = opendir(sh);
+		while (d && (de = readdir(d)) != NULL)
+			cr_assert(strncmp(de->d_name, ".tmp-", 5) != 0);
+		if (d)
+			closedir(d);
+	}
+	cr_assert_eq(umount(m), 0);
+}
+
+Test(store, unwritable_dir)
+{
+	char m[128], err[256];
+	struct store *s;
+	struct store_stats st;
+	struct store_entry *e;
+
+	mount_small(m, sizeof(m), "size=1m");
+	s = store_open(m, 64ULL << 20, err, sizeof(err));
+	cr_assert_not_null(s, "%s", err);
+	add_put(s, "http://h/a", 4000, 2);
+	store_close(s);
+	if (mount("tmpfs", m, "tmpfs", MS_REMOUNT | MS_RDONLY, "size=1m")) {
+		umount(m);
+		cr_skip_test("remount ro failed: %s", strerror(errno));
+	}
+	/* Existing entries still serve; new ones fail with an errno. */
+	s = store_open(m, 64ULL << 20, err, sizeof(err));
+	cr_assert_not_null(s, "%s", err);
+	e = store_get(s, "http://h/a", "\"e\"", 4000);
+	cr_assert_not_null(e);
+	check_range(e, 0, 4000, 2, 4000);
+	store_put(e);
+	errno = 0;
+	cr_assert_null(store_begin(s, "http://h/b", "", 100));
+	cr_assert_eq(errno, EROFS, "errno %s", strerror(errno));
+	store_get_stats(s, &st);
+	cr_assert_eq(st.write_errors, 1);
+	store_close(s);
+	cr_assert_eq(umount(m), 0);
+}
+
+/* Readers and a writer at once: readers always see correct bytes or a
+ * missing entry, never a torn one; the cap holds throughout. */
+struct conc {
+	struct store *s;
+	int id;
+	int errors;
+};
+
+static void *reader_thread(void *arg)
+{
+	struct conc *c = arg;
+	uint8_t buf[4096], exp[4096];
+	for (int i = 0; i < 400; i++) {
+		char url[32];
+		int k = (i * 7 + c->id) % 12;
+		struct store_entry *e;
+		snprintf(url, sizeof(url), "http://h/%d", k);
+		e = store_get(c->s, url, "", 3 * STORE_BLOCK / 2);
+		if (!e)
+			continue;
+		uint64_t off =
+			(uint64_t)(i * 40503) % (3 * STORE_BLOCK / 2 - 4096);
+		if (store_pread(e, buf, sizeof(buf), off) != sizeof(buf))
+			c->errors++;
+		fill(exp, sizeof(exp), (unsigned)k, off);
+		if (memcmp(buf, exp, sizeof(buf)) != 0)
+			c->errors++;
+		store_put(e);
+	}
+	return NULL;
+}
+
+static void *writer_thread(void *arg)
+{
+	struct conc *c = arg;
+	for (int k = 0; k < 12; k++) {
+		char url[32];
+		struct store_entry *e;
+		snprintf(url, sizeof(url), "http://h/%d", k);
+		e = add(c->s, url, "", 3 * STORE_BLOCK / 2, (unsigned)k);
+		if (!e)
+			c->errors++;
+		store_put(e);
+	}
+	return NULL;
+}
+
+Test(store, concurrent_readers_and_writer)
+{
+	struct store *s = open_store(5ULL * STORE_BLOCK);
+	pthread_t t[5];
+	struct conc c[5];
+	struct store_stats st;
+
+	for (int i = 0; i < 5; i++) {
+		c[i] = (struct conc){.s = s, .id = i};
+		pthread_create(&t[i], NULL, i ? reader_thread : writer_thread,
+			       &c[i]);
+	}
+	for (int i = 0; i < 5; i++) {
+		pthread_join(t[i], NULL);
+		cr_assert_eq(c[i].errors, 0, "thread %d: %d errors", i,
+			     c[i].errors);
+	}
+	store_get_stats(s, &st);
+	cr_assert_leq(st.bytes, st.cap);
+	cr_assert_geq(st.evictions, 9);
+	store_close(s);
+}
