@@ -1,2 +1,1080 @@
-/* placeholder until the module lands */
-typedef int echofs_placeholder_http;
+/* http.c - HTTP(S) transfers with libcurl: streaming, range reads, retries,
+ * verification and redaction. */
+
+/* DESIGN
+ * Every public call runs on the caller's thread with its own easy handle.
+ * Connections, DNS and TLS sessions live in one CURLSH, guarded by one mutex
+ * per curl_lock_data (curl takes them itself through share_lock/unlock and
+ * never holds two at once). A counting semaphore (slot_lock + slot_cond)
+ * bounds transfers in flight to opts.connections; a slot is held only for
+ * one curl_easy_perform, never across a backoff sleep. slot_lock is a leaf
+ * lock: nothing else is taken while it is held.
+ *
+ * A call is a loop of attempts (retry loop in run()); an attempt follows up
+ * to MAX_REDIRECTS redirects itself so that https->http can be refused and
+ * header_file headers go only to the origin they were meant for. What the
+ * call still wants (struct want: next offset, end, size, ETag) survives the
+ * attempts, so a broken body is resumed with a Range request from the next
+ * byte and If-Match on the ETag: a changed object answers 412 (-ESTALE)
+ * instead of mixing versions. Bytes reach the sink exactly once, in order. */
+
+#include "fetch/http.h"
+
+#include "common/log.h"
+#include "common/util.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef ECHOFS_VERSION
+#define ECHOFS_VERSION "dev"
+#endif
+
+#define HEADER_FILE_MAX (64 * 1024)
+#define MAX_REDIRECTS 5
+/* per call: a server cutting every body short stays bounded */
+#define MAX_RESUMES 100
+#define BACKOFF_CAP_S 5.0
+#define RETRY_AFTER_MAX_S 3600
+#define NO_SIZE UINT64_MAX
+
+struct http {
+	double retry_budget_s;
+	double connect_timeout_s;
+	double low_speed_time_s;
+	double backoff_base_s;
+	char *ca_file;
+	/* header_file lines; immutable after http_new */
+	struct curl_slist *extra;
+	CURLSH *share;
+	pthread_mutex_t share_lock[CURL_LOCK_DATA_LAST];
+	pthread_mutex_t slot_lock; /* guards slots_free; leaf lock */
+	pthread_cond_t slot_cond;
+	unsigned slots_free;
+	struct {
+		_Atomic uint64_t requests, bytes, retries, resumes;
+		_Atomic uint64_t errors_4xx, errors_5xx, errors_conn,
+			errors_verify;
+	} st;
+};
+
+/* What a call still needs from the object; survives across attempts. */
+struct want {
+	uint64_t pos;	/* next object offset the sink gets */
+	uint64_t end;	/* exclusive end; NO_SIZE: to the end of the object */
+	uint64_t total; /* object size; NO_SIZE until known */
+	char etag[HTTP_ETAG_MAX]; /* "" until known */
+	int head;		  /* HEAD request: headers only */
+	long status;		  /* of the last final response */
+	http_sink_fn sink;
+	void *ud;
+};
+
+/* One response; reset for each request. */
+struct resp {
+	long status;
+	uint64_t clen;
+	int has_clen;
+	uint64_t cr_first, cr_last, cr_total; /* cr_total NO_SIZE for "*" */
+	int has_cr;
+	char etag[HTTP_ETAG_MAX];
+	int etag_bad;	  /* present but unusable (too long) */
+	long retry_after; /* seconds; -1 when absent or not in seconds form */
+	uint64_t skip;	  /* bytes of a 200 body before want.pos */
+	int accept;	  /* validated 200/206: body goes to the sink */
+	int done;	  /* all wanted arrived; transfer stopped early */
+	int err;	  /* verification or sink errno that stopped it */
+};
+
+struct xfer {
+	struct http *h;
+	struct want *w;
+	struct resp r;
+	CURL *c;
+};
+
+#define STAT_ADD(h, field, n) atomic_fetch_add(&(h)->st.field, (uint64_t)(n))
+
+int http_global_init(void)
+{
+	return curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK ? 0 : -EIO;
+}
+
+/* ---- errno translation ------------------------------------------------ */
+
+/* The one place where curl's and the server's verdicts become errno; also
+ * counts the failure and says whether another attempt may help. */
+static int xlate(struct http *h, CURL *c, CURLcode cc, long status, int *retry)
+{
+	long oserr = 0;
+
+	*retry = 0;
+	if (cc == CURLE_OK) {
+		if (status == 200 || status == 206)
+			return 0;
+		if (status >= 400 && status < 500)
+			STAT_ADD(h, errors_4xx, 1);
+		if (status >= 500)
+			STAT_ADD(h, errors_5xx, 1);
+		if (status == 404 || status == 410)
+			return -ENOENT;
+		if (status == 401 || status == 403)
+			return -EACCES;
+		if (status == 412)
+			return -ESTALE;
+		*retry = status == 408 || status == 429 ||
+			 (status >= 500 && status <= 599);
+		return -EIO;
+	}
+	switch (cc) {
+	case CURLE_WRITE_ERROR: /* our callbacks stopped it; see resp.err */
+		return -EIO;
+	case CURLE_OUT_OF_MEMORY:
+		return -ENOMEM;
+	case CURLE_URL_MALFORMAT:
+		return -EINVAL;
+	case CURLE_UNSUPPORTED_PROTOCOL:
+		return -EPROTO;
+	default:
+		break;
+	}
+	STAT_ADD(h, errors_conn, 1);
+	switch (cc) {
+	case CURLE_COULDNT_RESOLVE_HOST:
+	case CURLE_COULDNT_RESOLVE_PROXY:
+		*retry = 1;
+		return -EHOSTUNREACH;
+	case CURLE_COULDNT_CONNECT:
+		*retry = 1;
+		curl_easy_getinfo(c, CURLINFO_OS_ERRNO, &oserr);
+		return oserr == EHOSTUNREACH || oserr == ENETUNREACH
+			       ? -EHOSTUNREACH
+			       : -ECONNREFUSED;
+	case CURLE_OPERATION_TIMEDOUT:
+		*retry = 1;
+		return -ETIMEDOUT;
+	case CURLE_PEER_FAILED_VERIFICATION:
+	case CURLE_SSL_CACERT_BADFILE:
+	case CURLE_SSL_CERTPROBLEM:
+	case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+		return -EACCES; /* an untrusted peer stays untrusted */
+	case CURLE_PARTIAL_FILE:
+	case CURLE_RECV_ERROR:
+	case CURLE_SEND_ERROR:
+	case CURLE_GOT_NOTHING:
+	case CURLE_SSL_CONNECT_ERROR:
+	case CURLE_HTTP2:
+	case CURLE_HTTP2_STREAM:
+		*retry = 1;
+		return -EIO;
+	default:
+		return -EIO;
+	}
+}
+
+/* ---- header_file -------------------------------------------------------- */
+
+static int is_tchar(unsigned char ch)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+	       (ch >= '0' && ch <= '9') ||
+	       (ch && strchr("!#$%&'*+-.^_`|~", ch));
+}
+
+/* Why line (trimmed, non-empty) is not a usable header, or NULL. The reason
+ * never quotes the line: the value may be a secret. */
+static const char *header_line_problem(const char *s, size_t len, size_t *colon)
+{
+	static const char *const reserved[] = {
+		"host",	      "range",		"if-match",
+		"if-range",   "content-length", "transfer-encoding",
+		"connection", "accept-encoding"};
+	const char *c = memchr(s, ':', len);
+	size_t i, v;
+
+	for (i = 0; i < len; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+			return "control character";
+	}
+	if (!c)
+		return "no colon";
+	*colon = (size_t)(c - s);
+	if (*colon == 0)
+		return "empty header name";
+	for (i = 0; i < *colon; i++)
+		if (!is_tchar((unsigned char)s[i]))
+			return "bad character in header name";
+	for (i = 0; i < ARRAY_SIZE(reserved); i++)
+		if (strlen(reserved[i]) == *colon &&
+		    strncasecmp(s, reserved[i], *colon) == 0)
+			return "header name reserved for echofs";
+	for (v = *colon + 1; v < len && (s[v] == ' ' || s[v] == '\t'); v++)
+		;
+	if (v == len)
+		return "empty value";
+	return NULL;
+}
+
+static int read_small_file(const char *path, char **out, size_t *outlen)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	char *buf;
+	size_t len = 0;
+
+	if (fd < 0)
+		return -errno;
+	buf = xmalloc(HEADER_FILE_MAX + 1);
+	for (;;) {
+		ssize_t n = read(fd, buf + len, HEADER_FILE_MAX + 1 - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			int e = -errno;
+			close(fd);
+			free(buf);
+			return e;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+		if (len > HEADER_FILE_MAX) {
+			close(fd);
+			free(buf);
+			return -EFBIG;
+		}
+	}
+	close(fd);
+	buf[len] = '\0';
+	*out = buf;
+	*outlen = len;
+	return 0;
+}
+
+static void trim(const char **s, size_t *len)
+{
+	while (*len && (**s == ' ' || **s == '\t')) {
+		(*s)++;
+		(*len)--;
+	}
+	while (*len && strchr(" \t\r\n", (*s)[*len - 1]))
+		(*len)--;
+}
+
+static int load_headers(struct http *h, const char *path, char *err,
+			size_t errlen)
+{
+	char *text = NULL, *line;
+	size_t len = 0, lineno = 0;
+	int rc = read_small_file(path, &text, &len);
+
+	if (rc) {
+		snprintf(err, errlen, "header_file %s: %s", path,
+			 rc == -EFBIG ? "larger than 64 KiB" : strerror(-rc));
+		return rc;
+	}
+	for (const char *p = text; p < text + len; lineno++) {
+		const char *nl = memchr(p, '\n', (size_t)(text + len - p));
+		const char *s = p, *why;
+		size_t n = (size_t)((nl ? nl : text + len) - p), colon = 0;
+		struct curl_slist *next;
+
+		p += n + 1;
+		trim(&s, &n);
+		if (n == 0 || s[0] == '#')
+			continue;
+		why = header_line_problem(s, n, &colon);
+		if (why) {
+			snprintf(err, errlen, "header_file %s line %zu: %s",
+				 path, lineno + 1, why);
+			free(text);
+			return -EINVAL;
+		}
+		line = xstrndup(s, n);
+		next = curl_slist_append(h->extra, line);
+		free(line);
+		if (!next) {
+			free(text);
+			return -ENOMEM;
+		}
+		h->extra = next;
+	}
+	free(text);
+	return 0;
+}
+
+/* ---- handle lifetime ---------------------------------------------------- */
+
+static void share_lock(CURL *c, curl_lock_data d, curl_lock_access a, void *ud)
+{
+	struct http *h = ud;
+	(void)c;
+	(void)a;
+	pthread_mutex_lock(&h->share_lock[d]);
+}
+
+static void share_unlock(CURL *c, curl_lock_data d, void *ud)
+{
+	struct http *h = ud;
+	(void)c;
+	pthread_mutex_unlock(&h->share_lock[d]);
+}
+
+static int make_share(struct http *h)
+{
+	h->share = curl_share_init();
+	if (!h->share)
+		return -ENOMEM;
+	if (curl_share_setopt(h->share, CURLSHOPT_LOCKFUNC, share_lock) ||
+	    curl_share_setopt(h->share, CURLSHOPT_UNLOCKFUNC, share_unlock) ||
+	    curl_share_setopt(h->share, CURLSHOPT_USERDATA, h) ||
+	    curl_share_setopt(h->share, CURLSHOPT_SHARE,
+			      CURL_LOCK_DATA_CONNECT) ||
+	    curl_share_setopt(h->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS) ||
+	    curl_share_setopt(h->share, CURLSHOPT_SHARE,
+			      CURL_LOCK_DATA_SSL_SESSION))
+		return -EIO;
+	return 0;
+}
+
+static double or_default(double v, double def)
+{
+	return v > 0 ? v : def;
+}
+
+struct http *http_new(const struct http_opts *o, char *err, size_t errlen)
+{
+	struct http *h = xcalloc(1, sizeof(*h));
+
+	for (size_t i = 0; i < ARRAY_SIZE(h->share_lock); i++)
+		pthread_mutex_init(&h->share_lock[i], NULL);
+	pthread_mutex_init(&h->slot_lock, NULL);
+	pthread_cond_init(&h->slot_cond, NULL);
+	h->slots_free = o->connections ? o->connections : 8;
+	h->retry_budget_s = or_default(o->retry_budget_s, 30);
+	h->connect_timeout_s = or_default(o->connect_timeout_s, 5);
+	h->low_speed_time_s = or_default(o->low_speed_time_s, 10);
+	h->backoff_base_s = or_default(o->backoff_base_s, 0.2);
+	h->ca_file = o->ca_file ? xstrdup(o->ca_file) : NULL;
+	if (make_share(h)) {
+		snprintf(err, errlen, "cannot set up curl connection sharing");
+		http_free(h);
+		return NULL;
+	}
+	if (o->header_file && load_headers(h, o->header_file, err, errlen)) {
+		http_free(h);
+		return NULL;
+	}
+	return h;
+}
+
+void http_free(struct http *h)
+{
+	if (!h)
+		return;
+	if (h->share)
+		curl_share_cleanup(h->share);
+	curl_slist_free_all(h->extra);
+	free(h->ca_file);
+	for (size_t i = 0; i < ARRAY_SIZE(h->share_lock); i++)
+		pthread_mutex_destroy(&h->share_lock[i]);
+	pthread_mutex_destroy(&h->slot_lock);
+	pthread_cond_destroy(&h->slot_cond);
+	free(h);
+}
+
+void http_get_stats(struct http *h, struct http_stats *out)
+{
+	out->requests = atomic_load(&h->st.requests);
+	out->bytes = atomic_load(&h->st.bytes);
+	out->retries = atomic_load(&h->st.retries);
+	out->resumes = atomic_load(&h->st.resumes);
+	out->errors_4xx = atomic_load(&h->st.errors_4xx);
+	out->errors_5xx = atomic_load(&h->st.errors_5xx);
+	out->errors_conn = atomic_load(&h->st.errors_conn);
+	out->errors_verify = atomic_load(&h->st.errors_verify);
+}
+
+/* ---- transfer slots ----------------------------------------------------- */
+
+static void slot_take(struct http *h)
+{
+	pthread_mutex_lock(&h->slot_lock);
+	while (h->slots_free == 0)
+		pthread_cond_wait(&h->slot_cond, &h->slot_lock);
+	h->slots_free--;
+	pthread_mutex_unlock(&h->slot_lock);
+}
+
+static void slot_give(struct http *h)
+{
+	pthread_mutex_lock(&h->slot_lock);
+	h->slots_free++;
+	pthread_cond_signal(&h->slot_cond);
+	pthread_mutex_unlock(&h->slot_lock);
+}
+
+/* ---- response headers --------------------------------------------------- */
+
+/* Content-Range "bytes A-B/T", T may be a star */
+static int parse_content_range(const char *v, size_t n, struct resp *r)
+{
+	const char *dash, *slash, *end = v + n;
+
+	if (n < 6 || strncasecmp(v, "bytes ", 6) != 0)
+		return -EPROTO;
+	v += 6;
+	dash = memchr(v, '-', (size_t)(end - v));
+	slash = dash ? memchr(dash, '/', (size_t)(end - dash)) : NULL;
+	if (!slash || parse_u64_n(v, (size_t)(dash - v), &r->cr_first) ||
+	    parse_u64_n(dash + 1, (size_t)(slash - dash - 1), &r->cr_last))
+		return -EPROTO;
+	if (end - slash == 2 && slash[1] == '*')
+		r->cr_total = NO_SIZE;
+	else if (parse_u64_n(slash + 1, (size_t)(end - slash - 1),
+			     &r->cr_total))
+		return -EPROTO;
+	if (r->cr_last < r->cr_first ||
+	    (r->cr_total != NO_SIZE && r->cr_last >= r->cr_total))
+		return -EPROTO;
+	r->has_cr = 1;
+	return 0;
+}
+
+static void parse_header(struct resp *r, const char *name, size_t nlen,
+			 const char *v, size_t vlen)
+{
+	uint64_t u;
+
+#define IS(s) (nlen == sizeof(s) - 1 && strncasecmp(name, s, nlen) == 0)
+	if (IS("content-length")) {
+		r->has_clen = parse_u64_n(v, vlen, &r->clen) == 0;
+	} else if (IS("content-range")) {
+		if (parse_content_range(v, vlen, r))
+			r->has_cr = -1; /* present but garbage */
+	} else if (IS("etag")) {
+		r->etag_bad = vlen >= sizeof(r->etag);
+		if (!r->etag_bad) {
+			memcpy(r->etag, v, vlen);
+			r->etag[vlen] = '\0';
+		}
+	} else if (IS("retry-after")) {
+		if (parse_u64_n(v, vlen, &u) == 0)
+			r->retry_after = u > RETRY_AFTER_MAX_S
+						 ? RETRY_AFTER_MAX_S
+						 : (long)u;
+	}
+#undef IS
+}
+
+static int check_etag(struct want *w, const struct resp *r)
+{
+	if (!w->etag[0]) {
+		if (r->etag[0])
+			memcpy(w->etag, r->etag, sizeof(w->etag));
+		return 0;
+	}
+	if ((r->etag[0] || r->etag_bad) && strcmp(w->etag, r->etag) != 0)
+		return -ESTALE;
+	return 0;
+}
+
+static int check_partial(struct want *w, struct resp *r)
+{
+	uint64_t total = w->total, last;
+
+	if (r->has_cr != 1 || r->cr_first != w->pos)
+		return -EPROTO;
+	if (total != NO_SIZE && r->cr_total != NO_SIZE && r->cr_total != total)
+		return -EPROTO;
+	if (total == NO_SIZE)
+		total = r->cr_total;
+	last = w->end != NO_SIZE  ? w->end - 1
+	       : total != NO_SIZE ? total - 1
+				  : r->cr_last;
+	if (r->cr_last != last)
+		return -EPROTO;
+	if (r->has_clen && r->clen != r->cr_last - r->cr_first + 1)
+		return -EPROTO;
+	w->total = total;
+	return 0;
+}
+
+/* A 200 to a Range request: the server ignored the range; skip to pos. */
+static int check_full(struct want *w, struct resp *r)
+{
+	if (r->has_clen) {
+		if (w->total != NO_SIZE && r->clen != w->total)
+			return -EPROTO;
+		w->total = r->clen;
+	}
+	if (w->end != NO_SIZE && w->total != NO_SIZE && w->end > w->total)
+		return -EPROTO;
+	r->skip = w->pos;
+	return 0;
+}
+
+/* All headers of a final response are in: decide whether its body is ours. */
+static int check_headers(struct xfer *x)
+{
+	struct resp *r = &x->r;
+	struct want *w = x->w;
+	int rc;
+
+	if (r->status != 200 && r->status != 206)
+		return 0; /* xlate() judges the status after the transfer */
+	rc = check_etag(w, r);
+	if (rc == 0 && w->head) {
+		if (r->has_clen)
+			w->total = r->clen;
+		return 0;
+	}
+	if (rc == 0)
+		rc = r->status == 206 ? check_partial(w, r) : check_full(w, r);
+	if (rc)
+		STAT_ADD(x->h, errors_verify, 1);
+	else
+		r->accept = 1;
+	return rc;
+}
+
+static size_t on_header(char *buf, size_t size, size_t n, void *ud)
+{
+	struct xfer *x = ud;
+	size_t len = size * n, nlen;
+	const char *v, *colon, *name;
+
+	if (len >= 5 && strncmp(buf, "HTTP/", 5) == 0) {
+		/* a new response (after 1xx): forget the previous one */
+		const char *sp = memchr(buf, ' ', len);
+		uint64_t code = 0;
+		memset(&x->r, 0, sizeof(x->r));
+		x->r.retry_after = -1;
+		if (sp && buf + len - sp > 3)
+			parse_u64_n(sp + 1, 3, &code);
+		x->r.status = (long)code;
+		return len;
+	}
+	v = buf;
+	trim(&v, &len);
+	if (len == 0) {
+		if (x->r.status >= 200)
+			x->r.err = check_headers(x);
+		return x->r.err ? 0 : size * n;
+	}
+	colon = memchr(v, ':', len);
+	if (!colon)
+		return size * n;
+	name = v;
+	nlen = (size_t)(colon - v);
+	len -= nlen + 1;
+	v = colon + 1;
+	trim(&v, &len);
+	parse_header(&x->r, name, nlen, v, len);
+	return size * n;
+}
+
+/* ---- response body ------------------------------------------------------ */
+
+static size_t on_body(char *buf, size_t size, size_t n, void *ud)
+{
+	struct xfer *x = ud;
+	struct want *w = x->w;
+	struct resp *r = &x->r;
+	size_t len = size * n, left = len;
+	int rc;
+
+	STAT_ADD(x->h, bytes, len);
+	if (!r->accept)
+		return len; /* error or redirect body: not the object */
+	if (r->skip) {
+		size_t k = r->skip < left ? (size_t)r->skip : left;
+		buf += k;
+		left -= k;
+		r->skip -= k;
+	}
+	if (r->status == 200 && w->end != NO_SIZE && left >= w->end - w->pos) {
+		r->done = 1;
+		left = (size_t)(w->end - w->pos);
+	}
+	if (w->total != NO_SIZE && left > w->total - w->pos) {
+		STAT_ADD(x->h, errors_verify, 1);
+		r->err = -EPROTO; /* longer than announced */
+		return 0;
+	}
+	if (left) {
+		rc = w->sink(w->ud, buf, left);
+		if (rc) {
+			r->err = rc < 0 ? rc : -ECANCELED;
+			r->done = 0;
+			return 0;
+		}
+		w->pos += left;
+	}
+	return r->done ? 0 : len; /* a 200 past our range: stop it early */
+}
+
+/* A response that ended cleanly still has to hold every byte wanted. */
+static int check_complete(struct http *h, struct want *w)
+{
+	if (w->head)
+		return 0;
+	if (w->end != NO_SIZE ? w->pos != w->end
+			      : w->total != NO_SIZE && w->pos != w->total) {
+		STAT_ADD(h, errors_verify, 1);
+		return -EPROTO;
+	}
+	if (w->total == NO_SIZE && w->end == NO_SIZE)
+		w->total = w->pos;
+	return 0;
+}
+
+/* ---- one attempt -------------------------------------------------------- */
+
+static size_t origin_len(const char *url)
+{
+	const char *p = strstr(url, "://");
+	if (!p)
+		return 0;
+	p += 3;
+	return (size_t)(p - url) + strcspn(p, "/?#");
+}
+
+static int same_origin(const char *a, const char *b)
+{
+	size_t n = origin_len(a);
+	return n && n == origin_len(b) && strncasecmp(a, b, n) == 0;
+}
+
+static struct curl_slist *request_headers(struct http *h, const struct want *w,
+					  int trusted)
+{
+	struct curl_slist *l = NULL, *next;
+	char line[HTTP_ETAG_MAX + 16];
+
+	for (const struct curl_slist *e = h->extra; trusted && e; e = e->next) {
+		next = curl_slist_append(l, e->data);
+		if (!next)
+			goto oom;
+		l = next;
+	}
+	/* If-Match needs a strong validator; a weak one is still compared
+	 * against the response's ETag in check_etag(). */
+	if (!w->head && w->etag[0] == '"') {
+		snprintf(line, sizeof(line), "If-Match: %s", w->etag);
+		next = curl_slist_append(l, line);
+		if (!next)
+			goto oom;
+		l = next;
+	}
+	return l;
+oom:
+	curl_slist_free_all(l);
+	return NULL;
+}
+
+static void set_range(CURL *c, const struct want *w)
+{
+	char range[48];
+
+	if (w->head || (w->pos == 0 && w->end == NO_SIZE)) {
+		curl_easy_setopt(c, CURLOPT_RANGE, NULL);
+		return;
+	}
+	if (w->end == NO_SIZE)
+		snprintf(range, sizeof(range), "%llu-",
+			 (unsigned long long)w->pos);
+	else
+		snprintf(range, sizeof(range), "%llu-%llu",
+			 (unsigned long long)w->pos,
+			 (unsigned long long)(w->end - 1));
+	curl_easy_setopt(c, CURLOPT_RANGE, range);
+}
+
+static CURLcode perform(struct xfer *x, const char *url, int trusted)
+{
+	struct curl_slist *hdrs = request_headers(x->h, x->w, trusted);
+	CURLcode cc;
+
+	if (!hdrs &&
+	    ((trusted && x->h->extra) || (!x->w->head && x->w->etag[0] == '"')))
+		return CURLE_OUT_OF_MEMORY;
+	memset(&x->r, 0, sizeof(x->r));
+	x->r.retry_after = -1;
+	curl_easy_setopt(x->c, CURLOPT_URL, url);
+	curl_easy_setopt(x->c, CURLOPT_HTTPHEADER, hdrs);
+	set_range(x->c, x->w);
+	slot_take(x->h);
+	STAT_ADD(x->h, requests, 1);
+	cc = curl_easy_perform(x->c);
+	slot_give(x->h);
+	curl_easy_setopt(x->c, CURLOPT_HTTPHEADER, NULL);
+	curl_slist_free_all(hdrs);
+	return cc;
+}
+
+static int is_redirect(long status)
+{
+	return status == 301 || status == 302 || status == 303 ||
+	       status == 307 || status == 308;
+}
+
+/* Where a redirect from cur goes (caller frees), or an errno: a downgrade
+ * from https to http, or a scheme other than http(s), is refused. */
+static int redirect_target(CURL *c, const char *cur, char **next)
+{
+	char *loc = NULL;
+	int from_https = strncasecmp(cur, "https://", 8) == 0;
+
+	if (curl_easy_getinfo(c, CURLINFO_REDIRECT_URL, &loc) != CURLE_OK ||
+	    !loc)
+		return -EIO; /* a 3xx without a usable Location */
+	if (strncasecmp(loc, "https://", 8) != 0 &&
+	    (from_https || strncasecmp(loc, "http://", 7) != 0))
+		return -EPROTO;
+	*next = xstrdup(loc);
+	return 0;
+}
+
+/* One request plus the redirects it leads to. */
+static int attempt(struct xfer *x, const char *url, int *retry, long *ra)
+{
+	char *cur = xstrdup(url), *next = NULL;
+	int rc = -ELOOP;
+	CURLcode cc;
+
+	*retry = 0;
+	*ra = -1;
+	for (int hop = 0; hop <= MAX_REDIRECTS; hop++) {
+		cc = perform(x, cur, same_origin(cur, url));
+		*ra = x->r.retry_after;
+		x->w->status = x->r.status;
+		if (x->r.done) {
+			rc = 0;
+			break;
+		}
+		if (x->r.err) {
+			rc = x->r.err;
+			break;
+		}
+		if (cc == CURLE_OK && is_redirect(x->r.status)) {
+			rc = redirect_target(x->c, cur, &next);
+			if (rc)
+				break;
+			free(cur);
+			cur = next;
+			rc = -ELOOP;
+			continue;
+		}
+		rc = xlate(x->h, x->c, cc, x->r.status, retry);
+		if (rc == 0)
+			rc = check_complete(x->h, x->w);
+		break;
+	}
+	free(cur);
+	return rc;
+}
+
+/* ---- the retry loop ----------------------------------------------------- */
+
+static CURL *easy_new(struct http *h, struct xfer *x)
+{
+	CURL *c = curl_easy_init();
+	long low = (long)h->low_speed_time_s;
+
+	if (!c)
+		return NULL;
+	curl_easy_setopt(c, CURLOPT_SHARE, h->share);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L); /* see attempt() */
+	curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+	curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+	if (h->ca_file)
+		curl_easy_setopt(c, CURLOPT_CAINFO, h->ca_file);
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
+			 (long)(h->connect_timeout_s * 1000));
+	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	if ((double)low < h->low_speed_time_s)
+		low++; /* curl counts whole seconds: round up */
+	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, low > 0 ? low : 1L);
+	curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(c, CURLOPT_TCP_KEEPIDLE, 30L);
+	curl_easy_setopt(c, CURLOPT_TCP_KEEPINTVL, 15L);
+	curl_easy_setopt(c, CURLOPT_USERAGENT, "echofs/" ECHOFS_VERSION);
+	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(c, CURLOPT_HEADERDATA, x);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, x);
+	if (x->w->head)
+		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+	return c;
+}
+
+/* Full jitter: uniform in [0, min(cap, base * 2^failures)). */
+static double backoff(const struct http *h, unsigned failures, uint64_t *seed)
+{
+	double max = h->backoff_base_s;
+
+	for (unsigned i = 0; i < failures && max < BACKOFF_CAP_S; i++)
+		max *= 2;
+	if (max > BACKOFF_CAP_S)
+		max = BACKOFF_CAP_S;
+	/* xorshift64: only has to decorrelate clients, not be secure */
+	*seed ^= *seed << 13;
+	*seed ^= *seed >> 7;
+	*seed ^= *seed << 17;
+	return max * (double)(*seed >> 11) / (double)(1ULL << 53);
+}
+
+static void sleep_s(double s)
+{
+	struct timespec ts;
+
+	if (s <= 0)
+		return;
+	ts.tv_sec = (time_t)s;
+	ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+static void note_retry(const char *url, int rc, double delay)
+{
+	char red[256];
+
+	if (log_get_level() < LOG_LEVEL_DEBUG)
+		return;
+	log_debug("http: %s failed (%s), retrying in %.2fs",
+		  http_redact(url, red, sizeof(red)), strerror(-rc), delay);
+}
+
+/* Attempts until success, a final error, or retry_budget_s without progress:
+ * a body that moved forward restarts the budget and is resumed at once. */
+static int run(struct http *h, const char *url, struct want *w)
+{
+	struct xfer x = {.h = h, .w = w};
+	double start = now_mono();
+	uint64_t seed = ((uint64_t)(start * 1e9) ^ (uintptr_t)&x) | 1;
+	unsigned failures = 0, resumes = 0;
+	int rc, retry;
+	long ra;
+
+	x.c = easy_new(h, &x);
+	if (!x.c)
+		return -ENOMEM;
+	for (;;) {
+		uint64_t before = w->pos;
+		double left, delay;
+
+		rc = attempt(&x, url, &retry, &ra);
+		if (rc == 0 || !retry)
+			break;
+		if (w->pos > before && resumes < MAX_RESUMES) {
+			resumes++;
+			STAT_ADD(h, resumes, 1);
+			start = now_mono();
+			failures = 0;
+			continue;
+		}
+		left = h->retry_budget_s - (now_mono() - start);
+		if (left <= 0)
+			break;
+		delay = ra >= 0 ? (double)ra : backoff(h, failures, &seed);
+		if (delay > left)
+			delay = left; /* Retry-After past the budget: last try
+				       */
+		failures++;
+		STAT_ADD(h, retries, 1);
+		note_retry(url, rc, delay);
+		sleep_s(delay);
+	}
+	curl_easy_cleanup(x.c);
+	return rc;
+}
+
+/* ---- public calls ------------------------------------------------------- */
+
+static int want_etag(struct want *w, const char *etag)
+{
+	size_t n = etag ? strlen(etag) : 0;
+
+	if (n >= sizeof(w->etag))
+		return -EINVAL;
+	memcpy(w->etag, etag ? etag : "", n + 1);
+	return 0;
+}
+
+static int discard_sink(void *ud, const void *data, size_t len)
+{
+	(void)ud;
+	(void)data;
+	(void)len;
+	return 0;
+}
+
+int http_stat(struct http *h, const char *url, uint64_t *size, char *etag,
+	      size_t etaglen)
+{
+	struct want w = {.end = NO_SIZE, .total = NO_SIZE, .head = 1};
+	int rc = run(h, url, &w);
+
+	if ((rc == 0 && w.total == NO_SIZE) || w.status == 405 ||
+	    w.status == 501) {
+		/* no length in HEAD (or HEAD refused): ask for one byte */
+		struct want g = {
+			.end = 1, .total = NO_SIZE, .sink = discard_sink};
+		rc = run(h, url, &g);
+		w = g;
+	}
+	if (rc)
+		return rc;
+	if (w.total == NO_SIZE)
+		return -EPROTO;
+	*size = w.total;
+	if (etaglen)
+		snprintf(etag, etaglen, "%s", w.etag);
+	return 0;
+}
+
+int http_stream(struct http *h, const char *url, const char *etag,
+		uint64_t expected_size, http_sink_fn sink, void *ud)
+{
+	struct want w = {
+		.end = NO_SIZE, .total = expected_size, .sink = sink, .ud = ud};
+
+	if (want_etag(&w, etag))
+		return -EINVAL;
+	return run(h, url, &w);
+}
+
+struct into_buf {
+	char *buf;
+	size_t got;
+};
+
+static int buf_sink(void *ud, const void *data, size_t len)
+{
+	struct into_buf *b = ud;
+	memcpy(b->buf + b->got, data, len);
+	b->got += len;
+	return 0;
+}
+
+int http_get_range(struct http *h, const char *url, const char *etag,
+		   uint64_t off, size_t len, void *buf)
+{
+	struct into_buf b = {.buf = buf};
+	struct want w = {.pos = off,
+			 .end = off + len,
+			 .total = NO_SIZE,
+			 .sink = buf_sink,
+			 .ud = &b};
+
+	if (len == 0)
+		return 0;
+	if (off > NO_SIZE - 1 - len || want_etag(&w, etag))
+		return -EINVAL;
+	return run(h, url, &w);
+}
+
+struct growbuf {
+	char *buf;
+	size_t len, alloc, cap;
+};
+
+static int grow_sink(void *ud, const void *data, size_t len)
+{
+	struct growbuf *g = ud;
+
+	if (len > g->cap - g->len)
+		return -EFBIG;
+	if (g->len + len + 1 > g->alloc) {
+		size_t want = g->alloc ? g->alloc * 2 : 64 * 1024;
+		char *p;
+		if (want < g->len + len + 1)
+			want = g->len + len + 1;
+		if (want > g->cap + 1)
+			want = g->cap + 1;
+		p = realloc(g->buf, want);
+		if (!p)
+			return -ENOMEM;
+		g->buf = p;
+		g->alloc = want;
+	}
+	memcpy(g->buf + g->len, data, len);
+	g->len += len;
+	return 0;
+}
+
+int http_get_all(struct http *h, const char *url, size_t cap, char **out,
+		 size_t *outlen)
+{
+	struct growbuf g = {.cap = cap};
+	int rc = http_stream(h, url, NULL, NO_SIZE, grow_sink, &g);
+
+	if (rc == 0 && !g.buf) {
+		g.buf = malloc(1);
+		if (!g.buf)
+			rc = -ENOMEM;
+	}
+	if (rc) {
+		free(g.buf);
+		return rc;
+	}
+	g.buf[g.len] = '\0';
+	*out = g.buf;
+	*outlen = g.len;
+	return 0;
+}
+
+/* ---- redaction ---------------------------------------------------------- */
+
+static void put(char *buf, size_t buflen, size_t *at, const char *s, size_t n)
+{
+	if (*at + 1 >= buflen)
+		return;
+	if (n > buflen - 1 - *at)
+		n = buflen - 1 - *at;
+	memcpy(buf + *at, s, n);
+	*at += n;
+	buf[*at] = '\0';
+}
+
+const char *http_redact(const char *url, char *buf, size_t buflen)
+{
+	const char *p = url, *sep = strstr(url, "://"), *auth_end, *at_sign;
+	size_t at = 0, n;
+
+	if (buflen == 0)
+		return buf;
+	buf[0] = '\0';
+	if (sep) {
+		const char *auth = sep + 3;
+		auth_end = auth + strcspn(auth, "/?#");
+		at_sign = NULL;
+		for (const char *q = auth; q < auth_end; q++)
+			if (*q == '@')
+				at_sign = q;
+		if (at_sign) {
+			put(buf, buflen, &at, url, (size_t)(auth - url));
+			put(buf, buflen, &at, "***", 3);
+			p = at_sign;
+		}
+	}
+	n = strcspn(p, "?#");
+	put(buf, buflen, &at, p, n);
+	if (p[n])
+		put(buf, buflen, &at, p[n] == '?' ? "?***" : "#***", 4);
+	return buf;
+}

@@ -6,14 +6,26 @@
  * sessions are shared through one curl share object, so transfers reuse
  * connections. At most `connections` transfers run at a time; callers beyond
  * that wait. Only fetch/ includes curl: errors come back as negative errno:
- *   -ENOENT  404/410          -EACCES  401/403       -ESTALE  ETag changed
- *   -EPROTO  bad Content-Range / Content-Length / redirect to http
+ *   -ENOENT  404/410          -EACCES  401/403, TLS certificate rejected
+ *   -ESTALE  ETag changed (or 412 to our If-Match)
+ *   -EPROTO  bad Content-Range / Content-Length, size differing from the
+ *            expected one, body shorter than announced, redirect from https
+ *            to http or to another scheme
+ *   -ELOOP   more than 5 redirects
  *   -ETIMEDOUT  no progress within the low-speed limit, retries exhausted
- *   -EIO     5xx/429/connection errors after retries, other statuses
+ *   -EIO     5xx/408/429/connection errors after retries, other statuses
+ *            (e.g. 416 for a range past the end)
  *   -ECONNREFUSED / -EHOSTUNREACH  could not connect, retries exhausted
  *   -EFBIG   body larger than the caller's cap
  *   -ECANCELED  the sink asked to stop (its own errno is returned instead
  *               when it returned one)
+ * 404/410/401/403/412 and verification failures are final; 5xx, 408, 429,
+ * connection errors and timeouts are retried with exponential backoff and
+ * full jitter (or the server's Retry-After in seconds, capped at what is
+ * left of the budget). Redirects (at most 5) are followed by this module so
+ * that an https->http downgrade is refused; header_file headers go only to
+ * the scheme://host:port of the URL the caller gave, never to a redirect
+ * target elsewhere.
  * Credentials (URL userinfo, query strings, header_file contents) never
  * reach logs or error text: use http_redact for any URL shown to a user. */
 #ifndef ECHOFS_HTTP_H
@@ -26,26 +38,37 @@
 #define HTTP_ETAG_MAX 128
 
 struct http_opts {
-	unsigned connections;   /* transfers in flight at most; 0 means 8 */
-	const char *header_file; /* extra "Name: value" header lines, or NULL */
+	unsigned connections; /* transfers in flight at most; 0 means 8 */
+	/* Extra "Name: value" header lines, or NULL. Blank lines and lines
+	 * starting with '#' are ignored; a line without a colon, with control
+	 * characters, an empty value or a name echofs sets itself (Host, Range,
+	 * If-Match, If-Range, Content-Length, Transfer-Encoding, Connection,
+	 * Accept-Encoding) makes http_new fail naming the line, not the value.
+	 */
+	const char *header_file;
 	/* Retries of one call stop when this much time has passed since the
-	 * call started (default 30 s when 0). */
+	 * call started or since its body last made progress (default 30 s when
+	 * 0): a long download that breaks late is still resumed. A call resumes
+	 * a broken body at most 100 times. */
 	double retry_budget_s;
 	double connect_timeout_s; /* default 5 s when 0 */
-	double low_speed_time_s;  /* abort a transfer stalled this long; default 10 s */
-	double backoff_base_s;    /* first backoff; default 0.2 s; doubles, with jitter, capped at 5 s */
-	const char *ca_file;      /* extra CA bundle for tests, or NULL */
+	/* Abort a transfer stalled (under 1 byte/s) this long; default 10 s. */
+	double low_speed_time_s;
+	/* First backoff; default 0.2 s; doubles, with jitter, capped at 5 s. */
+	double backoff_base_s;
+	/* CA bundle used instead of the system one (tests), or NULL. */
+	const char *ca_file;
 };
 
 struct http_stats {
-	uint64_t requests;      /* transfers started */
-	uint64_t bytes;         /* body bytes received */
-	uint64_t retries;       /* attempts repeated after a retryable failure */
-	uint64_t resumes;       /* broken bodies resumed with Range */
+	uint64_t requests; /* transfers started */
+	uint64_t bytes;	   /* body bytes received */
+	uint64_t retries;  /* attempts repeated after a retryable failure */
+	uint64_t resumes;  /* broken bodies resumed with Range */
 	uint64_t errors_4xx;
 	uint64_t errors_5xx;
-	uint64_t errors_conn;    /* connect / DNS / TLS / reset / timeout */
-	uint64_t errors_verify;  /* ETag, length or range mismatches */
+	uint64_t errors_conn;	/* connect / DNS / TLS / reset / timeout */
+	uint64_t errors_verify; /* ETag, length or range mismatches */
 };
 
 struct http;
@@ -57,8 +80,9 @@ int http_global_init(void);
 struct http *http_new(const struct http_opts *o, char *err, size_t errlen);
 void http_free(struct http *h);
 
-/* Size (from Content-Length of a HEAD, or the total of a 0-0 range GET) and
- * ETag (strong or weak, quotes kept; "" if none) of url. */
+/* Size (from Content-Length of a HEAD, or, when HEAD has none or is refused
+ * with 405/501, the total of a 0-0 range GET) and ETag (strong or weak,
+ * quotes kept; "" if none) of url. */
 int http_stat(struct http *h, const char *url, uint64_t *size, char *etag,
 	      size_t etaglen);
 
@@ -68,10 +92,13 @@ int http_stat(struct http *h, const char *url, uint64_t *size, char *etag,
 typedef int (*http_sink_fn)(void *ud, const void *data, size_t len);
 
 /* Stream the whole object. expected_size is checked (UINT64_MAX: unknown);
- * etag, when non-empty, must match the server's (-ESTALE otherwise; resumes
- * use If-Range/If-Match so bytes of two versions are never mixed). A body that
- * breaks off is resumed with a Range request from the next byte; a server that
- * ignores Range is handled by skipping the bytes already delivered. */
+ * etag, when non-empty, must match the server's (-ESTALE otherwise). Without
+ * one, the ETag of the first response is adopted. Requests carry If-Match
+ * when the ETag is strong; a weak one is compared against each response's.
+ * So bytes of two versions are never mixed. A body that breaks off is
+ * resumed with a Range request from the next byte (checked through
+ * Content-Range); a server that ignores Range is handled by skipping the
+ * bytes already delivered. */
 int http_stream(struct http *h, const char *url, const char *etag,
 		uint64_t expected_size, http_sink_fn sink, void *ud);
 

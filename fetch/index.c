@@ -1,2 +1,591 @@
-/* placeholder until the module lands */
-typedef int echofs_placeholder_index;
+/* index.c - the dataset index in memory and as a text file (see index.h).
+ *
+ * Loading is the hot path (1.3 million samples at every mount): the file is
+ * read into one buffer, split in place (separators become NULs) and the
+ * samples point into it, so a load costs one read, one pass over the bytes
+ * and two allocations. Samples added one by one copy their strings into a
+ * bump arena instead. */
+#include "fetch/index.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/util.h"
+
+#define INDEX_MAGIC "echofs-index 1"
+#define ARENA_BLOCK (64 * 1024)
+/* Far above any real index (1.3 M samples are ~100 MB); a guard against
+ * reading something that is not an index. */
+#define INDEX_FILE_MAX ((size_t)4 << 30)
+#define MAX_FIELDS 7
+
+struct arena_block {
+	struct arena_block *next;
+	size_t used, cap;
+	char data[];
+};
+
+struct index_arena {
+	struct arena_block *head;
+	char *text; /* a parsed file, split in place; strings point into it */
+	size_t text_map;    /* bytes mapped for text, 0 if malloc'd */
+	size_t samples_map; /* bytes mapped for samples, 0 if malloc'd */
+};
+
+/* The two big buffers of a load (the text and the sample array, ~150 MB for
+ * 1.3 M samples) are mapped with transparent huge pages: faulting them in
+ * 4 KiB pages costs more than the parse itself. Small ones come from malloc
+ * (*mapped = 0): a huge page per tiny index would be waste. */
+#define HUGE_PAGE ((size_t)2 << 20)
+
+static void *big_alloc(size_t n, size_t *mapped)
+{
+	size_t len;
+	void *p;
+
+	*mapped = 0;
+	if (n < 2 * HUGE_PAGE)
+		return malloc(n);
+	if (n > SIZE_MAX - HUGE_PAGE)
+		return NULL;
+	len = (n + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		 -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	madvise(p, len, MADV_HUGEPAGE); /* a hint: failure is harmless */
+	*mapped = len;
+	return p;
+}
+
+static void big_free(void *p, size_t mapped)
+{
+	if (mapped)
+		munmap(p, mapped);
+	else
+		free(p);
+}
+
+static char *arena_strdup(struct index_arena *a, const char *s)
+{
+	size_t n = strlen(s) + 1;
+	struct arena_block *b = a->head;
+
+	if (!b || b->cap - b->used < n) {
+		size_t cap = n > ARENA_BLOCK ? n : ARENA_BLOCK;
+		b = xmalloc(sizeof(*b) + cap);
+		b->cap = cap;
+		b->used = 0;
+		b->next = a->head;
+		a->head = b;
+	}
+	memcpy(b->data + b->used, s, n);
+	b->used += n;
+	return b->data + b->used - n;
+}
+
+struct index *index_new(void)
+{
+	struct index *ix = xcalloc(1, sizeof(*ix));
+	ix->arena = xcalloc(1, sizeof(*ix->arena));
+	return ix;
+}
+
+void index_free(struct index *ix)
+{
+	struct arena_block *b, *next;
+
+	if (!ix)
+		return;
+	for (b = ix->arena->head; b; b = next) {
+		next = b->next;
+		free(b);
+	}
+	big_free(ix->arena->text, ix->arena->text_map);
+	big_free(ix->samples, ix->arena->samples_map);
+	free(ix->arena);
+	free(ix->shards);
+	free(ix);
+}
+
+/* No tab, newline or other control character: the file format's rule. */
+static bool text_ok(const char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			return false;
+	return true;
+}
+
+/* Keys become file names under the mount: relative, no empty, "." or ".."
+ * component. Labels and extensions are single components. */
+static bool name_ok(const char *s, size_t len, bool slashes)
+{
+	size_t start = 0;
+
+	if (len == 0)
+		return false;
+	for (size_t i = 0; i <= len; i++) {
+		size_t c;
+		if (i < len && s[i] != '/')
+			continue;
+		if (i < len && !slashes)
+			return false;
+		c = i - start;
+		if (c == 0 || (c == 1 && s[start] == '.') ||
+		    (c == 2 && s[start] == '.' && s[start + 1] == '.'))
+			return false;
+		start = i + 1;
+	}
+	return true;
+}
+
+static bool ext_ok(const char *s, size_t len)
+{
+	return len > 0 && len < 16 && !memchr(s, '.', len) &&
+	       !memchr(s, '/', len);
+}
+
+static void lower(char *s)
+{
+	for (; *s; s++)
+		if (*s >= 'A' && *s <= 'Z')
+			*s = (char)(*s + 32);
+}
+
+uint32_t index_add_shard(struct index *ix, const char *url, uint64_t size,
+			 const char *etag)
+{
+	struct index_shard *s;
+
+	if (ix->nshards == ix->cap_shards) {
+		ix->cap_shards = ix->cap_shards ? 2 * ix->cap_shards : 16;
+		ix->shards = xrealloc(ix->shards,
+				      ix->cap_shards * sizeof(*ix->shards));
+	}
+	s = &ix->shards[ix->nshards];
+	s->url = arena_strdup(ix->arena, url);
+	s->size = size;
+	s->etag = arena_strdup(ix->arena, etag ? etag : "");
+	return (uint32_t)ix->nshards++;
+}
+
+static int grow_samples(struct index *ix, size_t want)
+{
+	struct index_sample *n;
+	size_t cap = ix->cap_samples ? ix->cap_samples : 1024;
+
+	while (cap < want)
+		cap *= 2;
+	if (cap > SIZE_MAX / sizeof(*n))
+		return -ENOMEM;
+	if (ix->arena->samples_map) {
+		/* A loaded index grows: move off the mapping. */
+		n = malloc(cap * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		memcpy(n, ix->samples, ix->nsamples * sizeof(*n));
+		big_free(ix->samples, ix->arena->samples_map);
+		ix->arena->samples_map = 0;
+	} else {
+		n = realloc(ix->samples, cap * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+	}
+	ix->samples = n;
+	ix->cap_samples = cap;
+	return 0;
+}
+
+/* Room for every line to be a sample, mapped once. */
+static int alloc_samples(struct index *ix, size_t lines)
+{
+	size_t map;
+
+	if (lines > SIZE_MAX / sizeof(*ix->samples))
+		return -ENOMEM;
+	ix->samples = big_alloc(lines * sizeof(*ix->samples), &map);
+	if (!ix->samples)
+		return -ENOMEM;
+	ix->arena->samples_map = map;
+	ix->cap_samples = lines;
+	return 0;
+}
+
+static bool in_shard(const struct index *ix, uint32_t shard, uint64_t offset,
+		     uint64_t size)
+{
+	uint64_t ssize;
+
+	if (shard >= ix->nshards)
+		return false;
+	ssize = ix->shards[shard].size;
+	return size <= ssize && offset <= ssize - size;
+}
+
+/* Labels and extensions repeat from one sample to the next (a shard is
+ * mostly one class, all "jpg"): share the previous copy when equal. */
+static const char *intern(struct index *ix, const char *s, bool is_label)
+{
+	const struct index_sample *prev;
+
+	if (ix->nsamples) {
+		prev = &ix->samples[ix->nsamples - 1];
+		if (is_label && strcmp(prev->label, s) == 0)
+			return prev->label;
+		if (!is_label && strcmp(prev->ext, s) == 0)
+			return prev->ext;
+	}
+	return arena_strdup(ix->arena, s);
+}
+
+int index_add_sample(struct index *ix, uint32_t shard, uint64_t offset,
+		     uint64_t size, const char *label, const char *key,
+		     const char *ext)
+{
+	struct index_sample *s;
+	char lext[16];
+	size_t elen = strlen(ext);
+
+	if (!text_ok(label) || !text_ok(key) || !text_ok(ext) ||
+	    !name_ok(label, strlen(label), false) ||
+	    !name_ok(key, strlen(key), true) || !ext_ok(ext, elen) ||
+	    elen >= sizeof(lext) || !in_shard(ix, shard, offset, size))
+		return -EINVAL;
+	if (ix->nsamples == ix->cap_samples &&
+	    grow_samples(ix, ix->nsamples + 1))
+		return -ENOMEM;
+	memcpy(lext, ext, elen + 1);
+	lower(lext);
+	s = &ix->samples[ix->nsamples];
+	s->shard = shard;
+	s->offset = offset;
+	s->size = size;
+	s->label = intern(ix, label, true);
+	s->ext = intern(ix, lext, false);
+	s->key = arena_strdup(ix->arena, key);
+	ix->nsamples++;
+	return 0;
+}
+
+struct parser {
+	struct index *ix;
+	char *end;   /* the NUL after the text */
+	size_t line; /* 1-based number of the line being parsed */
+	const char *why;
+};
+
+static int bad(struct parser *ps, const char *why)
+{
+	ps->why = why;
+	return -1;
+}
+
+/* Split one line in place at tabs. Returns the field count (MAX_FIELDS + 1
+ * means too many) and sets *next to the following line, or -1 on a control
+ * character. */
+static int split(struct parser *ps, char *s, char **f, size_t *fl, char **next)
+{
+	int n = 0;
+	char *start = s;
+
+	for (;; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c >= 0x20 && c != 0x7f)
+			continue;
+		if (c != '\t' && c != '\n' && !(c == '\0' && s == ps->end))
+			return bad(ps, "control character in a field");
+		if (n == MAX_FIELDS)
+			return MAX_FIELDS + 1;
+		f[n] = start;
+		fl[n] = (size_t)(s - start);
+		n++;
+		if (c != '\t') {
+			*next = c == '\n' ? s + 1 : s;
+			*s = '\0';
+			return n;
+		}
+		*s = '\0';
+		start = s + 1;
+	}
+}
+
+static int parse_shard(struct parser *ps, char **f, size_t *fl, int n)
+{
+	struct index *ix = ps->ix;
+	struct index_shard *s;
+	uint64_t size;
+
+	if (n != 4)
+		return bad(ps, "S needs 4 fields");
+	if (fl[1] == 0 || fl[3] == 0)
+		return bad(ps, "empty URL or ETag");
+	if (parse_u64_n(f[2], fl[2], &size))
+		return bad(ps, "bad shard size");
+	if (ix->nshards >= UINT32_MAX)
+		return bad(ps, "too many shards");
+	if (ix->nshards == ix->cap_shards) {
+		ix->cap_shards = ix->cap_shards ? 2 * ix->cap_shards : 64;
+		ix->shards = xrealloc(ix->shards,
+				      ix->cap_shards * sizeof(*ix->shards));
+	}
+	s = &ix->shards[ix->nshards++];
+	s->url = f[1];
+	s->size = size;
+	s->etag = strcmp(f[3], "-") == 0 ? "" : f[3];
+	return 0;
+}
+
+static int parse_sample(struct parser *ps, char **f, size_t *fl, int n)
+{
+	struct index *ix = ps->ix;
+	struct index_sample *s = &ix->samples[ix->nsamples];
+	uint64_t shard, off, size;
+
+	if (n != 7)
+		return bad(ps, "M needs 7 fields");
+	if (parse_u64_n(f[1], fl[1], &shard) || shard >= ix->nshards)
+		return bad(ps, "bad or unknown shard number");
+	if (parse_u64_n(f[2], fl[2], &off) || parse_u64_n(f[3], fl[3], &size))
+		return bad(ps, "bad offset or size");
+	if (!in_shard(ix, (uint32_t)shard, off, size))
+		return bad(ps, "sample lies outside its shard");
+	if (!name_ok(f[4], fl[4], false))
+		return bad(ps, "bad label");
+	if (!name_ok(f[5], fl[5], true))
+		return bad(ps, "bad key");
+	if (!ext_ok(f[6], fl[6]))
+		return bad(ps, "bad extension");
+	lower(f[6]);
+	s->shard = (uint32_t)shard;
+	s->offset = off;
+	s->size = size;
+	s->label = f[4];
+	s->key = f[5];
+	s->ext = f[6];
+	ix->nsamples++;
+	return 0;
+}
+
+static int parse_line(struct parser *ps, char *p, char **next)
+{
+	char *f[MAX_FIELDS];
+	size_t fl[MAX_FIELDS];
+	int n;
+
+	if (*p == '#') {
+		char *nl = memchr(p, '\n', (size_t)(ps->end - p));
+		*next = nl ? nl + 1 : ps->end;
+		return 0;
+	}
+	n = split(ps, p, f, fl, next);
+	if (n < 0)
+		return -1;
+	if (n > MAX_FIELDS)
+		return bad(ps, "too many fields");
+	if (fl[0] == 1 && f[0][0] == 'M')
+		return parse_sample(ps, f, fl, n);
+	if (fl[0] == 1 && f[0][0] == 'S')
+		return parse_shard(ps, f, fl, n);
+	return bad(ps,
+		   fl[0] == 0 && n == 1 ? "empty line" : "unknown record type");
+}
+
+/* A plain loop: memchr per line costs more on short lines. */
+static size_t count_lines(const char *p, const char *end)
+{
+	size_t n = 1;
+
+	for (; p < end; p++)
+		n += *p == '\n';
+	return n;
+}
+
+/* Takes ownership of text (len bytes plus a NUL at text[len], from
+ * big_alloc: map bytes). */
+static int parse_owned(char *text, size_t len, size_t map, struct index **out,
+		       char *err, size_t errlen)
+{
+	struct parser ps = {.end = text + len, .line = 1};
+	size_t mlen = strlen(INDEX_MAGIC);
+	char *p = text;
+
+	*out = NULL;
+	if (len < mlen || memcmp(text, INDEX_MAGIC, mlen) != 0 ||
+	    (len > mlen && text[mlen] != '\n')) {
+		snprintf(err, errlen,
+			 "line 1: not an echofs index (want \"%s\")",
+			 INDEX_MAGIC);
+		big_free(text, map);
+		return -EBADMSG;
+	}
+	ps.ix = index_new();
+	ps.ix->arena->text = text;
+	ps.ix->arena->text_map = map;
+	if (alloc_samples(ps.ix, count_lines(text, ps.end))) {
+		index_free(ps.ix);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	p = len > mlen ? text + mlen + 1 : ps.end;
+	while (p < ps.end) {
+		ps.line++;
+		if (parse_line(&ps, p, &p)) {
+			snprintf(err, errlen, "line %zu: %s", ps.line, ps.why);
+			index_free(ps.ix);
+			return -EBADMSG;
+		}
+	}
+	*out = ps.ix;
+	return 0;
+}
+
+int index_parse(const char *buf, size_t len, struct index **out, char *err,
+		size_t errlen)
+{
+	size_t map = 0;
+	char *text;
+
+	*out = NULL;
+	if (len >= INDEX_FILE_MAX || !(text = big_alloc(len + 1, &map))) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	memcpy(text, buf, len);
+	text[len] = '\0';
+	return parse_owned(text, len, map, out, err, errlen);
+}
+
+static int read_all(int fd, char *buf, size_t len)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n = read(fd, buf + got, len - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -EIO; /* shrank while we read it */
+		got += (size_t)n;
+	}
+	return 0;
+}
+
+int index_load(const char *path, struct index **out, char *err, size_t errlen)
+{
+	struct stat st;
+	char *text = NULL;
+	size_t map = 0;
+	int fd, r = 0;
+
+	*out = NULL;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		r = -errno;
+		snprintf(err, errlen, "%s: %s", path, strerror(-r));
+		return r;
+	}
+	if (fstat(fd, &st))
+		r = -errno;
+	else if (!S_ISREG(st.st_mode))
+		r = -EINVAL;
+	else if ((uint64_t)st.st_size >= INDEX_FILE_MAX)
+		r = -EFBIG;
+	else if (!(text = big_alloc((size_t)st.st_size + 1, &map)))
+		r = -ENOMEM;
+	else
+		r = read_all(fd, text, (size_t)st.st_size);
+	close(fd);
+	if (r) {
+		big_free(text, map);
+		snprintf(err, errlen, "%s: %s", path, strerror(-r));
+		return r;
+	}
+	text[st.st_size] = '\0';
+	return parse_owned(text, (size_t)st.st_size, map, out, err, errlen);
+}
+
+int index_write(const struct index *ix, FILE *f)
+{
+	size_t i;
+
+	for (i = 0; i < ix->nshards; i++) {
+		const struct index_shard *s = &ix->shards[i];
+		if (!s->url[0] || !text_ok(s->url) || !text_ok(s->etag))
+			return -EINVAL;
+	}
+	fprintf(f, "%s\n", INDEX_MAGIC);
+	for (i = 0; i < ix->nshards; i++) {
+		const struct index_shard *s = &ix->shards[i];
+		fprintf(f, "S\t%s\t%llu\t%s\n", s->url,
+			(unsigned long long)s->size,
+			s->etag[0] ? s->etag : "-");
+	}
+	for (i = 0; i < ix->nsamples; i++) {
+		const struct index_sample *s = &ix->samples[i];
+		fprintf(f, "M\t%u\t%llu\t%llu\t%s\t%s\t%s\n", s->shard,
+			(unsigned long long)s->offset,
+			(unsigned long long)s->size, s->label, s->key, s->ext);
+	}
+	if (fflush(f) || ferror(f))
+		return -EIO;
+	return 0;
+}
+
+/* The rename is only durable once the directory entry is on disk too. */
+static void fsync_dir_of(const char *path)
+{
+	char *copy = xstrdup(path);
+	int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd >= 0) {
+		fsync(fd);
+		close(fd);
+	}
+	free(copy);
+}
+
+int index_save(const struct index *ix, const char *path)
+{
+	size_t tlen = strlen(path) + sizeof(".tmp.XXXXXX");
+	char *tmp = xmalloc(tlen);
+	FILE *f;
+	int fd, r;
+
+	snprintf(tmp, tlen, "%s.tmp.XXXXXX", path);
+	fd = mkstemp(tmp);
+	if (fd < 0) {
+		r = -errno;
+		free(tmp);
+		return r;
+	}
+	/* mkstemp makes 0600; an index is meant to be shared. */
+	if (fchmod(fd, 0644) || !(f = fdopen(fd, "w"))) {
+		r = -errno;
+		close(fd);
+		goto out;
+	}
+	r = index_write(ix, f);
+	if (!r && fsync(fileno(f)))
+		r = -errno;
+	if (fclose(f) && !r)
+		r = -EIO;
+	if (!r && rename(tmp, path))
+		r = -errno;
+out:
+	if (r)
+		unlink(tmp);
+	else
+		fsync_dir_of(path);
+	free(tmp);
+	return r;
+}

@@ -3,14 +3,23 @@
  *
  * File format (UTF-8 text, tab-separated, one record a line):
  *   echofs-index 1
- *   S <url> <size> <etag or "-">                    one line per shard, in order
- *   M <shard#> <offset> <size> <label> <key> <ext>  one line per sample
+ *   S <url> <size> <etag or "-">                    one per shard, in order
+ *   M <shard#> <offset> <size> <label> <key> <ext>  one per sample
  * Shard numbers count S lines from 0. <key> is the WebDataset key (member name
  * up to the first dot of its last component, directory part included), <ext>
  * the image member's extension without the dot (e.g. "jpg"), <label> the class
  * label (decimal from key.cls, or the parent directory name). Fields must not
  * contain tabs, newlines or other control characters. Lines starting with '#'
- * are comments. Loading 1.3 million samples takes well under a second. */
+ * are comments. Loading 1.3 million samples takes well under a second.
+ *
+ * Strictness (index_parse and index_add_sample alike, so whatever is written
+ * loads again): the first line is exactly "echofs-index 1"; no empty lines;
+ * S has 4 fields, M 7; numbers are plain decimal; an M line names a shard
+ * defined by an earlier S line and offset + size lies within that shard's
+ * size; keys are relative paths without empty, "." or ".." components;
+ * labels are one such component (no '/'); ext has no '.' or '/' (at most 15
+ * bytes) and is lower-cased on the way in; URL, ETag, key, label and ext are
+ * non-empty (an unknown ETag is written "-"). */
 #ifndef ECHOFS_INDEX_H
 #define ECHOFS_INDEX_H
 
@@ -19,15 +28,15 @@
 #include <stdio.h>
 
 struct index_shard {
-	const char *url;  /* owned by the index */
+	const char *url; /* owned by the index */
 	uint64_t size;
 	const char *etag; /* owned by the index; "" if unknown */
 };
 
 struct index_sample {
 	uint32_t shard;
-	uint64_t offset; /* of the image data within the shard */
-	uint64_t size;   /* of the image data */
+	uint64_t offset;   /* of the image data within the shard */
+	uint64_t size;	   /* of the image data */
 	const char *label; /* owned by the index */
 	const char *key;   /* owned by the index */
 	const char *ext;   /* owned by the index, lower case, no dot */
@@ -47,26 +56,31 @@ struct index {
 struct index *index_new(void);
 void index_free(struct index *ix);
 
-/* Append a shard (strings copied). Returns its number. */
+/* Append a shard (strings copied; etag NULL or "" when unknown). Returns its
+ * number. Fields are checked when written (index_write: -EINVAL). */
 uint32_t index_add_shard(struct index *ix, const char *url, uint64_t size,
 			 const char *etag);
-/* Append a sample (strings copied). Returns 0, or -EINVAL if a field holds
- * a tab, newline or control character, or the shard number is out of range. */
+/* Append a sample (strings copied; label and ext shared with the previous
+ * sample when equal). Returns 0, -ENOMEM, or -EINVAL if a field breaks the
+ * rules above (control character, empty, unsafe path), the shard number is
+ * out of range or the member lies outside the shard's recorded size. */
 int index_add_sample(struct index *ix, uint32_t shard, uint64_t offset,
 		     uint64_t size, const char *label, const char *key,
 		     const char *ext);
 
-/* Parse an index held in memory. On error returns -EBADMSG (or -ENOMEM) and
- * writes "line N: reason" into err. *out is caller-freed. Every sample is
- * checked to lie inside its shard's size. */
+/* Parse an index held in memory (copied once; the index's strings point into
+ * that copy). On error returns -EBADMSG (or -ENOMEM) and writes
+ * "line N: reason" into err. *out is caller-freed. */
 int index_parse(const char *buf, size_t len, struct index **out, char *err,
 		size_t errlen);
 /* Read and parse a local file. -errno on I/O failure, with a reason in err. */
 int index_load(const char *path, struct index **out, char *err, size_t errlen);
 
-/* Write in the format above. Returns 0 or -errno. */
+/* Write in the format above. Returns 0, -EINVAL (a shard URL or ETag that
+ * breaks the rules) or -EIO. */
 int index_write(const struct index *ix, FILE *f);
-/* Write to path atomically (temp file in the same directory + rename). */
+/* Write to path atomically (temp file in the same directory, fsync, rename,
+ * fsync of the directory; mode 0644). Returns 0 or -errno. */
 int index_save(const struct index *ix, const char *path);
 
 #endif

@@ -2,11 +2,20 @@
  * WebDataset conventions.
  *
  * A sample is the run of adjacent members sharing a key (the member name up
- * to the first dot of its last path component). Its image is the first member
- * whose extension (case-insensitive) is jpg, jpeg, png, ppm or webp; its label
- * is the decimal integer in key.cls (surrounding whitespace allowed) or, when
- * there is no .cls member, the name of the image's parent directory. Samples
- * with no image or no label are skipped and counted. */
+ * to the first dot of its last path component, directory part kept:
+ * "dir/abc.seg.jpg" has key "dir/abc"). A key seen again after another key
+ * starts a new sample, as in WebDataset. Members the tar parser rejects, and
+ * names without a key or extension ("README", ".hidden"), are skipped and
+ * counted without ending the current sample.
+ *
+ * Image: the first member whose LAST extension (case-insensitive) is jpg,
+ * jpeg, png, ppm or webp; the index records that extension lower-cased.
+ * Label: the content of the member whose whole extension is "cls"
+ * (case-insensitive; the first one counts): a non-negative decimal integer,
+ * surrounding whitespace allowed, stored canonically ("007" -> "7"); anything
+ * else skips the sample (skipped_bad_label). Without a .cls member, the name
+ * of the image's parent directory ("train/n01440764/x.JPEG" -> "n01440764");
+ * without one, the sample is skipped (skipped_no_label). */
 #ifndef ECHOFS_SCAN_H
 #define ECHOFS_SCAN_H
 
@@ -16,13 +25,13 @@
 struct index;
 
 struct scan_counts {
-	uint64_t samples;          /* added to the index */
-	uint64_t members;          /* tar entries seen */
-	uint64_t skipped_members;  /* rejected by the tar parser (links, bad names...) */
+	uint64_t samples;	   /* added to the index */
+	uint64_t members;	   /* tar entries seen */
+	uint64_t skipped_members;  /* rejected: links, bad names, no key... */
 	uint64_t skipped_no_image; /* key groups without an image member */
-	uint64_t skipped_no_label; /* images without a .cls nor a parent dir */
+	uint64_t skipped_no_label; /* images with neither .cls nor parent dir */
 	uint64_t skipped_bad_label; /* .cls that is not a decimal integer */
-	uint64_t extra_images;     /* second image member of one key, ignored */
+	uint64_t extra_images;	    /* further images of one key, ignored */
 };
 
 struct scan;
@@ -37,7 +46,7 @@ int scan_feed(struct scan *s, const void *buf, size_t len);
 /* End of the shard: flushes the last sample. Returns 0 or -EBADMSG. */
 int scan_finish(struct scan *s);
 const char *scan_error(const struct scan *s);
-/* Counts so far (borrowed). Skip reasons are also listed by scan_for_each_skip. */
+/* Counts so far (borrowed). scan_for_each_skip lists the reasons. */
 const struct scan_counts *scan_counts(const struct scan *s);
 
 /* Each distinct reason a member or sample was skipped, with its count, e.g.

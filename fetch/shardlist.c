@@ -1,2 +1,255 @@
-/* placeholder until the module lands */
-typedef int echofs_placeholder_shardlist;
+/* shardlist.c - the list of shard URLs: brace expansion and list files. */
+#include "fetch/shardlist.h"
+
+#include "common/util.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define MAX_GROUPS 16
+#define MAX_PATTERN 4096		/* longer lines are not shard URLs */
+#define HARD_MAX_URLS ((size_t)1 << 24) /* whatever max_urls says */
+
+/* One brace group: a numeric range or a comma list. */
+struct group {
+	const char *start; /* the '{' */
+	const char *end;   /* just past the '}' */
+	int is_range;
+	uint64_t lo, hi; /* range: first and last value as written */
+	int width;	 /* range: zero-pad to this many digits, or 0 */
+	size_t count;	 /* values in the group */
+};
+
+static int parse_range(struct group *g, const char *s, size_t len)
+{
+	const char *dots = NULL;
+	size_t alen, blen;
+
+	for (size_t i = 0; i + 1 < len; i++)
+		if (s[i] == '.' && s[i + 1] == '.') {
+			dots = s + i;
+			break;
+		}
+	if (!dots)
+		return -EINVAL;
+	alen = (size_t)(dots - s);
+	blen = len - alen - 2;
+	if (parse_u64_n(s, alen, &g->lo) || parse_u64_n(dots + 2, blen, &g->hi))
+		return -EINVAL;
+	/* bash's rule: a bound written with a leading zero pads every value
+	 * to the width of the wider bound */
+	if ((alen > 1 && s[0] == '0') || (blen > 1 && dots[2] == '0'))
+		g->width = (int)(alen > blen ? alen : blen);
+	g->is_range = 1;
+	g->count = g->lo <= g->hi ? g->hi - g->lo + 1 : g->lo - g->hi + 1;
+	if (g->count == 0) /* 0..UINT64_MAX wraps */
+		g->count = SIZE_MAX;
+	return 0;
+}
+
+/* The group opening at s[0] == '{'; Returns 0 or -EINVAL. */
+static int parse_group(struct group *g, const char *s, const char *end)
+{
+	const char *body = s + 1, *close;
+	size_t len;
+
+	memset(g, 0, sizeof(*g));
+	g->start = s;
+	close = memchr(body, '}', (size_t)(end - body));
+	if (!close)
+		return -EINVAL;
+	len = (size_t)(close - body);
+	if (len == 0 || memchr(body, '{', len))
+		return -EINVAL; /* empty or nested */
+	g->end = close + 1;
+	if (memchr(body, ',', len)) {
+		g->count = 1;
+		for (size_t i = 0; i < len; i++)
+			g->count += body[i] == ',';
+		return 0;
+	}
+	return parse_range(g, body, len);
+}
+
+/* Finds the groups of s[0..len) and the number of results (capped). */
+static int scan(const char *s, size_t len, struct group *g, size_t *ng,
+		size_t limit, size_t *total)
+{
+	const char *p = s, *end = s + len;
+	size_t n = 0, t = 1;
+
+	while (p < end) {
+		const char *b = p;
+		while (b < end && *b != '{' && *b != '}')
+			b++;
+		if (b == end)
+			break;
+		if (*b == '}' || n == MAX_GROUPS || parse_group(&g[n], b, end))
+			return -EINVAL;
+		if (g[n].count > limit || t > limit / g[n].count)
+			return -E2BIG;
+		t *= g[n].count;
+		p = g[n++].end;
+	}
+	if (t > limit)
+		return -E2BIG;
+	*ng = n;
+	*total = t;
+	return 0;
+}
+
+/* Writes value number idx of group g at buf (room for the group's text or
+ * 20 digits, whichever is more); returns its length. */
+static size_t put_value(char *buf, const struct group *g, size_t idx)
+{
+	const char *item = g->start + 1, *close = g->end - 1, *comma;
+
+	if (g->is_range) {
+		uint64_t v = g->lo <= g->hi ? g->lo + idx : g->lo - idx;
+		int n = snprintf(buf, 24 + (size_t)g->width, "%0*llu", g->width,
+				 (unsigned long long)v);
+		return n > 0 ? (size_t)n : 0;
+	}
+	for (size_t i = 0; i < idx; i++)
+		item = (const char *)memchr(item, ',', (size_t)(close - item)) +
+		       1;
+	comma = memchr(item, ',', (size_t)(close - item));
+	memcpy(buf, item, (size_t)((comma ? comma : close) - item));
+	return (size_t)((comma ? comma : close) - item);
+}
+
+/* Builds result number k (groups vary right-most fastest, as in bash). */
+static char *build(const char *s, size_t len, const struct group *g, size_t ng,
+		   size_t k, char *buf)
+{
+	size_t idx[MAX_GROUPS], at = 0;
+	const char *p = s;
+
+	for (size_t i = ng; i-- > 0;) {
+		idx[i] = k % g[i].count;
+		k /= g[i].count;
+	}
+	for (size_t i = 0; i < ng; i++) {
+		memcpy(buf + at, p, (size_t)(g[i].start - p));
+		at += (size_t)(g[i].start - p);
+		at += put_value(buf + at, &g[i], idx[i]);
+		p = g[i].end;
+	}
+	memcpy(buf + at, p, (size_t)(s + len - p));
+	at += (size_t)(s + len - p);
+	return xstrndup(buf, at);
+}
+
+/* Appends the expansion of s[0..len) to l; at most limit new entries. */
+static int expand_append(const char *s, size_t len, size_t limit,
+			 struct shardlist *l)
+{
+	struct group g[MAX_GROUPS];
+	size_t ng = 0, total = 0;
+	char *buf;
+	int rc;
+
+	if (len > MAX_PATTERN || memchr(s, '\0', len))
+		return -EINVAL;
+	if (limit > HARD_MAX_URLS)
+		limit = HARD_MAX_URLS;
+	rc = scan(s, len, g, &ng, limit, &total);
+	if (rc)
+		return rc;
+	/* each group's text (at least 3 bytes) becomes at most
+	 * max(its text, 20 digits) */
+	buf = xmalloc(len + ng * 24 + 1);
+	l->urls = xrealloc(l->urls, (l->n + total) * sizeof(*l->urls));
+	for (size_t k = 0; k < total; k++)
+		l->urls[l->n++] = build(s, len, g, ng, k, buf);
+	free(buf);
+	return 0;
+}
+
+int shardlist_expand(const char *pattern, size_t max_urls,
+		     struct shardlist *out)
+{
+	int rc;
+
+	out->urls = NULL;
+	out->n = 0;
+	rc = expand_append(pattern, strlen(pattern), max_urls, out);
+	if (rc)
+		shardlist_clear(out);
+	return rc;
+}
+
+static int bad_char(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c <= 0x20 || c == 0x7f)
+			return 1;
+	}
+	return 0;
+}
+
+int shardlist_parse(const char *text, size_t len, size_t max_urls,
+		    struct shardlist *out, size_t *bad_line)
+{
+	const char *p = text, *end = text + len;
+	size_t lineno = 0;
+	int rc = 0;
+
+	out->urls = NULL;
+	out->n = 0;
+	if (bad_line)
+		*bad_line = 0;
+	while (p < end && rc == 0) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		const char *s = p, *e = nl ? nl : end;
+
+		lineno++;
+		p = nl ? nl + 1 : end;
+		while (s < e && (*s == ' ' || *s == '\t'))
+			s++;
+		while (e > s &&
+		       (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
+			e--;
+		if (s == e || *s == '#')
+			continue;
+		if (bad_char(s, (size_t)(e - s)))
+			rc = -EINVAL; /* one URL a line: no spaces or controls
+				       */
+		else
+			rc = expand_append(s, (size_t)(e - s),
+					   max_urls - out->n, out);
+	}
+	if (rc) {
+		if (bad_line)
+			*bad_line = lineno;
+		shardlist_clear(out);
+	}
+	return rc;
+}
+
+void shardlist_clear(struct shardlist *l)
+{
+	if (!l)
+		return;
+	for (size_t i = 0; i < l->n; i++)
+		free(l->urls[i]);
+	free(l->urls);
+	l->urls = NULL;
+	l->n = 0;
+}
+
+int shardlist_is_url(const char *s)
+{
+	if (!s)
+		return 0;
+	if (strncasecmp(s, "http://", 7) == 0)
+		return s[7] != '\0' && s[7] != '/';
+	if (strncasecmp(s, "https://", 8) == 0)
+		return s[8] != '\0' && s[8] != '/';
+	return 0;
+}

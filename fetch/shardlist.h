@@ -10,22 +10,35 @@ struct shardlist {
 	size_t n;
 };
 
-/* Expand every brace group of pattern (numeric ranges keep the zero padding
- * of the wider bound; comma lists; groups may repeat, not nest). At most
- * max_urls results. Returns 0, -EINVAL on a malformed group, -E2BIG past
- * max_urls. out is filled; free with shardlist_clear. */
+/* Expand every brace group of pattern, as bash does: numeric ranges
+ * "{A..B}" of unsigned decimals, ascending or descending ("{3..1}" gives 3 2
+ * 1); when either bound is written with a leading zero ("{000..059}",
+ * "{8..010}") every value is zero-padded to the wider bound's width. Comma
+ * lists "{a,b,}" (empty items allowed). Groups may repeat (at most 16), not
+ * nest; the right-most group varies fastest. No letter ranges or steps.
+ * At most max_urls results (and never more than 2^24). Returns 0, -EINVAL on
+ * a malformed group (unclosed, stray '}', empty, nested, neither list nor
+ * range, overflow) or a pattern over 4096 bytes, -E2BIG past max_urls.
+ * out is overwritten (not freed first); on error it is left empty. Free with
+ * shardlist_clear. */
 int shardlist_expand(const char *pattern, size_t max_urls,
 		     struct shardlist *out);
 
-/* Parse a list file's text: one URL a line; blank lines and lines starting
- * with '#' ignored; surrounding whitespace trimmed; each line may itself hold
- * brace groups. Returns 0 or -EINVAL (with the 1-based line in *bad_line). */
+/* Parse a list file's text (len bytes, need not be NUL-terminated): one URL
+ * a line, LF or CRLF; blank lines and lines starting with '#' ignored;
+ * surrounding spaces and tabs trimmed; a line with inner whitespace or
+ * control characters (NUL included) is -EINVAL; each line may itself hold
+ * brace groups. max_urls bounds the total. Returns 0, -EINVAL or -E2BIG with
+ * the 1-based line in *bad_line (0 on success; bad_line may be NULL). On
+ * error out is left empty. */
 int shardlist_parse(const char *text, size_t len, size_t max_urls,
 		    struct shardlist *out, size_t *bad_line);
 
 void shardlist_clear(struct shardlist *l);
 
-/* 1 if s looks like an http:// or https:// URL (case-insensitive scheme). */
+/* 1 if s looks like an http:// or https:// URL (case-insensitive scheme)
+ * with something after the "//" that is not another '/'; 0 otherwise and for
+ * NULL. */
 int shardlist_is_url(const char *s);
 
 #endif

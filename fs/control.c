@@ -137,8 +137,8 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 	M("shards_fetched", 'c', s->sh.fetched_shards, "whole shards fetched");
 	M("fetches_queued", 'g', s->sh.queued, "shards waiting for a connection");
 	M("fetches_active", 'g', s->sh.active, "shard fetches in progress");
-	M("open_handles", 'g', fc->open_handles, "files open now");
-	M("opens", 'c', fc->opens, "file opens");
+	M("open_handles", 'g', fc->open_handles,
+	  "echofs file handles open now (exact mounts use none)");
 	M("reads", 'c', fc->reads, "read requests");
 	M("bytes_served", 'c', fc->bytes_served, "bytes returned to readers");
 	M("cache_bytes", 'g', s->st.bytes, "bytes in the disk cache");

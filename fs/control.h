@@ -14,7 +14,6 @@ struct store;
 /* Counters the FUSE handlers keep. */
 struct fs_counters {
 	_Atomic uint64_t open_handles;
-	_Atomic uint64_t opens;
 	_Atomic uint64_t reads;
 	_Atomic uint64_t read_errors;
 	_Atomic uint64_t bytes_served;

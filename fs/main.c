@@ -125,6 +125,7 @@ static void init_ctx(struct app *a)
 		.ns = a->ns, .sh = a->sh, .http = a->http, .store = a->store,
 		.fc = &a->fs.counters, .tar_skipped = a->tar_skipped,
 	};
+	fs_ctx_init(&a->fs);
 	a->fs.ns = a->ns;
 	a->fs.sh = a->sh;
 	a->fs.timeout = CACHE_TIMEOUT_S;
@@ -174,6 +175,8 @@ static void app_free(struct app *a)
 {
 	if (a->se)
 		fuse_session_destroy(a->se);
+	if (a->ctl)
+		fs_ctx_destroy(&a->fs);
 	shards_free(a->sh);
 	control_free(a->ctl);
 	ns_free(a->ns);

@@ -1,10 +1,22 @@
 /* ops.c - the FUSE request handlers (low-level API).
  *
  * Each fs_op_<name> sends exactly one reply; the work is done by helpers
- * that return 0 or a negative errno. The tree is immutable and file bytes
- * never change, so entries and attributes are cached by the kernel for a
- * long time and file pages are kept across opens (keep_cache): a second
- * epoch is served from the page cache. */
+ * that return 0 or a negative errno.
+ *
+ * The tree is immutable and file bytes never change, so the kernel may
+ * cache everything, and every request it does not send saves a round trip
+ * (over 100 us on these VMs):
+ * - Entries and attributes are cached for a day; directory listings are
+ *   READDIRPLUS, so listing a class directory also answers the lookups of
+ *   its files.
+ * - Regular files are never opened: fs_op_open answers ENOSYS, after which
+ *   the kernel stops sending OPEN, FLUSH and RELEASE for files (FUSE
+ *   "no_open") and keeps their pages cached across opens. A warm read costs
+ *   no request at all; a cold one costs one READ.
+ * - Control files therefore cannot be snapshotted at open. They are
+ *   rendered when looked up or stat'ed (entry and attribute timeout 0, so
+ *   every path walk asks), and read from the latest rendering; the changing
+ *   size and mtime make the kernel drop stale pages (auto_inval_data). */
 #include "fs/ops.h"
 
 #include <errno.h>
@@ -20,18 +32,96 @@
 #include "fetch/index.h"
 #include "fs/namespace.h"
 
-/* A snapshot of a control file, taken at open and read from the handle. */
-struct control_handle {
+/* One rendering of a control file. Readers hold a reference while they
+ * copy from it, so a newer rendering may replace it meanwhile. */
+struct control_snapshot {
 	char *buf;
 	size_t len;
+	struct timespec when;
+	int refs; /* guarded by fs_ctx.snap_lock */
 };
+
+/* Renderings younger than this are reused, so a burst of path walks does
+ * not re-render for each. */
+#define SNAPSHOT_REUSE_NS 200000000L
+
+void fs_ctx_init(struct fs_ctx *fs)
+{
+	pthread_mutex_init(&fs->snap_lock, NULL);
+}
+
+static void snap_unref(struct fs_ctx *fs, struct control_snapshot *sn)
+{
+	int last;
+	if (!sn)
+		return;
+	pthread_mutex_lock(&fs->snap_lock);
+	last = --sn->refs == 0;
+	pthread_mutex_unlock(&fs->snap_lock);
+	if (last) {
+		free(sn->buf);
+		free(sn);
+	}
+}
+
+void fs_ctx_destroy(struct fs_ctx *fs)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(fs->snap); i++)
+		snap_unref(fs, fs->snap[i]);
+	pthread_mutex_destroy(&fs->snap_lock);
+}
+
+static long ns_since(const struct timespec *a, const struct timespec *b)
+{
+	return (b->tv_sec - a->tv_sec) * 1000000000L + (b->tv_nsec - a->tv_nsec);
+}
+
+/* The current rendering of control file ino, with a reference the caller
+ * drops with snap_unref. refresh: render anew unless the last one is very
+ * recent. NULL on allocation failure. */
+static struct control_snapshot *snap_get(struct fs_ctx *fs, fuse_ino_t ino,
+					 int refresh)
+{
+	size_t k = ino == NS_INO_STATS ? 0 : 1;
+	struct control_snapshot *sn, *old = NULL;
+	struct timespec now;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	pthread_mutex_lock(&fs->snap_lock);
+	sn = fs->snap[k];
+	if (sn && (!refresh || ns_since(&sn->when, &now) < SNAPSHOT_REUSE_NS)) {
+		sn->refs++;
+		pthread_mutex_unlock(&fs->snap_lock);
+		return sn;
+	}
+	pthread_mutex_unlock(&fs->snap_lock);
+
+	/* Render without the lock: it reads other modules' statistics. */
+	sn = xcalloc(1, sizeof(*sn));
+	if (control_render(fs->ctl, k == 0 ? CONTROL_STATS_JSON
+					    : CONTROL_STATS_PROM,
+			   &sn->buf, &sn->len) != 0) {
+		free(sn);
+		return NULL;
+	}
+	sn->when = now;
+	sn->refs = 2; /* the table's and the caller's */
+	pthread_mutex_lock(&fs->snap_lock);
+	old = fs->snap[k];
+	fs->snap[k] = sn;
+	pthread_mutex_unlock(&fs->snap_lock);
+	snap_unref(fs, old);
+	return sn;
+}
 
 static struct fs_ctx *ctx_of(fuse_req_t req)
 {
 	return fuse_req_userdata(req);
 }
 
-static int fill_attr(const struct fs_ctx *fs, fuse_ino_t ino, struct stat *st)
+/* Attributes of ino. refresh: re-render a control file (lookup, getattr). */
+static int fill_attr(struct fs_ctx *fs, fuse_ino_t ino, struct stat *st,
+		     int refresh)
 {
 	uint32_t num;
 
@@ -51,11 +141,17 @@ static int fill_attr(const struct fs_ctx *fs, fuse_ino_t ino, struct stat *st)
 		st->st_mode = S_IFDIR | 0555;
 		st->st_nlink = 2;
 		return 0;
-	case NS_CONTROL_FILE:
-		/* Size 0 with direct_io: readers read to EOF. */
+	case NS_CONTROL_FILE: {
+		struct control_snapshot *sn = snap_get(fs, ino, refresh);
+		if (!sn)
+			return -ENOMEM;
 		st->st_mode = S_IFREG | 0444;
 		st->st_nlink = 1;
+		st->st_size = (off_t)sn->len;
+		st->st_mtim = st->st_ctim = sn->when;
+		snap_unref(fs, sn);
 		return 0;
+	}
 	case NS_FILE:
 		st->st_mode = S_IFREG | 0444;
 		st->st_nlink = 1;
@@ -67,34 +163,55 @@ static int fill_attr(const struct fs_ctx *fs, fuse_ino_t ino, struct stat *st)
 	}
 }
 
+/* Entry for a lookup or a READDIRPLUS record; control files expire at
+ * once so that each path walk re-renders them. */
+static int fill_entry(struct fs_ctx *fs, fuse_ino_t ino,
+		      struct fuse_entry_param *e, int refresh)
+{
+	uint32_t num;
+	int volatile_ = ns_kind_of(fs->ns, ino, &num) == NS_CONTROL_FILE;
+
+	memset(e, 0, sizeof(*e));
+	e->ino = ino;
+	e->attr_timeout = volatile_ ? 0 : fs->timeout;
+	e->entry_timeout = volatile_ ? 0 : fs->timeout;
+	return fill_attr(fs, ino, &e->attr, refresh);
+}
+
 static void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fs_ctx *fs = ctx_of(req);
 	struct fuse_entry_param e;
+	fuse_ino_t ino = ns_lookup(fs->ns, parent, name);
+	int r;
 
-	memset(&e, 0, sizeof(e));
-	e.attr_timeout = fs->timeout;
-	e.entry_timeout = fs->timeout;
-	e.ino = ns_lookup(fs->ns, parent, name);
-	/* ino 0 is a negative entry, cached by the kernel like a positive one. */
-	if (e.ino)
-		fill_attr(fs, e.ino, &e.attr);
-	fuse_reply_entry(req, &e);
+	if (!ino) {
+		/* ino 0: a negative entry, cached like a positive one. */
+		memset(&e, 0, sizeof(e));
+		e.entry_timeout = fs->timeout;
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	r = fill_entry(fs, ino, &e, 1);
+	if (r)
+		fuse_reply_err(req, -r);
+	else
+		fuse_reply_entry(req, &e);
 }
 
 static void fs_op_getattr(fuse_req_t req, fuse_ino_t ino,
 			  struct fuse_file_info *fi)
 {
 	struct fs_ctx *fs = ctx_of(req);
-	struct stat st;
+	struct fuse_entry_param e;
 	int r;
 	(void)fi;
 
-	r = fill_attr(fs, ino, &st);
+	r = fill_entry(fs, ino, &e, 1);
 	if (r)
 		fuse_reply_err(req, -r);
 	else
-		fuse_reply_attr(req, &st, fs->timeout);
+		fuse_reply_attr(req, &e.attr, e.attr_timeout);
 }
 
 static void fs_op_opendir(fuse_req_t req, fuse_ino_t ino,
@@ -113,32 +230,35 @@ static void fs_op_opendir(fuse_req_t req, fuse_ino_t ino,
 	fuse_reply_open(req, fi);
 }
 
-/* Fill buf with entries starting at off (0 ".", 1 "..", then the listing).
- * Returns the bytes used. */
-static size_t fill_dir(fuse_req_t req, const struct fs_ctx *fs, fuse_ino_t ino,
-		       off_t off, char *buf, size_t size)
+/* Fill buf with entries starting at off (0 ".", 1 "..", then the listing),
+ * plain or "plus" (with attributes, counted as lookups by the kernel; the
+ * tree keeps no per-inode state, so forget needs no handler). Returns the
+ * bytes used. */
+static size_t fill_dir(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
+		       off_t off, char *buf, size_t size, int plus)
 {
 	size_t used = 0;
 	for (size_t j = (size_t)off;; j++) {
-		struct stat st = {0};
+		struct fuse_entry_param e = {0};
 		const char *name;
 		int is_dir = 1;
 		size_t need;
 
-		if (j == 0) {
-			name = ".";
-			st.st_ino = ino;
-		} else if (j == 1) {
-			name = "..";
-			st.st_ino = NS_INO_ROOT;
+		if (j < 2) {
+			name = j == 0 ? "." : "..";
+			e.attr.st_ino = j == 0 ? ino : NS_INO_ROOT;
 		} else {
-			st.st_ino = ns_list(fs->ns, ino, j - 2, &name, &is_dir);
-			if (!st.st_ino)
+			e.attr.st_ino = ns_list(fs->ns, ino, j - 2, &name, &is_dir);
+			if (!e.attr.st_ino)
 				break;
 		}
-		st.st_mode = is_dir ? S_IFDIR : S_IFREG;
-		need = fuse_add_direntry(req, buf + used, size - used, name, &st,
-					 (off_t)(j + 1));
+		e.attr.st_mode = is_dir ? S_IFDIR : S_IFREG;
+		if (plus && j >= 2)
+			fill_entry(fs, e.attr.st_ino, &e, 0);
+		need = plus ? fuse_add_direntry_plus(req, buf + used, size - used,
+						     name, &e, (off_t)(j + 1))
+			    : fuse_add_direntry(req, buf + used, size - used,
+						name, &e.attr, (off_t)(j + 1));
 		if (need > size - used)
 			break;
 		used += need;
@@ -146,12 +266,11 @@ static size_t fill_dir(fuse_req_t req, const struct fs_ctx *fs, fuse_ino_t ino,
 	return used;
 }
 
-static void fs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
-			  off_t off, struct fuse_file_info *fi)
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       int plus)
 {
 	struct fs_ctx *fs = ctx_of(req);
 	char *buf;
-	(void)fi;
 
 	if (size > 1 << 20)
 		size = 1 << 20;
@@ -160,66 +279,46 @@ static void fs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	fuse_reply_buf(req, buf, fill_dir(req, fs, ino, off, buf, size));
+	fuse_reply_buf(req, buf, fill_dir(req, fs, ino, off, buf, size, plus));
 	free(buf);
 }
 
-static int open_control(struct fs_ctx *fs, fuse_ino_t ino,
-			struct fuse_file_info *fi)
+static void fs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
+			  off_t off, struct fuse_file_info *fi)
 {
-	struct control_handle *h = xcalloc(1, sizeof(*h));
-	enum control_file which = ino == NS_INO_STATS ? CONTROL_STATS_JSON
-						      : CONTROL_STATS_PROM;
-	int r = control_render(fs->ctl, which, &h->buf, &h->len);
-	if (r) {
-		free(h);
-		return r;
-	}
-	fi->fh = (uint64_t)(uintptr_t)h;
-	fi->direct_io = 1;
-	return 0;
+	(void)fi;
+	do_readdir(req, ino, size, off, 0);
 }
 
-static int do_open(struct fs_ctx *fs, fuse_ino_t ino,
-		   struct fuse_file_info *fi)
+static void fs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
+			      off_t off, struct fuse_file_info *fi)
 {
-	uint32_t num;
-
-	if ((fi->flags & O_ACCMODE) != O_RDONLY)
-		return -EROFS;
-	switch (ns_kind_of(fs->ns, ino, &num)) {
-	case NS_CONTROL_FILE:
-		return open_control(fs, ino, fi);
-	case NS_FILE:
-		fi->fh = 0;
-		fi->keep_cache = 1;
-		fi->noflush = 1;
-		return 0;
-	case NS_NONE:
-		return -ENOENT;
-	default:
-		return -EISDIR;
-	}
+	(void)fi;
+	do_readdir(req, ino, size, off, 1);
 }
 
 static void fs_op_open(fuse_req_t req, fuse_ino_t ino,
 		       struct fuse_file_info *fi)
 {
 	struct fs_ctx *fs = ctx_of(req);
-	int r = do_open(fs, ino, fi);
+	uint32_t num;
 
-	if (r) {
-		fuse_reply_err(req, -r);
+	if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+		fuse_reply_err(req, EROFS);
 		return;
 	}
-	fs->counters.opens++;
-	fs->counters.open_handles++;
-	if (fuse_reply_open(req, fi) == -ENOENT) {
-		/* The opener was interrupted: release will not come. */
-		fs->counters.open_handles--;
-		if (fi->fh)
-			free(((struct control_handle *)(uintptr_t)fi->fh)->buf);
-		free((void *)(uintptr_t)fi->fh);
+	switch (ns_kind_of(fs->ns, ino, &num)) {
+	case NS_FILE:
+	case NS_CONTROL_FILE:
+		/* No per-open state: let the kernel open files itself. */
+		fuse_reply_err(req, ENOSYS);
+		return;
+	case NS_NONE:
+		fuse_reply_err(req, ENOENT);
+		return;
+	default:
+		fuse_reply_err(req, EISDIR);
+		return;
 	}
 }
 
@@ -245,6 +344,22 @@ static ssize_t read_sample(struct fs_ctx *fs, uint32_t file, size_t size,
 	return r;
 }
 
+static void read_control(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
+			 size_t size, off_t off)
+{
+	struct control_snapshot *sn = snap_get(fs, ino, 0);
+	size_t o, n;
+
+	if (!sn) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	o = (size_t)off < sn->len ? (size_t)off : sn->len;
+	n = sn->len - o < size ? sn->len - o : size;
+	fuse_reply_buf(req, sn->buf + o, n);
+	snap_unref(fs, sn);
+}
+
 static void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi)
 {
@@ -252,16 +367,16 @@ static void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	uint32_t num;
 	char *buf;
 	ssize_t r;
+	(void)fi;
 
 	fs->counters.reads++;
-	if (ns_kind_of(fs->ns, ino, &num) == NS_CONTROL_FILE) {
-		struct control_handle *h = (void *)(uintptr_t)fi->fh;
-		size_t o = (size_t)off < h->len ? (size_t)off : h->len;
-		size_t n = h->len - o < size ? h->len - o : size;
-		fuse_reply_buf(req, h->buf + o, n);
+	switch (ns_kind_of(fs->ns, ino, &num)) {
+	case NS_CONTROL_FILE:
+		read_control(req, fs, ino, size, off);
 		return;
-	}
-	if (ns_kind_of(fs->ns, ino, &num) != NS_FILE) {
+	case NS_FILE:
+		break;
+	default:
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
@@ -274,21 +389,6 @@ static void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_buf(req, buf, (size_t)r);
 	}
 	free(buf);
-}
-
-static void fs_op_release(fuse_req_t req, fuse_ino_t ino,
-			  struct fuse_file_info *fi)
-{
-	struct fs_ctx *fs = ctx_of(req);
-	struct control_handle *h = (void *)(uintptr_t)fi->fh;
-	(void)ino;
-
-	if (h) {
-		free(h->buf);
-		free(h);
-	}
-	fs->counters.open_handles--;
-	fuse_reply_err(req, 0);
 }
 
 static void fs_op_statfs(fuse_req_t req, fuse_ino_t ino)
@@ -310,13 +410,28 @@ static void fs_op_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &sv);
 }
 
+static void fs_op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	(void)userdata;
+	/* Every listing as READDIRPLUS: it answers the lookups that follow. */
+	if (conn->capable & FUSE_CAP_READDIRPLUS)
+		conn->want |= FUSE_CAP_READDIRPLUS;
+	conn->want &= ~(unsigned)FUSE_CAP_READDIRPLUS_AUTO;
+	if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA)
+		conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
+	if (!(conn->capable & FUSE_CAP_NO_OPEN_SUPPORT))
+		log_warn("kernel without FUSE no_open support: every open "
+			 "costs a request");
+}
+
 const struct fuse_lowlevel_ops fs_ops = {
+	.init = fs_op_init,
 	.lookup = fs_op_lookup,
 	.getattr = fs_op_getattr,
 	.opendir = fs_op_opendir,
 	.readdir = fs_op_readdir,
+	.readdirplus = fs_op_readdirplus,
 	.open = fs_op_open,
 	.read = fs_op_read,
-	.release = fs_op_release,
 	.statfs = fs_op_statfs,
 };

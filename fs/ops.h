@@ -5,10 +5,13 @@
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
 
+#include <pthread.h>
+
 #include "fs/control.h"
 
 struct namespace;
 struct shards;
+struct control_snapshot;
 
 /* The filesystem's state, passed as the session's userdata. Everything is
  * borrowed; the tree never changes, the counters are atomics, so handlers
@@ -22,7 +25,13 @@ struct fs_ctx {
 	struct timespec mtime; /* of every inode: the mount time */
 	uid_t uid;
 	gid_t gid;
+	/* The latest rendering of each control file; see ops.c. */
+	pthread_mutex_t snap_lock;
+	struct control_snapshot *snap[2]; /* guarded by snap_lock */
 };
+
+void fs_ctx_init(struct fs_ctx *fs);
+void fs_ctx_destroy(struct fs_ctx *fs);
 
 extern const struct fuse_lowlevel_ops fs_ops;
 

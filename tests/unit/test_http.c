@@ -1,0 +1,1012 @@
+/* test_http.c - fetch/http against tests/fault_server.py: streaming, ranges,
+ * retries, resumes, verification, redirects, TLS, headers, concurrency. */
+#include "fetch/http.h"
+
+#include "common/util.h"
+
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <libgen.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BIG_LEN (3u * 1024 * 1024)
+#define SMALL_TEXT "hello from the fault server\n"
+
+struct server {
+	pid_t pid;
+	int port;
+};
+
+static char g_dir[128];	 /* temp dir: port files, header files, certs */
+static char g_root[192]; /* served directory */
+static char g_skip[256]; /* why the server tests cannot run, or "" */
+static struct server g_srv;
+static unsigned char *g_big;
+
+/* ---- fixtures ----------------------------------------------------------- */
+
+static void write_file(const char *dir, const char *name, const void *data,
+		       size_t len)
+{
+	char path[384];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "wb");
+	cr_assert_not_null(f, "cannot create %s", path);
+	cr_assert_eq(fwrite(data, 1, len, f), len);
+	cr_assert_eq(fclose(f), 0);
+}
+
+static int script_path(char *buf, size_t len)
+{
+	const char *data = getenv("ECHOFS_TEST_DATA");
+	char tmp[512];
+
+	if (!data || strlen(data) >= sizeof(tmp))
+		return -1;
+	snprintf(tmp, sizeof(tmp), "%s", data);
+	/* <src>/tests/data -> <src>/tests/fault_server.py */
+	snprintf(buf, len, "%s/fault_server.py", dirname(tmp));
+	return access(buf, R_OK);
+}
+
+/* Starts fault_server.py on g_root; cert/key for HTTPS and one --fault rule
+ * are optional. */
+static int server_start(struct server *s, const char *tag, const char *cert,
+			const char *key, const char *fault)
+{
+	char script[600], portfile[256], line[32];
+	double deadline = now_mono() + 10;
+	int status;
+
+	if (script_path(script, sizeof(script)))
+		return -1;
+	snprintf(portfile, sizeof(portfile), "%s/port-%s", g_dir, tag);
+	s->pid = fork();
+	if (s->pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+		dup2(null, 1);
+		const char *argv[16] = {"python3", script,	  "--root",
+					g_root,	   "--port-file", portfile};
+		int n = 6;
+		if (cert) {
+			argv[n++] = "--tls-cert";
+			argv[n++] = cert;
+			argv[n++] = "--tls-key";
+			argv[n++] = key;
+		}
+		if (fault) {
+			argv[n++] = "--fault";
+			argv[n++] = fault;
+		}
+		argv[n] = NULL;
+		execv("/usr/bin/python3", (char *const *)argv);
+		_exit(127);
+	}
+	while (now_mono() < deadline) {
+		FILE *f = fopen(portfile, "r");
+		if (f) {
+			int ok = fgets(line, sizeof(line), f) != NULL;
+			fclose(f);
+			s->port = ok ? (int)strtol(line, NULL, 10) : 0;
+			if (s->port > 0)
+				return 0;
+		}
+		if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
+			s->pid = 0;
+			return -1;
+		}
+		usleep(10000);
+	}
+	return -1;
+}
+
+static void server_stop(struct server *s)
+{
+	if (s->pid > 0) {
+		kill(s->pid, SIGTERM);
+		waitpid(s->pid, NULL, 0);
+		s->pid = 0;
+	}
+}
+
+static void setup(void)
+{
+	uint64_t x = 0x9e3779b97f4a7c15ULL;
+
+	snprintf(g_dir, sizeof(g_dir), "/tmp/echofs-test-http-XXXXXX");
+	cr_assert_not_null(mkdtemp(g_dir));
+	snprintf(g_root, sizeof(g_root), "%s/root", g_dir);
+	cr_assert_eq(mkdir(g_root, 0700), 0);
+	g_big = xmalloc(BIG_LEN);
+	for (size_t i = 0; i < BIG_LEN; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		g_big[i] = (unsigned char)(x >> 24);
+	}
+	write_file(g_root, "big.bin", g_big, BIG_LEN);
+	write_file(g_root, "small.txt", SMALL_TEXT, strlen(SMALL_TEXT));
+	write_file(g_root, "empty.bin", "", 0);
+	cr_assert_eq(http_global_init(), 0);
+	g_skip[0] = '\0';
+	if (access("/usr/bin/python3", X_OK))
+		snprintf(g_skip, sizeof(g_skip), "no /usr/bin/python3");
+	else if (server_start(&g_srv, "main", NULL, NULL, NULL))
+		snprintf(g_skip, sizeof(g_skip),
+			 "fault_server.py did not start (ECHOFS_TEST_DATA=%s)",
+			 getenv("ECHOFS_TEST_DATA") ? getenv("ECHOFS_TEST_DATA")
+						    : "unset");
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)st;
+	(void)flag;
+	(void)f;
+	return remove(p);
+}
+
+static void teardown(void)
+{
+	server_stop(&g_srv);
+	nftw(g_dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+	free(g_big);
+}
+
+#define NEED_SERVER()                                                          \
+	do {                                                                   \
+		if (g_skip[0])                                                 \
+			cr_skip_test("%s", g_skip);                            \
+	} while (0)
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static const char *url_on(int port, const char *path)
+{
+	static __thread char buf[256];
+	snprintf(buf, sizeof(buf), "http://127.0.0.1:%d%s", port, path);
+	return buf;
+}
+
+static const char *url(const char *path)
+{
+	return url_on(g_srv.port, path);
+}
+
+/* A tiny raw HTTP/1.0-style client for the control endpoints, so the test
+ * does not depend on the code under test. Returns the status. */
+static int ctl(const char *method, const char *path, const char *body,
+	       char *out, size_t outlen)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)g_srv.port)};
+	static char resp[65536];
+	char req[4096];
+	size_t got = 0;
+	ssize_t n;
+	int fd = socket(AF_INET, SOCK_STREAM, 0), len;
+	char *hdr_end;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert(fd >= 0);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	len = snprintf(req, sizeof(req),
+		       "%s %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+		       "Content-Length: %zu\r\n\r\n%s",
+		       method, path, strlen(body), body);
+	cr_assert_eq(write(fd, req, (size_t)len), len);
+	while ((n = read(fd, resp + got, sizeof(resp) - 1 - got)) > 0)
+		got += (size_t)n;
+	close(fd);
+	resp[got] = '\0';
+	hdr_end = strstr(resp, "\r\n\r\n");
+	cr_assert_not_null(hdr_end, "control reply: %s", resp);
+	if (out)
+		snprintf(out, outlen, "%s", hdr_end + 4);
+	return (int)strtol(resp + 9, NULL, 10);
+}
+
+static void set_faults(const char *rules)
+{
+	char out[256];
+	cr_assert_eq(ctl("PUT", "/_faults", rules, out, sizeof(out)), 200,
+		     "rules rejected: %s", out);
+}
+
+static uint64_t server_stat(const char *key)
+{
+	char out[4096], pat[64];
+	const char *p;
+
+	cr_assert_eq(ctl("GET", "/_stats", "", out, sizeof(out)), 200);
+	snprintf(pat, sizeof(pat), "\"%s\": ", key);
+	p = strstr(out, pat);
+	cr_assert_not_null(p, "no %s in %s", key, out);
+	return strtoull(p + strlen(pat), NULL, 10);
+}
+
+static struct http *mk(double budget, const char *header_file)
+{
+	struct http_opts o = {.connections = 4,
+			      .retry_budget_s = budget,
+			      .connect_timeout_s = 1,
+			      .low_speed_time_s = 1,
+			      .backoff_base_s = 0.01,
+			      .header_file = header_file};
+	char err[256] = "";
+	struct http *h = http_new(&o, err, sizeof(err));
+	cr_assert_not_null(h, "http_new: %s", err);
+	return h;
+}
+
+struct collect {
+	unsigned char *buf;
+	size_t len, cap;
+	size_t touch_after; /* change big.bin's mtime once this much arrived */
+	int fail_with;	    /* sink returns this on the first call */
+};
+
+static int collect_sink(void *ud, const void *data, size_t len)
+{
+	struct collect *c = ud;
+
+	if (c->fail_with)
+		return c->fail_with;
+	cr_assert_leq(len, c->cap - c->len, "sink got more than the object");
+	memcpy(c->buf + c->len, data, len);
+	c->len += len;
+	if (c->touch_after && c->len >= c->touch_after) {
+		char path[256];
+		struct timespec ts[2] = {{.tv_sec = 1000000},
+					 {.tv_sec = 1000000}};
+		snprintf(path, sizeof(path), "%s/big.bin", g_root);
+		cr_assert_eq(utimensat(AT_FDCWD, path, ts, 0), 0);
+		c->touch_after = 0;
+	}
+	return 0;
+}
+
+static struct collect *collect_new(void)
+{
+	struct collect *c = xcalloc(1, sizeof(*c));
+	c->cap = BIG_LEN + 1;
+	c->buf = xmalloc(c->cap);
+	return c;
+}
+
+static void collect_free(struct collect *c)
+{
+	free(c->buf);
+	free(c);
+}
+
+static void expect_big(const struct collect *c)
+{
+	cr_expect_eq(c->len, BIG_LEN, "got %zu bytes", c->len);
+	cr_expect(c->len == BIG_LEN && memcmp(c->buf, g_big, BIG_LEN) == 0,
+		  "bytes differ");
+}
+
+static struct http_stats stats_of(struct http *h)
+{
+	struct http_stats s;
+	http_get_stats(h, &s);
+	return s;
+}
+
+TestSuite(http, .init = setup, .fini = teardown, .timeout = 30);
+
+/* ---- plain transfers ---------------------------------------------------- */
+
+Test(http, stream_whole_object)
+{
+	NEED_SERVER();
+	struct http *h = mk(2, NULL);
+	struct collect *c = collect_new();
+
+	cr_assert_eq(
+		http_stream(h, url("/big.bin"), NULL, BIG_LEN, collect_sink, c),
+		0);
+	expect_big(c);
+	cr_expect_eq(stats_of(h).requests, 1);
+	cr_expect_eq(stats_of(h).bytes, BIG_LEN);
+	cr_expect_eq(stats_of(h).retries, 0);
+	collect_free(c);
+	http_free(h);
+}
+
+Test(http, stat_and_stream_with_etag)
+{
+	NEED_SERVER();
+	struct http *h = mk(2, NULL);
+	struct collect *c = collect_new();
+	char etag[HTTP_ETAG_MAX];
+	uint64_t size = 0;
+
+	cr_assert_eq(http_stat(h, url("/big.bin"), &size, etag, sizeof(etag)),
+		     0);
+	cr_expect_eq(size, BIG_LEN);
+	cr_expect_eq(etag[0], '"', "etag %s", etag);
+	cr_assert_eq(
+		http_stream(h, url("/big.bin"), etag, size, collect_sink, c),
+		0);
+	expect_big(c);
+	cr_expect_eq(http_stat(h, url("/nope"), &size, etag, sizeof(etag)),
+		     -ENOENT);
+	cr_expect_eq(http_stat(h, url("/empty.bin"), &size, etag, sizeof(etag)),
+		     0);
+	cr_expect_eq(size, 0);
+	collect_free(c);
+	http_free(h);
+}
+
+Test(http, get_range_exact_bytes)
+{
+	NEED_SERVER();
+	static const struct {
+		uint64_t off;
+		size_t len;
+		int rc;
+	} cases[] = {
+		{0, 1, 0},
+		{1234567, 100000, 0},
+		{BIG_LEN - 10, 10, 0},
+		{0, BIG_LEN, 0},
+		{BIG_LEN - 5, 10,
+		 -EIO}, /* past the end: 206 shorter than asked */
+		{BIG_LEN + 5, 10, -EIO}, /* 416 */
+	};
+	struct http *h = mk(1, NULL);
+	unsigned char *buf = xmalloc(BIG_LEN);
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int rc = http_get_range(h, url("/big.bin"), NULL, cases[i].off,
+					cases[i].len, buf);
+		if (cases[i].rc == 0) {
+			cr_expect_eq(rc, 0, "case %zu: %d", i, rc);
+			cr_expect(memcmp(buf, g_big + cases[i].off,
+					 cases[i].len) == 0,
+				  "case %zu: bytes differ", i);
+		} else {
+			cr_expect_neq(rc, 0, "case %zu must fail", i);
+		}
+	}
+	cr_expect_eq(http_get_range(h, url("/big.bin"), NULL, 5, 0, buf), 0);
+	free(buf);
+	http_free(h);
+}
+
+Test(http, get_all_and_cap)
+{
+	NEED_SERVER();
+	struct http *h = mk(1, NULL);
+	char *out = NULL;
+	size_t len = 0;
+
+	cr_assert_eq(http_get_all(h, url("/small.txt"), 1024, &out, &len), 0);
+	cr_expect_eq(len, strlen(SMALL_TEXT));
+	cr_expect_str_eq(out, SMALL_TEXT);
+	free(out);
+	cr_expect_eq(http_get_all(h, url("/big.bin"), 1000, &out, &len),
+		     -EFBIG);
+	cr_assert_eq(http_get_all(h, url("/empty.bin"), 10, &out, &len), 0);
+	cr_expect_eq(len, 0);
+	cr_expect_str_eq(out, "");
+	free(out);
+	http_free(h);
+}
+
+Test(http, sink_errors_stop_the_transfer)
+{
+	NEED_SERVER();
+	struct http *h = mk(1, NULL);
+	struct collect *c = collect_new();
+
+	c->fail_with = -ENOSPC;
+	cr_expect_eq(
+		http_stream(h, url("/big.bin"), NULL, BIG_LEN, collect_sink, c),
+		-ENOSPC);
+	c->fail_with = 1;
+	cr_expect_eq(
+		http_stream(h, url("/big.bin"), NULL, BIG_LEN, collect_sink, c),
+		-ECANCELED);
+	cr_expect_eq(stats_of(h).retries, 0);
+	collect_free(c);
+	http_free(h);
+}
+
+/* ---- statuses and retries ----------------------------------------------- */
+
+Test(http, final_statuses_do_not_retry)
+{
+	NEED_SERVER();
+	static const struct {
+		const char *rule;
+		int rc;
+	} cases[] = {
+		{"", -ENOENT}, /* plain 404 from the server */
+		{"/missing=status:410", -ENOENT},
+		{"/missing=status:401", -EACCES},
+		{"/missing=status:403", -EACCES},
+		{"/missing=status:400", -EIO},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct http *h = mk(5, NULL);
+		struct collect *c = collect_new();
+		double t0 = now_mono();
+
+		set_faults(cases[i].rule);
+		cr_expect_eq(http_stream(h, url("/missing"), NULL, UINT64_MAX,
+					 collect_sink, c),
+			     cases[i].rc, "case %zu", i);
+		cr_expect_lt(now_mono() - t0, 0.5, "case %zu was slow", i);
+		cr_expect_eq(stats_of(h).requests, 1, "case %zu", i);
+		cr_expect_eq(stats_of(h).retries, 0, "case %zu", i);
+		cr_expect_eq(stats_of(h).errors_4xx, 1, "case %zu", i);
+		collect_free(c);
+		http_free(h);
+	}
+}
+
+Test(http, retries_5xx_then_succeeds)
+{
+	NEED_SERVER();
+	struct http *h = mk(5, NULL);
+	struct collect *c = collect_new();
+
+	set_faults("/big.bin=status:503,count=2");
+	cr_assert_eq(
+		http_stream(h, url("/big.bin"), NULL, BIG_LEN, collect_sink, c),
+		0);
+	expect_big(c);
+	cr_expect_eq(stats_of(h).retries, 2);
+	cr_expect_eq(stats_of(h).errors_5xx, 2);
+	cr_expect_eq(stats_of(h).requests, 3);
+	collect_free(c);
+	http_free(h);
+}
+
+Test(http, retries_429_and_reset)
+{
+	NEED_SERVER();
+	struct http *h = mk(5, NULL);
+	char *out = NULL;
+	size_t len;
+
+	/* reset first: on a reused connection curl itself would retry a
+	 * connection that died without an answer, hiding the fault */
+	set_faults("/small.txt=reset,count=1\n/small.txt=status:429,count=1");
+	cr_assert_eq(http_get_all(h, url("/small.txt"), 100, &out, &len), 0);
+	cr_expect_str_eq(out, SMALL_TEXT);
+	cr_expect_eq(stats_of(h).retries, 2);
+	cr_expect_eq(stats_of(h).errors_conn, 1);
+	free(out);
+	http_free(h);
+}
+
+Test(http, retry_after_is_honoured)
+{
+	NEED_SERVER();
+	struct http *h = mk(5, NULL);
+	char *out = NULL;
+	size_t len;
+	double t0 = now_mono(), dt;
+
+	set_faults("/small.txt=status:503,count=1,retry_after=1");
+	cr_assert_eq(http_get_all(h, url("/small.txt"), 100, &out, &len), 0);
+	dt = now_mono() - t0;
+	cr_expect_geq(dt, 0.95, "waited only %.2fs", dt);
+	cr_expect_lt(dt, 2.5, "waited %.2fs", dt);
+	free(out);
+	http_free(h);
+}
+
+Test(http, retry_after_is_capped_by_the_budget)
+{
+	NEED_SERVER();
+	struct http *h = mk(1, NULL);
+	char *out = NULL;
+	size_t len;
+	double t0 = now_mono(), dt;
+
+	set_faults("/small.txt=status:503,count=1,retry_after=30");
+	cr_assert_eq(http_get_all(h, url("/small.txt"), 100, &out, &len), 0);
+	dt = now_mono() - t0;
+	cr_expect_lt(dt, 2.5, "waited %.2fs for a 1 s budget", dt);
+	free(out);
+	http_free(h);
+}
+
+Test(http, persistent_5xx_gives_up_within_budget)
+{
+	NEED_SERVER();
+	struct http *h = mk(0.5, NULL);
+	char *out = NULL;
+	size_t len;
+	double t0 = now_mono(), dt;
+
+	set_faults("/small.txt=status:500");
+	cr_expect_eq(http_get_all(h, url("/small.txt"), 100, &out, &len), -EIO);
+	dt = now_mono() - t0;
+	cr_expect_lt(dt, 2.0, "took %.2fs", dt);
+	cr_expect_geq(stats_of(h).retries, 1);
+	http_free(h);
+}
+
+Test(http, unreachable_port_is_refused_within_budget)
+{
+	NEED_SERVER();
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t alen = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+	struct http *h = mk(0.5, NULL);
+	struct collect *c = collect_new();
+	double t0 = now_mono(), dt;
+
+	/* a port that was free a moment ago and has no listener */
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+	port = ntohs(a.sin_port);
+	close(fd);
+	cr_expect_eq(http_stream(h, url_on(port, "/x"), NULL, UINT64_MAX,
+				 collect_sink, c),
+		     -ECONNREFUSED);
+	dt = now_mono() - t0;
+	cr_expect_lt(dt, 2.0, "took %.2fs", dt);
+	cr_expect_geq(stats_of(h).retries, 1);
+	cr_expect_geq(stats_of(h).errors_conn, 2);
+	collect_free(c);
+	http_free(h);
+}
+
+Test(http, stall_times_out_instead_of_hanging)
+{
+	NEED_SERVER();
+	struct http *h = mk(0.5, NULL);
+	struct collect *c = collect_new();
+	double t0 = now_mono(), dt;
+
+	set_faults("/big.bin=stall:20");
+	cr_expect_eq(
+		http_stream(h, url("/big.bin"), NULL, BIG_LEN, collect_sink, c),
+		-ETIMEDOUT);
+	dt = now_mono() - t0;
+	cr_expect_lt(dt, 6.0, "took %.2fs", dt);
+	cr_expect_eq(c->len, 0);
+	collect_free(c);
+	http_free(h);
+}
+
+/* ---- resumes and verification ------------------------------------------- */
+
+Test(http, truncated_body_is_resumed)
+{
+	NEED_SERVER();
+	struct http *h = mk(2, NULL);
+	struct collect *c = collect_new();
+
+	set_faults("/big.bin=truncate:100000,count=2");
+	cr_assert_eq(
+		http_stream(h, url("/big.bin"), NULL, BIG_LEN, collect_sink, c),
+		0);
+	expect_big(c);
+	cr_expect_eq(stats_of(h).resumes, 2);
+	cr_expect_eq(stats_of(h).retries, 0);
+	cr_expect_eq(server_stat("ranges"), 2);
+	collect_free(c);
+	http_free(h);
+}
+
+Test(http, truncated_range_is_resumed)
+{
+	NEED_SERVER();
+	struct http *h = mk(2, NULL);
+	unsigned char *buf = xmalloc(500000);
+
+	set_faults("/big.bin=truncate:1000,count=1");
+	cr_assert_eq(http_get_range(h, url("/big.bin"), NULL, 10, 500000, buf),
+		     0);
+	cr_expect(memcmp(buf, g_big + 10, 500000) == 0, "bytes differ");
+	cr_expect_eq(stats_of(h).resumes, 1);
+	free(buf);
+	http_free(h);
+}
+
+Test(http, server_ignoring_range)
+{
+	NEED_SERVER();
+	struct http *h = mk(2, NULL);
+	struct collect *c = collect_new();
+	unsigned char *buf = xmalloc(5000);
+
+	set_faults("/big.bin=ignore-range");
+	cr_assert_eq(
+		http_get_range(h, url("/big.bin"), NULL, 1000000, 5000, buf),
+		0);
+	cr_expect(memcmp(buf, g_big + 1000000, 5000) == 0,
+		  "range bytes differ");
+	cr_assert_eq(
+		http_get_range(h, url("/big.bin"), NULL, BIG_LEN - 7, 7, buf),
+		0);
+	cr_expect(memcmp(buf, g_big + BIG_LEN - 7, 7) == 0,
+		  "tail bytes differ");
+
+	set_faults("/big.bin=truncate:50000,count=1\n/big.bin=ignore-range");
+	cr_assert_eq(
+		http_stream(h, url("/big.bin"), NULL, BIG_LEN, collect_sink, c),
+		0);
+	expect_big(c);
+	cr_expect_geq(stats_of(h).resumes, 1);
+	free(buf);
+	collect_free(c);
+	http_free(h);
+}
+
+Test(http, etag_mismatch_is_stale)
+{
+	NEED_SERVER();
+	struct http *h = mk(2, NULL);
+	struct collect *c = collect_new();
+	char etag[HTTP_ETAG_MAX];
+	unsigned char buf[16];
+	uint64_t size;
+
+	cr_expect_eq(http_stream(h, url("/big.bin"), "\"nope\"", BIG_LEN,
+				 collect_sink, c),
+		     -ESTALE);
+	cr_expect_eq(http_get_range(h, url("/big.bin"), "\"nope\"", 0, 16, buf),
+		     -ESTALE);
+	/* a server that reports another ETag (weak tags skip If-Match and are
+	 * caught by comparing the response) */
+	cr_assert_eq(http_stat(h, url("/big.bin"), &size, etag, sizeof(etag)),
+		     0);
+	set_faults("/big.bin=etag:W/\"other\"");
+	cr_expect_eq(
+		http_stream(h, url("/big.bin"), etag, size, collect_sink, c),
+		-ESTALE);
+	cr_expect_eq(http_stream(h, url("/big.bin"), "W/\"mine\"", size,
+				 collect_sink, c),
+		     -ESTALE);
+	cr_expect_eq(c->len, 0, "no byte of a stale object reaches the sink");
+	cr_expect_eq(stats_of(h).retries, 0);
+	collect_free(c);
+	http_free(h);
+}
+
+Test(http, object_changing_mid_stream_never_mixes)
+{
+	NEED_SERVER();
+	struct http *h = mk(2, NULL);
+	struct collect *c = collect_new();
+
+	/* the first body breaks off; before the resume the file's mtime (so
+	 * its ETag) changes */
+	set_faults("/big.bin=truncate:200000,count=1");
+	c->touch_after = 1;
+	cr_expect_eq(
+		http_stream(h, url("/big.bin"), NULL, BIG_LEN, collect_sink, c),
+		-ESTALE);
+	cr_expect_leq(c->len, 200000);
+	cr_expect(memcmp(c->buf, g_big, c->len) == 0,
+		  "delivered prefix differs");
+	collect_free(c);
+	http_free(h);
+}
+
+Test(http, lying_content_range_is_eproto)
+{
+	NEED_SERVER();
+	struct http *h = mk(2, NULL);
+	unsigned char buf[100];
+
+	set_faults("/big.bin=lie-range");
+	cr_expect_eq(
+		http_get_range(h, url("/big.bin"), NULL, 10, sizeof(buf), buf),
+		-EPROTO);
+	cr_expect_eq(stats_of(h).errors_verify, 1);
+	cr_expect_eq(stats_of(h).retries, 0);
+	http_free(h);
+}
+
+Test(http, wrong_expected_size_is_eproto)
+{
+	NEED_SERVER();
+	struct http *h = mk(2, NULL);
+	struct collect *c = collect_new();
+
+	cr_expect_eq(http_stream(h, url("/big.bin"), NULL, BIG_LEN + 1,
+				 collect_sink, c),
+		     -EPROTO);
+	cr_expect_eq(http_stream(h, url("/big.bin"), NULL, BIG_LEN - 1,
+				 collect_sink, c),
+		     -EPROTO);
+	cr_expect_eq(c->len, 0);
+	cr_expect_eq(stats_of(h).errors_verify, 2);
+	cr_expect_eq(stats_of(h).retries, 0);
+	collect_free(c);
+	http_free(h);
+}
+
+/* ---- redirects and TLS -------------------------------------------------- */
+
+Test(http, redirects_are_followed_and_bounded)
+{
+	NEED_SERVER();
+	struct http *h = mk(1, NULL);
+	char rules[512], *out = NULL;
+	size_t len;
+
+	snprintf(rules, sizeof(rules),
+		 "/r=redirect:%s\n/loop=redirect:/loop\n"
+		 "/ftp=redirect:ftp://127.0.0.1/x",
+		 url("/small.txt"));
+	set_faults(rules);
+	cr_assert_eq(http_get_all(h, url("/r"), 100, &out, &len), 0);
+	cr_expect_str_eq(out, SMALL_TEXT);
+	free(out);
+	cr_expect_eq(http_get_all(h, url("/loop"), 100, &out, &len), -ELOOP);
+	cr_expect_eq(http_get_all(h, url("/ftp"), 100, &out, &len), -EPROTO);
+	http_free(h);
+}
+
+static int make_cert(char *cert, char *key, size_t len)
+{
+	char cmd[1024];
+
+	snprintf(cert, len, "%s/cert.pem", g_dir);
+	snprintf(key, len, "%s/key.pem", g_dir);
+	snprintf(cmd, sizeof(cmd),
+		 "openssl req -x509 -newkey ec -pkeyopt "
+		 "ec_paramgen_curve:prime256v1 "
+		 "-nodes -days 2 -subj /CN=127.0.0.1 -addext "
+		 "subjectAltName=IP:127.0.0.1 "
+		 "-keyout %s -out %s >/dev/null 2>&1",
+		 key, cert);
+	return system(cmd);
+}
+
+Test(http, https_verifies_and_refuses_downgrade)
+{
+	NEED_SERVER();
+	char cert[256], key[256], rule[400], u[256], *out = NULL, err[256];
+	struct server tls = {0};
+	struct http_opts o = {.retry_budget_s = 0.5, .backoff_base_s = 0.01};
+	struct http *h, *untrusting;
+	size_t len;
+
+	if (make_cert(cert, key, sizeof(cert)))
+		cr_skip_test("openssl could not make a test certificate");
+	/* the TLS server sends /down to the plain server: a downgrade */
+	snprintf(rule, sizeof(rule), "/down=redirect:%s", url("/small.txt"));
+	cr_assert_eq(server_start(&tls, "tls", cert, key, rule), 0);
+	o.ca_file = cert;
+	h = http_new(&o, err, sizeof(err));
+	o.ca_file = NULL;
+	untrusting = http_new(&o, err, sizeof(err));
+	cr_assert(h && untrusting);
+
+	snprintf(u, sizeof(u), "https://127.0.0.1:%d/small.txt", tls.port);
+	cr_expect_eq(http_get_all(h, u, 100, &out, &len), 0);
+	cr_expect_str_eq(out ? out : "", SMALL_TEXT);
+	free(out);
+	out = NULL;
+	cr_expect_eq(http_get_all(untrusting, u, 100, &out, &len), -EACCES);
+
+	/* upgrade http -> https is fine */
+	snprintf(rule, sizeof(rule), "/up=redirect:%s", u);
+	set_faults(rule);
+	cr_expect_eq(http_get_all(h, url("/up"), 100, &out, &len), 0);
+	free(out);
+	out = NULL;
+
+	snprintf(u, sizeof(u), "https://127.0.0.1:%d/down", tls.port);
+	cr_expect_eq(http_get_all(h, u, 100, &out, &len), -EPROTO);
+	cr_expect_eq(server_stat("requests"), 1,
+		     "the http target was never asked");
+	server_stop(&tls);
+	http_free(untrusting);
+	http_free(h);
+}
+
+/* ---- headers and redaction ---------------------------------------------- */
+
+Test(http, header_file_headers_are_sent_to_the_origin_only)
+{
+	NEED_SERVER();
+	static const char hf[] = "# credentials for the test\n\n"
+				 "X-Echofs-Test: s3cret-value\r\n"
+				 "  X-Second:\tv2  \n";
+	char path[256], out[4096], rule[256], *body = NULL;
+	struct http *h;
+	size_t len;
+
+	write_file(g_dir, "headers", hf, strlen(hf));
+	snprintf(path, sizeof(path), "%s/headers", g_dir);
+	h = mk(1, path);
+	cr_assert_eq(http_get_all(h, url("/small.txt"), 100, &body, &len), 0);
+	free(body);
+	cr_assert_eq(ctl("GET", "/_last_headers", "", out, sizeof(out)), 200);
+	cr_expect_not_null(strstr(out, "\"X-Echofs-Test\": \"s3cret-value\""),
+			   "%s", out);
+	cr_expect_not_null(strstr(out, "\"X-Second\": \"v2\""), "%s", out);
+
+	/* a redirect to another origin (localhost vs 127.0.0.1) drops them */
+	snprintf(rule, sizeof(rule),
+		 "/away=redirect:http://localhost:%d/small.txt", g_srv.port);
+	set_faults(rule);
+	cr_assert_eq(http_get_all(h, url("/away"), 100, &body, &len), 0);
+	free(body);
+	cr_assert_eq(ctl("GET", "/_last_headers", "", out, sizeof(out)), 200);
+	cr_expect_not_null(strstr(out, "\"path\": \"/small.txt\""), "%s", out);
+	cr_expect_null(strstr(out, "s3cret"),
+		       "credential followed a redirect: %s", out);
+	http_free(h);
+}
+
+Test(http_offline, header_file_rejects_bad_lines_without_leaking)
+{
+	static const struct {
+		const char *text;
+		const char *reason;
+	} cases[] = {
+		{"Authorization Bearer SECRET\n", "line 1: no colon"},
+		{"# ok\nX-A: SEC\x01RET\n", "line 2: control character"},
+		{"X A: SECRET\n", "line 1: bad character in header name"},
+		{": SECRET\n", "line 1: empty header name"},
+		{"\n\nRange: bytes=0-SECRET\n", "line 3: header name reserved"},
+		{"X-Empty:   \n", "line 1: empty value"},
+	};
+	char dir[] = "/tmp/echofs-test-hf-XXXXXX", path[128], err[256];
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/h", dir);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct http_opts o = {.header_file = path};
+		FILE *f = fopen(path, "w");
+		cr_assert_not_null(f);
+		fputs(cases[i].text, f);
+		fclose(f);
+		err[0] = '\0';
+		cr_expect_null(http_new(&o, err, sizeof(err)),
+			       "case %zu accepted", i);
+		cr_expect_not_null(strstr(err, cases[i].reason), "case %zu: %s",
+				   i, err);
+		cr_expect_null(strstr(err, "SEC"), "case %zu leaks: %s", i,
+			       err);
+	}
+	unlink(path);
+	{
+		struct http_opts o = {.header_file = path};
+		cr_expect_null(http_new(&o, err, sizeof(err)));
+		cr_expect_not_null(strstr(err, "No such file"), "%s", err);
+	}
+	rmdir(dir);
+}
+
+Test(http_offline, redact_table)
+{
+	static const struct {
+		const char *in;
+		const char *out;
+	} cases[] = {
+		{"https://h/a/b.tar", "https://h/a/b.tar"},
+		{"https://user:pw@h/x.tar", "https://***@h/x.tar"},
+		{"https://user@h:8443/x", "https://***@h:8443/x"},
+		{"https://h/x.tar?X-Amz-Signature=abc&t=1",
+		 "https://h/x.tar?***"},
+		{"https://h/x.tar#frag", "https://h/x.tar#***"},
+		{"https://h/x?q#f", "https://h/x?***"},
+		{"https://u:p@h?sig=1", "https://***@h?***"},
+		{"https://h/p@q/x", "https://h/p@q/x"}, /* '@' in the path */
+		{"https://a@b@h/x",
+		 "https://***@h/x"}, /* last '@' ends userinfo */
+		{"/local/path?x=1", "/local/path?***"},
+		{"", ""},
+	};
+	char buf[128], tiny[12];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		cr_expect_str_eq(http_redact(cases[i].in, buf, sizeof(buf)),
+				 cases[i].out, "%s", cases[i].in);
+	/* truncated to fit, never overflowing, never showing the secret */
+	cr_expect_str_eq(
+		http_redact("https://user:pw@host/x", tiny, sizeof(tiny)),
+		"https://***");
+	cr_expect_eq(http_redact("https://h/", tiny, 0), tiny);
+}
+
+Test(http_offline, bad_arguments)
+{
+	struct http_opts o = {0};
+	char err[64], etag[HTTP_ETAG_MAX + 1];
+	struct http *h = http_new(&o, err, sizeof(err));
+	unsigned char b[4];
+
+	cr_assert_not_null(h);
+	memset(etag, 'x', sizeof(etag) - 1);
+	etag[sizeof(etag) - 1] = '\0';
+	cr_expect_eq(http_get_range(h, "http://127.0.0.1:1/x", etag, 0, 4, b),
+		     -EINVAL);
+	cr_expect_eq(http_get_range(h, "http://127.0.0.1:1/x", NULL,
+				    UINT64_MAX - 1, 4, b),
+		     -EINVAL);
+	cr_expect_eq(http_get_range(h, "ftp://127.0.0.1/x", NULL, 0, 4, b),
+		     -EPROTO);
+	http_free(h);
+	http_free(NULL);
+}
+
+/* ---- concurrency -------------------------------------------------------- */
+
+struct worker {
+	struct http *h;
+	int rc;
+	size_t off, bad;
+};
+
+static int check_sink(void *ud, const void *data, size_t len)
+{
+	struct worker *w = ud;
+	if (w->off + len > BIG_LEN || memcmp(g_big + w->off, data, len) != 0)
+		w->bad++;
+	w->off += len;
+	return 0;
+}
+
+static void *stream_worker(void *arg)
+{
+	struct worker *w = arg;
+	w->rc = http_stream(w->h, url("/big.bin"), NULL, BIG_LEN, check_sink,
+			    w);
+	return NULL;
+}
+
+Test(http, concurrent_streams_share_few_connections)
+{
+	NEED_SERVER();
+	struct http_opts o = {
+		.connections = 2, .retry_budget_s = 5, .backoff_base_s = 0.01};
+	char err[128];
+	struct http *h = http_new(&o, err, sizeof(err));
+	struct worker w[8];
+	pthread_t t[8];
+	uint64_t conns, max_open;
+
+	cr_assert_not_null(h);
+	cr_assert_eq(ctl("POST", "/_reset_stats", "", NULL, 0), 200);
+	for (int i = 0; i < 8; i++) {
+		w[i] = (struct worker){.h = h};
+		cr_assert_eq(pthread_create(&t[i], NULL, stream_worker, &w[i]),
+			     0);
+	}
+	for (int i = 0; i < 8; i++) {
+		pthread_join(t[i], NULL);
+		cr_expect_eq(w[i].rc, 0, "worker %d: %d", i, w[i].rc);
+		cr_expect_eq(w[i].off, BIG_LEN, "worker %d", i);
+		cr_expect_eq(w[i].bad, 0, "worker %d got wrong bytes", i);
+	}
+	max_open = server_stat("max_open");
+	conns = server_stat("connections") - 2; /* minus our two /_stats asks */
+	cr_expect_eq(server_stat("requests"), 8);
+	cr_expect_leq(conns, 3, "opened %llu connections for 8 transfers",
+		      (unsigned long long)conns);
+	/* two transfers plus at most one idle or control connection */
+	cr_expect_leq(max_open, 3, "max_open %llu",
+		      (unsigned long long)max_open);
+	cr_expect_eq(stats_of(h).requests, 8);
+	http_free(h);
+}

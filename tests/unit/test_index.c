@@ -1,0 +1,305 @@
+/* test_index.c - index building, strict parsing, writing and atomic saving. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fetch/index.h"
+
+static char *write_mem(const struct index *ix, size_t *len)
+{
+	char *buf = NULL;
+	FILE *f = open_memstream(&buf, len);
+	cr_assert_not_null(f);
+	cr_assert_eq(index_write(ix, f), 0);
+	fclose(f);
+	return buf;
+}
+
+static struct index *sample_index(void)
+{
+	struct index *ix = index_new();
+	cr_assert_eq(index_add_shard(ix, "http://h/s-000.tar", 10000, "\"e1\""),
+		     0);
+	cr_assert_eq(index_add_shard(ix, "http://h/s-001.tar", 5000, NULL), 1);
+	cr_assert_eq(index_add_sample(ix, 0, 512, 100, "7", "k0", "jpg"), 0);
+	cr_assert_eq(index_add_sample(ix, 0, 1024, 8976, "7", "dir/k1", "JPEG"),
+		     0);
+	cr_assert_eq(index_add_sample(ix, 1, 0, 5000, "n01440764",
+				      "n01440764/n01440764_1", "png"),
+		     0);
+	return ix;
+}
+
+static void expect_same(const struct index *a, const struct index *b)
+{
+	cr_assert_eq(a->nshards, b->nshards);
+	cr_assert_eq(a->nsamples, b->nsamples);
+	for (size_t i = 0; i < a->nshards; i++) {
+		cr_expect_str_eq(a->shards[i].url, b->shards[i].url);
+		cr_expect_eq(a->shards[i].size, b->shards[i].size);
+		cr_expect_str_eq(a->shards[i].etag, b->shards[i].etag);
+	}
+	for (size_t i = 0; i < a->nsamples; i++) {
+		const struct index_sample *x = &a->samples[i],
+					  *y = &b->samples[i];
+		cr_expect_eq(x->shard, y->shard);
+		cr_expect_eq(x->offset, y->offset);
+		cr_expect_eq(x->size, y->size);
+		cr_expect_str_eq(x->label, y->label);
+		cr_expect_str_eq(x->key, y->key);
+		cr_expect_str_eq(x->ext, y->ext);
+	}
+}
+
+Test(index, round_trip_in_memory)
+{
+	struct index *ix = sample_index(), *back;
+	char err[128], *text, *text2;
+	size_t len, len2;
+
+	text = write_mem(ix, &len);
+	cr_expect_str_eq(
+		text, "echofs-index 1\n"
+		      "S\thttp://h/s-000.tar\t10000\t\"e1\"\n"
+		      "S\thttp://h/s-001.tar\t5000\t-\n"
+		      "M\t0\t512\t100\t7\tk0\tjpg\n"
+		      "M\t0\t1024\t8976\t7\tdir/k1\tjpeg\n"
+		      "M\t1\t0\t5000\tn01440764\tn01440764/n01440764_1\tpng\n");
+	cr_assert_eq(index_parse(text, len, &back, err, sizeof(err)), 0, "%s",
+		     err);
+	expect_same(ix, back);
+	cr_expect_str_eq(back->shards[1].etag, "");
+	text2 = write_mem(back, &len2);
+	cr_expect_str_eq(text, text2);
+	free(text);
+	free(text2);
+	index_free(ix);
+	index_free(back);
+	index_free(NULL);
+}
+
+Test(index, save_and_load)
+{
+	char dir[] = "/tmp/echofs-index-XXXXXX", path[256], err[256];
+	struct index *ix = sample_index(), *back;
+	struct stat st;
+	struct dirent *de;
+	DIR *d;
+	int n = 0;
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/train.index", dir);
+	cr_assert_eq(index_save(ix, path), 0);
+	cr_assert_eq(index_save(ix, path), 0); /* replaces */
+	cr_assert_eq(stat(path, &st), 0);
+	cr_expect_eq(st.st_mode & 0777, 0644);
+	d = opendir(dir);
+	while ((de = readdir(d)))
+		n += de->d_name[0] != '.';
+	closedir(d);
+	cr_expect_eq(n, 1, "no temporary file left behind");
+	cr_assert_eq(index_load(path, &back, err, sizeof(err)), 0, "%s", err);
+	expect_same(ix, back);
+	index_free(back);
+	unlink(path);
+	cr_expect_eq(index_load(path, &back, err, sizeof(err)), -ENOENT);
+	cr_expect_null(back);
+	cr_expect_neq(strstr(err, "train.index"), NULL, "%s", err);
+	/* A directory that does not exist: nothing created, error returned. */
+	snprintf(path, sizeof(path), "%s/missing/x.index", dir);
+	cr_expect_eq(index_save(ix, path), -ENOENT);
+	rmdir(dir);
+	index_free(ix);
+}
+
+Test(index, add_sample_rules)
+{
+	struct index *ix = index_new();
+	static const struct {
+		uint32_t shard;
+		uint64_t off, size;
+		const char *label, *key, *ext;
+	} bad[] = {
+		{1, 0, 1, "l", "k", "jpg"},   /* no such shard */
+		{0, 0, 101, "l", "k", "jpg"}, /* past the shard end */
+		{0, 100, 1, "l", "k", "jpg"},
+		{0, UINT64_MAX, 2, "l", "k", "jpg"}, /* overflow */
+		{0, 0, 1, "", "k", "jpg"},
+		{0, 0, 1, "l", "", "jpg"},
+		{0, 0, 1, "l", "k", ""},
+		{0, 0, 1, "a\tb", "k", "jpg"},
+		{0, 0, 1, "l", "k\n", "jpg"},
+		{0, 0, 1, "l", "k", "j\x01"},
+		{0, 0, 1, "a/b", "k", "jpg"},
+		{0, 0, 1, "..", "k", "jpg"},
+		{0, 0, 1, "l", "/abs", "jpg"},
+		{0, 0, 1, "l", "a/../b", "jpg"},
+		{0, 0, 1, "l", "a//b", "jpg"},
+		{0, 0, 1, "l", "k", "tar.gz"},
+		{0, 0, 1, "l", "k", "abcdefghijklmnopq"},
+	};
+
+	index_add_shard(ix, "u", 100, "");
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		cr_expect_eq(index_add_sample(ix, bad[i].shard, bad[i].off,
+					      bad[i].size, bad[i].label,
+					      bad[i].key, bad[i].ext),
+			     -EINVAL, "case %zu", i);
+	cr_expect_eq(ix->nsamples, 0);
+	cr_expect_eq(index_add_sample(ix, 0, 0, 100, "l", "k", "jpg"), 0);
+	cr_expect_eq(index_add_sample(ix, 0, 100, 0, "l", "k", "jpg"), 0);
+	index_free(ix);
+}
+
+Test(index, write_rejects_bad_shard_fields)
+{
+	struct index *ix = index_new();
+	FILE *f = fopen("/dev/null", "w");
+
+	index_add_shard(ix, "http://h/a\tb.tar", 1, "");
+	cr_expect_eq(index_write(ix, f), -EINVAL);
+	index_free(ix);
+	ix = index_new();
+	index_add_shard(ix, "", 1, "");
+	cr_expect_eq(index_write(ix, f), -EINVAL);
+	index_free(ix);
+	fclose(f);
+}
+
+#define HDR "echofs-index 1\n"
+#define S0 "S\thttp://h/a.tar\t1000\t-\n"
+
+static const struct {
+	const char *text;
+	const char *err; /* NULL: accepted */
+} parse_cases[] = {
+	{"", "line 1: not an echofs index"},
+	{"echofs-index 2\n", "line 1: not an echofs index"},
+	{"echofs-index 1 \n", "line 1: not an echofs index"},
+	{"echofs-index 1", NULL},
+	{HDR, NULL},
+	{HDR S0 "M\t0\t0\t1000\tl\tk\tjpg", NULL}, /* no final newline */
+	{HDR "# comment\twith tab\n" S0 "#\n", NULL},
+	{HDR "S\tu\t10\n", "line 2: S needs 4 fields"},
+	{HDR "S\tu\t10\t-\tx\n", "line 2: S needs 4 fields"},
+	{HDR "S\t\t10\t-\n", "line 2: empty URL or ETag"},
+	{HDR "S\tu\t10\t\n", "line 2: empty URL or ETag"},
+	{HDR "S\tu\t1e3\t-\n", "line 2: bad shard size"},
+	{HDR "S\tu\t18446744073709551616\t-\n", "line 2: bad shard size"},
+	{HDR "M\t0\t0\t1\tl\tk\tjpg\n", "line 2: bad or unknown shard number"},
+	{HDR S0 "M\t1\t0\t1\tl\tk\tjpg\n",
+	 "line 3: bad or unknown shard number"},
+	{HDR S0 "M\t-0\t0\t1\tl\tk\tjpg\n",
+	 "line 3: bad or unknown shard number"},
+	{HDR S0 "M\t99999999999999999999\t0\t1\tl\tk\tjpg\n",
+	 "line 3: bad or unknown shard number"},
+	{HDR S0 "M\t0\t0\t1\tl\tk\n", "line 3: M needs 7 fields"},
+	{HDR S0 "M\t0\t0\t1\tl\tk\tjpg\tx\n", "line 3: too many fields"},
+	{HDR S0 "M\t0\t 0\t1\tl\tk\tjpg\n", "line 3: bad offset or size"},
+	{HDR S0 "M\t0\t0\t+1\tl\tk\tjpg\n", "line 3: bad offset or size"},
+	{HDR S0 "M\t0\t\t1\tl\tk\tjpg\n", "line 3: bad offset or size"},
+	{HDR S0 "M\t0\t1000\t1\tl\tk\tjpg\n",
+	 "line 3: sample lies outside its shard"},
+	{HDR S0 "M\t0\t1\t1000\tl\tk\tjpg\n",
+	 "line 3: sample lies outside its shard"},
+	{HDR S0 "M\t0\t18446744073709551615\t2\tl\tk\tjpg\n",
+	 "line 3: sample lies outside its shard"},
+	{HDR S0 "M\t0\t0\t1\t\tk\tjpg\n", "line 3: bad label"},
+	{HDR S0 "M\t0\t0\t1\ta/b\tk\tjpg\n", "line 3: bad label"},
+	{HDR S0 "M\t0\t0\t1\t..\tk\tjpg\n", "line 3: bad label"},
+	{HDR S0 "M\t0\t0\t1\tl\t\tjpg\n", "line 3: bad key"},
+	{HDR S0 "M\t0\t0\t1\tl\t/etc/x\tjpg\n", "line 3: bad key"},
+	{HDR S0 "M\t0\t0\t1\tl\td/../x\tjpg\n", "line 3: bad key"},
+	{HDR S0 "M\t0\t0\t1\tl\td/\tjpg\n", "line 3: bad key"},
+	{HDR S0 "M\t0\t0\t1\tl\tk\t\n", "line 3: bad extension"},
+	{HDR S0 "M\t0\t0\t1\tl\tk\tj.pg\n", "line 3: bad extension"},
+	{HDR S0 "M\t0\t0\t1\tl\tk\tjpg\r\n",
+	 "line 3: control character in a field"},
+	{HDR S0 "M\t0\t0\t1\tl\tk\x7f\tjpg\n",
+	 "line 3: control character in a field"},
+	{HDR S0 "\n", "line 3: empty line"},
+	{HDR S0 "X\t1\n", "line 3: unknown record type"},
+	{HDR S0 "MM\t0\n", "line 3: unknown record type"},
+	{HDR "# one\n# two\n" S0 "M\t0\t0\t1\tl\tk\n",
+	 "line 5: M needs 7 fields"},
+};
+
+Test(index, parse_table)
+{
+	for (size_t i = 0; i < sizeof(parse_cases) / sizeof(parse_cases[0]);
+	     i++) {
+		const char *t = parse_cases[i].text, *want = parse_cases[i].err;
+		struct index *ix = (struct index *)1;
+		char err[256] = "";
+		int r = index_parse(t, strlen(t), &ix, err, sizeof(err));
+		if (!want) {
+			cr_expect_eq(r, 0, "case %zu: %s", i, err);
+			index_free(ix);
+			continue;
+		}
+		cr_expect_eq(r, -EBADMSG, "case %zu", i);
+		cr_expect_null(ix, "case %zu", i);
+		cr_expect_eq(strncmp(err, want, strlen(want)), 0,
+			     "case %zu: got \"%s\", want \"%s\"", i, err, want);
+	}
+}
+
+Test(index, parse_embedded_nul)
+{
+	static const char t[] = HDR S0 "M\t0\t0\t1\tl\tk\0x\tjpg\n";
+	struct index *ix;
+	char err[128];
+
+	cr_expect_eq(index_parse(t, sizeof(t) - 1, &ix, err, sizeof(err)),
+		     -EBADMSG);
+	cr_expect_str_eq(err, "line 3: control character in a field");
+}
+
+Test(index, parse_lowercases_ext_and_dash_etag)
+{
+	static const char t[] = HDR S0 "M\t0\t0\t1\tl\tk\tJPG\n";
+	struct index *ix;
+	char err[128];
+
+	cr_assert_eq(index_parse(t, sizeof(t) - 1, &ix, err, sizeof(err)), 0);
+	cr_expect_str_eq(ix->samples[0].ext, "jpg");
+	cr_expect_str_eq(ix->shards[0].etag, "");
+	index_free(ix);
+}
+
+/* Many samples through the whole path: add, write, parse. */
+Test(index, many_samples)
+{
+	struct index *ix = index_new(), *back;
+	char key[64], label[16], err[128], *text;
+	size_t len;
+
+	for (int s = 0; s < 100; s++) {
+		snprintf(key, sizeof(key), "http://h/s-%06d.tar", s);
+		index_add_shard(ix, key, 1u << 30, "\"etag\"");
+	}
+	for (int i = 0; i < 200000; i++) {
+		snprintf(key, sizeof(key), "n%08d/img_%d", i / 1300, i);
+		snprintf(label, sizeof(label), "n%08d", i / 1300);
+		cr_assert_eq(index_add_sample(ix, (uint32_t)(i % 100),
+					      (uint64_t)i * 1024, 1000, label,
+					      key, "jpg"),
+			     0);
+	}
+	text = write_mem(ix, &len);
+	cr_assert_eq(index_parse(text, len, &back, err, sizeof(err)), 0, "%s",
+		     err);
+	expect_same(ix, back);
+	/* A loaded index can still grow (its sample array moves). */
+	cr_assert_eq(index_add_sample(back, 3, 0, 1, "l", "extra", "jpg"), 0);
+	cr_assert_eq(index_add_sample(ix, 3, 0, 1, "l", "extra", "jpg"), 0);
+	expect_same(ix, back);
+	free(text);
+	index_free(ix);
+	index_free(back);
+}
