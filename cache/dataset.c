@@ -205,13 +205,14 @@ static void show_progress(void *ud, size_t done, size_t total,
 
 static int build_index(const struct dataset_opts *o, struct http *h,
 		       struct store *st, const struct shardlist *l,
-		       struct index **out, char *err, size_t errlen)
+		       struct index **out, uint64_t *skipped, char *err,
+		       size_t errlen)
 {
 	int tty = isatty(STDERR_FILENO);
 	double t0 = now_mono();
 	int r = indexer_build(h, st, l, o->jobs ? o->jobs : 4,
 			      o->progress ? show_progress : NULL, &tty, out,
-			      err, errlen);
+			      skipped, err, errlen);
 	if (!r)
 		log_info("indexed %zu shards, %zu samples in %.1f s",
 			 (*out)->nshards, (*out)->nsamples, now_mono() - t0);
@@ -318,7 +319,8 @@ int dataset_open(const struct dataset_opts *o, struct http *h,
 	r = find_index(o, h, &l, cached, out, info, err, errlen);
 	if (r == -ENOENT) {
 		info->index_from = "built";
-		r = build_index(o, h, st, &l, out, err, errlen);
+		r = build_index(o, h, st, &l, out, &info->tar_skipped, err,
+				errlen);
 	}
 	if (r)
 		goto out;

@@ -48,6 +48,7 @@ struct build {
 	/* Guarded by lock. */
 	size_t next, done;
 	unsigned long long bytes;
+	uint64_t skipped; /* members and samples skipped, all shards */
 	bool failed, cache_warned;
 	int err;
 	char errmsg[1024];
@@ -143,6 +144,7 @@ static int sink(void *ud, const void *data, size_t len)
 }
 
 struct skip_log {
+	struct build *b;
 	const char *url;
 };
 
@@ -151,6 +153,9 @@ static void log_skip(void *ud, const char *why, uint64_t n)
 	const struct skip_log *l = ud;
 	log_warn("indexer: %s: skipped %llu (%s)", l->url,
 		 (unsigned long long)n, why);
+	pthread_mutex_lock(&l->b->lock);
+	l->b->skipped += n;
+	pthread_mutex_unlock(&l->b->lock);
 }
 
 static void report(struct build *b, uint64_t size)
@@ -197,7 +202,7 @@ static int stream_shard(struct build *b, size_t i, struct job_result *res)
 		fail(b, i, r, NULL);
 	} else {
 		char red[400];
-		struct skip_log l = {http_redact(url, red, sizeof(red))};
+		struct skip_log l = {b, http_redact(url, red, sizeof(red))};
 		scan_for_each_skip(j.scan, log_skip, &l);
 	}
 	if (r == 0 && j.w) {
@@ -286,7 +291,7 @@ static void run_jobs(struct build *b, unsigned jobs)
 int indexer_build(struct http *h, struct store *st,
 		  const struct shardlist *list, unsigned jobs,
 		  indexer_progress_fn progress, void *ud, struct index **out,
-		  char *err, size_t errlen)
+		  uint64_t *skipped, char *err, size_t errlen)
 {
 	struct build b = {
 		.h = h, .st = st, .list = list, .progress = progress, .ud = ud};
@@ -307,6 +312,8 @@ int indexer_build(struct http *h, struct store *st,
 	} else if ((r = merge(&b, out)) != 0) {
 		snprintf(err, errlen, "merging the index: %s", strerror(-r));
 	}
+	if (skipped)
+		*skipped = b.skipped;
 	for (size_t i = 0; i < list->n; i++)
 		index_free(b.res[i].ix);
 	free(b.res);

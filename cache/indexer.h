@@ -5,6 +5,7 @@
 #define ECHOFS_INDEXER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct http;
 struct store;
@@ -17,13 +18,14 @@ typedef void (*indexer_progress_fn)(void *ud, size_t done, size_t total,
 
 /* For each URL of list: stat it (size, ETag), stream it through the tar
  * scanner and, when st is non-NULL, into the store. `jobs` shards at a time.
- * Skipped members and samples are counted and logged (log_warn, one line per
+ * Skipped members and samples are counted (their total in *skipped when
+ * skipped is non-NULL) and logged (log_warn, one line per
  * shard and reason). Any shard failing (404, unreachable, malformed tar) fails
  * the build: returns -errno with a one-line reason naming the (redacted)
  * shard URL in err. *out is caller-freed (index_free). */
 int indexer_build(struct http *h, struct store *st,
 		  const struct shardlist *list, unsigned jobs,
 		  indexer_progress_fn progress, void *ud, struct index **out,
-		  char *err, size_t errlen);
+		  uint64_t *skipped, char *err, size_t errlen);
 
 #endif

@@ -316,7 +316,7 @@ static int build_remote(int n, char **args, const struct opts *o,
 		shardlist_clear(&list);
 		return fail("%s", err);
 	}
-	r = indexer_build(h, NULL, &list, o->jobs, progress, NULL, out, err,
+	r = indexer_build(h, NULL, &list, o->jobs, progress, NULL, out, NULL, err,
 			  sizeof(err));
 	http_free(h);
 	shardlist_clear(&list);

@@ -318,12 +318,15 @@ Test(indexer, builds_the_right_index)
 		struct index *ix = NULL;
 		struct prog p = {0};
 		char err[256] = "";
+		uint64_t skipped = 99;
 		int r;
 
 		make_list(&l, NSHARDS, NULL);
 		r = indexer_build(h, NULL, &l, job_counts[j], on_progress, &p,
-				  &ix, err, sizeof(err));
+				  &ix, &skipped, err, sizeof(err));
 		cr_assert_eq(r, 0, "jobs %u: %s", job_counts[j], err);
+		/* One orphan member (no image) per shard. */
+		cr_assert_eq(skipped, NSHARDS);
 		check_index(ix);
 		cr_assert_eq(p.calls, NSHARDS);
 		cr_assert_eq(p.last_done, NSHARDS);
@@ -348,7 +351,7 @@ Test(indexer, shards_land_in_the_store)
 	cr_assert_not_null(st, "%s", err);
 	make_list(&l, NSHARDS, NULL);
 	cr_assert_eq(
-		indexer_build(h, st, &l, 2, NULL, NULL, &ix, err, sizeof(err)),
+		indexer_build(h, st, &l, 2, NULL, NULL, &ix, NULL, err, sizeof(err)),
 		0, "%s", err);
 	check_index(ix);
 	for (int s = 0; s < NSHARDS; s++) {
@@ -383,7 +386,7 @@ Test(indexer, cache_too_small_still_indexes)
 	cr_assert_not_null(st, "%s", err);
 	make_list(&l, NSHARDS, NULL);
 	cr_assert_eq(
-		indexer_build(h, st, &l, 2, NULL, NULL, &ix, err, sizeof(err)),
+		indexer_build(h, st, &l, 2, NULL, NULL, &ix, NULL, err, sizeof(err)),
 		0, "%s", err);
 	check_index(ix);
 	store_get_stats(st, &sts);
@@ -443,7 +446,7 @@ Test(indexer, failing_shard_fails_the_build)
 
 		srv_start(faults);
 		make_list(&l, NSHARDS, c->extra);
-		r = indexer_build(h, NULL, &l, 2, NULL, NULL, &ix, err,
+		r = indexer_build(h, NULL, &l, 2, NULL, NULL, &ix, NULL, err,
 				  sizeof(err));
 		cr_assert_eq(r, c->err, "%s: %d (%s)", c->extra, r, err);
 		cr_assert_null(ix);
@@ -471,7 +474,7 @@ Test(indexer, unreachable_and_redacted)
 	l.urls = xcalloc(1, sizeof(char *));
 	l.urls[0] = xstrdup(url);
 	l.n = 1;
-	r = indexer_build(h, NULL, &l, 1, NULL, NULL, &ix, err, sizeof(err));
+	r = indexer_build(h, NULL, &l, 1, NULL, NULL, &ix, NULL, err, sizeof(err));
 	cr_assert_eq(r, -ECONNREFUSED, "%d: %s", r, err);
 	cr_assert(strstr(err, "connection refused"), "%s", err);
 	cr_assert_null(strstr(err, "hunter2"), "%s", err);
@@ -484,7 +487,7 @@ Test(indexer, empty_list_rejected)
 	struct shardlist l = {0};
 	struct index *ix = NULL;
 	char err[128] = "";
-	cr_assert_eq(indexer_build(h, NULL, &l, 1, NULL, NULL, &ix, err,
+	cr_assert_eq(indexer_build(h, NULL, &l, 1, NULL, NULL, &ix, NULL, err,
 				   sizeof(err)),
 		     -EINVAL);
 	cr_assert(err[0]);
