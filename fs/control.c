@@ -15,6 +15,7 @@
 #include "fetch/http.h"
 #include "fetch/index.h"
 #include "fs/namespace.h"
+#include "fs/push.h"
 
 /* The fetch rate is measured over the time since the previous sample taken
  * at least RATE_WINDOW_S ago, so frequent readers see a steady figure. */
@@ -52,6 +53,7 @@ struct snapshot {
 	struct shards_stats sh;
 	struct http_stats http;
 	struct store_stats st;
+	struct push_stats push;
 	uint64_t cached_shards;
 	double uptime, rate;
 };
@@ -66,6 +68,7 @@ static void take_snapshot(struct control *c, struct snapshot *s)
 	http_get_stats(c->src.http, &s->http);
 	if (c->src.store)
 		store_get_stats(c->src.store, &s->st);
+	push_get_stats(c->src.push, &s->push);
 	for (size_t i = 0; i < ix->nshards; i++)
 		s->cached_shards += (uint64_t)shards_is_cached(c->src.sh, (uint32_t)i);
 	s->uptime = now - c->start;
@@ -141,6 +144,10 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 	  "echofs file handles open now (exact mounts use none)");
 	M("reads", 'c', fc->reads, "read requests");
 	M("bytes_served", 'c', fc->bytes_served, "bytes returned to readers");
+	M("page_cache_pushed", 'c', s->push.files,
+	  "files pushed into the kernel page cache");
+	M("page_cache_push_skipped", 'c', s->push.unknown,
+	  "files not pushed (inode not known to the kernel yet)");
 	M("cache_bytes", 'g', s->st.bytes, "bytes in the disk cache");
 	M("cache_size", 'g', s->st.cap, "disk cache cap");
 	M("cache_evictions", 'c', s->st.evictions, "cache entries evicted");

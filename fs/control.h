@@ -10,6 +10,7 @@ struct namespace;
 struct shards;
 struct http;
 struct store;
+struct push;
 
 /* Counters the FUSE handlers keep. */
 struct fs_counters {
@@ -26,6 +27,7 @@ struct control_sources {
 	struct http *http;
 	struct store *store;
 	const struct fs_counters *fc;
+	struct push *push; /* may be NULL */
 	uint64_t tar_skipped; /* members skipped when the index was built */
 };
 

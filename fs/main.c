@@ -26,6 +26,7 @@
 #include "fs/namespace.h"
 #include "fs/ops.h"
 #include "fs/options.h"
+#include "fs/push.h"
 
 /* Retries at mount time stop sooner, so a dead server fails the mount well
  * within 15 s; once mounted, a read may retry for up to 30 s. */
@@ -41,6 +42,7 @@ struct app {
 	struct namespace *ns;
 	struct shards *sh;
 	struct control *ctl;
+	struct push *push;
 	struct fs_ctx fs;
 	struct fuse_session *se;
 	uint64_t tar_skipped;
@@ -123,7 +125,8 @@ static void init_ctx(struct app *a)
 {
 	struct control_sources cs = {
 		.ns = a->ns, .sh = a->sh, .http = a->http, .store = a->store,
-		.fc = &a->fs.counters, .tar_skipped = a->tar_skipped,
+		.fc = &a->fs.counters, .push = a->push,
+		.tar_skipped = a->tar_skipped,
 	};
 	fs_ctx_init(&a->fs);
 	a->fs.ns = a->ns;
@@ -144,6 +147,12 @@ static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 		snprintf(err, errlen, "libfuse rejected the options (see the log)");
 		return -EINVAL;
 	}
+	/* Before any request can arrive: handlers read fs.push unlocked. */
+	a->push = push_new(a->se, a->ns, a->sh);
+	if (!a->push)
+		log_warn("no page-cache pusher: %s", strerror(errno));
+	a->fs.push = a->push;
+	init_ctx(a);
 	if (fuse_set_signal_handlers(a->se) != 0) {
 		snprintf(err, errlen, "cannot install signal handlers");
 		return -EINVAL;
@@ -173,6 +182,7 @@ static int loop(struct app *a)
 
 static void app_free(struct app *a)
 {
+	push_free(a->push); /* it sends to the session */
 	if (a->se)
 		fuse_session_destroy(a->se);
 	if (a->ctl)
@@ -269,7 +279,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (prepare(&a, err, sizeof(err)) != 0 ||
-	    (init_ctx(&a), mount_fs(&a, &args, err, sizeof(err))) != 0) {
+	    mount_fs(&a, &args, err, sizeof(err)) != 0) {
 		if (a.o.log_file)
 			log_error("%s", err);
 		daemon_fail(err);

@@ -31,6 +31,7 @@
 #include "common/util.h"
 #include "fetch/index.h"
 #include "fs/namespace.h"
+#include "fs/push.h"
 
 /* One rendering of a control file. Readers hold a reference while they
  * copy from it, so a newer rendering may replace it meanwhile. */
@@ -387,6 +388,8 @@ static void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	} else {
 		fs->counters.bytes_served += (uint64_t)r;
 		fuse_reply_buf(req, buf, (size_t)r);
+		push_touch(fs->push,
+			   fs->ns->ix->samples[fs->ns->files[num].sample].shard);
 	}
 	free(buf);
 }

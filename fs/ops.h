@@ -12,6 +12,7 @@
 struct namespace;
 struct shards;
 struct control_snapshot;
+struct push;
 
 /* The filesystem's state, passed as the session's userdata. Everything is
  * borrowed; the tree never changes, the counters are atomics, so handlers
@@ -20,6 +21,7 @@ struct fs_ctx {
 	const struct namespace *ns;
 	struct shards *sh;
 	struct control *ctl;
+	struct push *push; /* page-cache pusher, or NULL */
 	struct fs_counters counters;
 	double timeout;       /* entry and attribute cache timeout, seconds */
 	struct timespec mtime; /* of every inode: the mount time */
