@@ -1,0 +1,147 @@
+/* echo_policy.h - the data-echoing policy (Choi et al., "Faster Neural Network
+ * Training with Data Echoing", arXiv 1907.05550): for each open of a class,
+ * serve a fresh sample, echo one already served, or wait.
+ *
+ * Pure state and arithmetic: no threads, no I/O, no clock, no logging. The
+ * caller (cache/pool.c) serializes every call with its own lock.
+ *
+ * Items are the caller's: it embeds a struct echo_item in each sample and
+ * gets the same pointer back from echo_policy_take / echo_policy_evict
+ * (container_of). The policy never allocates or frees items.
+ *
+ * Per class the policy keeps the class's open counter (tick), the samples
+ * never served yet, and the echo candidates with their use counts and the
+ * tick of their last serve. Two modes:
+ *  - ECHO_ADAPTIVE: a fresh sample (FIFO) whenever the class has one; else
+ *    an echo, only if serving it keeps served/fresh <= E over the policy's
+ *    life, chosen at random among the least-used candidates outside the
+ *    window; a sample is never served more than ceil(E) times.
+ *  - ECHO_FIXED: the paper's example echoing: each fresh sample gets
+ *    floor(E) or ceil(E) copies (ceil with probability E - floor(E), from the
+ *    seeded generator), mean E; every open draws one copy uniformly at random
+ *    from the class's bag of copies, leaving out samples inside the window.
+ * E = 1 in either mode serves every sample exactly once (never an echo).
+ *
+ * The window: a sample served at the class's open number t is not served
+ * again before open t + window + 1 of that class, i.e. never twice within
+ * `window` consecutive opens of the class. Fresh samples are never inside it.
+ * ECHO_DEFAULT_WINDOW is 16 opens: in an ImageFolder epoch read in random
+ * order a class sees about batch/nclasses opens per batch, so 16 opens keep
+ * copies of a sample in different batches for up to ~16 * nclasses images,
+ * while a class needs only 17 distinct served samples before echoing can go
+ * on without a pause. When every candidate is inside the window (a small
+ * class, or a class whose candidates were all just used) the policy says
+ * "wait": the caller waits for fresh data, which always comes (the streamer
+ * runs pass after pass, and each fresh serve advances the tick, so the window
+ * moves); small classes never deadlock, they only echo less.
+ */
+#ifndef ECHOFS_ECHO_POLICY_H
+#define ECHOFS_ECHO_POLICY_H
+
+#include "cache/pool.h" /* enum echo_mode */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ECHO_DEFAULT_WINDOW 16
+/* Largest E accepted: a sample is kept for at most ceil(E) serves. */
+#define ECHO_MAX 1000.0
+/* Eviction looks at this many of the oldest served candidates. */
+#define ECHO_EVICT_SCAN 32
+
+/* xoshiro256** seeded through splitmix64: small, fast, reproducible. */
+struct echo_rng {
+	uint64_t s[4];
+};
+void echo_rng_seed(struct echo_rng *r, uint64_t seed);
+uint64_t echo_rng_next(struct echo_rng *r);
+/* Uniform in [0, n) without modulo bias; 0 when n is 0. */
+uint64_t echo_rng_below(struct echo_rng *r, uint64_t n);
+/* Uniform in [0, 1). */
+double echo_rng_unit(struct echo_rng *r);
+
+/* Embedded in the caller's sample. Every field is private to the policy;
+ * echo_policy_add initializes them. */
+struct echo_item {
+	uint32_t cls;
+	uint32_t state;	    /* out, fresh FIFO or bag */
+	uint32_t uses;	    /* serves counted so far */
+	uint32_t copies;    /* ECHO_FIXED: copies left in the bag */
+	uint64_t last_tick; /* class tick of its last serve (uses > 0) */
+	size_t pos;	    /* index in its class's bag */
+	struct echo_item *prev, *next; /* served list (eviction order) */
+};
+
+/* What one take did, kept by the caller to undo it (echo_policy_untake). */
+struct echo_take {
+	struct echo_item *item;
+	uint64_t tick;	    /* the class's open number of this serve */
+	uint64_t prev_tick; /* the item's last_tick before it */
+	bool fresh;	    /* its first serve */
+	bool retired;	    /* the item left the policy (fully used): the
+			     * caller frees it once nobody holds it */
+};
+
+struct echo_policy_opts {
+	double echo;	     /* E, 1 <= E <= ECHO_MAX */
+	enum echo_mode mode;
+	unsigned window;     /* opens of a class; 0 is a valid window (none) */
+	uint64_t seed;
+};
+
+struct echo_policy_stats {
+	uint64_t served; /* serves counted (fresh + echoes) */
+	uint64_t fresh;	 /* first serves */
+	uint64_t items;	 /* items held (fresh, candidates, bag) */
+};
+
+struct echo_policy;
+
+/* NULL with errno EINVAL for bad options or nclasses == 0. */
+struct echo_policy *echo_policy_new(uint32_t nclasses,
+				    const struct echo_policy_opts *o);
+/* Forgets the items (the caller owns them). Accepts NULL. */
+void echo_policy_free(struct echo_policy *ep);
+
+/* A fresh sample of class cls arrives. Returns 0 or -EINVAL (bad class). */
+int echo_policy_add(struct echo_policy *ep, struct echo_item *it,
+		    uint32_t cls);
+
+/* Decide one open of class cls. Returns 0 with *t filled (the serve is
+ * counted), -EAGAIN when the caller must wait for fresh data, or -EINVAL. */
+int echo_policy_take(struct echo_policy *ep, uint32_t cls,
+		     struct echo_take *t);
+
+/* Undo a take that was never shown to a reader: the serve is uncounted, an
+ * echo's use is given back, a fresh sample is fresh again (at the front of
+ * its class) unless it has been echoed since, in which case that later serve
+ * becomes its first. The class tick is not rewound (other opens may have
+ * happened since). The item must not have been evicted since the take.
+ * Returns true when the policy holds the item afterwards (false: it stays
+ * retired, e.g. E was lowered meanwhile, and the caller frees it). */
+bool echo_policy_untake(struct echo_policy *ep, const struct echo_take *t);
+
+/* Pick and remove the least useful served candidate among the
+ * ECHO_EVICT_SCAN oldest that can_drop accepts (the caller says which are
+ * not in use): ECHO_ADAPTIVE the most used, ECHO_FIXED the one with the
+ * fewest copies left, older first on ties. Never-served samples are never
+ * chosen. NULL when there is none. */
+struct echo_item *echo_policy_evict(struct echo_policy *ep,
+				    bool (*can_drop)(struct echo_item *it,
+						     void *ud),
+				    void *ud);
+
+/* Change E and the mode (samples already in the policy are re-filed: fixed
+ * mode draws copies for them, net of the uses they already had). Returns 0
+ * or -EINVAL (E < 1, > ECHO_MAX or not finite, unknown mode). */
+int echo_policy_set(struct echo_policy *ep, double echo, enum echo_mode mode);
+void echo_policy_get(const struct echo_policy *ep, double *echo,
+		     enum echo_mode *mode);
+
+/* Never-served samples of class cls held now (0 for a bad class). */
+uint64_t echo_policy_ready(const struct echo_policy *ep, uint32_t cls);
+void echo_policy_get_stats(const struct echo_policy *ep,
+			   struct echo_policy_stats *out);
+
+#endif

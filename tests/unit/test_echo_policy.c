@@ -1,0 +1,485 @@
+/* test_echo_policy.c - unit tests for the data-echoing policy
+ * (cache/echo_policy.c): simulated readers and upstream, no FUSE, no I/O. */
+#include "cache/echo_policy.h"
+
+#include "common/util.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- a simulated upstream and readers, checking every serve ---- */
+
+struct sim_case {
+	double echo;
+	enum echo_mode mode;
+	unsigned window;
+	uint32_t ncls;
+	size_t nitems; /* fresh samples the upstream delivers in all */
+	double feed;   /* fresh samples arriving per open, on average
+			* (upstream speed relative to the readers) */
+	uint64_t seed;
+};
+
+struct sim {
+	const struct sim_case *c;
+	struct echo_policy *ep;
+	struct echo_item *items;
+	uint32_t *cls, *uses;
+	uint64_t *last, *tick;
+	size_t next;
+	struct echo_rng rng; /* the simulation's own draws */
+	uint64_t serves, fresh, retired, retired_uses, hash;
+	uint64_t early_echoes; /* echoes while upstream still delivered */
+	uint32_t min_retired_uses, max_retired_uses;
+};
+
+static void sim_init(struct sim *s, const struct sim_case *c)
+{
+	struct echo_policy_opts o = {c->echo, c->mode, c->window, c->seed};
+
+	memset(s, 0, sizeof(*s));
+	s->c = c;
+	s->ep = echo_policy_new(c->ncls, &o);
+	cr_assert_not_null(s->ep);
+	s->items = xcalloc(c->nitems, sizeof(*s->items));
+	s->cls = xcalloc(c->nitems, sizeof(*s->cls));
+	s->uses = xcalloc(c->nitems, sizeof(*s->uses));
+	s->last = xcalloc(c->nitems, sizeof(*s->last));
+	s->tick = xcalloc(c->ncls, sizeof(*s->tick));
+	s->min_retired_uses = UINT32_MAX;
+	echo_rng_seed(&s->rng, 424242);
+	s->hash = 1469598103934665603ULL;
+}
+
+static void sim_free(struct sim *s)
+{
+	echo_policy_free(s->ep);
+	free(s->items);
+	free(s->cls);
+	free(s->uses);
+	free(s->last);
+	free(s->tick);
+}
+
+static bool sim_feed(struct sim *s, uint32_t c)
+{
+	if (s->next == s->c->nitems)
+		return false;
+	s->cls[s->next] = c;
+	cr_assert_eq(echo_policy_add(s->ep, &s->items[s->next], c), 0);
+	s->next++;
+	return true;
+}
+
+/* Every rule the policy promises, checked on one serve. */
+static void check_serve(struct sim *s, uint32_t c, uint64_t ready,
+			const struct echo_take *t)
+{
+	const struct sim_case *k = s->c;
+	size_t i = (size_t)(t->item - s->items);
+	uint32_t cap = (uint32_t)ceil(k->echo);
+
+	cr_assert_lt(i, s->next, "item not from this simulation");
+	cr_assert_eq(s->cls[i], c, "served a sample of another class");
+	cr_assert_eq(t->tick, ++s->tick[c], "class tick out of step");
+	cr_assert_eq(t->fresh, s->uses[i] == 0, "fresh flag wrong");
+	if (!t->fresh)
+		cr_assert_gt(t->tick - s->last[i], k->window,
+			     "window violated: item %zu served at %llu and %llu",
+			     i, (unsigned long long)s->last[i],
+			     (unsigned long long)t->tick);
+	if (k->echo == 1.0)
+		cr_assert(t->fresh, "E=1 served an echo");
+	if (k->mode == ECHO_ADAPTIVE && !t->fresh)
+		cr_assert_eq(ready, 0, "echo while %llu fresh were ready",
+			     (unsigned long long)ready);
+	s->uses[i]++;
+	s->last[i] = t->tick;
+	s->serves++;
+	s->fresh += t->fresh;
+	if (!t->fresh && s->next < k->nitems)
+		s->early_echoes++;
+	cr_assert_leq(s->uses[i], cap, "served more than ceil(E) times");
+	if (k->mode == ECHO_ADAPTIVE)
+		cr_assert_leq((double)s->serves,
+			      k->echo * (double)s->fresh + 1e-9,
+			      "served/fresh above E");
+	if (t->retired) {
+		s->retired++;
+		s->retired_uses += s->uses[i];
+		if (s->uses[i] < s->min_retired_uses)
+			s->min_retired_uses = s->uses[i];
+		if (s->uses[i] > s->max_retired_uses)
+			s->max_retired_uses = s->uses[i];
+	}
+	s->hash = (s->hash ^ (i * 2 + t->fresh)) * 1099511628211ULL;
+}
+
+/* Readers open random classes; upstream delivers at rate `feed` and
+ * whenever a reader would wait. Ends when everything was delivered and
+ * every class keeps saying wait. */
+static void sim_run(struct sim *s)
+{
+	const struct sim_case *k = s->c;
+	unsigned stuck = 0;
+
+	while (stuck < 64 * k->ncls) {
+		uint32_t c = (uint32_t)echo_rng_below(&s->rng, k->ncls);
+		struct echo_take t;
+		uint64_t ready;
+		int r;
+
+		double f = floor(k->feed);
+		unsigned nf = (unsigned)f + (echo_rng_unit(&s->rng) < k->feed - f);
+
+		for (unsigned j = 0; j < nf; j++)
+			sim_feed(s, (uint32_t)echo_rng_below(&s->rng, k->ncls));
+		ready = echo_policy_ready(s->ep, c);
+		r = echo_policy_take(s->ep, c, &t);
+		if (r == -EAGAIN) {
+			cr_assert(k->mode == ECHO_FIXED || ready == 0,
+				  "waited while fresh samples were ready");
+			if (!sim_feed(s, c))
+				stuck++;
+			continue;
+		}
+		cr_assert_eq(r, 0);
+		stuck = 0;
+		check_serve(s, c, ready, &t);
+	}
+}
+
+/* ---- fixed mode: mean uses ---- */
+
+static const struct sim_case fixed_cases[] = {
+	{1.5, ECHO_FIXED, 16, 10, 100000, 0.2, 1},
+	{2.0, ECHO_FIXED, 16, 10, 100000, 0.2, 2},
+	{3.3, ECHO_FIXED, 16, 10, 100000, 0.1, 3},
+	{3.3, ECHO_FIXED, 3, 1, 100000, 0.1, 4},
+};
+
+Test(echo_policy, fixed_mean_uses_is_e)
+{
+	for (size_t n = 0; n < ARRAY_SIZE(fixed_cases); n++) {
+		const struct sim_case *k = &fixed_cases[n];
+		struct sim s;
+		double mean;
+
+		sim_init(&s, k);
+		sim_run(&s);
+		cr_assert_eq(s.next, k->nitems);
+		/* All but the last few per class (held inside the window at
+		 * the end) were used up. */
+		cr_assert_geq(s.retired, k->nitems - 100 * k->ncls);
+		mean = (double)s.retired_uses / (double)s.retired;
+		cr_assert(fabs(mean - k->echo) <= 0.02 * k->echo,
+			  "E=%.2f: mean uses %.4f", k->echo, mean);
+		cr_assert_eq(s.min_retired_uses, (uint32_t)floor(k->echo));
+		cr_assert_eq(s.max_retired_uses, (uint32_t)ceil(k->echo));
+		sim_free(&s);
+	}
+}
+
+/* ---- every mode: rules on every serve ---- */
+
+static const struct sim_case rule_cases[] = {
+	/* E, mode, window, classes, items, upstream speed, seed */
+	{1.0, ECHO_ADAPTIVE, 16, 5, 20000, 0.3, 11},
+	{1.0, ECHO_FIXED, 16, 5, 20000, 0.3, 12},
+	{2.0, ECHO_ADAPTIVE, 16, 10, 20000, 0.2, 13},
+	{3.3, ECHO_ADAPTIVE, 16, 10, 20000, 0.1, 14},
+	{3.3, ECHO_ADAPTIVE, 0, 3, 20000, 0.1, 15},
+	{1.5, ECHO_ADAPTIVE, 1, 1, 20000, 0.5, 16},
+	{2.0, ECHO_ADAPTIVE, 16, 4, 20000, 2.0, 17}, /* fast upstream */
+	{2.0, ECHO_FIXED, 0, 3, 20000, 0.3, 18},
+	{2.5, ECHO_FIXED, 1, 1, 20000, 0.3, 19},
+	{3.3, ECHO_FIXED, 40, 2, 20000, 0.2, 20}, /* wide window */
+	{1.7, ECHO_ADAPTIVE, 40, 200, 20000, 0.2, 21}, /* small classes */
+};
+
+Test(echo_policy, rules_hold_on_every_serve)
+{
+	for (size_t n = 0; n < ARRAY_SIZE(rule_cases); n++) {
+		const struct sim_case *k = &rule_cases[n];
+		struct sim s;
+		struct echo_policy_stats st;
+
+		sim_init(&s, k);
+		sim_run(&s);
+		echo_policy_get_stats(s.ep, &st);
+		cr_assert_eq(st.served, s.serves, "case %zu", n);
+		cr_assert_eq(st.fresh, s.fresh, "case %zu", n);
+		/* Over the run every sample was served fresh exactly once. */
+		cr_assert_eq(s.fresh, k->nitems, "case %zu: %llu fresh", n,
+			     (unsigned long long)s.fresh);
+		if (k->echo == 1.0)
+			cr_assert_eq(s.serves, s.fresh, "case %zu", n);
+		else if (k->feed < 1.0)
+			cr_assert_gt(s.serves, s.fresh, "case %zu: no echo", n);
+		sim_free(&s);
+	}
+}
+
+Test(echo_policy, adaptive_fast_upstream_rarely_echoes)
+{
+	/* Upstream twice as fast as the readers: while it delivers, readers
+	 * nearly always find fresh data, so almost nothing is echoed. */
+	const struct sim_case k = {3.0, ECHO_ADAPTIVE, 16, 4, 40000, 2.0, 5};
+	struct sim s;
+
+	sim_init(&s, &k);
+	sim_run(&s);
+	cr_assert_lt(s.early_echoes, 200, "%llu echoes",
+		     (unsigned long long)s.early_echoes);
+	sim_free(&s);
+}
+
+/* ---- reproducibility ---- */
+
+static uint64_t run_hash(enum echo_mode mode, uint64_t seed)
+{
+	const struct sim_case k = {2.5, mode, 4, 3, 5000, 0.2, seed};
+	struct sim s;
+	uint64_t h;
+
+	sim_init(&s, &k);
+	sim_run(&s);
+	h = s.hash;
+	sim_free(&s);
+	return h;
+}
+
+Test(echo_policy, same_seed_same_choices)
+{
+	static const enum echo_mode modes[] = {ECHO_ADAPTIVE, ECHO_FIXED};
+
+	for (size_t m = 0; m < ARRAY_SIZE(modes); m++) {
+		uint64_t a = run_hash(modes[m], 7), b = run_hash(modes[m], 7);
+		uint64_t c = run_hash(modes[m], 8);
+		cr_assert_eq(a, b, "mode %zu: same seed, other choices", m);
+		cr_assert_neq(a, c, "mode %zu: other seed, same choices", m);
+	}
+}
+
+/* ---- untake ---- */
+
+static struct echo_policy *policy(double e, enum echo_mode m, unsigned w)
+{
+	struct echo_policy_opts o = {e, m, w, 99};
+	struct echo_policy *ep = echo_policy_new(1, &o);
+	cr_assert_not_null(ep);
+	return ep;
+}
+
+Test(echo_policy, untake_fresh_makes_it_fresh_again)
+{
+	static const enum echo_mode modes[] = {ECHO_ADAPTIVE, ECHO_FIXED};
+	static const double es[] = {1.0, 2.0};
+
+	for (size_t n = 0; n < 4; n++) {
+		struct echo_policy *ep = policy(es[n % 2], modes[n / 2], 0);
+		struct echo_item a, b;
+		struct echo_take t, t2;
+		struct echo_policy_stats st;
+
+		echo_policy_add(ep, &a, 0);
+		echo_policy_add(ep, &b, 0);
+		cr_assert_eq(echo_policy_take(ep, 0, &t), 0);
+		cr_assert(t.fresh);
+		cr_assert_eq(echo_policy_ready(ep, 0), 1);
+		cr_assert(echo_policy_untake(ep, &t), "not held after untake");
+		cr_assert_eq(echo_policy_ready(ep, 0), 2);
+		echo_policy_get_stats(ep, &st);
+		cr_assert_eq(st.served, 0);
+		cr_assert_eq(st.fresh, 0);
+		cr_assert_eq(st.items, 2);
+		cr_assert_eq(echo_policy_take(ep, 0, &t2), 0);
+		cr_assert(t2.fresh);
+		if (modes[n / 2] == ECHO_ADAPTIVE) /* back at the front */
+			cr_assert_eq(t2.item, t.item);
+		echo_policy_free(ep);
+	}
+}
+
+Test(echo_policy, untake_echo_gives_the_use_back)
+{
+	struct echo_policy *ep = policy(2.0, ECHO_ADAPTIVE, 0);
+	struct echo_item a;
+	struct echo_take f, e1, e2;
+	struct echo_policy_stats st;
+
+	echo_policy_add(ep, &a, 0);
+	cr_assert_eq(echo_policy_take(ep, 0, &f), 0);
+	cr_assert_eq(echo_policy_take(ep, 0, &e1), 0);
+	cr_assert(!e1.fresh);
+	cr_assert(e1.retired, "second of two uses must retire it");
+	cr_assert_eq(echo_policy_take(ep, 0, &e2), -EAGAIN);
+	cr_assert(echo_policy_untake(ep, &e1), "echo untake must rejoin");
+	echo_policy_get_stats(ep, &st);
+	cr_assert_eq(st.served, 1);
+	cr_assert_eq(st.items, 1);
+	cr_assert_eq(echo_policy_take(ep, 0, &e2), 0);
+	cr_assert_eq(e2.item, &a);
+	cr_assert(!e2.fresh);
+	echo_policy_free(ep);
+}
+
+Test(echo_policy, untake_fresh_after_echo_keeps_it_served)
+{
+	struct echo_policy *ep = policy(3.0, ECHO_ADAPTIVE, 0);
+	struct echo_item a;
+	struct echo_take f, e;
+	struct echo_policy_stats st;
+
+	echo_policy_add(ep, &a, 0);
+	cr_assert_eq(echo_policy_take(ep, 0, &f), 0);
+	cr_assert_eq(echo_policy_take(ep, 0, &e), 0);
+	cr_assert(!e.fresh);
+	/* The first reader never saw it: the echo becomes its first serve. */
+	cr_assert(echo_policy_untake(ep, &f));
+	echo_policy_get_stats(ep, &st);
+	cr_assert_eq(st.served, 1);
+	cr_assert_eq(st.fresh, 1);
+	cr_assert_eq(echo_policy_ready(ep, 0), 0);
+	echo_policy_free(ep);
+}
+
+Test(echo_policy, untake_keeps_the_window_of_later_serves)
+{
+	/* Window 1. An untaken fresh serve of a, when a was echoed since,
+	 * must leave a's last serve at that echo. */
+	struct echo_policy *ep = policy(3.0, ECHO_ADAPTIVE, 1);
+	struct echo_item a, b;
+	struct echo_take t[4];
+
+	echo_policy_add(ep, &a, 0);
+	echo_policy_add(ep, &b, 0);
+	cr_assert_eq(echo_policy_take(ep, 0, &t[0]), 0); /* a fresh, tick 1 */
+	cr_assert_eq(echo_policy_take(ep, 0, &t[1]), 0); /* b fresh, tick 2 */
+	cr_assert_eq(echo_policy_take(ep, 0, &t[2]), 0); /* a echo, tick 3 */
+	cr_assert_eq(t[2].item, &a, "b is inside the window");
+	cr_assert(echo_policy_untake(ep, &t[0]));
+	/* Tick 4: a (served at 3) is inside the window, b is not. */
+	cr_assert_eq(echo_policy_take(ep, 0, &t[3]), 0);
+	cr_assert_eq(t[3].tick, 4, "the class tick must not be rewound");
+	cr_assert_eq(t[3].item, &b);
+	echo_policy_free(ep);
+}
+
+/* ---- eviction ---- */
+
+static bool not_b(struct echo_item *it, void *ud)
+{
+	return it != ud;
+}
+
+Test(echo_policy, evict_most_used_never_fresh)
+{
+	struct echo_policy *ep = policy(4.0, ECHO_ADAPTIVE, 0);
+	struct echo_item it[4], *keep;
+	struct echo_take t;
+
+	for (int i = 0; i < 3; i++)
+		echo_policy_add(ep, &it[i], 0);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(echo_policy_take(ep, 0, &t), 0);
+	/* One echo: that sample has 2 uses, the others 1. */
+	cr_assert_eq(echo_policy_take(ep, 0, &t), 0);
+	cr_assert(!t.fresh);
+	echo_policy_add(ep, &it[3], 0);
+	cr_assert_eq(echo_policy_evict(ep, NULL, NULL), t.item,
+		     "not the most used");
+	/* Two served left; can_drop refuses one of them. */
+	keep = t.item == &it[0] ? &it[1] : &it[0];
+	{
+		struct echo_item *v = echo_policy_evict(ep, not_b, keep);
+		cr_assert_not_null(v);
+		cr_assert_neq(v, keep);
+		cr_assert_neq(v, &it[3], "evicted a fresh sample");
+	}
+	cr_assert_null(echo_policy_evict(ep, not_b, keep));
+	cr_assert_eq(echo_policy_evict(ep, NULL, NULL), keep);
+	cr_assert_null(echo_policy_evict(ep, NULL, NULL), "fresh evicted");
+	cr_assert_eq(echo_policy_ready(ep, 0), 1);
+	echo_policy_free(ep);
+}
+
+/* ---- options, mode switches, generator ---- */
+
+Test(echo_policy, bad_options_rejected)
+{
+	static const struct echo_policy_opts bad[] = {
+		{0.5, ECHO_ADAPTIVE, 0, 0},
+		{NAN, ECHO_ADAPTIVE, 0, 0},
+		{INFINITY, ECHO_FIXED, 0, 0},
+		{ECHO_MAX + 1, ECHO_FIXED, 0, 0},
+		{2.0, (enum echo_mode)7, 0, 0},
+	};
+	struct echo_policy *ep = policy(2.0, ECHO_ADAPTIVE, 0);
+	struct echo_item a;
+	struct echo_take t;
+
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		cr_assert_null(echo_policy_new(1, &bad[i]), "case %zu", i);
+		cr_assert_eq(echo_policy_set(ep, bad[i].echo, bad[i].mode),
+			     -EINVAL, "case %zu", i);
+	}
+	cr_assert_null(echo_policy_new(0, &(struct echo_policy_opts){.echo = 1}));
+	cr_assert_eq(echo_policy_add(ep, &a, 1), -EINVAL);
+	cr_assert_eq(echo_policy_take(ep, 1, &t), -EINVAL);
+	cr_assert_eq(echo_policy_ready(ep, 1), 0);
+	echo_policy_free(ep);
+	echo_policy_free(NULL);
+}
+
+Test(echo_policy, mode_switch_keeps_samples)
+{
+	struct echo_policy *ep = policy(2.0, ECHO_ADAPTIVE, 0);
+	struct echo_item it[6];
+	struct echo_take t;
+	struct echo_policy_stats st;
+	int n = 0;
+
+	for (int i = 0; i < 6; i++)
+		echo_policy_add(ep, &it[i], 0);
+	cr_assert_eq(echo_policy_take(ep, 0, &t), 0);
+	cr_assert_eq(echo_policy_set(ep, 3.0, ECHO_FIXED), 0);
+	cr_assert_eq(echo_policy_ready(ep, 0), 5);
+	cr_assert_eq(echo_policy_set(ep, 2.0, ECHO_ADAPTIVE), 0);
+	cr_assert_eq(echo_policy_ready(ep, 0), 5);
+	/* Adaptive again: the five fresh ones first, then echoes. */
+	for (int i = 0; i < 5; i++) {
+		cr_assert_eq(echo_policy_take(ep, 0, &t), 0);
+		cr_assert(t.fresh);
+	}
+	while (echo_policy_take(ep, 0, &t) == 0)
+		n++;
+	cr_assert_eq(n, 6, "each of 6 samples echoed once at E=2");
+	echo_policy_get_stats(ep, &st);
+	cr_assert_eq(st.served, 12);
+	cr_assert_eq(st.items, 0);
+	echo_policy_free(ep);
+}
+
+Test(echo_policy, generator)
+{
+	struct echo_rng a, b;
+	unsigned hist[10] = {0};
+
+	echo_rng_seed(&a, 1);
+	echo_rng_seed(&b, 1);
+	for (int i = 0; i < 100; i++)
+		cr_assert_eq(echo_rng_next(&a), echo_rng_next(&b));
+	cr_assert_eq(echo_rng_below(&a, 0), 0);
+	for (int i = 0; i < 100000; i++) {
+		double u = echo_rng_unit(&a);
+		cr_assert(u >= 0 && u < 1);
+		hist[echo_rng_below(&a, 10)]++;
+	}
+	for (int i = 0; i < 10; i++)
+		cr_assert(hist[i] > 9500 && hist[i] < 10500, "bucket %d: %u",
+			  i, hist[i]);
+}
