@@ -16,6 +16,8 @@
 #include "fetch/index.h"
 #include "fs/namespace.h"
 #include "fs/push.h"
+#include "fs/bindings.h"
+#include "cache/pool.h"
 
 /* The fetch rate is measured over the time since the previous sample taken
  * at least RATE_WINDOW_S ago, so frequent readers see a steady figure. */
@@ -54,6 +56,10 @@ struct snapshot {
 	struct http_stats http;
 	struct store_stats st;
 	struct push_stats push;
+	struct pool_stats pool;
+	struct bindings_stats bind;
+	double echo;
+	enum echo_mode mode;
 	uint64_t cached_shards;
 	double uptime, rate;
 };
@@ -69,6 +75,12 @@ static void take_snapshot(struct control *c, struct snapshot *s)
 	if (c->src.store)
 		store_get_stats(c->src.store, &s->st);
 	push_get_stats(c->src.push, &s->push);
+	s->echo = 1.0;
+	if (c->src.pool) {
+		pool_get_stats(c->src.pool, &s->pool);
+		pool_get_echo(c->src.pool, &s->echo, &s->mode);
+	}
+	bindings_get_stats(c->src.bind, &s->bind);
 	for (size_t i = 0; i < ix->nshards; i++)
 		s->cached_shards += (uint64_t)shards_is_cached(c->src.sh, (uint32_t)i);
 	s->uptime = now - c->start;
@@ -140,8 +152,8 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 	M("shards_fetched", 'c', s->sh.fetched_shards, "whole shards fetched");
 	M("fetches_queued", 'g', s->sh.queued, "shards waiting for a connection");
 	M("fetches_active", 'g', s->sh.active, "shard fetches in progress");
-	M("open_handles", 'g', fc->open_handles,
-	  "echofs file handles open now (exact mounts use none)");
+	M("open_handles", 'g', s->bind.open,
+	  "echo files open now (exact mounts keep no handles)");
 	M("reads", 'c', fc->reads, "read requests");
 	M("bytes_served", 'c', fc->bytes_served, "bytes returned to readers");
 	M("page_cache_pushed", 'c', s->push.files,
@@ -152,8 +164,49 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 	M("cache_size", 'g', s->st.cap, "disk cache cap");
 	M("cache_evictions", 'c', s->st.evictions, "cache entries evicted");
 	M("uptime_s", 'g', s->uptime, "seconds since mount");
+	if (c->src.pool) {
+		M("echo", 'g', s->echo, "echo factor E in force");
+		M("pass", 'g', s->pool.pass, "pass over the dataset, from 1");
+		M("fresh_in_pass", 'g', s->pool.fresh_in_pass,
+		  "samples streamed in this pass");
+		M("fresh_served", 'c', s->pool.fresh_served, "fresh samples served");
+		M("echoes_served", 'c', s->pool.echoes_served, "echoed samples served");
+		M("effective_echo", 'g', s->pool.effective_echo,
+		  "served / fresh over the mount's life");
+		M("stall_s", 'c', s->pool.stall_s, "seconds readers waited for fresh data");
+		M("pool_bytes", 'g', s->pool.pool_bytes, "bytes held by the echo pool");
+		M("pool_samples", 'g', s->pool.pool_samples, "samples held by the echo pool");
+		M("pool_dropped", 'c', s->pool.dropped, "samples dropped to fit mem_size");
+		M("bindings", 'g', s->bind.live, "path bindings the kernel knows");
+		M("bindings_expired", 'c', s->bind.expired,
+		  "bindings given back unopened (stat only)");
+	}
 #undef M
 	return n;
+}
+
+/* Fresh samples ready per class, as "name": count pairs. */
+static void render_ready(const struct control *c, struct out *o, int prom)
+{
+	const struct namespace *ns = c->src.ns;
+	if (!c->src.pool)
+		return;
+	if (prom)
+		put(o, "# HELP echofs_ready fresh samples ready per class\n"
+		       "# TYPE echofs_ready gauge\n");
+	else
+		put(o, ",\n  \"ready\": {");
+	for (size_t i = 0; i < ns->nclasses; i++) {
+		uint64_t n = pool_ready(c->src.pool, (uint32_t)i);
+		if (prom)
+			put(o, "echofs_ready{class=\"%s\"} %llu\n",
+			    ns->classes[i].name, (unsigned long long)n);
+		else
+			put(o, "%s\"%s\": %llu", i ? ", " : "", ns->classes[i].name,
+			    (unsigned long long)n);
+	}
+	if (!prom)
+		put(o, "}");
 }
 
 static size_t errors(const struct control *c, const struct snapshot *s,
@@ -176,12 +229,16 @@ static size_t errors(const struct control *c, const struct snapshot *s,
 	return n;
 }
 
-static void render_json(struct out *o, const struct metric *m, size_t n,
+static void render_json(const struct control *c, const struct snapshot *s,
+			struct out *o, const struct metric *m, size_t n,
 			const struct metric *e, size_t ne)
 {
 	put(o, "{\n  \"version\": \"%s\"", ECHOFS_VERSION);
+	if (c->src.pool)
+		put(o, ",\n  \"echo_mode\": \"%s\"", echo_mode_name(s->mode));
 	for (size_t i = 0; i < n; i++)
 		put(o, ",\n  \"%s\": %.17g", m[i].name, m[i].value);
+	render_ready(c, o, 0);
 	put(o, ",\n  \"errors\": {");
 	for (size_t i = 0; i < ne; i++)
 		put(o, "%s\n    \"%s\": %.17g", i ? "," : "", e[i].name,
@@ -189,7 +246,8 @@ static void render_json(struct out *o, const struct metric *m, size_t n,
 	put(o, "\n  }\n}\n");
 }
 
-static void render_prom(struct out *o, const struct metric *m, size_t n,
+static void render_prom(const struct control *c, struct out *o,
+			const struct metric *m, size_t n,
 			const struct metric *e, size_t ne)
 {
 	for (size_t i = 0; i < n; i++) {
@@ -203,23 +261,111 @@ static void render_prom(struct out *o, const struct metric *m, size_t n,
 	for (size_t i = 0; i < ne; i++)
 		put(o, "echofs_errors_total{kind=\"%s\"} %.17g\n", e[i].name,
 		    e[i].value);
+	render_ready(c, o, 1);
+}
+
+static void render_config(const struct control *c, struct out *o)
+{
+	double echo = 1.0;
+	enum echo_mode mode = ECHO_ADAPTIVE;
+	if (!c->src.pool) {
+		put(o, "# exact mount: remount with -o echo=E to echo\n"
+		       "echo=1\n");
+		return;
+	}
+	pool_get_echo(c->src.pool, &echo, &mode);
+	put(o, "echo=%g\necho_mode=%s\n", echo, echo_mode_name(mode));
 }
 
 int control_render(struct control *c, enum control_file which, char **out,
 		   size_t *len)
 {
-	struct metric m[32], e[16];
+	struct metric m[48], e[16];
 	struct snapshot s;
 	struct out o = {xmalloc(4096), 0, 4096};
 
+	if (which == CONTROL_CONFIG) {
+		render_config(c, &o);
+		*out = o.buf;
+		*len = o.len;
+		return 0;
+	}
 	take_snapshot(c, &s);
 	size_t n = metrics(c, &s, m);
 	size_t ne = errors(c, &s, e);
 	if (which == CONTROL_STATS_PROM)
-		render_prom(&o, m, n, e, ne);
+		render_prom(c, &o, m, n, e, ne);
 	else
-		render_json(&o, m, n, e, ne);
+		render_json(c, &s, &o, m, n, e, ne);
 	*out = o.buf;
 	*len = o.len;
 	return 0;
+}
+
+/* One "key=value" setting into *echo / *mode. */
+static int config_line(const char *line, size_t len, double *echo,
+		       enum echo_mode *mode, char *err, size_t errlen)
+{
+	char buf[128], *eq, *end;
+
+	while (len && (line[len - 1] == ' ' || line[len - 1] == '\t' ||
+		       line[len - 1] == '\r'))
+		len--;
+	while (len && (*line == ' ' || *line == '\t'))
+		line++, len--;
+	if (len == 0 || line[0] == '#')
+		return 0;
+	if (len >= sizeof(buf)) {
+		snprintf(err, errlen, "line too long");
+		return -EINVAL;
+	}
+	memcpy(buf, line, len);
+	buf[len] = '\0';
+	eq = strchr(buf, '=');
+	if (!eq) {
+		snprintf(err, errlen, "'%s': want key=value", buf);
+		return -EINVAL;
+	}
+	*eq++ = '\0';
+	if (strcmp(buf, "echo") == 0) {
+		errno = 0;
+		double v = strtod(eq, &end);
+		if (errno || end == eq || *end || !(v >= 1.0) || v > 1000.0) {
+			snprintf(err, errlen, "bad echo '%s' (1 to 1000)", eq);
+			return -EINVAL;
+		}
+		*echo = v;
+		return 0;
+	}
+	if (strcmp(buf, "echo_mode") == 0) {
+		if (echo_mode_parse(eq, mode) == 0)
+			return 0;
+		snprintf(err, errlen, "bad echo_mode '%s' (adaptive or fixed)", eq);
+		return -EINVAL;
+	}
+	snprintf(err, errlen, "unknown setting '%s' (echo, echo_mode)", buf);
+	return -EINVAL;
+}
+
+int control_configure(struct control *c, const char *text, size_t len,
+		      char *err, size_t errlen)
+{
+	double echo;
+	enum echo_mode mode;
+
+	if (!c->src.pool) {
+		snprintf(err, errlen, "exact mount: remount with -o echo=E");
+		return -EROFS;
+	}
+	pool_get_echo(c->src.pool, &echo, &mode);
+	while (len) {
+		const char *nl = memchr(text, '\n', len);
+		size_t n = nl ? (size_t)(nl - text) : len;
+		int r = config_line(text, n, &echo, &mode, err, errlen);
+		if (r)
+			return r;
+		text += n + (nl ? 1 : 0);
+		len -= n + (nl ? 1 : 0);
+	}
+	return pool_set_echo(c->src.pool, echo, mode);
 }

@@ -11,10 +11,11 @@ struct shards;
 struct http;
 struct store;
 struct push;
+struct pool;
+struct bindings;
 
 /* Counters the FUSE handlers keep. */
 struct fs_counters {
-	_Atomic uint64_t open_handles;
 	_Atomic uint64_t reads;
 	_Atomic uint64_t read_errors;
 	_Atomic uint64_t bytes_served;
@@ -28,10 +29,12 @@ struct control_sources {
 	struct store *store;
 	const struct fs_counters *fc;
 	struct push *push; /* may be NULL */
+	struct pool *pool; /* echo mounts only, else NULL */
+	struct bindings *bind; /* echo mounts only, else NULL */
 	uint64_t tar_skipped; /* members skipped when the index was built */
 };
 
-enum control_file { CONTROL_STATS_JSON, CONTROL_STATS_PROM };
+enum control_file { CONTROL_STATS_JSON, CONTROL_STATS_PROM, CONTROL_CONFIG };
 
 struct control;
 
@@ -43,5 +46,11 @@ void control_free(struct control *c);
  * -ENOMEM. */
 int control_render(struct control *c, enum control_file which, char **out,
 		   size_t *len);
+
+/* Apply a write to .echofs/config: "key=value" lines, keys echo and
+ * echo_mode. Returns 0, -EINVAL with a reason in err, or -EROFS on an exact
+ * mount. */
+int control_configure(struct control *c, const char *text, size_t len,
+		      char *err, size_t errlen);
 
 #endif

@@ -15,12 +15,14 @@
 #include <unistd.h>
 
 #include "cache/dataset.h"
+#include "cache/pool.h"
 #include "cache/shards.h"
 #include "cache/store.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/http.h"
 #include "fetch/index.h"
+#include "fs/bindings.h"
 #include "fs/control.h"
 #include "fs/daemon.h"
 #include "fs/namespace.h"
@@ -33,6 +35,8 @@
 #define BOOT_RETRY_BUDGET_S 6.0
 #define RUN_RETRY_BUDGET_S 30.0
 #define CACHE_TIMEOUT_S 86400.0
+/* An echo binding nobody opens within this long (ls -l) goes back. */
+#define BINDING_EXPIRE_S 5.0
 
 struct app {
 	struct fs_options o;
@@ -43,6 +47,8 @@ struct app {
 	struct shards *sh;
 	struct control *ctl;
 	struct push *push;
+	struct pool *pool;
+	struct bindings *bind;
 	struct fs_ctx fs;
 	struct fuse_session *se;
 	uint64_t tar_skipped;
@@ -72,6 +78,41 @@ static struct http *open_http(const struct fs_options *o, double budget,
 		.retry_budget_s = budget,
 	};
 	return http_new(&ho, err, errlen);
+}
+
+/* The echo pool and path bindings of an echo mount. */
+static int start_echo(struct app *a, char *err, size_t errlen)
+{
+	const struct namespace *ns = a->ns;
+	uint32_t *class_of = xmalloc((a->ix->nsamples ? a->ix->nsamples : 1) *
+				     sizeof(*class_of));
+	struct pool_opts po = {
+		.echo = a->o.echo, .mode = (enum echo_mode)a->o.echo_mode,
+		.window = a->o.echo_window, .mem_size = a->o.mem_size,
+		.seed = a->o.seed,
+	};
+
+	for (size_t i = 0; i < a->ix->nsamples; i++)
+		class_of[i] = POOL_NO_CLASS;
+	for (size_t f = 0; f < ns->nfiles; f++)
+		class_of[ns->files[f].sample] = ns->files[f].cls;
+	a->pool = pool_new(a->ix, a->sh, class_of, (uint32_t)ns->nclasses, &po);
+	free(class_of);
+	if (!a->pool) {
+		snprintf(err, errlen, "cannot start the echo pool: %s",
+			 strerror(errno));
+		return -EINVAL;
+	}
+	a->bind = bindings_new(a->pool, ns,
+			       ns_file_ino(ns, (uint32_t)ns->nfiles),
+			       BINDING_EXPIRE_S);
+	if (!a->bind) {
+		snprintf(err, errlen, "cannot start bindings: %s", strerror(errno));
+		return -EINVAL;
+	}
+	log_info("echo mount: echo=%g echo_mode=%s", a->o.echo,
+		 echo_mode_name((enum echo_mode)a->o.echo_mode));
+	return 0;
 }
 
 /* Everything before the mount: HTTP, cache, index, tree, shard readers. */
@@ -118,19 +159,22 @@ static int prepare(struct app *a, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot start the fetchers: %s", strerror(errno));
 		return -errno;
 	}
-	return 0;
+	return a->o.echo_mount ? start_echo(a, err, errlen) : 0;
 }
 
 static void init_ctx(struct app *a)
 {
 	struct control_sources cs = {
 		.ns = a->ns, .sh = a->sh, .http = a->http, .store = a->store,
-		.fc = &a->fs.counters, .push = a->push,
+		.fc = &a->fs.counters, .push = a->push, .pool = a->pool,
+		.bind = a->bind,
 		.tar_skipped = a->tar_skipped,
 	};
 	fs_ctx_init(&a->fs);
 	a->fs.ns = a->ns;
 	a->fs.sh = a->sh;
+	a->fs.pool = a->pool;
+	a->fs.bind = a->bind;
 	a->fs.timeout = CACHE_TIMEOUT_S;
 	a->fs.uid = getuid();
 	a->fs.gid = getgid();
@@ -147,9 +191,10 @@ static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 		snprintf(err, errlen, "libfuse rejected the options (see the log)");
 		return -EINVAL;
 	}
-	/* Before any request can arrive: handlers read fs.push unlocked. */
-	a->push = push_new(a->se, a->ns, a->sh);
-	if (!a->push)
+	/* Before any request can arrive: handlers read fs.push unlocked.
+	 * Echo files are served from the pool, not pushed. */
+	a->push = a->bind ? NULL : push_new(a->se, a->ns, a->sh);
+	if (!a->push && !a->bind)
 		log_warn("no page-cache pusher: %s", strerror(errno));
 	a->fs.push = a->push;
 	init_ctx(a);
@@ -187,6 +232,8 @@ static void app_free(struct app *a)
 		fuse_session_destroy(a->se);
 	if (a->ctl)
 		fs_ctx_destroy(&a->fs);
+	bindings_free(a->bind);
+	pool_free(a->pool);
 	shards_free(a->sh);
 	control_free(a->ctl);
 	ns_free(a->ns);

@@ -10,7 +10,7 @@
 #include "common/util.h"
 #include "fetch/index.h"
 
-static const char *const control_names[] = {"stats", "stats.prom"};
+static const char *const control_names[] = {"stats", "stats.prom", "config"};
 
 /* One file before grouping. */
 struct ent {

@@ -17,6 +17,7 @@ struct index;
 #define NS_INO_CONTROL_DIR 2
 #define NS_INO_STATS 3
 #define NS_INO_STATS_PROM 4
+#define NS_INO_CONFIG 5
 #define NS_INO_FIRST_CLASS 16
 #define NS_CONTROL_DIR_NAME ".echofs"
 

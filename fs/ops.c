@@ -16,7 +16,13 @@
  * - Control files therefore cannot be snapshotted at open. They are
  *   rendered when looked up or stat'ed (entry and attribute timeout 0, so
  *   every path walk asks), and read from the latest rendering; the changing
- *   size and mtime make the kernel drop stale pages (auto_inval_data). */
+ *   size and mtime make the kernel drop stale pages (auto_inval_data).
+ *
+ * Echo mounts (-o echo=E) differ: a file's content depends on the open, so
+ * every lookup of a file goes to bindings.c (entry timeout 0), which binds
+ * the path to a pool sample under an inode of its own; files are opened
+ * for real, and READDIRPLUS returns their names without attributes so that
+ * listing a directory binds nothing. .echofs/config can be written there. */
 #include "fs/ops.h"
 
 #include <errno.h>
@@ -30,6 +36,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/index.h"
+#include "fs/bindings.h"
 #include "fs/namespace.h"
 #include "fs/push.h"
 
@@ -77,13 +84,24 @@ static long ns_since(const struct timespec *a, const struct timespec *b)
 	return (b->tv_sec - a->tv_sec) * 1000000000L + (b->tv_nsec - a->tv_nsec);
 }
 
+/* Forget the rendering of control file ino (after a change). */
+static void snap_drop(struct fs_ctx *fs, fuse_ino_t ino)
+{
+	struct control_snapshot *old;
+	pthread_mutex_lock(&fs->snap_lock);
+	old = fs->snap[ino - NS_INO_STATS];
+	fs->snap[ino - NS_INO_STATS] = NULL;
+	pthread_mutex_unlock(&fs->snap_lock);
+	snap_unref(fs, old);
+}
+
 /* The current rendering of control file ino, with a reference the caller
  * drops with snap_unref. refresh: render anew unless the last one is very
  * recent. NULL on allocation failure. */
 static struct control_snapshot *snap_get(struct fs_ctx *fs, fuse_ino_t ino,
 					 int refresh)
 {
-	size_t k = ino == NS_INO_STATS ? 0 : 1;
+	size_t k = ino - NS_INO_STATS;
 	struct control_snapshot *sn, *old = NULL;
 	struct timespec now;
 
@@ -99,9 +117,9 @@ static struct control_snapshot *snap_get(struct fs_ctx *fs, fuse_ino_t ino,
 
 	/* Render without the lock: it reads other modules' statistics. */
 	sn = xcalloc(1, sizeof(*sn));
-	if (control_render(fs->ctl, k == 0 ? CONTROL_STATS_JSON
-					    : CONTROL_STATS_PROM,
-			   &sn->buf, &sn->len) != 0) {
+	static const enum control_file which[] = {
+		CONTROL_STATS_JSON, CONTROL_STATS_PROM, CONTROL_CONFIG};
+	if (control_render(fs->ctl, which[k], &sn->buf, &sn->len) != 0) {
 		free(sn);
 		return NULL;
 	}
@@ -146,7 +164,8 @@ static int fill_attr(struct fs_ctx *fs, fuse_ino_t ino, struct stat *st,
 		struct control_snapshot *sn = snap_get(fs, ino, refresh);
 		if (!sn)
 			return -ENOMEM;
-		st->st_mode = S_IFREG | 0444;
+		st->st_mode = S_IFREG |
+			      (ino == NS_INO_CONFIG && fs->pool ? 0644 : 0444);
 		st->st_nlink = 1;
 		st->st_size = (off_t)sn->len;
 		st->st_mtim = st->st_ctim = sn->when;
@@ -160,8 +179,20 @@ static int fill_attr(struct fs_ctx *fs, fuse_ino_t ino, struct stat *st,
 		st->st_blocks = (st->st_size + 511) / 512;
 		return 0;
 	default:
-		return -ENOENT;
+		break;
 	}
+	if (fs->bind && bindings_owns(fs->bind, ino)) {
+		struct binding_attr ba;
+		int r = bindings_getattr(fs->bind, ino, &ba);
+		if (r)
+			return r;
+		st->st_mode = S_IFREG | 0444;
+		st->st_nlink = 1;
+		st->st_size = (off_t)ba.size;
+		st->st_blocks = (st->st_size + 511) / 512;
+		return 0;
+	}
+	return -ENOENT;
 }
 
 /* Entry for a lookup or a READDIRPLUS record; control files expire at
@@ -170,6 +201,7 @@ static int fill_entry(struct fs_ctx *fs, fuse_ino_t ino,
 		      struct fuse_entry_param *e, int refresh)
 {
 	uint32_t num;
+	/* Control files change; echo files' paths rebind at every open. */
 	int volatile_ = ns_kind_of(fs->ns, ino, &num) == NS_CONTROL_FILE;
 
 	memset(e, 0, sizeof(*e));
@@ -177,6 +209,25 @@ static int fill_entry(struct fs_ctx *fs, fuse_ino_t ino,
 	e->attr_timeout = volatile_ ? 0 : fs->timeout;
 	e->entry_timeout = volatile_ ? 0 : fs->timeout;
 	return fill_attr(fs, ino, &e->attr, refresh);
+}
+
+/* On an echo mount, a file's entry is its path's current binding. Returns
+ * 1 when ino is not a file (the caller fills the entry), else 0 or -errno. */
+static int lookup_echo(struct fs_ctx *fs, fuse_ino_t ino,
+		       struct fuse_entry_param *e)
+{
+	struct binding_attr ba;
+	uint32_t num;
+	int r;
+
+	if (ns_kind_of(fs->ns, ino, &num) != NS_FILE)
+		return 1;
+	r = bindings_lookup(fs->bind, num, &ba);
+	if (r)
+		return r;
+	r = fill_entry(fs, ba.ino, e, 0);
+	e->entry_timeout = 0;
+	return r;
 }
 
 static void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -193,9 +244,11 @@ static void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_entry(req, &e);
 		return;
 	}
-	r = fill_entry(fs, ino, &e, 1);
+	r = fs->bind ? lookup_echo(fs, ino, &e) : 1;
+	if (r > 0)
+		r = fill_entry(fs, ino, &e, 1);
 	if (r)
-		fuse_reply_err(req, -r);
+		fuse_reply_err(req, -r == ESHUTDOWN ? EIO : -r);
 	else
 		fuse_reply_entry(req, &e);
 }
@@ -233,8 +286,8 @@ static void fs_op_opendir(fuse_req_t req, fuse_ino_t ino,
 
 /* Fill buf with entries starting at off (0 ".", 1 "..", then the listing),
  * plain or "plus" (with attributes, counted as lookups by the kernel; the
- * tree keeps no per-inode state, so forget needs no handler). Returns the
- * bytes used. */
+ * static tree keeps no per-inode state, so its forgets are ignored).
+ * Returns the bytes used. */
 static size_t fill_dir(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 		       off_t off, char *buf, size_t size, int plus)
 {
@@ -254,7 +307,8 @@ static size_t fill_dir(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 				break;
 		}
 		e.attr.st_mode = is_dir ? S_IFDIR : S_IFREG;
-		if (plus && j >= 2)
+		/* Echo files: a name only (ino 0), nothing is bound. */
+		if (plus && j >= 2 && !(fs->bind && !is_dir))
 			fill_entry(fs, e.attr.st_ino, &e, 0);
 		need = plus ? fuse_add_direntry_plus(req, buf + used, size - used,
 						     name, &e, (off_t)(j + 1))
@@ -298,12 +352,49 @@ static void fs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 	do_readdir(req, ino, size, off, 1);
 }
 
+/* Echo mounts open files for real: bindings and control files. */
+static int open_echo(struct fs_ctx *fs, fuse_ino_t ino,
+		     struct fuse_file_info *fi)
+{
+	uint32_t num;
+	struct binding *h;
+	int r;
+
+	if (ns_kind_of(fs->ns, ino, &num) == NS_CONTROL_FILE) {
+		if ((fi->flags & O_ACCMODE) != O_RDONLY && ino != NS_INO_CONFIG)
+			return -EACCES;
+		fi->direct_io = 1;
+		return 0;
+	}
+	if (!bindings_owns(fs->bind, ino))
+		return -EISDIR;
+	if ((fi->flags & O_ACCMODE) != O_RDONLY)
+		return -EROFS;
+	r = bindings_open(fs->bind, ino, &h);
+	if (r)
+		return r;
+	fi->fh = (uint64_t)(uintptr_t)h;
+	fi->keep_cache = 1; /* the inode's bytes never change */
+	fi->noflush = 1;
+	return 0;
+}
+
 static void fs_op_open(fuse_req_t req, fuse_ino_t ino,
 		       struct fuse_file_info *fi)
 {
 	struct fs_ctx *fs = ctx_of(req);
 	uint32_t num;
+	int r;
 
+	if (fs->bind) {
+		r = open_echo(fs, ino, fi);
+		if (r)
+			fuse_reply_err(req, -r);
+		else if (fuse_reply_open(req, fi) == -ENOENT && fi->fh)
+			/* The opener was interrupted: no release will come. */
+			bindings_release(fs->bind, (struct binding *)(uintptr_t)fi->fh);
+		return;
+	}
 	if ((fi->flags & O_ACCMODE) != O_RDONLY) {
 		fuse_reply_err(req, EROFS);
 		return;
@@ -321,6 +412,161 @@ static void fs_op_open(fuse_req_t req, fuse_ino_t ino,
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
+}
+
+static void fs_op_release(fuse_req_t req, fuse_ino_t ino,
+			  struct fuse_file_info *fi)
+{
+	struct fs_ctx *fs = ctx_of(req);
+	(void)ino;
+
+	if (fs->bind && fi->fh)
+		bindings_release(fs->bind, (struct binding *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+static void fs_op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	struct fs_ctx *fs = ctx_of(req);
+	if (fs->bind && bindings_owns(fs->bind, ino))
+		bindings_forget(fs->bind, ino, nlookup);
+	fuse_reply_none(req);
+}
+
+static void fs_op_forget_multi(fuse_req_t req, size_t count,
+			       struct fuse_forget_data *forgets)
+{
+	struct fs_ctx *fs = ctx_of(req);
+	for (size_t i = 0; fs->bind && i < count; i++)
+		if (bindings_owns(fs->bind, forgets[i].ino))
+			bindings_forget(fs->bind, forgets[i].ino,
+					forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+/* Only .echofs/config takes writes (echo mounts); O_TRUNC arrives as a
+ * setattr of size 0, which changes nothing. */
+static void fs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
+			  int to_set, struct fuse_file_info *fi)
+{
+	struct fs_ctx *fs = ctx_of(req);
+	struct fuse_entry_param e;
+	(void)attr;
+	(void)fi;
+
+	if (!fs->bind || ino != NS_INO_CONFIG || (to_set & ~FUSE_SET_ATTR_SIZE)) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	if (fill_entry(fs, ino, &e, 1) != 0) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	fuse_reply_attr(req, &e.attr, 0);
+}
+
+static void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
+			size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct fs_ctx *fs = ctx_of(req);
+	char err[256];
+	int r;
+	(void)off;
+	(void)fi;
+
+	if (ino != NS_INO_CONFIG) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	r = control_configure(fs->ctl, buf, size, err, sizeof(err));
+	if (r) {
+		log_warn(".echofs/config: %s", err);
+		fuse_reply_err(req, -r);
+		return;
+	}
+	size_t shown = size < 200 ? size : 200;
+	while (shown && (buf[shown - 1] == '\n' || buf[shown - 1] == '\r'))
+		shown--;
+	log_info(".echofs/config: %.*s", (int)shown, buf);
+	snap_drop(fs, NS_INO_CONFIG); /* the next read shows the change */
+	fuse_reply_write(req, size);
+}
+
+/* Nothing can be created, removed or renamed. */
+static void fs_op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+			mode_t mode, dev_t rdev)
+{
+	(void)parent, (void)name, (void)mode, (void)rdev;
+	fuse_reply_err(req, EROFS);
+}
+
+static void fs_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+			mode_t mode)
+{
+	(void)parent, (void)name, (void)mode;
+	fuse_reply_err(req, EROFS);
+}
+
+static void fs_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	(void)parent, (void)name;
+	fuse_reply_err(req, EROFS);
+}
+
+static void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+			 fuse_ino_t newparent, const char *newname,
+			 unsigned int flags)
+{
+	(void)parent, (void)name, (void)newparent, (void)newname, (void)flags;
+	fuse_reply_err(req, EROFS);
+}
+
+static void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+			 mode_t mode, struct fuse_file_info *fi)
+{
+	(void)parent, (void)name, (void)mode, (void)fi;
+	fuse_reply_err(req, EROFS);
+}
+
+#define XATTR_SOURCE "user.echofs.source"
+
+/* user.echofs.source of an echo file: the source sample's key. */
+static void fs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			   size_t size)
+{
+	struct fs_ctx *fs = ctx_of(req);
+	uint32_t sample;
+	const char *key;
+	size_t len;
+
+	if (!fs->bind || !bindings_owns(fs->bind, ino) ||
+	    strcmp(name, XATTR_SOURCE) != 0 ||
+	    bindings_source(fs->bind, ino, &sample) != 0) {
+		fuse_reply_err(req, ENODATA);
+		return;
+	}
+	key = fs->ns->ix->samples[sample].key;
+	len = strlen(key);
+	if (size == 0)
+		fuse_reply_xattr(req, len);
+	else if (size < len)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, key, len);
+}
+
+static void fs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct fs_ctx *fs = ctx_of(req);
+	static const char names[] = XATTR_SOURCE;
+	size_t len = fs->bind && bindings_owns(fs->bind, ino) ? sizeof(names) : 0;
+
+	if (size == 0)
+		fuse_reply_xattr(req, len);
+	else if (size < len)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, names, len);
 }
 
 /* Read a sample's bytes into a new buffer. Returns the length or -errno. */
@@ -368,7 +614,6 @@ static void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	uint32_t num;
 	char *buf;
 	ssize_t r;
-	(void)fi;
 
 	fs->counters.reads++;
 	switch (ns_kind_of(fs->ns, ino, &num)) {
@@ -378,7 +623,15 @@ static void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	case NS_FILE:
 		break;
 	default:
-		fuse_reply_err(req, EISDIR);
+		if (fs->bind && fi->fh) {
+			const void *data = NULL;
+			r = bindings_read((struct binding *)(uintptr_t)fi->fh,
+					  (uint64_t)off, size, &data);
+			fs->counters.bytes_served += (uint64_t)r;
+			fuse_reply_buf(req, data, (size_t)r);
+		} else {
+			fuse_reply_err(req, EISDIR);
+		}
 		return;
 	}
 	r = read_sample(fs, num, size, off, &buf);
@@ -434,7 +687,20 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.opendir = fs_op_opendir,
 	.readdir = fs_op_readdir,
 	.readdirplus = fs_op_readdirplus,
+	.forget = fs_op_forget,
+	.forget_multi = fs_op_forget_multi,
+	.setattr = fs_op_setattr,
 	.open = fs_op_open,
 	.read = fs_op_read,
+	.write = fs_op_write,
+	.release = fs_op_release,
+	.getxattr = fs_op_getxattr,
+	.mknod = fs_op_mknod,
+	.mkdir = fs_op_mkdir,
+	.unlink = fs_op_unlink,
+	.rmdir = fs_op_unlink,
+	.rename = fs_op_rename,
+	.create = fs_op_create,
+	.listxattr = fs_op_listxattr,
 	.statfs = fs_op_statfs,
 };

@@ -13,6 +13,8 @@ struct namespace;
 struct shards;
 struct control_snapshot;
 struct push;
+struct pool;
+struct bindings;
 
 /* The filesystem's state, passed as the session's userdata. Everything is
  * borrowed; the tree never changes, the counters are atomics, so handlers
@@ -22,6 +24,8 @@ struct fs_ctx {
 	struct shards *sh;
 	struct control *ctl;
 	struct push *push; /* page-cache pusher, or NULL */
+	struct pool *pool; /* echo mounts: the echo pool, else NULL */
+	struct bindings *bind; /* echo mounts: path bindings, else NULL */
 	struct fs_counters counters;
 	double timeout;       /* entry and attribute cache timeout, seconds */
 	struct timespec mtime; /* of every inode: the mount time */
@@ -29,7 +33,7 @@ struct fs_ctx {
 	gid_t gid;
 	/* The latest rendering of each control file; see ops.c. */
 	pthread_mutex_t snap_lock;
-	struct control_snapshot *snap[2]; /* guarded by snap_lock */
+	struct control_snapshot *snap[3]; /* guarded by snap_lock */
 };
 
 void fs_ctx_init(struct fs_ctx *fs);

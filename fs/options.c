@@ -11,12 +11,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache/pool.h"
 #include "common/util.h"
 
 /* Raw strings as fuse_opt fills them; converted and checked afterwards. */
 struct raw_opts {
 	char *cache_dir, *cache_size, *index, *connections, *header_file;
 	char *log_level, *log_file;
+	char *echo, *echo_mode, *echo_window, *mem_size, *seed;
 	char *positional[3];
 	int npositional;
 	int foreground, debug, help, version;
@@ -34,6 +36,11 @@ static const struct fuse_opt opt_spec[] = {
 	RAW("header_file", header_file),
 	RAW("log_level", log_level),
 	RAW("log_file", log_file),
+	RAW("echo", echo),
+	RAW("echo_mode", echo_mode),
+	RAW("echo_window", echo_window),
+	RAW("mem_size", mem_size),
+	RAW("seed", seed),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -106,9 +113,62 @@ static void raw_free(struct raw_opts *r)
 	free(r->header_file);
 	free(r->log_level);
 	free(r->log_file);
+	free(r->echo);
+	free(r->echo_mode);
+	free(r->echo_window);
+	free(r->mem_size);
+	free(r->seed);
 	for (int i = 0; i < 3; i++)
 		free(r->positional[i]);
 	free(r->bad);
+}
+
+/* A real number >= 1, strictly parsed. */
+static int parse_echo(const char *s, double *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || *end || !(v >= 1.0) || v > 1000.0)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int convert_echo(struct raw_opts *r, struct fs_options *o, char *err,
+			size_t errlen)
+{
+	uint64_t v;
+
+	if (r->echo && parse_echo(r->echo, &o->echo)) {
+		snprintf(err, errlen, "bad echo '%s' (a number from 1 to 1000)",
+			 r->echo);
+		return -EINVAL;
+	}
+	if (r->echo_mode && echo_mode_parse(r->echo_mode, (enum echo_mode *)&o->echo_mode)) {
+		snprintf(err, errlen, "bad echo_mode '%s' (adaptive or fixed)",
+			 r->echo_mode);
+		return -EINVAL;
+	}
+	if (r->echo_window) {
+		if (parse_u64(r->echo_window, &v) || v < 1 || v > 1000000) {
+			snprintf(err, errlen, "bad echo_window '%s' (1 to 1000000)",
+				 r->echo_window);
+			return -EINVAL;
+		}
+		o->echo_window = (unsigned)v;
+	}
+	if (r->mem_size && (parse_size(r->mem_size, &o->mem_size) || o->mem_size < (1u << 20))) {
+		snprintf(err, errlen, "bad mem_size '%s' (at least 1M)", r->mem_size);
+		return -EINVAL;
+	}
+	if (r->seed && parse_u64(r->seed, &o->seed)) {
+		snprintf(err, errlen, "bad seed '%s'", r->seed);
+		return -EINVAL;
+	}
+	o->echo_mount = o->echo > 1.0 || r->echo_mode || r->echo_window ||
+			r->mem_size;
+	return 0;
 }
 
 /* Turn the raw strings into checked values. */
@@ -140,7 +200,7 @@ static int convert(struct raw_opts *r, struct fs_options *o, char *err,
 	}
 	if (r->debug)
 		o->log_level = LOG_LEVEL_DEBUG;
-	return 0;
+	return convert_echo(r, o, err, errlen);
 }
 
 static void take(char **dst, char **src)
@@ -159,6 +219,8 @@ int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 	o->cache_size = FS_DEFAULT_CACHE_SIZE;
 	o->connections = FS_DEFAULT_CONNECTIONS;
 	o->log_level = LOG_LEVEL_INFO;
+	o->echo = 1.0;
+	o->echo_mode = ECHO_ADAPTIVE;
 	err[0] = '\0';
 
 	if (fuse_opt_parse(args, &r, opt_spec, opt_proc) != 0) {
@@ -194,9 +256,13 @@ int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 	if (!o->cache_dir)
 		o->cache_dir = default_cache_dir();
 	/* Read-only whatever the user passes: later -o values win in libfuse,
-	 * so these go last. */
+	 * so these go last. An echo mount is not "ro" for the kernel, so that
+	 * .echofs/config can be written; echofs itself refuses every other
+	 * write with EROFS. */
 	if (fuse_opt_add_arg(args, "-o") ||
-	    fuse_opt_add_arg(args, "ro,nosuid,nodev,fsname=echofs,subtype=echofs")) {
+	    fuse_opt_add_arg(args, o->echo_mount
+				   ? "rw,nosuid,nodev,fsname=echofs,subtype=echofs"
+				   : "ro,nosuid,nodev,fsname=echofs,subtype=echofs")) {
 		snprintf(err, errlen, "out of memory");
 		ret = -ENOMEM;
 		goto out;
@@ -248,12 +314,23 @@ void options_usage(FILE *f, const char *prog)
 "                       Authorization; read from the file, never from argv\n"
 "  -o log_level=LEVEL   error, warn, info (default) or debug\n"
 "  -o log_file=PATH     log here (default: stderr with -f, else syslog)\n"
+"  -o echo=E            data echoing: each open of <class>/<key> may return\n"
+"                       a recently served sample of that class, up to E uses\n"
+"                       per sample on average (default 1: exact mount)\n"
+"  -o echo_mode=MODE    adaptive (echo only when no fresh sample is ready;\n"
+"                       default) or fixed (every sample served E times)\n"
+"  -o echo_window=N     never echo a sample served in the last N opens of\n"
+"                       its class (default: see README)\n"
+"  -o mem_size=SIZE     memory for the echo pool (default 512M)\n"
+"  -o seed=N            seed of the stream order and echo choices (default 0)\n"
 "  -o allow_other       let other users read the mount (libfuse option)\n"
 "  -f                   stay in the foreground\n"
 "  -d                   debug: foreground, log_level=debug, libfuse tracing\n"
 "  -h, --help           this help\n"
 "  -V, --version        version\n"
 "\n"
-"The mount is always ro,nosuid,nodev. Statistics: MOUNTPOINT/.echofs/stats\n",
+"The mount is read-only (ro,nosuid,nodev; an echo mount is rw for the kernel\n"
+"only so that MOUNTPOINT/.echofs/config can be written). Statistics:\n"
+"MOUNTPOINT/.echofs/stats (JSON) and .echofs/stats.prom (Prometheus).\n",
 		prog);
 }

@@ -23,6 +23,13 @@ struct fs_options {
 	char *header_file; /* owned or NULL */
 	enum log_level log_level;
 	char *log_file;    /* owned or NULL */
+	/* Echoing (an echo mount when echo > 1 or echo_mode is given). */
+	double echo;       /* 1 = exact */
+	int echo_mount;    /* 1 for an echo mount */
+	int echo_mode;     /* enum echo_mode of cache/pool.h */
+	unsigned echo_window; /* 0 = default */
+	uint64_t mem_size;  /* 0 = default */
+	uint64_t seed;
 	int foreground;
 	int debug;
 	int show_help;

@@ -1,0 +1,423 @@
+/* bindings.c - on echo mounts, every path that is looked up is bound to a
+ * sample from the echo pool, with an inode of its own whose size and bytes
+ * never change. */
+#include "fs/bindings.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cache/pool.h"
+#include "common/util.h"
+#include "fs/namespace.h"
+
+#define REAP_EVERY_MS 250
+#define REAP_BATCH 256
+
+struct binding {
+	uint64_t ino;
+	uint32_t file;          /* the path: namespace file number */
+	struct pool_sample *s;  /* NULL once given back (expired or done) */
+	uint64_t size;
+	uint32_t sample;        /* source sample, kept after s is dropped */
+	uint64_t nlookup;       /* references the kernel holds */
+	uint32_t opens;         /* open handles */
+	unsigned committed : 1; /* opened at least once: counted as served */
+	unsigned expired : 1;   /* given back unopened */
+	double created;
+	struct binding *hnext;            /* hash chain */
+	struct binding *uprev, *unext;    /* unopened list, oldest first */
+};
+
+struct bindings {
+	struct pool *pool;
+	const struct namespace *ns;
+	uint64_t first_ino;
+	double expire_s;
+	pthread_t reaper;
+
+	pthread_mutex_t lock; /* guards everything below and every binding */
+	pthread_cond_t cond;
+	int stop;
+	uint64_t next_ino;
+	struct binding **cur;   /* current binding of each path, or NULL */
+	struct binding **table; /* by inode */
+	size_t tsize, count;
+	struct binding *uhead, *utail;
+	uint64_t open_handles, expired;
+};
+
+static size_t slot(const struct bindings *b, uint64_t ino)
+{
+	return (size_t)(ino * 0x9E3779B97F4A7C15ULL >> 20) & (b->tsize - 1);
+}
+
+static struct binding *find(const struct bindings *b, uint64_t ino)
+{
+	struct binding *x = b->table[slot(b, ino)];
+	while (x && x->ino != ino)
+		x = x->hnext;
+	return x;
+}
+
+static void grow(struct bindings *b)
+{
+	size_t old = b->tsize;
+	struct binding **t = b->table;
+
+	b->tsize *= 2;
+	b->table = xcalloc(b->tsize, sizeof(*b->table));
+	for (size_t i = 0; i < old; i++) {
+		struct binding *x = t[i], *n;
+		for (; x; x = n) {
+			n = x->hnext;
+			size_t k = slot(b, x->ino);
+			x->hnext = b->table[k];
+			b->table[k] = x;
+		}
+	}
+	free(t);
+}
+
+static void insert(struct bindings *b, struct binding *x)
+{
+	if (b->count + 1 > b->tsize)
+		grow(b);
+	size_t k = slot(b, x->ino);
+	x->hnext = b->table[k];
+	b->table[k] = x;
+	b->count++;
+	/* Append to the unopened list. */
+	x->uprev = b->utail;
+	x->unext = NULL;
+	if (b->utail)
+		b->utail->unext = x;
+	else
+		b->uhead = x;
+	b->utail = x;
+}
+
+static void unlist(struct bindings *b, struct binding *x)
+{
+	if (x->uprev)
+		x->uprev->unext = x->unext;
+	else if (b->uhead == x)
+		b->uhead = x->unext;
+	else
+		return; /* not listed */
+	if (x->unext)
+		x->unext->uprev = x->uprev;
+	else
+		b->utail = x->uprev;
+	x->uprev = x->unext = NULL;
+}
+
+static void unhash(struct bindings *b, struct binding *x)
+{
+	struct binding **pp = &b->table[slot(b, x->ino)];
+	while (*pp && *pp != x)
+		pp = &(*pp)->hnext;
+	if (*pp) {
+		*pp = x->hnext;
+		b->count--;
+	}
+}
+
+/* The sample a binding still holds, detached, and whether it must be given
+ * back (never served) rather than released. Caller holds the lock. */
+static struct pool_sample *detach(struct binding *x, int *untake)
+{
+	struct pool_sample *s = x->s;
+	x->s = NULL;
+	*untake = !x->committed;
+	return s;
+}
+
+static void drop_sample(struct bindings *b, struct pool_sample *s, int untake)
+{
+	if (!s)
+		return;
+	if (untake)
+		pool_untake(b->pool, s);
+	else
+		pool_release(b->pool, s);
+}
+
+static void fill(const struct binding *x, struct binding_attr *out)
+{
+	out->ino = x->ino;
+	out->size = x->size;
+}
+
+int bindings_owns(const struct bindings *b, uint64_t ino)
+{
+	return ino >= b->first_ino;
+}
+
+int bindings_lookup(struct bindings *b, uint32_t file, struct binding_attr *out)
+{
+	struct pool_sample *s;
+	struct binding *x;
+	int r;
+
+	pthread_mutex_lock(&b->lock);
+	if ((x = b->cur[file])) {
+		x->nlookup++;
+		fill(x, out);
+		pthread_mutex_unlock(&b->lock);
+		return 0;
+	}
+	pthread_mutex_unlock(&b->lock);
+
+	r = pool_take(b->pool, b->ns->files[file].cls, &s);
+	if (r)
+		return r;
+
+	pthread_mutex_lock(&b->lock);
+	if ((x = b->cur[file])) {
+		/* Another lookup of this path won the race: use its binding. */
+		x->nlookup++;
+		fill(x, out);
+		pthread_mutex_unlock(&b->lock);
+		pool_untake(b->pool, s);
+		return 0;
+	}
+	x = xcalloc(1, sizeof(*x));
+	x->ino = b->next_ino++;
+	x->file = file;
+	x->s = s;
+	x->size = s->len;
+	x->sample = s->sample;
+	x->nlookup = 1;
+	x->created = now_mono();
+	insert(b, x);
+	b->cur[file] = x;
+	fill(x, out);
+	pthread_mutex_unlock(&b->lock);
+	return 0;
+}
+
+int bindings_getattr(struct bindings *b, uint64_t ino, struct binding_attr *out)
+{
+	struct binding *x;
+	pthread_mutex_lock(&b->lock);
+	x = find(b, ino);
+	if (x)
+		fill(x, out);
+	pthread_mutex_unlock(&b->lock);
+	return x ? 0 : -ENOENT;
+}
+
+int bindings_open(struct bindings *b, uint64_t ino, struct binding **out)
+{
+	struct binding *x;
+	int commit = 0;
+
+	pthread_mutex_lock(&b->lock);
+	x = find(b, ino);
+	if (!x || !x->s) {
+		pthread_mutex_unlock(&b->lock);
+		/* Expired or finished: the kernel will look the path up again. */
+		return x ? -ESTALE : -ENOENT;
+	}
+	if (!x->committed) {
+		x->committed = 1;
+		commit = 1;
+		unlist(b, x);
+	}
+	x->opens++;
+	b->open_handles++;
+	pthread_mutex_unlock(&b->lock);
+	if (commit)
+		pool_commit(b->pool, x->s);
+	*out = x;
+	return 0;
+}
+
+ssize_t bindings_read(const struct binding *h, uint64_t off, size_t size,
+		      const void **data)
+{
+	if (off >= h->size)
+		return 0;
+	if (size > h->size - off)
+		size = (size_t)(h->size - off);
+	*data = h->s->data + off;
+	return (ssize_t)size;
+}
+
+/* Free x if neither the kernel nor a handle refers to it. Caller holds the
+ * lock; returns 1 if x was unlinked (the caller frees it unlocked). */
+static int maybe_unlink(struct bindings *b, struct binding *x)
+{
+	if (x->nlookup || x->opens)
+		return 0;
+	unhash(b, x);
+	unlist(b, x);
+	if (b->cur[x->file] == x)
+		b->cur[x->file] = NULL;
+	return 1;
+}
+
+void bindings_release(struct bindings *b, struct binding *h)
+{
+	struct pool_sample *s = NULL;
+	int untake = 0, gone;
+
+	pthread_mutex_lock(&b->lock);
+	h->opens--;
+	b->open_handles--;
+	if (h->opens == 0) {
+		/* Opened and released: this path's next lookup binds anew, and
+		 * the bytes can go back to the pool now. */
+		if (b->cur[h->file] == h)
+			b->cur[h->file] = NULL;
+		s = detach(h, &untake);
+	}
+	gone = maybe_unlink(b, h);
+	pthread_mutex_unlock(&b->lock);
+	drop_sample(b, s, untake);
+	if (gone)
+		free(h);
+}
+
+void bindings_forget(struct bindings *b, uint64_t ino, uint64_t n)
+{
+	struct pool_sample *s = NULL;
+	struct binding *x;
+	int untake = 0, gone = 0;
+
+	pthread_mutex_lock(&b->lock);
+	x = find(b, ino);
+	if (x) {
+		x->nlookup -= n < x->nlookup ? n : x->nlookup;
+		gone = maybe_unlink(b, x);
+		if (gone)
+			s = detach(x, &untake);
+	}
+	pthread_mutex_unlock(&b->lock);
+	drop_sample(b, s, untake);
+	if (gone)
+		free(x);
+}
+
+int bindings_source(struct bindings *b, uint64_t ino, uint32_t *sample)
+{
+	struct binding *x;
+	pthread_mutex_lock(&b->lock);
+	x = find(b, ino);
+	if (x)
+		*sample = x->sample;
+	pthread_mutex_unlock(&b->lock);
+	return x ? 0 : -ENOENT;
+}
+
+void bindings_get_stats(struct bindings *b, struct bindings_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!b)
+		return;
+	pthread_mutex_lock(&b->lock);
+	out->live = b->count;
+	out->open = b->open_handles;
+	out->expired = b->expired;
+	pthread_mutex_unlock(&b->lock);
+}
+
+/* Give back bindings nobody opened within expire_s. */
+static size_t reap(struct bindings *b, struct pool_sample **out, size_t max)
+{
+	double limit = now_mono() - b->expire_s;
+	size_t n = 0;
+	int untake = 0;
+
+	while (n < max && b->uhead && b->uhead->created < limit) {
+		struct binding *x = b->uhead;
+		unlist(b, x);
+		if (b->cur[x->file] == x)
+			b->cur[x->file] = NULL;
+		x->expired = 1;
+		out[n] = detach(x, &untake);
+		if (out[n])
+			n++;
+		b->expired++;
+	}
+	return n;
+}
+
+static void *reaper_main(void *arg)
+{
+	struct bindings *b = arg;
+	struct pool_sample *batch[REAP_BATCH];
+
+	pthread_mutex_lock(&b->lock);
+	while (!b->stop) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += REAP_EVERY_MS * 1000000L;
+		ts.tv_sec += ts.tv_nsec / 1000000000L;
+		ts.tv_nsec %= 1000000000L;
+		pthread_cond_timedwait(&b->cond, &b->lock, &ts);
+		size_t n = reap(b, batch, REAP_BATCH);
+		pthread_mutex_unlock(&b->lock);
+		for (size_t i = 0; i < n; i++)
+			pool_untake(b->pool, batch[i]);
+		pthread_mutex_lock(&b->lock);
+	}
+	pthread_mutex_unlock(&b->lock);
+	return NULL;
+}
+
+struct bindings *bindings_new(struct pool *pool, const struct namespace *ns,
+			      uint64_t first_ino, double expire_s)
+{
+	struct bindings *b = xcalloc(1, sizeof(*b));
+	int r;
+
+	b->pool = pool;
+	b->ns = ns;
+	b->first_ino = b->next_ino = first_ino;
+	b->expire_s = expire_s;
+	b->cur = xcalloc(ns->nfiles ? ns->nfiles : 1, sizeof(*b->cur));
+	b->tsize = 1024;
+	b->table = xcalloc(b->tsize, sizeof(*b->table));
+	pthread_mutex_init(&b->lock, NULL);
+	pthread_cond_init(&b->cond, NULL);
+	r = pthread_create(&b->reaper, NULL, reaper_main, b);
+	if (r) {
+		pthread_cond_destroy(&b->cond);
+		pthread_mutex_destroy(&b->lock);
+		free(b->table);
+		free(b->cur);
+		free(b);
+		errno = r;
+		return NULL;
+	}
+	return b;
+}
+
+void bindings_free(struct bindings *b)
+{
+	if (!b)
+		return;
+	pthread_mutex_lock(&b->lock);
+	b->stop = 1;
+	pthread_cond_broadcast(&b->cond);
+	pthread_mutex_unlock(&b->lock);
+	pthread_join(b->reaper, NULL);
+	for (size_t i = 0; i < b->tsize; i++) {
+		struct binding *x = b->table[i], *n;
+		for (; x; x = n) {
+			int untake = 0;
+			n = x->hnext;
+			drop_sample(b, detach(x, &untake), untake);
+			free(x);
+		}
+	}
+	pthread_cond_destroy(&b->cond);
+	pthread_mutex_destroy(&b->lock);
+	free(b->table);
+	free(b->cur);
+	free(b);
+}

@@ -1,0 +1,81 @@
+/* bindings.h - on echo mounts, every path that is looked up is bound to a
+ * sample from the echo pool, with an inode of its own whose size and bytes
+ * never change: page cache, mmap, fstat and concurrent readers all see one
+ * coherent file, while the next use of the path gets another sample.
+ *
+ * DESIGN
+ * - A lookup of a path returns its current binding, making one (pool_take,
+ *   which may wait for data) when there is none. The binding stays current
+ *   until it has been opened and every handle released; the next lookup
+ *   then makes a new one with a new inode. Lookups are not cached by the
+ *   kernel (entry timeout 0); attributes are (they never change).
+ * - A binding counts as served (pool_commit) when first opened. Bindings
+ *   that nobody opens within expire_s (ls -l, stat) are given back to the
+ *   pool by a reaper thread (pool_untake): looking at files consumes no
+ *   sample. Opening such an expired binding fails with ESTALE, which makes
+ *   the kernel look the path up again.
+ * - A binding is freed when the kernel has forgotten it (nlookup 0) and no
+ *   handle is open.
+ * - Locking: one mutex guards the table, the per-path current bindings and
+ *   every binding's counters; pool_take runs without it. A binding's sample
+ *   is immutable while a handle is open, so reads take no lock.
+ */
+#ifndef ECHOFS_BINDINGS_H
+#define ECHOFS_BINDINGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct pool;
+struct namespace;
+
+struct binding_attr {
+	uint64_t ino;
+	uint64_t size;
+};
+
+struct bindings_stats {
+	uint64_t live;    /* bindings the kernel still knows */
+	uint64_t open;    /* open handles */
+	uint64_t expired; /* bindings given back unopened */
+};
+
+struct bindings;
+struct binding;
+
+/* pool and ns borrowed. Binding inodes are numbered from first_ino up.
+ * Starts the reaper. NULL with errno set. */
+struct bindings *bindings_new(struct pool *pool, const struct namespace *ns,
+			      uint64_t first_ino, double expire_s);
+/* Stops the reaper, gives every sample back, frees. Accepts NULL. */
+void bindings_free(struct bindings *b);
+
+/* 1 if ino is a binding inode (known or not). */
+int bindings_owns(const struct bindings *b, uint64_t ino);
+
+/* Current binding of namespace file `file`, made if needed; counts one
+ * kernel lookup. Returns 0 or a negative errno from pool_take. */
+int bindings_lookup(struct bindings *b, uint32_t file, struct binding_attr *out);
+
+/* Attributes of a known binding inode: 0 or -ENOENT. */
+int bindings_getattr(struct bindings *b, uint64_t ino, struct binding_attr *out);
+
+/* Open a binding: 0 with *out set (a handle for bindings_read/release), or
+ * -ESTALE (expired), -ENOENT. */
+int bindings_open(struct bindings *b, uint64_t ino, struct binding **out);
+/* Bytes of an open binding at off (borrowed; valid until release). */
+ssize_t bindings_read(const struct binding *h, uint64_t off, size_t size,
+		      const void **data);
+void bindings_release(struct bindings *b, struct binding *h);
+
+/* The kernel dropped n references to ino. */
+void bindings_forget(struct bindings *b, uint64_t ino, uint64_t n);
+
+/* Source sample number of a binding (for user.echofs.source): 0 or -ENOENT
+ * (unknown, or expired). */
+int bindings_source(struct bindings *b, uint64_t ino, uint32_t *sample);
+
+void bindings_get_stats(struct bindings *b, struct bindings_stats *out);
+
+#endif
