@@ -6,6 +6,7 @@
 #include <fuse_lowlevel.h>
 #include <string.h>
 
+#include "cache/pool.h"
 #include "fs/options.h"
 
 static int parse(int argc, const char **argv, struct fs_options *o,
@@ -62,6 +63,13 @@ Test(options, rejects_bad_values_with_a_reason)
 		{"connections=-1", "connections"},
 		{"connections=9999", "connections"},
 		{"log_level=loud", "log_level"},
+		{"echo=0.5", "echo"},
+		{"echo=abc", "echo"},
+		{"echo=2x", "echo"},
+		{"echo_mode=sometimes", "echo_mode"},
+		{"echo_window=0", "echo_window"},
+		{"mem_size=10", "mem_size"},
+		{"seed=-3", "seed"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const char *argv[] = {"echofs", "-o", cases[i].opt, "http://h/a.tar",
@@ -111,6 +119,42 @@ Test(options, help_and_version)
 	char err[256];
 	cr_assert_eq(parse(2, argv, &o, &a, err), 0);
 	cr_assert(o.show_help);
+	options_free(&o);
+	fuse_opt_free_args(&a);
+}
+
+Test(options, echo_options_make_an_echo_mount)
+{
+	const char *argv[] = {"echofs", "-o",
+			      "echo=2.5,echo_mode=fixed,echo_window=8,mem_size=64M,seed=9",
+			      "http://h/a.tar", "/mnt", NULL};
+	struct fs_options o;
+	struct fuse_args a;
+	char err[256];
+
+	cr_assert_eq(parse(5, argv, &o, &a, err), 0, "%s", err);
+	cr_assert(o.echo_mount);
+	cr_assert_float_eq(o.echo, 2.5, 1e-12);
+	cr_assert_eq(o.echo_mode, ECHO_FIXED);
+	cr_assert_eq(o.echo_window, 8);
+	cr_assert_eq(o.mem_size, 64ULL << 20);
+	cr_assert_eq(o.seed, 9);
+	/* rw for the kernel so that .echofs/config can be written. */
+	cr_assert(has_arg(&a, "rw,nosuid,nodev"));
+	options_free(&o);
+	fuse_opt_free_args(&a);
+}
+
+Test(options, echo_one_is_an_exact_mount)
+{
+	const char *argv[] = {"echofs", "-o", "echo=1", "http://h/a.tar", "/mnt", NULL};
+	struct fs_options o;
+	struct fuse_args a;
+	char err[256];
+
+	cr_assert_eq(parse(5, argv, &o, &a, err), 0, "%s", err);
+	cr_assert_not(o.echo_mount);
+	cr_assert(has_arg(&a, "ro,nosuid,nodev"));
 	options_free(&o);
 	fuse_opt_free_args(&a);
 }
