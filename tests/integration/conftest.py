@@ -1,0 +1,247 @@
+"""conftest.py - fixtures of the echofs integration suite: the packed
+Fashion-MNIST dataset with its reference tree, nginx, the fault server and a
+mount helper that always unmounts.
+
+Layout of the session data dir:
+  www/train/train-0000NN.tar + train.echofs-index   (index beside the shards)
+  www/test/test-0000NN.tar                          (no index: echofs indexes)
+  www/hostile/<case>.tar                            (tests/integration/hostile)
+  ref/train/<label>/<key>.jpg, ref/test/...        (echofs-pack --tree)
+  fault/test/...                                    (hard links, fault server root)
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import helpers
+from helpers import PACK, PYTHON, FAULT_SERVER, Mount, TRAIN_SHARDS, TEST_SHARDS
+
+sys.path.insert(0, os.path.join(helpers.REPO, "tools"))
+import nginx as nginx_mod  # noqa: E402  (tools/nginx.py)
+
+
+def pytest_runtest_makereport(item, call):
+    if call.when == "call":
+        item.echofs_failed = call.excinfo is not None
+
+
+def echofs_works():
+    try:
+        r = subprocess.run([helpers.ECHOFS, "-V"], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
+@pytest.fixture(scope="session", autouse=True)
+def require_echofs():
+    if not os.path.exists("/dev/fuse"):
+        pytest.skip("/dev/fuse is missing: FUSE mounts cannot run here")
+    if not echofs_works():
+        pytest.fail("%s -V fails: build echofs first (ECHOFS_BUILD=%s)"
+                    % (helpers.ECHOFS, helpers.BUILD))
+
+
+class Dataset:
+    def __init__(self, root):
+        self.root = root
+        self.www = os.path.join(root, "www")
+        self.ref = os.path.join(root, "ref")
+        self._ref_hashes = {}
+
+    def shard_dir(self, split):
+        return os.path.join(self.www, split)
+
+    def shards(self, split):
+        d = self.shard_dir(split)
+        return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".tar"))
+
+    def ref_dir(self, split):
+        return os.path.join(self.ref, split)
+
+    def ref_hashes(self, split):
+        if split not in self._ref_hashes:
+            self._ref_hashes[split] = helpers.walk(self.ref_dir(split))
+        return self._ref_hashes[split]
+
+
+def pack(split, www, ref):
+    out = os.path.join(www, split)
+    r = subprocess.run([PACK, "--split", split, "--out", out,
+                        "--tree", os.path.join(ref, split)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, "echofs-pack failed: %s" % r.stderr
+
+
+@pytest.fixture(scope="session")
+def dataset(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("data"))
+    ds = Dataset(root)
+    for split in ("train", "test"):
+        pack(split, ds.www, ds.ref)
+    gen = os.path.join(os.path.dirname(__file__), "hostile", "gen_hostile.py")
+    subprocess.run([PYTHON, gen, os.path.join(ds.www, "hostile"),
+                    "--tag", "t%d" % os.getpid()], check=True, capture_output=True)
+    assert len(ds.shards("train")) == TRAIN_SHARDS
+    assert len(ds.shards("test")) == TEST_SHARDS
+    return ds
+
+
+def index_for(base_url, split, shards, path):
+    """Write an index whose URLs and ETags come from the server at base_url."""
+    entries = []
+    for local in shards:
+        url = "%s/%s/%s" % (base_url, split, os.path.basename(local))
+        entries.append((url, local, helpers.http_etag(url)))
+    helpers.write_index(path, entries)
+
+
+@pytest.fixture(scope="session")
+def nginx(dataset, tmp_path_factory):
+    state = str(tmp_path_factory.mktemp("nginx"))
+    srv = nginx_mod.Nginx(dataset.www, state)
+    try:
+        # The train split gets its index beside the shards, where echofs
+        # looks first; the test split has none, so echofs indexes it.
+        index_for(srv.url, "train", dataset.shards("train"),
+                  os.path.join(dataset.shard_dir("train"), "train.echofs-index"))
+        # For cold mounts of the test split: passed as index=, not beside.
+        srv.test_index = os.path.join(state, "test.echofs-index")
+        index_for(srv.url, "test", dataset.shards("test"), srv.test_index)
+        yield srv
+    finally:
+        srv.stop()
+
+
+class FaultServer:
+    def __init__(self, root, workdir):
+        self.root = root
+        port_file = os.path.join(workdir, "port")
+        self.log = open(os.path.join(workdir, "fault_server.log"), "w")
+        self.proc = subprocess.Popen(
+            [PYTHON, FAULT_SERVER, "--root", root, "--port", "0",
+             "--port-file", port_file],
+            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 15
+        while not os.path.exists(port_file):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("fault server did not start")
+            time.sleep(0.05)
+        with open(port_file) as f:
+            self.port = int(f.read())
+        self.url = "http://127.0.0.1:%d" % self.port
+
+    def set_faults(self, *rules):
+        helpers.http_get(self.url + "/_faults", data="\n".join(rules).encode(),
+                         method="PUT")
+
+    def reset_stats(self):
+        helpers.http_get(self.url + "/_reset_stats", data=b"", method="POST")
+
+    def stats(self):
+        return json.loads(helpers.http_get(self.url + "/_stats"))
+
+    def last_headers(self):
+        return json.loads(helpers.http_get(self.url + "/_last_headers"))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="session")
+def fault_server_session(dataset, tmp_path_factory):
+    work = str(tmp_path_factory.mktemp("fault"))
+    root = os.path.join(work, "root")
+    os.makedirs(os.path.join(root, "test"))
+    for src in dataset.shards("test"):
+        os.link(src, os.path.join(root, "test", os.path.basename(src)))
+    srv = FaultServer(root, work)
+    try:
+        srv.index = os.path.join(work, "test.echofs-index")
+        index_for(srv.url, "test", sorted(
+            os.path.join(root, "test", n) for n in os.listdir(os.path.join(root, "test"))),
+            srv.index)
+        srv.source = helpers.source_of(srv.url, "test")
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def fault_server(fault_server_session):
+    """The session fault server with no faults and zeroed statistics."""
+    fault_server_session.set_faults()
+    fault_server_session.reset_stats()
+    yield fault_server_session
+    fault_server_session.set_faults()
+
+
+@pytest.fixture
+def mounter(tmp_path, request):
+    """mounter(source, cache_dir=None, opts=None, name="mnt", check=True)
+    runs echofs and returns the Mount; with check=True a failing mount fails
+    the test. Every mount is unmounted at teardown; the logs are printed when
+    the test failed."""
+    mounts = []
+
+    def make(source, cache_dir=None, opts=None, name=None, check=True, timeout=120):
+        m = Mount(str(tmp_path), source, cache_dir, opts,
+                  name or "mnt%d" % len(mounts))
+        mounts.append(m)
+        r = m.start(timeout=timeout)
+        if check:
+            assert r.returncode == 0, "echofs failed (rc %d): %s\nlog:\n%s" % (
+                r.returncode, r.stderr.strip(), m.log()[-3000:])
+        return m
+
+    yield make
+    for m in mounts:
+        m.umount()
+    if getattr(request.node, "echofs_failed", False):
+        for m in mounts:
+            print("==== %s: %s\n%s" % (m.mnt, " ".join(m.argv()), m.log()[-20000:]))
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """tmpfs(size, ro=False) mounts a small tmpfs and returns its path."""
+    made = []
+
+    def make(size, ro=False):
+        d = os.path.join(str(tmp_path), "tmpfs%d" % len(made))
+        os.makedirs(d)
+        opts = "size=%s%s" % (size, ",ro" if ro else "")
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", d],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip("cannot mount tmpfs: %s" % r.stderr.strip())
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        subprocess.run(["umount", d], capture_output=True)
+        if helpers.mount_entry(d) is not None:
+            subprocess.run(["umount", "-l", d], capture_output=True)
+
+
+@pytest.fixture
+def private_nginx(dataset, tmp_path):
+    """A private nginx over www that a test may stop."""
+    srv = nginx_mod.Nginx(dataset.www, os.path.join(str(tmp_path), "nginx"))
+    yield srv
+    srv.stop()
+

@@ -1,0 +1,64 @@
+"""test_faults.py - a misbehaving server (tests/fault_server.py): 503s,
+truncated bodies, ignored ranges, custom headers. Faults are switched on after
+the mount so they hit the shard fetches, not the mount itself."""
+
+import helpers
+
+
+def read_all_correct(m, ref, step=1):
+    bad = []
+    for p in sorted(ref)[::step]:
+        err = helpers.read_errno(m.path(p))
+        if err or helpers.sha256_file(m.path(p)) != ref[p]:
+            bad.append((p, err))
+    assert bad == [], "%d bad files, first %r" % (len(bad), bad[:5])
+
+
+def test_503_is_retried(fault_server, dataset, mounter):
+    m = mounter(fault_server.source, opts={"index": fault_server.index})
+    fault_server.set_faults("/test/*.tar=status:503,count=3")
+    read_all_correct(m, dataset.ref_hashes("test"))
+    s = m.stats()
+    assert s["retries"] >= 3, s
+    assert s["errors"]["shard_failed"] == 0
+
+
+def test_truncated_body_is_resumed(fault_server, dataset, mounter):
+    m = mounter(fault_server.source, opts={"index": fault_server.index})
+    fault_server.set_faults("/test/*.tar=truncate:300000,count=3")
+    read_all_correct(m, dataset.ref_hashes("test"))
+    s = m.stats()
+    assert s["resumes"] >= 1, s
+    assert fault_server.stats()["ranges"] >= 1, "a resume should ask for a Range"
+
+
+def test_server_ignoring_range(fault_server, dataset, mounter):
+    # Truncations force resumes; the resumes get 200 + the whole body.
+    m = mounter(fault_server.source, opts={"index": fault_server.index})
+    fault_server.set_faults("/test/*.tar=truncate:300000,count=2",
+                            "/test/*.tar=ignore-range")
+    read_all_correct(m, dataset.ref_hashes("test"))
+
+
+def test_ignore_range_uncached(fault_server, dataset, mounter, tmpfs):
+    """Range reads (no room to cache) answered with whole shards."""
+    cache = tmpfs("512k")
+    m = mounter(fault_server.source, cache_dir=cache,
+                opts={"index": fault_server.index})
+    fault_server.set_faults("/test/*.tar=ignore-range")
+    read_all_correct(m, dataset.ref_hashes("test"), step=487)
+
+
+def test_header_file_reaches_server(fault_server, dataset, mounter, tmp_path):
+    hf = tmp_path / "headers"
+    hf.write_text("X-Echofs-Test: hello-42\nAuthorization: Bearer s3cr3t-t0ken\n")
+    m = mounter(fault_server.source, opts={"index": fault_server.index,
+                                           "header_file": str(hf),
+                                           "log_level": "debug"})
+    read_all_correct(m, dataset.ref_hashes("test"), step=1000)
+    last = fault_server.last_headers()
+    headers = {k.lower(): v for k, v in last["headers"].items()}
+    assert last["path"].startswith("/test/"), last
+    assert headers.get("x-echofs-test") == "hello-42", headers
+    assert headers.get("authorization") == "Bearer s3cr3t-t0ken", headers
+    assert "s3cr3t-t0ken" not in m.log(), "credentials must not be logged"

@@ -1,0 +1,76 @@
+#!/bin/bash
+# setup.sh - install what echofs needs on Debian 12 (only what is missing),
+# make sure /dev/fuse exists, then configure and build into build/.
+#   tools/setup.sh [--bench]      --bench also installs rclone (benchmark peer)
+# BUILD_DIR (default build) picks the build directory. Run as root on a fresh
+# machine; later runs only rebuild.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${BUILD_DIR:-build}
+PKGS=(gcc libc6-dev pkg-config meson ninja-build
+      libfuse3-dev fuse3 libcurl4-openssl-dev libturbojpeg0-dev
+      libjpeg62-turbo-dev zlib1g-dev libcriterion-dev clang
+      nginx-light dataset-fashion-mnist python3-pil python3-pytest kmod)
+[ "${1:-}" = "--bench" ] && PKGS+=(rclone)
+
+say() { echo "setup: $*"; }
+
+missing_packages() {
+	local p
+	for p in "${PKGS[@]}"; do
+		dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null |
+			grep -q '^install ok installed$' || echo "$p"
+	done
+}
+
+install_packages() {
+	local missing
+	mapfile -t missing < <(missing_packages)
+	[ "${#missing[@]}" -eq 0 ] && return 0
+	if [ "$(id -u)" -ne 0 ]; then
+		say "missing packages (run as root to install): ${missing[*]}" >&2
+		return 1
+	fi
+	say "installing ${missing[*]}"
+	# Keep package scripts from starting services (nginx on port 80): the
+	# tests start their own nginx on a free loopback port.
+	local made_policy=0
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod 755 /usr/sbin/policy-rc.d
+		made_policy=1
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	local rc=0
+	{ apt-get update -qq &&
+		apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+			>/dev/null; } || rc=$?
+	[ "$made_policy" -eq 1 ] && rm -f /usr/sbin/policy-rc.d
+	return $rc
+}
+
+ensure_fuse() {
+	[ -e /dev/fuse ] && return 0
+	modprobe fuse 2>/dev/null || true
+	[ -e /dev/fuse ] || say "warning: /dev/fuse is missing; mounts will not work" >&2
+}
+
+build() {
+	local log
+	log=$(mktemp)
+	if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+		if ! meson setup "$BUILD_DIR" >"$log" 2>&1; then
+			cat "$log" >&2; rm -f "$log"; return 1
+		fi
+	fi
+	if ! ninja -C "$BUILD_DIR" >"$log" 2>&1; then
+		cat "$log" >&2; rm -f "$log"; return 1
+	fi
+	rm -f "$log"
+	say "$BUILD_DIR/ is built"
+}
+
+install_packages
+ensure_fuse
+build

@@ -1,0 +1,75 @@
+#!/bin/bash
+# test.sh - build, then run the Criterion unit suite and the pytest
+# integration suite (real FUSE mounts against nginx and the fault server).
+#   tools/test.sh            build/ (the default build)
+#   tools/test.sh --asan     build-asan/ (clang, ASan + UBSan), both suites
+# BUILD_DIR / ASAN_BUILD_DIR override the build directories.
+# Exits non-zero if anything failed; the last line sums up.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+ASAN=0
+for a in "$@"; do
+	case "$a" in
+	--asan) ASAN=1 ;;
+	-h | --help) sed -n '2,7p' "$0"; exit 0 ;;
+	*) echo "test.sh: unknown argument $a" >&2; exit 2 ;;
+	esac
+done
+
+PASSED=0
+FAILED=0
+FAILED_NAMES=()
+record() { # name rc
+	if [ "$2" -eq 0 ]; then
+		PASSED=$((PASSED + 1))
+	else
+		FAILED=$((FAILED + 1))
+		FAILED_NAMES+=("$1")
+	fi
+}
+
+TMP=$(mktemp -d /tmp/echofs-test.XXXXXX)
+cleanup() { rm -rf "$TMP"; }
+trap cleanup EXIT
+
+bash tools/setup.sh || { echo "test.sh: setup failed" >&2; exit 1; }
+BUILD=${BUILD_DIR:-build}
+if [ "$ASAN" -eq 1 ]; then
+	BUILD=${ASAN_BUILD_DIR:-build-asan}
+	if [ ! -f "$BUILD/build.ninja" ]; then
+		CC=clang meson setup "$BUILD" -Db_sanitize=address,undefined \
+			-Db_lundef=false >"$TMP/setup.log" 2>&1 ||
+			{ cat "$TMP/setup.log" >&2; exit 1; }
+	fi
+	ninja -C "$BUILD" >"$TMP/build.log" 2>&1 ||
+		{ cat "$TMP/build.log" >&2; exit 1; }
+	# The echofs daemon's stderr is gone once it detaches: sanitizer
+	# reports go to files, and any file there fails the run.
+	mkdir -p "$TMP/san"
+	export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:log_path=$TMP/san/asan"
+	export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$TMP/san/ubsan"
+fi
+
+echo "== unit tests ($BUILD)"
+meson test -C "$BUILD" --print-errorlogs
+record "unit tests ($BUILD)" $?
+
+echo "== integration tests ($BUILD)"
+ECHOFS_BUILD="$PWD/$BUILD" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+	--basetemp="$TMP/pytest" tests/integration
+record "integration tests ($BUILD)" $?
+
+if [ "$ASAN" -eq 1 ]; then
+	if compgen -G "$TMP/san/*" >/dev/null; then
+		echo "== sanitizer reports" >&2
+		cat "$TMP"/san/* >&2
+		record "sanitizer reports" 1
+	else
+		record "sanitizer reports" 0
+	fi
+fi
+
+for n in "${FAILED_NAMES[@]}"; do echo "FAILED: $n"; done
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]
