@@ -3,37 +3,29 @@
 #include "fetch/http.h"
 
 #include "common/util.h"
+#include "fixtures.h"
 
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
-#include <libgen.h>
 #include <netinet/in.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #define BIG_LEN (3u * 1024 * 1024)
 #define SMALL_TEXT "hello from the fault server\n"
 
-struct server {
-	pid_t pid;
-	int port;
-};
-
 static char g_dir[128];	 /* temp dir: port files, header files, certs */
 static char g_root[192]; /* served directory */
 static char g_skip[256]; /* why the server tests cannot run, or "" */
-static struct server g_srv;
+static struct fx_server g_srv;
 static unsigned char *g_big;
 
 /* ---- fixtures ----------------------------------------------------------- */
@@ -42,86 +34,34 @@ static void write_file(const char *dir, const char *name, const void *data,
 		       size_t len)
 {
 	char path[384];
-	FILE *f;
 
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	f = fopen(path, "wb");
-	cr_assert_not_null(f, "cannot create %s", path);
-	cr_assert_eq(fwrite(data, 1, len, f), len);
-	cr_assert_eq(fclose(f), 0);
+	fx_write_file(path, data, len);
 }
 
-static int script_path(char *buf, size_t len)
-{
-	const char *data = getenv("ECHOFS_TEST_DATA");
-	char tmp[512];
-
-	if (!data || strlen(data) >= sizeof(tmp))
-		return -1;
-	snprintf(tmp, sizeof(tmp), "%s", data);
-	/* <src>/tests/data -> <src>/tests/fault_server.py */
-	snprintf(buf, len, "%s/fault_server.py", dirname(tmp));
-	return access(buf, R_OK);
-}
-
-/* Starts fault_server.py on g_root; cert/key for HTTPS and one --fault rule
- * are optional. */
-static int server_start(struct server *s, const char *tag, const char *cert,
+/* Starts fault_server.py on g_root, its port file named after tag; cert/key
+ * for HTTPS and one --fault rule are optional. Returns 0 or a negative errno
+ * (see fx_server_spawn). */
+static int server_start(struct fx_server *s, const char *tag, const char *cert,
 			const char *key, const char *fault)
 {
-	char script[600], portfile[256], line[32];
-	double deadline = now_mono() + 10;
-	int status;
+	char portfile[256];
+	const char *extra[8];
+	int n = 0;
 
-	if (script_path(script, sizeof(script)))
-		return -1;
 	snprintf(portfile, sizeof(portfile), "%s/port-%s", g_dir, tag);
-	s->pid = fork();
-	if (s->pid == 0) {
-		int null = open("/dev/null", O_WRONLY);
-		dup2(null, 1);
-		const char *argv[16] = {"python3", script,	  "--root",
-					g_root,	   "--port-file", portfile};
-		int n = 6;
-		if (cert) {
-			argv[n++] = "--tls-cert";
-			argv[n++] = cert;
-			argv[n++] = "--tls-key";
-			argv[n++] = key;
-		}
-		if (fault) {
-			argv[n++] = "--fault";
-			argv[n++] = fault;
-		}
-		argv[n] = NULL;
-		execv("/usr/bin/python3", (char *const *)argv);
-		_exit(127);
+	if (cert) {
+		extra[n++] = "--tls-cert";
+		extra[n++] = cert;
+		extra[n++] = "--tls-key";
+		extra[n++] = key;
 	}
-	while (now_mono() < deadline) {
-		FILE *f = fopen(portfile, "r");
-		if (f) {
-			int ok = fgets(line, sizeof(line), f) != NULL;
-			fclose(f);
-			s->port = ok ? (int)strtol(line, NULL, 10) : 0;
-			if (s->port > 0)
-				return 0;
-		}
-		if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
-			s->pid = 0;
-			return -1;
-		}
-		usleep(10000);
+	if (fault) {
+		extra[n++] = "--fault";
+		extra[n++] = fault;
 	}
-	return -1;
-}
-
-static void server_stop(struct server *s)
-{
-	if (s->pid > 0) {
-		kill(s->pid, SIGTERM);
-		waitpid(s->pid, NULL, 0);
-		s->pid = 0;
-	}
+	extra[n] = NULL;
+	return fx_server_spawn(s, g_root, portfile, extra);
 }
 
 static void setup(void)
@@ -151,18 +91,10 @@ static void setup(void)
 						    : "unset");
 }
 
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-	(void)st;
-	(void)flag;
-	(void)f;
-	return remove(p);
-}
-
 static void teardown(void)
 {
-	server_stop(&g_srv);
-	nftw(g_dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+	fx_server_stop(&g_srv);
+	fx_rm_tree(g_dir);
 	free(g_big);
 }
 
@@ -783,7 +715,7 @@ Test(http, https_verifies_and_refuses_downgrade)
 {
 	NEED_SERVER();
 	char cert[256], key[256], rule[400], u[256], *out = NULL, err[256];
-	struct server tls = {0};
+	struct fx_server tls = {0};
 	struct http_opts o = {.retry_budget_s = 0.5, .backoff_base_s = 0.01};
 	struct http *h, *untrusting;
 	size_t len;
@@ -817,7 +749,7 @@ Test(http, https_verifies_and_refuses_downgrade)
 	cr_expect_eq(http_get_all(h, u, 100, &out, &len), -EPROTO);
 	cr_expect_eq(server_stat("requests"), 1,
 		     "the http target was never asked");
-	server_stop(&tls);
+	fx_server_stop(&tls);
 	http_free(untrusting);
 	http_free(h);
 }

@@ -7,20 +7,15 @@
 #include "fetch/http.h"
 #include "fetch/index.h"
 #include "fetch/shardlist.h"
+#include "fixtures.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
-#include <libgen.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #define NSHARDS 3
@@ -37,61 +32,8 @@ static char tdir[64], root[96], cdir[96];
 static uint8_t *shard_data[NSHARDS];
 static size_t shard_len[NSHARDS];
 static struct sample samples[NSHARDS][PER_SHARD];
-static pid_t srv_pid;
-static int srv_port;
+static struct fx_server srv;
 static struct http *h;
-
-static int rm_cb(const char *p, const struct stat *sb, int flag,
-		 struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	return remove(p);
-}
-
-struct tarw {
-	uint8_t *buf;
-	size_t len, cap;
-};
-
-static void tar_reserve(struct tarw *t, size_t n)
-{
-	if (t->len + n > t->cap) {
-		t->cap = (t->len + n) * 2;
-		t->buf = xrealloc(t->buf, t->cap);
-	}
-	memset(t->buf + t->len, 0, n);
-}
-
-/* Append a ustar member; returns the offset of its data. */
-static uint64_t tar_add(struct tarw *t, const char *name, const void *data,
-			size_t n)
-{
-	uint8_t *hd;
-	unsigned sum = 0;
-	uint64_t off;
-
-	tar_reserve(t, 512 + n + 512);
-	hd = t->buf + t->len;
-	snprintf((char *)hd, 100, "%s", name);
-	snprintf((char *)hd + 100, 8, "%07o", 0644);
-	snprintf((char *)hd + 108, 8, "%07o", 0);
-	snprintf((char *)hd + 116, 8, "%07o", 0);
-	snprintf((char *)hd + 124, 12, "%011llo", (unsigned long long)n);
-	snprintf((char *)hd + 136, 12, "%011o", 1700000000);
-	memset(hd + 148, ' ', 8);
-	hd[156] = '0';
-	memcpy(hd + 257, "ustar", 6);
-	memcpy(hd + 263, "00", 2);
-	for (int i = 0; i < 512; i++)
-		sum += hd[i];
-	snprintf((char *)hd + 148, 8, "%06o", sum);
-	off = t->len + 512;
-	memcpy(t->buf + off, data, n);
-	t->len = off + ((n + 511) / 512) * 512;
-	return off;
-}
 
 /* Samples: key.jpg (or .PNG) + key.cls; every 7th has no .cls and takes
  * its label from its directory; a .txt member without an image is skipped. */
@@ -101,7 +43,6 @@ static void make_shards(void)
 	for (int s = 0; s < NSHARDS; s++) {
 		struct tarw t = {0};
 		char name[96], path[160], cls[16];
-		FILE *f;
 		for (int k = 0; k < PER_SHARD; k++) {
 			struct sample *m = &samples[s][k];
 			size_t n = 100 + (size_t)(rand_r(&seed) % 60000);
@@ -119,92 +60,21 @@ static void make_shards(void)
 					 (s * 31 + k) % 10);
 			snprintf(name, sizeof(name), "%s.%s", m->key,
 				 k % 5 == 1 ? "PNG" : "jpg");
-			m->off = tar_add(&t, name, img, n);
+			m->off = tarw_add(&t, name, img, n);
 			m->size = n;
 			if (!dir) {
 				snprintf(name, sizeof(name), "%s.cls", m->key);
 				snprintf(cls, sizeof(cls), "%s\n", m->label);
-				tar_add(&t, name, cls, strlen(cls));
+				tarw_add(&t, name, cls, strlen(cls));
 			}
 			free(img);
 		}
-		tar_add(&t, "zz_orphan.txt", "hello", 5);
-		tar_reserve(&t, 1024);
-		t.len += 1024;
+		tarw_add(&t, "zz_orphan.txt", "hello", 5);
+		tarw_end(&t);
 		shard_data[s] = t.buf;
 		shard_len[s] = t.len;
 		snprintf(path, sizeof(path), "%s/s%d.tar", root, s);
-		f = fopen(path, "wb");
-		cr_assert_not_null(f);
-		cr_assert_eq(fwrite(t.buf, 1, t.len, f), t.len);
-		fclose(f);
-	}
-}
-
-static void repo_root(char *out, size_t n)
-{
-	const char *d = getenv("ECHOFS_TEST_DATA");
-	char tmp[512];
-	cr_assert_not_null(d, "ECHOFS_TEST_DATA not set");
-	snprintf(tmp, sizeof(tmp), "%s", d);
-	snprintf(out, n, "%s", dirname(dirname(tmp)));
-}
-
-/* Start tests/fault_server.py on root with up to 4 fault rules. */
-static void srv_start(const char *const *faults)
-{
-	char repo[512], script[600], pf[160];
-	const char *argv[16];
-	int a = 0;
-
-	repo_root(repo, sizeof(repo));
-	snprintf(script, sizeof(script), "%s/tests/fault_server.py", repo);
-	if (access(script, R_OK) != 0)
-		cr_skip_test("no %s", script);
-	snprintf(pf, sizeof(pf), "%s/port", tdir);
-	unlink(pf);
-	argv[a++] = "/usr/bin/python3";
-	argv[a++] = script;
-	argv[a++] = "--root";
-	argv[a++] = root;
-	argv[a++] = "--port-file";
-	argv[a++] = pf;
-	for (int i = 0; faults && faults[i] && i < 4; i++) {
-		argv[a++] = "--fault";
-		argv[a++] = faults[i];
-	}
-	argv[a] = NULL;
-	srv_pid = fork();
-	cr_assert_geq(srv_pid, 0);
-	if (srv_pid == 0) {
-		int fd = open("/dev/null", O_WRONLY);
-		/* Die with the test, even when it crashes. */
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		dup2(fd, 1);
-		dup2(fd, 2);
-		execv(argv[0], (char *const *)argv);
-		_exit(127);
-	}
-	for (int i = 0; i < 200; i++) {
-		FILE *f = fopen(pf, "r");
-		if (f) {
-			int ok = fscanf(f, "%d", &srv_port) == 1;
-			fclose(f);
-			if (ok)
-				return;
-		}
-		cr_assert_eq(waitpid(srv_pid, NULL, WNOHANG), 0, "server died");
-		usleep(50000);
-	}
-	cr_assert_fail("fault server did not start");
-}
-
-static void srv_stop(void)
-{
-	if (srv_pid > 0) {
-		kill(srv_pid, SIGTERM);
-		waitpid(srv_pid, NULL, 0);
-		srv_pid = 0;
+		fx_write_file(path, t.buf, t.len);
 	}
 }
 
@@ -229,14 +99,14 @@ static void setup(void)
 
 static void teardown(void)
 {
-	srv_stop();
+	fx_server_stop(&srv);
 	http_free(h);
 	h = NULL;
 	for (int s = 0; s < NSHARDS; s++) {
 		free(shard_data[s]);
 		shard_data[s] = NULL;
 	}
-	nftw(tdir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+	fx_rm_tree(tdir);
 }
 
 TestSuite(indexer, .init = setup, .fini = teardown, .timeout = 90);
@@ -249,12 +119,12 @@ static void make_list(struct shardlist *l, int n, const char *extra)
 	for (int s = 0; s < n; s++) {
 		char url[128];
 		snprintf(url, sizeof(url), "http://127.0.0.1:%d/s%d.tar",
-			 srv_port, s);
+			 srv.port, s);
 		l->urls[l->n++] = xstrdup(url);
 	}
 	if (extra) {
 		char url[256];
-		snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", srv_port,
+		snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", srv.port,
 			 extra);
 		l->urls[l->n++] = xstrdup(url);
 	}
@@ -285,7 +155,7 @@ static void check_index(const struct index *ix)
 	for (int s = 0; s < NSHARDS; s++) {
 		char url[128];
 		snprintf(url, sizeof(url), "http://127.0.0.1:%d/s%d.tar",
-			 srv_port, s);
+			 srv.port, s);
 		cr_assert_str_eq(ix->shards[s].url, url);
 		cr_assert_eq(ix->shards[s].size, shard_len[s]);
 		cr_assert(ix->shards[s].etag[0] == '"', "etag %s",
@@ -311,7 +181,7 @@ static const unsigned job_counts[] = {1, 2, 8};
 
 Test(indexer, builds_the_right_index)
 {
-	srv_start(NULL);
+	fx_server_start(&srv, root, tdir, NULL);
 	for (size_t j = 0; j < sizeof(job_counts) / sizeof(job_counts[0]);
 	     j++) {
 		struct shardlist l;
@@ -346,7 +216,7 @@ Test(indexer, shards_land_in_the_store)
 	struct store_stats sts;
 	char err[256] = "";
 
-	srv_start(NULL);
+	fx_server_start(&srv, root, tdir, NULL);
 	st = store_open(cdir, 1ULL << 30, err, sizeof(err));
 	cr_assert_not_null(st, "%s", err);
 	make_list(&l, NSHARDS, NULL);
@@ -381,7 +251,7 @@ Test(indexer, cache_too_small_still_indexes)
 	struct store_stats sts;
 	char err[256] = "";
 
-	srv_start(NULL);
+	fx_server_start(&srv, root, tdir, NULL);
 	st = store_open(cdir, 4096, err, sizeof(err));
 	cr_assert_not_null(st, "%s", err);
 	make_list(&l, NSHARDS, NULL);
@@ -399,12 +269,8 @@ Test(indexer, cache_too_small_still_indexes)
 static void write_file(const char *name, const void *data, size_t n)
 {
 	char path[200];
-	FILE *f;
 	snprintf(path, sizeof(path), "%s/%s", root, name);
-	f = fopen(path, "wb");
-	cr_assert_not_null(f);
-	cr_assert_eq(fwrite(data, 1, n, f), n);
-	fclose(f);
+	fx_write_file(path, data, n);
 }
 
 /* Builds that must fail, naming the shard and the reason. */
@@ -444,7 +310,7 @@ Test(indexer, failing_shard_fails_the_build)
 		char err[256] = "";
 		int r;
 
-		srv_start(faults);
+		fx_server_start(&srv, root, tdir, faults);
 		make_list(&l, NSHARDS, c->extra);
 		r = indexer_build(h, NULL, &l, 2, NULL, NULL, &ix, NULL, err,
 				  sizeof(err));
@@ -454,7 +320,7 @@ Test(indexer, failing_shard_fails_the_build)
 			  c->want);
 		cr_assert(strstr(err, "127.0.0.1"), "err '%s'", err);
 		shardlist_clear(&l);
-		srv_stop();
+		fx_server_stop(&srv);
 	}
 }
 
@@ -466,11 +332,11 @@ Test(indexer, unreachable_and_redacted)
 	int r;
 
 	/* A port nobody listens on: start and stop a server to find one. */
-	srv_start(NULL);
-	srv_stop();
+	fx_server_start(&srv, root, tdir, NULL);
+	fx_server_stop(&srv);
 	snprintf(url, sizeof(url),
 		 "http://user:hunter2@127.0.0.1:%d/s0.tar?sig=SECRET",
-		 srv_port);
+		 srv.port);
 	l.urls = xcalloc(1, sizeof(char *));
 	l.urls[0] = xstrdup(url);
 	l.n = 1;

@@ -8,21 +8,16 @@
 #include "common/util.h"
 #include "fetch/http.h"
 #include "fetch/index.h"
+#include "fixtures.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
-#include <libgen.h>
 #include <math.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---- fixtures: temp dir, tar shards, fault server (from test_shards.c) */
@@ -44,61 +39,8 @@ static size_t shard_len[NSHARDS];
 static struct sample samples[NSHARDS][PER_SHARD];
 static uint32_t class_of[NSAMPLES];
 static uint32_t per_class[NCLS];
-static pid_t srv_pid;
-static int srv_port;
+static struct fx_server srv;
 static struct http *h;
-
-static int rm_cb(const char *p, const struct stat *sb, int flag,
-		 struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	return remove(p);
-}
-
-struct tarw {
-	uint8_t *buf;
-	size_t len, cap;
-};
-
-static void tar_reserve(struct tarw *t, size_t n)
-{
-	if (t->len + n > t->cap) {
-		t->cap = (t->len + n) * 2;
-		t->buf = xrealloc(t->buf, t->cap);
-	}
-	memset(t->buf + t->len, 0, n);
-}
-
-/* Append a ustar member; returns the offset of its data. */
-static uint64_t tar_add(struct tarw *t, const char *name, const void *data,
-			size_t n)
-{
-	uint8_t *hd;
-	unsigned sum = 0;
-	uint64_t off;
-
-	tar_reserve(t, 512 + n + 512);
-	hd = t->buf + t->len;
-	snprintf((char *)hd, 100, "%s", name);
-	snprintf((char *)hd + 100, 8, "%07o", 0644);
-	snprintf((char *)hd + 108, 8, "%07o", 0);
-	snprintf((char *)hd + 116, 8, "%07o", 0);
-	snprintf((char *)hd + 124, 12, "%011llo", (unsigned long long)n);
-	snprintf((char *)hd + 136, 12, "%011o", 1700000000);
-	memset(hd + 148, ' ', 8);
-	hd[156] = '0';
-	memcpy(hd + 257, "ustar", 6);
-	memcpy(hd + 263, "00", 2);
-	for (int i = 0; i < 512; i++)
-		sum += hd[i];
-	snprintf((char *)hd + 148, 8, "%06o", sum);
-	off = t->len + 512;
-	memcpy(t->buf + off, data, n);
-	t->len = off + ((n + 511) / 512) * 512;
-	return off;
-}
 
 static void make_shards(void)
 {
@@ -107,7 +49,6 @@ static void make_shards(void)
 	for (int s = 0; s < NSHARDS; s++) {
 		struct tarw t = {0};
 		char name[64], path[160];
-		FILE *f;
 		for (int k = 0; k < PER_SHARD; k++) {
 			int i = s * PER_SHARD + k;
 			size_t n = 2000 + (size_t)(rand_r(&seed) % 20000);
@@ -115,7 +56,7 @@ static void make_shards(void)
 			for (size_t b = 0; b < n; b++)
 				img[b] = (uint8_t)rand_r(&seed);
 			snprintf(name, sizeof(name), "s%d_%04d.jpg", s, k);
-			samples[s][k].off = tar_add(&t, name, img, n);
+			samples[s][k].off = tarw_add(&t, name, img, n);
 			samples[s][k].size = n;
 			class_of[i] = k == PER_SHARD - 1 ? POOL_NO_CLASS
 							 : (uint32_t)(i % NCLS);
@@ -123,82 +64,11 @@ static void make_shards(void)
 				per_class[class_of[i]]++;
 			free(img);
 		}
-		tar_reserve(&t, 1024);
-		t.len += 1024;
+		tarw_end(&t);
 		shard_data[s] = t.buf;
 		shard_len[s] = t.len;
 		snprintf(path, sizeof(path), "%s/s%d.tar", root, s);
-		f = fopen(path, "wb");
-		cr_assert_not_null(f);
-		cr_assert_eq(fwrite(t.buf, 1, t.len, f), t.len);
-		fclose(f);
-	}
-}
-
-static void repo_root(char *out, size_t n)
-{
-	const char *d = getenv("ECHOFS_TEST_DATA");
-	char tmp[512];
-	cr_assert_not_null(d, "ECHOFS_TEST_DATA not set");
-	snprintf(tmp, sizeof(tmp), "%s", d);
-	snprintf(out, n, "%s", dirname(dirname(tmp)));
-}
-
-/* Start tests/fault_server.py on root with up to 4 fault rules. */
-static void srv_start(const char *const *faults)
-{
-	char repo[512], script[600], pf[160];
-	const char *argv[16];
-	int a = 0;
-
-	repo_root(repo, sizeof(repo));
-	snprintf(script, sizeof(script), "%s/tests/fault_server.py", repo);
-	if (access(script, R_OK) != 0)
-		cr_skip_test("no %s", script);
-	snprintf(pf, sizeof(pf), "%s/port", tdir);
-	unlink(pf);
-	argv[a++] = "/usr/bin/python3";
-	argv[a++] = script;
-	argv[a++] = "--root";
-	argv[a++] = root;
-	argv[a++] = "--port-file";
-	argv[a++] = pf;
-	for (int i = 0; faults && faults[i] && i < 4; i++) {
-		argv[a++] = "--fault";
-		argv[a++] = faults[i];
-	}
-	argv[a] = NULL;
-	srv_pid = fork();
-	cr_assert_geq(srv_pid, 0);
-	if (srv_pid == 0) {
-		int fd = open("/dev/null", O_WRONLY);
-		/* Die with the test, even when it crashes. */
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		dup2(fd, 1);
-		dup2(fd, 2);
-		execv(argv[0], (char *const *)argv);
-		_exit(127);
-	}
-	for (int i = 0; i < 200; i++) {
-		FILE *f = fopen(pf, "r");
-		if (f) {
-			int ok = fscanf(f, "%d", &srv_port) == 1;
-			fclose(f);
-			if (ok)
-				return;
-		}
-		cr_assert_eq(waitpid(srv_pid, NULL, WNOHANG), 0, "server died");
-		usleep(50000);
-	}
-	cr_assert_fail("fault server did not start");
-}
-
-static void srv_stop(void)
-{
-	if (srv_pid > 0) {
-		kill(srv_pid, SIGTERM);
-		waitpid(srv_pid, NULL, 0);
-		srv_pid = 0;
+		fx_write_file(path, t.buf, t.len);
 	}
 }
 
@@ -223,14 +93,14 @@ static void setup(void)
 
 static void teardown(void)
 {
-	srv_stop();
+	fx_server_stop(&srv);
 	http_free(h);
 	h = NULL;
 	for (int s = 0; s < NSHARDS; s++) {
 		free(shard_data[s]);
 		shard_data[s] = NULL;
 	}
-	nftw(tdir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+	fx_rm_tree(tdir);
 }
 
 TestSuite(pool, .init = setup, .fini = teardown, .timeout = 120);
@@ -250,7 +120,7 @@ static struct index *make_index(void)
 	for (int s = 0; s < NSHARDS; s++) {
 		char url[128];
 		snprintf(url, sizeof(url), "http://127.0.0.1:%d/s%d.tar",
-			 srv_port, s);
+			 srv.port, s);
 		index_add_shard(ix, url, shard_len[s], "");
 	}
 	for (int s = 0; s < NSHARDS; s++)
@@ -275,7 +145,7 @@ static void stack_open(struct stack *k, const char *const *faults,
 {
 	char err[256];
 
-	srv_start(faults);
+	fx_server_start(&srv, root, tdir, faults);
 	k->ix = make_index();
 	k->st = store_open(cdir, 1ULL << 30, err, sizeof(err));
 	cr_assert_not_null(k->st, "store_open: %s", err);
@@ -437,7 +307,7 @@ Test(pool, slow_upstream_echoes_right_class_and_bytes)
 		cr_assert_leq(ps.effective_echo, c->echo + 1e-9);
 		cr_assert_gt(ps.stall_s, 0.0);
 		stack_close(&k);
-		srv_stop();
+		fx_server_stop(&srv);
 	}
 }
 
@@ -527,7 +397,7 @@ Test(pool, small_mem_stays_bounded_and_correct)
 			cr_assert_gt(ps.dropped, 0, "nothing was dropped");
 		}
 		stack_close(&k);
-		srv_stop();
+		fx_server_stop(&srv);
 	}
 }
 

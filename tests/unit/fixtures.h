@@ -1,0 +1,71 @@
+/* fixtures.h - shared unit-test fixtures: temp dirs, tar writer, server */
+#ifndef ECHOFS_TESTS_FIXTURES_H
+#define ECHOFS_TESTS_FIXTURES_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* An in-memory ustar archive under construction. Start it zeroed ({0});
+ * buf belongs to the caller: release it with tarw_free() or keep it. */
+struct tarw {
+	uint8_t *buf;
+	size_t len, cap;
+};
+
+/* Appends a regular-file member (mode 0644, fixed mtime) holding n bytes of
+ * data; name must fit the 100-byte ustar field. Returns the archive offset
+ * of the member's data. Aborts on OOM (xrealloc). */
+uint64_t tarw_add(struct tarw *t, const char *name, const void *data,
+		  size_t n);
+
+/* Appends the end-of-archive marker: two zero blocks. */
+void tarw_end(struct tarw *t);
+
+/* Frees the buffer and zeroes t, so it can be reused. Accepts NULL. */
+void tarw_free(struct tarw *t);
+
+/* Removes dir and everything under it, without following symlinks; best
+ * effort (for teardown, where a failure must not mask the test's result). */
+void fx_rm_tree(const char *dir);
+
+/* Writes the source tree's root (two levels above $ECHOFS_TEST_DATA, which
+ * tests/meson.build sets to <src>/tests/data) to out. Fails the test when
+ * the variable is unset. */
+void fx_repo_root(char *out, size_t n);
+
+/* Creates (or truncates) path holding n bytes of data; fails the test on
+ * any error, including a failed close. */
+void fx_write_file(const char *path, const void *data, size_t n);
+
+/* A running tests/fault_server.py: its pid (0 when none) and its port. */
+struct fx_server {
+	pid_t pid;
+	int port;
+};
+
+/* Most --fault rules fx_server_start() passes on; later ones are ignored. */
+#define FX_MAX_FAULTS 4
+
+/* Starts /usr/bin/python3 tests/fault_server.py --root root --port-file
+ * portfile, followed by the NULL-terminated extra arguments (may be NULL),
+ * and waits up to 10 s for the port file. The server gets stdout and stderr
+ * on /dev/null and SIGTERM when the calling thread dies, so a crashed test
+ * leaves nothing behind. Returns 0 with s filled in, -ENOENT when the script
+ * cannot be found, -ECHILD when the server exited, -ETIMEDOUT when it never
+ * wrote its port (then it has been killed), or another negative errno.
+ * Does not fail the test: callers that can run without it decide. */
+int fx_server_spawn(struct fx_server *s, const char *root,
+		    const char *portfile, const char *const *extra);
+
+/* fx_server_spawn() for tests that need the server: serves root, with the
+ * port file at workdir/port and up to FX_MAX_FAULTS --fault rules from the
+ * NULL-terminated faults (may be NULL). Skips the test when the script is
+ * missing and fails it when the server does not come up. */
+void fx_server_start(struct fx_server *s, const char *root,
+		     const char *workdir, const char *const *faults);
+
+/* Stops the server with SIGTERM and reaps it; a no-op when none runs. */
+void fx_server_stop(struct fx_server *s);
+
+#endif
