@@ -24,6 +24,7 @@ struct binding {
 	uint32_t sample;        /* source sample, kept after s is dropped */
 	uint64_t nlookup;       /* references the kernel holds */
 	uint32_t opens;         /* open handles */
+	uint32_t reading;       /* READ replies in progress */
 	unsigned committed : 1; /* opened at least once: counted as served */
 	unsigned expired : 1;   /* given back unopened */
 	double created;
@@ -236,28 +237,67 @@ int bindings_open(struct bindings *b, uint64_t ino, struct binding **out)
 	return 0;
 }
 
-ssize_t bindings_read(const struct binding *h, uint64_t off, size_t size,
-		      const void **data)
+ssize_t bindings_read(struct bindings *b, struct binding *h, uint64_t off,
+		      size_t size, const void **data)
 {
-	if (off >= h->size)
-		return 0;
-	if (size > h->size - off)
-		size = (size_t)(h->size - off);
-	*data = h->s->data + off;
-	return (ssize_t)size;
+	ssize_t r = -ESTALE;
+
+	pthread_mutex_lock(&b->lock);
+	if (h->s) {
+		h->reading++;
+		if (off >= h->size)
+			size = 0;
+		else if (size > h->size - off)
+			size = (size_t)(h->size - off);
+		*data = h->s->data + (off < h->size ? off : 0);
+		r = (ssize_t)size;
+	}
+	pthread_mutex_unlock(&b->lock);
+	return r;
 }
 
-/* Free x if neither the kernel nor a handle refers to it. Caller holds the
- * lock; returns 1 if x was unlinked (the caller frees it unlocked). */
+/* Free x if neither the kernel, a handle nor a reply refers to it. Caller
+ * holds the lock; returns 1 if x was unlinked (the caller frees it
+ * unlocked). */
 static int maybe_unlink(struct bindings *b, struct binding *x)
 {
-	if (x->nlookup || x->opens)
+	if (x->nlookup || x->opens || x->reading)
 		return 0;
 	unhash(b, x);
 	unlist(b, x);
 	if (b->cur[x->file] == x)
 		b->cur[x->file] = NULL;
 	return 1;
+}
+
+/* After the last handle and the last reply: the path's next lookup binds
+ * anew and the bytes go back to the pool. Caller holds the lock; returns
+ * the sample to drop (unlocked) or NULL. */
+static struct pool_sample *finish(struct bindings *b, struct binding *h,
+				  int *untake)
+{
+	if (h->opens || h->reading)
+		return NULL;
+	if (b->cur[h->file] == h)
+		b->cur[h->file] = NULL;
+	return detach(h, untake);
+}
+
+void bindings_read_done(struct bindings *b, struct binding *h)
+{
+	struct pool_sample *s;
+	int untake = 0, gone;
+
+	pthread_mutex_lock(&b->lock);
+	h->reading--;
+	/* The kernel may send RELEASE while a READ is still being answered:
+	 * only the later of the two lets the bytes go. */
+	s = h->committed && !h->opens ? finish(b, h, &untake) : NULL;
+	gone = maybe_unlink(b, h);
+	pthread_mutex_unlock(&b->lock);
+	drop_sample(b, s, untake);
+	if (gone)
+		free(h);
 }
 
 void bindings_release(struct bindings *b, struct binding *h)
@@ -268,13 +308,7 @@ void bindings_release(struct bindings *b, struct binding *h)
 	pthread_mutex_lock(&b->lock);
 	h->opens--;
 	b->open_handles--;
-	if (h->opens == 0) {
-		/* Opened and released: this path's next lookup binds anew, and
-		 * the bytes can go back to the pool now. */
-		if (b->cur[h->file] == h)
-			b->cur[h->file] = NULL;
-		s = detach(h, &untake);
-	}
+	s = finish(b, h, &untake);
 	gone = maybe_unlink(b, h);
 	pthread_mutex_unlock(&b->lock);
 	drop_sample(b, s, untake);

@@ -14,11 +14,15 @@
  *   pool by a reaper thread (pool_untake): looking at files consumes no
  *   sample. Opening such an expired binding fails with ESTALE, which makes
  *   the kernel look the path up again.
- * - A binding is freed when the kernel has forgotten it (nlookup 0) and no
- *   handle is open.
+ * - The kernel may send RELEASE while a READ of the same handle is still
+ *   being answered (seen on Linux 6.18), so a read pins the bytes
+ *   (bindings_read ... bindings_read_done) and the later of the last release
+ *   and the last reply gives them back.
+ * - A binding is freed when the kernel has forgotten it (nlookup 0), no
+ *   handle is open and no reply is being sent.
  * - Locking: one mutex guards the table, the per-path current bindings and
- *   every binding's counters; pool_take runs without it. A binding's sample
- *   is immutable while a handle is open, so reads take no lock.
+ *   every binding's counters; pool_take runs without it. A binding's bytes
+ *   are immutable, so a pinned reply is copied out without the lock.
  */
 #ifndef ECHOFS_BINDINGS_H
 #define ECHOFS_BINDINGS_H
@@ -64,9 +68,13 @@ int bindings_getattr(struct bindings *b, uint64_t ino, struct binding_attr *out)
 /* Open a binding: 0 with *out set (a handle for bindings_read/release), or
  * -ESTALE (expired), -ENOENT. */
 int bindings_open(struct bindings *b, uint64_t ino, struct binding **out);
-/* Bytes of an open binding at off (borrowed; valid until release). */
-ssize_t bindings_read(const struct binding *h, uint64_t off, size_t size,
-		      const void **data);
+/* Bytes of an open binding at off: *data stays valid until the matching
+ * bindings_read_done, even if the handle is released meanwhile (the kernel
+ * may send RELEASE while a READ is still being answered). Returns the byte
+ * count (0 past the end) or -ESTALE. */
+ssize_t bindings_read(struct bindings *b, struct binding *h, uint64_t off,
+		      size_t size, const void **data);
+void bindings_read_done(struct bindings *b, struct binding *h);
 void bindings_release(struct bindings *b, struct binding *h);
 
 /* The kernel dropped n references to ino. */

@@ -624,11 +624,16 @@ static void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		break;
 	default:
 		if (fs->bind && fi->fh) {
+			struct binding *h = (struct binding *)(uintptr_t)fi->fh;
 			const void *data = NULL;
-			r = bindings_read((struct binding *)(uintptr_t)fi->fh,
-					  (uint64_t)off, size, &data);
+			r = bindings_read(fs->bind, h, (uint64_t)off, size, &data);
+			if (r < 0) {
+				fuse_reply_err(req, (int)-r);
+				return;
+			}
 			fs->counters.bytes_served += (uint64_t)r;
 			fuse_reply_buf(req, data, (size_t)r);
+			bindings_read_done(fs->bind, h);
 		} else {
 			fuse_reply_err(req, EISDIR);
 		}
