@@ -1,0 +1,97 @@
+/* bench_transform.c - times transform_apply on JPEG files in memory, one
+ * thread: decode (DCT-scaled) -> resize shorter side -> centre crop -> JPEG.
+ * Used by tools/bench_transform.sh; prints "echofs <images/s>" per run. */
+#include "cache/transform.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct file {
+	uint8_t *data;
+	size_t len;
+};
+
+static int load(const char *path, struct file *f)
+{
+	FILE *fp = fopen(path, "rb");
+	if (!fp)
+		return -errno;
+	fseek(fp, 0, SEEK_END);
+	long n = ftell(fp);
+	fseek(fp, 0, SEEK_SET);
+	f->data = n > 0 ? malloc((size_t)n) : NULL;
+	int ok = f->data && fread(f->data, 1, (size_t)n, fp) == (size_t)n;
+	fclose(fp);
+	if (!ok)
+		return -EIO;
+	f->len = (size_t)n;
+	return 0;
+}
+
+/* One pass over all files; returns images/s, or -1 on a failed image. */
+static double run(struct transform_ctx *tc, const struct transform_opts *o,
+		  const struct file *fs, int n)
+{
+	double t0 = now_mono();
+	for (int i = 0; i < n; i++) {
+		uint8_t *out;
+		size_t len;
+		char why[128] = "";
+		if (transform_apply(tc, o, fs[i].data, fs[i].len, (uint64_t)i,
+				    &out, &len, why, sizeof(why)) < 0) {
+			fprintf(stderr, "image %d: %s\n", i, why);
+			return -1;
+		}
+		free(out);
+	}
+	return n / (now_mono() - t0);
+}
+
+int main(int argc, char **argv)
+{
+	uint64_t runs = 5, size = 256, crop = 224, q = 90;
+	int a = 1;
+	for (; a + 1 < argc && argv[a][0] == '-'; a += 2) {
+		uint64_t *v = !strcmp(argv[a], "--runs")      ? &runs
+			      : !strcmp(argv[a], "--size")    ? &size
+			      : !strcmp(argv[a], "--crop")    ? &crop
+			      : !strcmp(argv[a], "--quality") ? &q
+							      : NULL;
+		if (!v || parse_u64(argv[a + 1], v) < 0 || *v > 65500) {
+			fprintf(stderr, "bad option %s\n", argv[a]);
+			return 2;
+		}
+	}
+	if (a >= argc) {
+		fprintf(stderr, "usage: bench_transform [--runs N] [--size S] "
+				"[--crop C] [--quality Q] FILE.jpg...\n");
+		return 2;
+	}
+	int n = argc - a;
+	struct file *fs = xcalloc((size_t)n, sizeof(*fs));
+	for (int i = 0; i < n; i++)
+		if (load(argv[a + i], &fs[i]) < 0) {
+			fprintf(stderr, "%s: cannot read\n", argv[a + i]);
+			return 1;
+		}
+	struct transform_opts o = {.size = (unsigned)size,
+				   .crop = (unsigned)crop,
+				   .format = TF_JPEG,
+				   .quality = (int)q};
+	struct transform_ctx *tc = transform_ctx_new();
+	run(tc, &o, fs, n < 20 ? n : 20); /* warm caches */
+	for (uint64_t r = 0; r < runs; r++) {
+		double ips = run(tc, &o, fs, n);
+		if (ips < 0)
+			return 1;
+		printf("echofs %.1f\n", ips);
+	}
+	transform_ctx_free(tc);
+	for (int i = 0; i < n; i++)
+		free(fs[i].data);
+	free(fs);
+	return 0;
+}
