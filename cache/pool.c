@@ -107,7 +107,7 @@ struct pool {
 	struct entry *all;
 	uint64_t bytes, samples;
 	unsigned waiters, active;
-	uint64_t pass, fresh_in_pass, dropped, read_errors, timeouts;
+	uint64_t pass, fresh_in_pass, dropped, read_errors, timeouts, rejected;
 	/* Serves counted at pool_commit (readers opened them), unlike the
 	 * policy's own counts, which include reservations. */
 	uint64_t served_fresh, served_echo;
@@ -266,6 +266,45 @@ static void count_read_error(struct pool *p)
 	pthread_mutex_unlock(&p->lock);
 }
 
+static void add_entry(struct pool *p, struct entry *e)
+{
+	e->next = p->all;
+	if (p->all)
+		p->all->prev = e;
+	p->all = e;
+	p->fresh_in_pass++;
+	buffer_push(p, e);
+}
+
+/* Replace a read sample's bytes by what the ingest hook makes of them, then
+ * buffer it; reserved is what was reserved for it. Returns 1, or 0 when the
+ * hook refused it (counted in rejected). */
+static int ingest_sample(struct pool *p, struct entry *e, uint64_t reserved)
+{
+	uint8_t *out = NULL;
+	size_t outlen = 0;
+	int r = p->o.ingest(p->o.ingest_ud, e->sample, e->data, e->len, &out,
+			    &outlen);
+
+	free(e->data);
+	e->data = out;
+	e->len = outlen;
+	pthread_mutex_lock(&p->lock);
+	if (r) {
+		p->bytes -= reserved;
+		p->samples--;
+		p->rejected++;
+		pthread_mutex_unlock(&p->lock);
+		free(out);
+		free(e);
+		return 0;
+	}
+	p->bytes = p->bytes - reserved + outlen;
+	add_entry(p, e);
+	pthread_mutex_unlock(&p->lock);
+	return 1;
+}
+
 /* Reserve memory for sample s, read it (unlocked), buffer it. Returns 1 if
  * it was added, 0 if it was skipped (counted in read_errors), -ESHUTDOWN. */
 static int stream_sample(struct pool *p, uint32_t s)
@@ -291,6 +330,8 @@ static int stream_sample(struct pool *p, uint32_t s)
 	e = new_entry(s, p->class_of[s], m->size);
 	if (e)
 		n = shards_read(p->sh, m->shard, m->offset, e->len, e->data);
+	if (e && n == (ssize_t)e->len && p->o.ingest)
+		return ingest_sample(p, e, m->size);
 	pthread_mutex_lock(&p->lock);
 	if (!e || n != (ssize_t)e->len) {
 		p->bytes -= m->size;
@@ -302,12 +343,7 @@ static int stream_sample(struct pool *p, uint32_t s)
 		free(e);
 		return 0;
 	}
-	e->next = p->all;
-	if (p->all)
-		p->all->prev = e;
-	p->all = e;
-	p->fresh_in_pass++;
-	buffer_push(p, e);
+	add_entry(p, e);
 	pthread_mutex_unlock(&p->lock);
 	return 1;
 }
@@ -711,6 +747,7 @@ void pool_get_stats(struct pool *p, struct pool_stats *out)
 		.dropped = p->dropped,
 		.read_errors = p->read_errors,
 		.timeouts = p->timeouts,
+		.rejected = p->rejected,
 	};
 	pthread_mutex_unlock(&p->lock);
 }

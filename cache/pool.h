@@ -51,6 +51,13 @@ struct pool_opts {
 	uint64_t seed;
 	unsigned shuffle_buffer; /* samples; 0 picks 1024; at most 2^20 */
 	double wait_s;           /* longest pool_take waits; 0 means 60 s */
+	/* Optional: what the pool keeps of a sample, made from its bytes by
+	 * the streamer without the pool lock (a decoded and resized image,
+	 * or the final preprocessed bytes). Returns 0 with a malloc'd *out,
+	 * or -errno: the sample is skipped and counted in `rejected`. */
+	int (*ingest)(void *ud, uint32_t sample, const uint8_t *in, size_t len,
+		      uint8_t **out, size_t *outlen);
+	void *ingest_ud;
 };
 
 struct pool_stats {
@@ -65,6 +72,7 @@ struct pool_stats {
 	uint64_t dropped;       /* samples dropped to stay within mem_size */
 	uint64_t read_errors;   /* samples skipped because their bytes could not be read */
 	uint64_t timeouts;      /* pool_take calls that gave up after wait_s */
+	uint64_t rejected;      /* samples the ingest hook refused (bad images) */
 };
 
 /* A sample handed to a reader: immutable bytes, reference counted. */

@@ -20,6 +20,7 @@ struct binding {
 	uint64_t ino;
 	uint32_t file;          /* the path: namespace file number */
 	struct pool_sample *s;  /* NULL once given back (expired or done) */
+	uint8_t *out;           /* bytes made by the make hook, or NULL */
 	uint64_t size;
 	uint32_t sample;        /* source sample, kept after s is dropped */
 	uint64_t nlookup;       /* references the kernel holds */
@@ -37,12 +38,15 @@ struct bindings {
 	const struct namespace *ns;
 	uint64_t first_ino;
 	double expire_s;
+	bindings_make_fn make;
+	void *make_ud;
 	pthread_t reaper;
 
 	pthread_mutex_t lock; /* guards everything below and every binding */
 	pthread_cond_t cond;
 	int stop;
 	uint64_t next_ino;
+	uint64_t made;          /* bindings made, seeds each one's rand */
 	struct binding **cur;   /* current binding of each path, or NULL */
 	struct binding **table; /* by inode */
 	size_t tsize, count;
@@ -132,6 +136,8 @@ static struct pool_sample *detach(struct binding *x, int *untake)
 {
 	struct pool_sample *s = x->s;
 	x->s = NULL;
+	free(x->out);
+	x->out = NULL;
 	*untake = !x->committed;
 	return s;
 }
@@ -175,6 +181,19 @@ int bindings_lookup(struct bindings *b, uint32_t file, struct binding_attr *out)
 	r = pool_take(b->pool, b->ns->files[file].cls, &s);
 	if (r)
 		return r;
+	uint8_t *made = NULL;
+	size_t outlen = s->len;
+	if (b->make) {
+		pthread_mutex_lock(&b->lock);
+		uint64_t rand = hash64(&b->made, sizeof(b->made), b->first_ino);
+		b->made++;
+		pthread_mutex_unlock(&b->lock);
+		r = b->make(b->make_ud, s->data, s->len, rand, &made, &outlen);
+		if (r) {
+			pool_untake(b->pool, s);
+			return r;
+		}
+	}
 
 	pthread_mutex_lock(&b->lock);
 	if ((x = b->cur[file])) {
@@ -182,6 +201,7 @@ int bindings_lookup(struct bindings *b, uint32_t file, struct binding_attr *out)
 		x->nlookup++;
 		fill(x, out);
 		pthread_mutex_unlock(&b->lock);
+		free(made);
 		pool_untake(b->pool, s);
 		return 0;
 	}
@@ -189,7 +209,8 @@ int bindings_lookup(struct bindings *b, uint32_t file, struct binding_attr *out)
 	x->ino = b->next_ino++;
 	x->file = file;
 	x->s = s;
-	x->size = s->len;
+	x->out = made;
+	x->size = outlen;
 	x->sample = s->sample;
 	x->nlookup = 1;
 	x->created = now_mono();
@@ -249,7 +270,7 @@ ssize_t bindings_read(struct bindings *b, struct binding *h, uint64_t off,
 			size = 0;
 		else if (size > h->size - off)
 			size = (size_t)(h->size - off);
-		*data = h->s->data + (off < h->size ? off : 0);
+		*data = (h->out ? h->out : h->s->data) + (off < h->size ? off : 0);
 		r = (ssize_t)size;
 	}
 	pthread_mutex_unlock(&b->lock);
@@ -404,11 +425,14 @@ static void *reaper_main(void *arg)
 }
 
 struct bindings *bindings_new(struct pool *pool, const struct namespace *ns,
-			      uint64_t first_ino, double expire_s)
+			      uint64_t first_ino, double expire_s,
+			      bindings_make_fn make, void *make_ud)
 {
 	struct bindings *b = xcalloc(1, sizeof(*b));
 	int r;
 
+	b->make = make;
+	b->make_ud = make_ud;
 	b->pool = pool;
 	b->ns = ns;
 	b->first_ino = b->next_ino = first_ino;

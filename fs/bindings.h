@@ -48,10 +48,18 @@ struct bindings_stats {
 struct bindings;
 struct binding;
 
+/* Optional: the bytes a binding serves, made from its pool sample (echo
+ * before augment: each binding crops, flips and encodes the decoded image
+ * anew). rand differs for every binding. Returns 0 with a malloc'd *out or
+ * -errno. Without it a binding serves the pool sample's bytes. */
+typedef int (*bindings_make_fn)(void *ud, const uint8_t *data, size_t len,
+				uint64_t rand, uint8_t **out, size_t *outlen);
+
 /* pool and ns borrowed. Binding inodes are numbered from first_ino up.
  * Starts the reaper. NULL with errno set. */
 struct bindings *bindings_new(struct pool *pool, const struct namespace *ns,
-			      uint64_t first_ino, double expire_s);
+			      uint64_t first_ino, double expire_s,
+			      bindings_make_fn make, void *make_ud);
 /* Stops the reaper, gives every sample back, frees. Accepts NULL. */
 void bindings_free(struct bindings *b);
 

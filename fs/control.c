@@ -17,6 +17,7 @@
 #include "fs/namespace.h"
 #include "fs/push.h"
 #include "fs/bindings.h"
+#include "fs/outputs.h"
 #include "cache/pool.h"
 
 /* The fetch rate is measured over the time since the previous sample taken
@@ -58,6 +59,7 @@ struct snapshot {
 	struct push_stats push;
 	struct pool_stats pool;
 	struct bindings_stats bind;
+	struct outputs_stats out;
 	double echo;
 	enum echo_mode mode;
 	uint64_t cached_shards;
@@ -81,6 +83,7 @@ static void take_snapshot(struct control *c, struct snapshot *s)
 		pool_get_echo(c->src.pool, &s->echo, &s->mode);
 	}
 	bindings_get_stats(c->src.bind, &s->bind);
+	outputs_get_stats(c->src.outputs, &s->out);
 	for (size_t i = 0; i < ix->nshards; i++)
 		s->cached_shards += (uint64_t)shards_is_cached(c->src.sh, (uint32_t)i);
 	s->uptime = now - c->start;
@@ -223,6 +226,8 @@ static size_t errors(const struct control *c, const struct snapshot *s,
 	E("cache_corrupt", s->st.corrupt, "corrupt cache entries dropped");
 	E("cache_write", s->st.write_errors, "cache entries not written");
 	E("tar_skipped", c->src.tar_skipped, "tar members skipped at indexing");
+	E("image", s->pool.rejected + s->out.rejected,
+	  "images that could not be preprocessed (skipped or EIO)");
 	E("bad_label", c->src.ns->counts.skipped_bad_label,
 	  "samples whose label can't be a directory name");
 #undef E

@@ -13,6 +13,7 @@ struct store;
 struct push;
 struct pool;
 struct bindings;
+struct outputs;
 
 /* Counters the FUSE handlers keep. */
 struct fs_counters {
@@ -31,6 +32,7 @@ struct control_sources {
 	struct push *push; /* may be NULL */
 	struct pool *pool; /* echo mounts only, else NULL */
 	struct bindings *bind; /* echo mounts only, else NULL */
+	struct outputs *outputs; /* preprocessing exact mounts, else NULL */
 	uint64_t tar_skipped; /* members skipped when the index was built */
 };
 

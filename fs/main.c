@@ -16,6 +16,7 @@
 
 #include "cache/dataset.h"
 #include "cache/pool.h"
+#include "cache/prep.h"
 #include "cache/shards.h"
 #include "cache/store.h"
 #include "common/log.h"
@@ -28,6 +29,7 @@
 #include "fs/namespace.h"
 #include "fs/ops.h"
 #include "fs/options.h"
+#include "fs/outputs.h"
 #include "fs/push.h"
 
 /* Retries at mount time stop sooner, so a dead server fails the mount well
@@ -49,6 +51,9 @@ struct app {
 	struct push *push;
 	struct pool *pool;
 	struct bindings *bind;
+	struct prep *prep;       /* preprocessing mounts only */
+	struct outputs *outputs; /* preprocessing exact mounts only */
+	_Atomic uint64_t ingested;
 	struct fs_ctx fs;
 	struct fuse_session *se;
 	uint64_t tar_skipped;
@@ -80,6 +85,60 @@ static struct http *open_http(const struct fs_options *o, double budget,
 	return http_new(&ho, err, errlen);
 }
 
+/* Echo pool hook: what the pool keeps of a sample when preprocessing. */
+static int ingest_sample(void *ud, uint32_t sample, const uint8_t *in,
+			 size_t len, uint8_t **out, size_t *outlen)
+{
+	struct app *a = ud;
+	char why[200];
+	int r;
+
+	if (a->o.after_augment) {
+		uint64_t n = a->ingested++;
+		uint64_t rand = hash64(&n, sizeof(n), a->o.seed);
+		r = prep_apply(a->prep, in, len, rand, out, outlen, why, sizeof(why));
+	} else {
+		r = prep_prepare(a->prep, in, len, out, outlen, why, sizeof(why));
+	}
+	if (r)
+		log_warn("sample %s skipped: %s", a->ix->samples[sample].key, why);
+	return r;
+}
+
+/* Bindings hook (echo before augment): a new crop/flip for every serve. */
+static int augment_binding(void *ud, const uint8_t *data, size_t len,
+			   uint64_t rand, uint8_t **out, size_t *outlen)
+{
+	struct app *a = ud;
+	char why[200];
+	int r = prep_augment(a->prep, data, len, rand ^ a->o.seed, out, outlen,
+			     why, sizeof(why));
+	if (r)
+		log_warn("cannot augment a sample: %s", why);
+	return r;
+}
+
+static int start_prep(struct app *a, char *err, size_t errlen)
+{
+	int random = a->o.echo_mount && a->o.augment;
+	struct transform_opts tf = {
+		.size = a->o.size, .crop = a->o.crop, .random_crop = random,
+		.flip_prob_half = random && a->o.flip,
+		.format = (enum transform_format)a->o.format,
+		.quality = (int)a->o.quality, .max_pixels = a->o.max_pixels,
+	};
+
+	if (a->o.flip && !random)
+		log_warn("flip=1 needs an echo mount with augment=1; ignored");
+	a->prep = prep_new(&tf, a->o.threads);
+	if (!a->prep) {
+		snprintf(err, errlen, "cannot start decode workers: %s",
+			 strerror(errno));
+		return -EINVAL;
+	}
+	return 0;
+}
+
 /* The echo pool and path bindings of an echo mount. */
 static int start_echo(struct app *a, char *err, size_t errlen)
 {
@@ -90,6 +149,7 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 		.echo = a->o.echo, .mode = (enum echo_mode)a->o.echo_mode,
 		.window = a->o.echo_window, .mem_size = a->o.mem_size,
 		.seed = a->o.seed,
+		.ingest = a->prep ? ingest_sample : NULL, .ingest_ud = a,
 	};
 
 	for (size_t i = 0; i < a->ix->nsamples; i++)
@@ -105,7 +165,9 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 	}
 	a->bind = bindings_new(a->pool, ns,
 			       ns_file_ino(ns, (uint32_t)ns->nfiles),
-			       BINDING_EXPIRE_S);
+			       BINDING_EXPIRE_S,
+			       a->prep && !a->o.after_augment ? augment_binding : NULL,
+			       a);
 	if (!a->bind) {
 		snprintf(err, errlen, "cannot start bindings: %s", strerror(errno));
 		return -EINVAL;
@@ -143,7 +205,8 @@ static int prepare(struct app *a, char *err, size_t errlen)
 	a->http = open_http(&a->o, RUN_RETRY_BUDGET_S, err, errlen);
 	if (!a->http)
 		return -EINVAL;
-	a->ns = ns_build(a->ix);
+	static const char *const exts[] = {NULL, "jpg", "ppm"};
+	a->ns = ns_build(a->ix, exts[a->o.format]);
 	if (!a->ns) {
 		snprintf(err, errlen, "cannot build the tree: %s", strerror(errno));
 		return -errno;
@@ -159,7 +222,13 @@ static int prepare(struct app *a, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot start the fetchers: %s", strerror(errno));
 		return -errno;
 	}
-	return a->o.echo_mount ? start_echo(a, err, errlen) : 0;
+	if (a->o.preprocess && (r = start_prep(a, err, errlen)) != 0)
+		return r;
+	if (a->o.echo_mount)
+		return start_echo(a, err, errlen);
+	if (a->prep)
+		a->outputs = outputs_new(a->ns, a->sh, a->prep);
+	return 0;
 }
 
 static void init_ctx(struct app *a)
@@ -167,7 +236,7 @@ static void init_ctx(struct app *a)
 	struct control_sources cs = {
 		.ns = a->ns, .sh = a->sh, .http = a->http, .store = a->store,
 		.fc = &a->fs.counters, .push = a->push, .pool = a->pool,
-		.bind = a->bind,
+		.bind = a->bind, .outputs = a->outputs,
 		.tar_skipped = a->tar_skipped,
 	};
 	fs_ctx_init(&a->fs);
@@ -175,6 +244,8 @@ static void init_ctx(struct app *a)
 	a->fs.sh = a->sh;
 	a->fs.pool = a->pool;
 	a->fs.bind = a->bind;
+	a->fs.outputs = a->outputs;
+	a->fs.prep = a->prep;
 	a->fs.timeout = CACHE_TIMEOUT_S;
 	a->fs.uid = getuid();
 	a->fs.gid = getgid();
@@ -193,8 +264,8 @@ static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 	}
 	/* Before any request can arrive: handlers read fs.push unlocked.
 	 * Echo files are served from the pool, not pushed. */
-	a->push = a->bind ? NULL : push_new(a->se, a->ns, a->sh);
-	if (!a->push && !a->bind)
+	a->push = a->bind || a->prep ? NULL : push_new(a->se, a->ns, a->sh);
+	if (!a->push && !a->bind && !a->prep)
 		log_warn("no page-cache pusher: %s", strerror(errno));
 	a->fs.push = a->push;
 	init_ctx(a);
@@ -234,6 +305,8 @@ static void app_free(struct app *a)
 		fs_ctx_destroy(&a->fs);
 	bindings_free(a->bind);
 	pool_free(a->pool);
+	outputs_free(a->outputs);
+	prep_free(a->prep);
 	shards_free(a->sh);
 	control_free(a->ctl);
 	ns_free(a->ns);

@@ -57,23 +57,24 @@ static size_t names_size(const struct index *ix)
 	for (size_t i = 0; i < ix->nsamples; i++) {
 		const struct index_sample *s = &ix->samples[i];
 		total += strlen(key_base(s->key)) + strlen(s->ext) + 2 +
-			 SUFFIX_ROOM;
+			 SUFFIX_ROOM + 8; /* room for an extension override */
 	}
 	return total;
 }
 
 /* "<base>[_dup<n>].<ext>" into p, which has room (see names_size). Returns
  * the length written, without the NUL. */
-static size_t write_name(char *p, const struct index_sample *s, int dup,
-			 uint32_t n)
+static size_t write_name(char *p, const struct index_sample *s, const char *ext,
+			 int dup, uint32_t n)
 {
 	const char *base = key_base(s->key);
-	size_t bl = strlen(base), el = strlen(s->ext), len = bl;
+	const char *e = ext ? ext : s->ext;
+	size_t bl = strlen(base), el = strlen(e), len = bl;
 	memcpy(p, base, bl);
 	if (dup)
 		len += (size_t)snprintf(p + len, SUFFIX_ROOM, "_dup%u", n);
 	p[len++] = '.';
-	memcpy(p + len, s->ext, el + 1);
+	memcpy(p + len, e, el + 1);
 	return len + el;
 }
 
@@ -111,7 +112,7 @@ static size_t make_ents(struct namespace *ns, struct ent *ents,
 				*max_label = e->num;
 		}
 		e->name = p;
-		p += write_name(p, s, 0, 0) + 1 + SUFFIX_ROOM;
+		p += write_name(p, s, ns->ext, 0, 0) + 1 + SUFFIX_ROOM + 8;
 		n++;
 	}
 	return n;
@@ -137,8 +138,8 @@ static size_t rename_duplicates(const struct namespace *ns, struct ent *ents,
 	for (size_t i = 1; i < n; i++) {
 		if (!dup[i])
 			continue;
-		write_name(ents[i].name, &ns->ix->samples[ents[i].sample], 1,
-			   ents[i].sample);
+		write_name(ents[i].name, &ns->ix->samples[ents[i].sample],
+			   ns->ext, 1, ents[i].sample);
 		renamed++;
 	}
 	free(dup);
@@ -185,7 +186,7 @@ static void group(struct namespace *ns, const struct ent *ents, size_t n,
 	ns->nfiles = n;
 }
 
-struct namespace *ns_build(const struct index *ix)
+struct namespace *ns_build(const struct index *ix, const char *ext)
 {
 	struct namespace *ns;
 	struct ent *ents;
@@ -198,6 +199,7 @@ struct namespace *ns_build(const struct index *ix)
 	}
 	ns = xcalloc(1, sizeof(*ns));
 	ns->ix = ix;
+	ns->ext = ext && strlen(ext) <= 7 ? ext : NULL;
 	ns->names = malloc(names_size(ix));
 	ents = malloc((ix->nsamples ? ix->nsamples : 1) * sizeof(*ents));
 	if (!ns->names || !ents) {

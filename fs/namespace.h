@@ -50,11 +50,14 @@ struct namespace {
 	struct ns_counts counts;
 	char *names;            /* storage for every name */
 	int numeric_labels;     /* 1 if every label was an integer */
+	const char *ext;        /* extension override or NULL (static string) */
 };
 
-/* Build the tree. ix is borrowed and must outlive the namespace. Returns
- * NULL with errno set (ENOMEM, EOVERFLOW past 2^32 files). */
-struct namespace *ns_build(const struct index *ix);
+/* Build the tree. ix is borrowed and must outlive the namespace. ext, when
+ * not NULL, replaces every file's extension (e.g. "ppm" when files are
+ * served converted). Returns NULL with errno set (ENOMEM, EOVERFLOW past
+ * 2^32 files). */
+struct namespace *ns_build(const struct index *ix, const char *ext);
 void ns_free(struct namespace *ns);
 
 /* What an inode is. For NS_CLASS and NS_FILE, *num receives the class or

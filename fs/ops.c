@@ -38,7 +38,9 @@
 #include "fetch/index.h"
 #include "fs/bindings.h"
 #include "fs/namespace.h"
+#include "fs/outputs.h"
 #include "fs/push.h"
+#include "cache/prep.h"
 
 /* One rendering of a control file. Readers hold a reference while they
  * copy from it, so a newer rendering may replace it meanwhile. */
@@ -138,6 +140,31 @@ static struct fs_ctx *ctx_of(fuse_req_t req)
 	return fuse_req_userdata(req);
 }
 
+/* Size of a file: the sample's, or on a preprocessing mount the output's
+ * (known in advance for PPM with a crop, else made and kept in outputs). */
+static int file_size(struct fs_ctx *fs, uint32_t file, uint64_t *size)
+{
+	struct output *o;
+	ssize_t fixed;
+	int r;
+
+	if (!fs->outputs) {
+		*size = ns_file_size(fs->ns, file);
+		return 0;
+	}
+	fixed = prep_fixed_size(fs->prep);
+	if (fixed >= 0) {
+		*size = (uint64_t)fixed;
+		return 0;
+	}
+	r = outputs_get(fs->outputs, file, &o);
+	if (r)
+		return -EIO;
+	*size = o->len;
+	outputs_put(fs->outputs, o);
+	return 0;
+}
+
 /* Attributes of ino. refresh: re-render a control file (lookup, getattr). */
 static int fill_attr(struct fs_ctx *fs, fuse_ino_t ino, struct stat *st,
 		     int refresh)
@@ -172,12 +199,17 @@ static int fill_attr(struct fs_ctx *fs, fuse_ino_t ino, struct stat *st,
 		snap_unref(fs, sn);
 		return 0;
 	}
-	case NS_FILE:
+	case NS_FILE: {
+		uint64_t size;
+		int r = file_size(fs, num, &size);
+		if (r)
+			return r;
 		st->st_mode = S_IFREG | 0444;
 		st->st_nlink = 1;
-		st->st_size = (off_t)ns_file_size(fs->ns, num);
+		st->st_size = (off_t)size;
 		st->st_blocks = (st->st_size + 511) / 512;
 		return 0;
+	}
 	default:
 		break;
 	}
@@ -307,8 +339,11 @@ static size_t fill_dir(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 				break;
 		}
 		e.attr.st_mode = is_dir ? S_IFDIR : S_IFREG;
-		/* Echo files: a name only (ino 0), nothing is bound. */
-		if (plus && j >= 2 && !(fs->bind && !is_dir))
+		/* Echo files: a name only (ino 0), nothing is bound; files whose
+		 * converted size is not known in advance: a name only too, so a
+		 * listing converts nothing. */
+		if (plus && j >= 2 && (is_dir || (!fs->bind && !(fs->outputs &&
+			prep_fixed_size(fs->prep) < 0))))
 			fill_entry(fs, e.attr.st_ino, &e, 0);
 		need = plus ? fuse_add_direntry_plus(req, buf + used, size - used,
 						     name, &e, (off_t)(j + 1))
@@ -569,6 +604,25 @@ static void fs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		fuse_reply_buf(req, names, len);
 }
 
+/* A READ of a preprocessed file: a slice of its output. */
+static void read_output(fuse_req_t req, struct fs_ctx *fs, uint32_t file,
+			size_t size, off_t off)
+{
+	struct output *o;
+	int r = outputs_get(fs->outputs, file, &o);
+
+	if (r) {
+		fs->counters.read_errors++;
+		fuse_reply_err(req, EIO);
+		return;
+	}
+	size_t start = (uint64_t)off < o->len ? (size_t)off : o->len;
+	size_t n = o->len - start < size ? o->len - start : size;
+	fs->counters.bytes_served += n;
+	fuse_reply_buf(req, (const char *)o->data + start, n);
+	outputs_put(fs->outputs, o);
+}
+
 /* Read a sample's bytes into a new buffer. Returns the length or -errno. */
 static ssize_t read_sample(struct fs_ctx *fs, uint32_t file, size_t size,
 			   off_t off, char **out)
@@ -621,6 +675,10 @@ static void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		read_control(req, fs, ino, size, off);
 		return;
 	case NS_FILE:
+		if (fs->outputs) {
+			read_output(req, fs, num, size, off);
+			return;
+		}
 		break;
 	default:
 		if (fs->bind && fi->fh) {

@@ -15,6 +15,8 @@ struct control_snapshot;
 struct push;
 struct pool;
 struct bindings;
+struct outputs;
+struct prep;
 
 /* The filesystem's state, passed as the session's userdata. Everything is
  * borrowed; the tree never changes, the counters are atomics, so handlers
@@ -26,6 +28,8 @@ struct fs_ctx {
 	struct push *push; /* page-cache pusher, or NULL */
 	struct pool *pool; /* echo mounts: the echo pool, else NULL */
 	struct bindings *bind; /* echo mounts: path bindings, else NULL */
+	struct outputs *outputs; /* preprocessing exact mounts, else NULL */
+	struct prep *prep;       /* preprocessing mounts, else NULL */
 	struct fs_counters counters;
 	double timeout;       /* entry and attribute cache timeout, seconds */
 	struct timespec mtime; /* of every inode: the mount time */

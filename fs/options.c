@@ -19,6 +19,8 @@ struct raw_opts {
 	char *cache_dir, *cache_size, *index, *connections, *header_file;
 	char *log_level, *log_file;
 	char *echo, *echo_mode, *echo_window, *mem_size, *seed;
+	char *size, *crop, *flip, *augment, *format, *quality, *echo_stage;
+	char *threads, *max_pixels;
 	char *positional[3];
 	int npositional;
 	int foreground, debug, help, version;
@@ -41,6 +43,15 @@ static const struct fuse_opt opt_spec[] = {
 	RAW("echo_window", echo_window),
 	RAW("mem_size", mem_size),
 	RAW("seed", seed),
+	RAW("size", size),
+	RAW("crop", crop),
+	RAW("flip", flip),
+	RAW("augment", augment),
+	RAW("format", format),
+	RAW("quality", quality),
+	RAW("echo_stage", echo_stage),
+	RAW("threads", threads),
+	RAW("max_pixels", max_pixels),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -118,6 +129,15 @@ static void raw_free(struct raw_opts *r)
 	free(r->echo_window);
 	free(r->mem_size);
 	free(r->seed);
+	free(r->size);
+	free(r->crop);
+	free(r->flip);
+	free(r->augment);
+	free(r->format);
+	free(r->quality);
+	free(r->echo_stage);
+	free(r->threads);
+	free(r->max_pixels);
 	for (int i = 0; i < 3; i++)
 		free(r->positional[i]);
 	free(r->bad);
@@ -171,6 +191,67 @@ static int convert_echo(struct raw_opts *r, struct fs_options *o, char *err,
 	return 0;
 }
 
+/* An unsigned option within [lo, hi]; unset leaves *out alone. */
+static int ranged(const char *name, const char *v, uint64_t lo, uint64_t hi,
+		  unsigned *out, char *err, size_t errlen)
+{
+	uint64_t x;
+	if (!v)
+		return 0;
+	if (parse_u64(v, &x) || x < lo || x > hi) {
+		snprintf(err, errlen, "bad %s '%s' (%llu to %llu)", name, v,
+			 (unsigned long long)lo, (unsigned long long)hi);
+		return -EINVAL;
+	}
+	*out = (unsigned)x;
+	return 0;
+}
+
+static int convert_prep(struct raw_opts *r, struct fs_options *o, char *err,
+			size_t errlen)
+{
+	unsigned flip = 0, augment = 0;
+	int ret;
+
+	if ((ret = ranged("size", r->size, 1, 16384, &o->size, err, errlen)) ||
+	    (ret = ranged("crop", r->crop, 1, 16384, &o->crop, err, errlen)) ||
+	    (ret = ranged("flip", r->flip, 0, 1, &flip, err, errlen)) ||
+	    (ret = ranged("augment", r->augment, 0, 1, &augment, err, errlen)) ||
+	    (ret = ranged("quality", r->quality, 1, 100, &o->quality, err, errlen)) ||
+	    (ret = ranged("threads", r->threads, 1, 64, &o->threads, err, errlen)))
+		return ret;
+	o->flip = (int)flip;
+	o->augment = (int)augment;
+	if (r->format) {
+		static const char *const names[] = {"same", "jpeg", "ppm"};
+		o->format = -1;
+		for (int i = 0; i < 3; i++)
+			if (strcmp(r->format, names[i]) == 0)
+				o->format = i;
+		if (o->format < 0) {
+			snprintf(err, errlen, "bad format '%s' (same, jpeg or ppm)",
+				 r->format);
+			return -EINVAL;
+		}
+	}
+	if (r->echo_stage) {
+		if (strcmp(r->echo_stage, "after_augment") == 0)
+			o->after_augment = 1;
+		else if (strcmp(r->echo_stage, "before_augment") != 0) {
+			snprintf(err, errlen, "bad echo_stage '%s' (before_augment "
+				 "or after_augment)", r->echo_stage);
+			return -EINVAL;
+		}
+	}
+	if (r->max_pixels && (parse_u64(r->max_pixels, &o->max_pixels) ||
+			      o->max_pixels == 0)) {
+		snprintf(err, errlen, "bad max_pixels '%s'", r->max_pixels);
+		return -EINVAL;
+	}
+	o->preprocess = o->size || o->crop || o->flip || o->format;
+	return 0;
+}
+
 /* Turn the raw strings into checked values. */
 static int convert(struct raw_opts *r, struct fs_options *o, char *err,
 		   size_t errlen)
@@ -200,7 +281,8 @@ static int convert(struct raw_opts *r, struct fs_options *o, char *err,
 	}
 	if (r->debug)
 		o->log_level = LOG_LEVEL_DEBUG;
-	return convert_echo(r, o, err, errlen);
+	int ret = convert_echo(r, o, err, errlen);
+	return ret ? ret : convert_prep(r, o, err, errlen);
 }
 
 static void take(char **dst, char **src)
@@ -323,6 +405,18 @@ void options_usage(FILE *f, const char *prog)
 "                       its class (default: see README)\n"
 "  -o mem_size=SIZE     memory for the echo pool (default 512M)\n"
 "  -o seed=N            seed of the stream order and echo choices (default 0)\n"
+"  -o size=S            preprocess: resize so the shorter side is S\n"
+"  -o crop=C            preprocess: C x C crop (centre; random on echo mounts\n"
+"                       with augment=1)\n"
+"  -o flip=1            preprocess: random horizontal flip (echo mounts with\n"
+"                       augment=1)\n"
+"  -o augment=1         draw a new crop/flip for every serve (echo mounts)\n"
+"  -o format=FMT        same (original bytes, default), jpeg or ppm\n"
+"  -o quality=Q         JPEG quality for format=jpeg (default 90)\n"
+"  -o echo_stage=STAGE  before_augment (default: the pool keeps decoded,\n"
+"                       resized pixels) or after_augment (final bytes)\n"
+"  -o threads=N         decode worker threads (default: cores)\n"
+"  -o max_pixels=N      refuse images declaring more pixels (default 64000000)\n"
 "  -o allow_other       let other users read the mount (libfuse option)\n"
 "  -f                   stay in the foreground\n"
 "  -d                   debug: foreground, log_level=debug, libfuse tracing\n"

@@ -30,6 +30,13 @@ struct fs_options {
 	unsigned echo_window; /* 0 = default */
 	uint64_t mem_size;  /* 0 = default */
 	uint64_t seed;
+	/* Preprocessing (cache/transform.h); preprocess is 1 when any is set. */
+	int preprocess;
+	unsigned size, crop, quality, threads;
+	int flip, augment;
+	int format;        /* enum transform_format */
+	int after_augment; /* echo_stage=after_augment */
+	uint64_t max_pixels;
 	int foreground;
 	int debug;
 	int show_help;

@@ -38,7 +38,7 @@ Test(namespace, numeric_labels_are_zero_padded_and_sorted)
 		{"10", "b", "jpg", 5}, {"2", "a", "jpg", 6}, {"0", "c", "png", 7},
 	};
 	struct index *ix = make_index(s, 3);
-	struct namespace *ns = ns_build(ix);
+	struct namespace *ns = ns_build(ix, NULL);
 
 	cr_assert_not_null(ns);
 	cr_assert_eq(ns->nclasses, 3);
@@ -67,7 +67,7 @@ Test(namespace, directory_labels_keep_names_and_key_basenames)
 		{"n01", "n01/n01_0", "jpeg", 3},
 	};
 	struct index *ix = make_index(s, 3);
-	struct namespace *ns = ns_build(ix);
+	struct namespace *ns = ns_build(ix, NULL);
 	uint64_t d = ns_lookup(ns, NS_INO_ROOT, "n01");
 
 	cr_assert_eq(ns->numeric_labels, 0);
@@ -82,7 +82,7 @@ Test(namespace, control_dir_is_reachable_but_not_listed)
 {
 	const struct spec s[] = {{"1", "k", "jpg", 1}};
 	struct index *ix = make_index(s, 1);
-	struct namespace *ns = ns_build(ix);
+	struct namespace *ns = ns_build(ix, NULL);
 
 	cr_assert_eq(ns_lookup(ns, NS_INO_ROOT, ".echofs"), NS_INO_CONTROL_DIR);
 	cr_assert_eq(ns_lookup(ns, NS_INO_CONTROL_DIR, "stats"), NS_INO_STATS);
@@ -98,7 +98,7 @@ Test(namespace, duplicate_names_are_made_unique)
 		{"a", "x/k", "jpg", 1}, {"a", "y/k", "jpg", 2}, {"a", "z/k", "jpg", 3},
 	};
 	struct index *ix = make_index(s, 3);
-	struct namespace *ns = ns_build(ix);
+	struct namespace *ns = ns_build(ix, NULL);
 	uint64_t d = ns_lookup(ns, NS_INO_ROOT, "a");
 
 	cr_assert_eq(ns->counts.renamed_duplicates, 2);
@@ -122,7 +122,7 @@ Test(namespace, every_inode_round_trips)
 		s[i] = (struct spec){labels[i], keys[i], "jpg", (uint64_t)i + 1};
 	}
 	struct index *ix = make_index(s, 50);
-	struct namespace *ns = ns_build(ix);
+	struct namespace *ns = ns_build(ix, NULL);
 	size_t seen = 0;
 
 	for (size_t c = 0; c < ns->nclasses; c++) {
@@ -141,6 +141,20 @@ Test(namespace, every_inode_round_trips)
 		}
 	}
 	cr_assert_eq(seen, 50);
+	ns_free(ns);
+	index_free(ix);
+}
+
+Test(namespace, extension_override)
+{
+	const struct spec s[] = {{"1", "a", "jpg", 1}, {"1", "b", "jpeg", 2}};
+	struct index *ix = make_index(s, 2);
+	struct namespace *ns = ns_build(ix, "ppm");
+	uint64_t d = ns_lookup(ns, NS_INO_ROOT, "1");
+
+	cr_assert_str_eq(list_name(ns, d, 0), "a.ppm");
+	cr_assert_str_eq(list_name(ns, d, 1), "b.ppm");
+	cr_assert_eq(ns_lookup(ns, d, "a.jpg"), 0);
 	ns_free(ns);
 	index_free(ix);
 }

@@ -1,0 +1,248 @@
+/* prep.c - the decode worker pool: image transforms run on worker threads,
+ * each with its own TurboJPEG context (see prep.h). */
+#include "cache/prep.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/util.h"
+
+#define QUEUE_PER_WORKER 4
+#define PREP_MAGIC 0x50524550u /* "PREP" */
+#define PREP_HEADER 16
+
+enum job_kind { JOB_APPLY, JOB_PREPARE, JOB_AUGMENT };
+
+struct job {
+	enum job_kind kind;
+	const void *in;
+	size_t len;
+	uint64_t rand;
+	uint8_t *out;
+	size_t outlen;
+	int result;
+	bool done;
+	char why[160];
+};
+
+struct prep {
+	struct transform_opts opts;
+	pthread_t *threads;
+	unsigned nthreads;
+	pthread_mutex_t lock; /* guards the queue, stop and every job's done */
+	pthread_cond_t work, room, finished;
+	struct job **queue;
+	size_t head, len, cap;
+	bool stop;
+};
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+	memcpy(p, &v, sizeof(v));
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+	uint32_t v;
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+/* Image into one prepared buffer (takes the pixels' ownership). */
+static int pack(struct image *img, uint8_t **out, size_t *outlen)
+{
+	size_t px = (size_t)img->w * img->h * 3;
+	uint8_t *b = malloc(PREP_HEADER + px);
+	if (!b) {
+		transform_image_free(img);
+		return -ENOMEM;
+	}
+	put_u32(b, PREP_MAGIC);
+	put_u32(b + 4, img->w);
+	put_u32(b + 8, img->h);
+	put_u32(b + 12, 0);
+	memcpy(b + PREP_HEADER, img->rgb, px);
+	transform_image_free(img);
+	*out = b;
+	*outlen = PREP_HEADER + px;
+	return 0;
+}
+
+/* A view of a prepared buffer as an image (pixels borrowed). */
+static int unpack(const void *buf, size_t len, struct image *img)
+{
+	const uint8_t *b = buf;
+	if (len < PREP_HEADER || get_u32(b) != PREP_MAGIC)
+		return -EINVAL;
+	img->w = get_u32(b + 4);
+	img->h = get_u32(b + 8);
+	if (!img->w || !img->h ||
+	    (uint64_t)img->w * img->h * 3 != len - PREP_HEADER)
+		return -EINVAL;
+	img->rgb = (uint8_t *)b + PREP_HEADER;
+	return 0;
+}
+
+static void run(struct prep *p, struct transform_ctx *tc, struct job *j)
+{
+	struct image img = {0};
+
+	switch (j->kind) {
+	case JOB_APPLY:
+		j->result = transform_apply(tc, &p->opts, j->in, j->len, j->rand,
+					    &j->out, &j->outlen, j->why,
+					    sizeof(j->why));
+		break;
+	case JOB_PREPARE:
+		j->result = transform_prepare(tc, &p->opts, j->in, j->len, &img,
+					      j->why, sizeof(j->why));
+		if (j->result == 0)
+			j->result = pack(&img, &j->out, &j->outlen);
+		break;
+	case JOB_AUGMENT:
+		j->result = unpack(j->in, j->len, &img);
+		if (j->result == 0)
+			j->result = transform_augment(tc, &p->opts, &img, j->rand,
+						      &j->out, &j->outlen);
+		if (j->result)
+			snprintf(j->why, sizeof(j->why), "augment: %s",
+				 strerror(-j->result));
+		break;
+	}
+}
+
+static void *worker_main(void *arg)
+{
+	struct prep *p = arg;
+	struct transform_ctx *tc = transform_ctx_new();
+
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		while (!p->stop && p->len == 0)
+			pthread_cond_wait(&p->work, &p->lock);
+		if (p->len == 0)
+			break;
+		struct job *j = p->queue[p->head];
+		p->head = (p->head + 1) % p->cap;
+		p->len--;
+		pthread_cond_signal(&p->room);
+		pthread_mutex_unlock(&p->lock);
+		if (tc) {
+			run(p, tc, j);
+		} else {
+			j->result = -ENOMEM;
+			snprintf(j->why, sizeof(j->why), "no TurboJPEG context");
+		}
+		pthread_mutex_lock(&p->lock);
+		j->done = true;
+		pthread_cond_broadcast(&p->finished);
+	}
+	pthread_mutex_unlock(&p->lock);
+	transform_ctx_free(tc);
+	return NULL;
+}
+
+/* Queue j and wait for it. */
+static int submit(struct prep *p, struct job *j, uint8_t **out,
+		  size_t *outlen, char *why, size_t whylen)
+{
+	pthread_mutex_lock(&p->lock);
+	while (!p->stop && p->len == p->cap)
+		pthread_cond_wait(&p->room, &p->lock);
+	if (p->stop) {
+		pthread_mutex_unlock(&p->lock);
+		return -ESHUTDOWN;
+	}
+	p->queue[(p->head + p->len) % p->cap] = j;
+	p->len++;
+	pthread_cond_signal(&p->work);
+	while (!j->done)
+		pthread_cond_wait(&p->finished, &p->lock);
+	pthread_mutex_unlock(&p->lock);
+	*out = j->out;
+	*outlen = j->outlen;
+	if (j->result && why)
+		snprintf(why, whylen, "%s", j->why[0] ? j->why : strerror(-j->result));
+	return j->result;
+}
+
+int prep_apply(struct prep *p, const void *in, size_t len, uint64_t rand,
+	       uint8_t **out, size_t *outlen, char *why, size_t whylen)
+{
+	struct job j = {.kind = JOB_APPLY, .in = in, .len = len, .rand = rand};
+	return submit(p, &j, out, outlen, why, whylen);
+}
+
+int prep_prepare(struct prep *p, const void *in, size_t len, uint8_t **out,
+		 size_t *outlen, char *why, size_t whylen)
+{
+	struct job j = {.kind = JOB_PREPARE, .in = in, .len = len};
+	return submit(p, &j, out, outlen, why, whylen);
+}
+
+int prep_augment(struct prep *p, const void *prepared, size_t len,
+		 uint64_t rand, uint8_t **out, size_t *outlen, char *why,
+		 size_t whylen)
+{
+	struct job j = {.kind = JOB_AUGMENT, .in = prepared, .len = len,
+			.rand = rand};
+	return submit(p, &j, out, outlen, why, whylen);
+}
+
+ssize_t prep_fixed_size(const struct prep *p)
+{
+	if (p->opts.format != TF_PPM || p->opts.crop == 0)
+		return -ENOTSUP;
+	return transform_output_size(&p->opts, p->opts.crop, p->opts.crop);
+}
+
+struct prep *prep_new(const struct transform_opts *opts, unsigned threads)
+{
+	struct prep *p = xcalloc(1, sizeof(*p));
+	long n = threads ? (long)threads : sysconf(_SC_NPROCESSORS_ONLN);
+
+	p->opts = *opts;
+	p->nthreads = (unsigned)(n > 0 ? (n > 64 ? 64 : n) : 1);
+	p->cap = (size_t)p->nthreads * QUEUE_PER_WORKER;
+	p->queue = xcalloc(p->cap, sizeof(*p->queue));
+	p->threads = xcalloc(p->nthreads, sizeof(*p->threads));
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->work, NULL);
+	pthread_cond_init(&p->room, NULL);
+	pthread_cond_init(&p->finished, NULL);
+	for (unsigned i = 0; i < p->nthreads; i++) {
+		int r = pthread_create(&p->threads[i], NULL, worker_main, p);
+		if (r) {
+			p->nthreads = i;
+			prep_free(p);
+			errno = r;
+			return NULL;
+		}
+	}
+	return p;
+}
+
+void prep_free(struct prep *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->stop = true;
+	pthread_cond_broadcast(&p->work);
+	pthread_cond_broadcast(&p->room);
+	pthread_mutex_unlock(&p->lock);
+	for (unsigned i = 0; i < p->nthreads; i++)
+		pthread_join(p->threads[i], NULL);
+	pthread_cond_destroy(&p->finished);
+	pthread_cond_destroy(&p->room);
+	pthread_cond_destroy(&p->work);
+	pthread_mutex_destroy(&p->lock);
+	free(p->threads);
+	free(p->queue);
+	free(p);
+}

@@ -1,0 +1,50 @@
+/* prep.h - the decode worker pool: image transforms (cache/transform.h) run
+ * on `threads` worker threads, each with its own TurboJPEG context, so that
+ * neither the FUSE threads nor the pool's streamer decode images.
+ *
+ * DESIGN
+ * - Callers submit a job and wait for its result (the call blocks); a
+ *   bounded FIFO queue (4 jobs per worker) holds jobs not yet started, and
+ *   submitters wait while it is full. Workers take jobs in order.
+ * - A "prepared" image (decoded and resized, for echoing before augment) is
+ *   one self-contained buffer: a 16-byte header (magic, width, height) and
+ *   the RGB pixels, so the echo pool can hold it like any sample's bytes.
+ * - Locking: one mutex guards the queue; transforms run without it.
+ */
+#ifndef ECHOFS_PREP_H
+#define ECHOFS_PREP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cache/transform.h"
+
+struct prep;
+
+/* opts is copied. threads 0 means the number of online CPUs. NULL with
+ * errno set. */
+struct prep *prep_new(const struct transform_opts *opts, unsigned threads);
+/* Stops the workers once the queue is empty. Accepts NULL. */
+void prep_free(struct prep *p);
+
+/* The whole pipeline (transform_apply) on a sample's bytes. *out is
+ * malloc'd; the caller frees it. Returns 0 or -errno (-EBADMSG, -EFBIG,
+ * -ENOTSUP...) with the reason in why. */
+int prep_apply(struct prep *p, const void *in, size_t len, uint64_t rand,
+	       uint8_t **out, size_t *outlen, char *why, size_t whylen);
+
+/* Decode and resize (transform_prepare) into a prepared-image buffer. */
+int prep_prepare(struct prep *p, const void *in, size_t len, uint8_t **out,
+		 size_t *outlen, char *why, size_t whylen);
+
+/* Crop, flip and encode (transform_augment) a prepared-image buffer. */
+int prep_augment(struct prep *p, const void *prepared, size_t len,
+		 uint64_t rand, uint8_t **out, size_t *outlen, char *why,
+		 size_t whylen);
+
+/* The output size when it is known before any decoding (PPM with a crop),
+ * else -ENOTSUP. */
+ssize_t prep_fixed_size(const struct prep *p);
+
+#endif

@@ -1,0 +1,53 @@
+/* outputs.h - on preprocessing exact mounts, the transformed bytes of the
+ * files looked up or read lately, so that a lookup (which needs the size)
+ * and the READs that follow transform each file once.
+ *
+ * DESIGN
+ * - A small LRU of OUTPUTS_SLOTS files. A miss reads the sample from the
+ *   shards and transforms it on the decode workers (cache/prep.h) without
+ *   the lock; exact mounts are deterministic (centre crop, no flip), so a
+ *   file evicted and made again has the same bytes and size.
+ * - Handed-out outputs are reference counted; eviction skips held ones.
+ * - Locking: one mutex guards the slots; no I/O or decoding under it.
+ */
+#ifndef ECHOFS_OUTPUTS_H
+#define ECHOFS_OUTPUTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct namespace;
+struct shards;
+struct prep;
+
+#define OUTPUTS_SLOTS 64
+
+struct output {
+	uint32_t file;
+	uint8_t *data;
+	size_t len;
+	int refs;      /* guarded by the outputs lock */
+	uint64_t used; /* LRU clock, guarded by the outputs lock */
+	int cached;    /* 0: not in a slot, freed at the last put */
+};
+
+struct outputs_stats {
+	uint64_t hits, misses, rejected;
+};
+
+struct outputs;
+
+/* All borrowed. */
+struct outputs *outputs_new(const struct namespace *ns, struct shards *sh,
+			    struct prep *prep);
+void outputs_free(struct outputs *o);
+
+/* The transformed bytes of namespace file `file`, held until outputs_put.
+ * Returns 0, or -EIO (the shard failed) / -EBADMSG and the like (a bad
+ * image, logged with its reason once per file). */
+int outputs_get(struct outputs *o, uint32_t file, struct output **out);
+void outputs_put(struct outputs *o, struct output *out);
+
+void outputs_get_stats(struct outputs *o, struct outputs_stats *out);
+
+#endif

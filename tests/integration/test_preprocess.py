@@ -1,0 +1,153 @@
+"""test_preprocess.py - preprocessing in the filesystem (size=, crop=,
+format=, augment=, echo_stage=): converted files of the right size, class
+and content, for PIL and torchvision readers; echoes before augment differ,
+after augment they are identical; bad images fail cleanly."""
+
+import collections
+import hashlib
+import io
+import os
+import random
+import tarfile
+
+import pytest
+
+import helpers
+
+PPM_28 = len(b"P6\n28 28\n255\n") + 28 * 28 * 3
+
+
+def exact_ppm(mounter, nginx, **opts):
+    o = {"index": nginx.test_index, "size": 32, "crop": 28, "format": "ppm"}
+    o.update(opts)
+    return mounter(helpers.source_of(nginx.url, "test"), opts=o)
+
+
+def psnr(a, b):
+    import numpy as np
+    d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    mse = float((d * d).mean())
+    return 99.0 if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
+
+
+def reference(dataset, rel):
+    """The test split's source image for a converted file, resized to 32 and
+    centre-cropped to 28 by PIL: what echofs should have made."""
+    from PIL import Image
+    cls, name = rel.split(os.sep)
+    src = os.path.join(dataset.ref_dir("test"), cls, os.path.splitext(name)[0] + ".jpg")
+    im = Image.open(src).convert("RGB").resize((32, 32), Image.BILINEAR)
+    return im.crop((2, 2, 30, 30))
+
+
+def test_exact_ppm_files_have_one_size_and_the_right_content(mounter, nginx, dataset):
+    from PIL import Image
+    m = exact_ppm(mounter, nginx)
+    paths = sorted(helpers.list_paths(m.mnt))
+    assert len(paths) == 10000
+    assert all(p.endswith(".ppm") for p in paths)
+    ref_classes = sorted(os.listdir(dataset.ref_dir("test")))
+    assert sorted(os.listdir(m.mnt)) == ref_classes
+    sample = random.Random(4).sample(paths, 200)
+    scores = []
+    for i, rel in enumerate(sample):
+        p = m.path(rel)
+        assert os.stat(p).st_size == PPM_28, rel
+        with open(p, "rb") as f:
+            data = f.read()
+        assert len(data) == PPM_28
+        im = Image.open(io.BytesIO(data))
+        assert im.size == (28, 28) and im.mode == "RGB"
+        # Upscaling 28 -> 32 differs in detail between resamplers, so
+        # compare with the image's own reference against another one's.
+        own = psnr(im, reference(dataset, rel))
+        other = psnr(im, reference(dataset, sample[i - 1]))
+        assert own > 20, (rel, own)
+        scores.append(own > other + 3)
+    assert sum(scores) >= 0.95 * len(scores), sum(scores)
+    assert m.stats()["errors"]["image"] == 0
+
+
+def test_torchvision_imagefolder_reads_the_converted_tree(mounter, nginx):
+    tv = pytest.importorskip("torchvision", reason="Debian's python3-torchvision is not installed")
+    m = exact_ppm(mounter, nginx)
+    ds = tv.datasets.ImageFolder(m.mnt, transform=tv.transforms.ToTensor())
+    assert len(ds) == 10000
+    assert ds.classes == sorted(os.listdir(m.mnt))
+    for i in random.Random(5).sample(range(len(ds)), 50):
+        x, y = ds[i]
+        assert tuple(x.shape) == (3, 28, 28)
+        assert ds.classes[y] == os.path.basename(os.path.dirname(ds.samples[i][0]))
+
+
+def served_by_source(m, cls, n):
+    out = collections.defaultdict(list)
+    d = m.path(cls)
+    for name in sorted(os.listdir(d))[:n]:
+        with open(os.path.join(d, name), "rb") as f:
+            data = f.read()
+            src = os.getxattr(f.fileno(), "user.echofs.source").decode()
+        assert len(data) == len(b"P6\n24 24\n255\n") + 24 * 24 * 3
+        out[src].append(hashlib.sha256(data).hexdigest())
+    return {s: h for s, h in out.items() if len(h) > 1}
+
+
+def echo_opts(fault_server, stage):
+    return {"index": fault_server.index, "echo": 4, "echo_mode": "fixed",
+            "seed": 3, "size": 32, "crop": 24, "augment": 1, "flip": 1,
+            "format": "ppm", "echo_stage": stage}
+
+
+def test_echoes_before_augment_differ(mounter, fault_server):
+    m = mounter(fault_server.source, opts=echo_opts(fault_server, "before_augment"))
+    repeats = served_by_source(m, "3", 600)
+    assert repeats, "no sample was served twice"
+    differing = sum(1 for h in repeats.values() if len(set(h)) > 1)
+    # A random 24x24 crop of 32x32 and a coin flip: two serves of one
+    # sample are equal with probability about 1/162.
+    assert differing >= 0.8 * len(repeats), (differing, len(repeats))
+
+
+def test_echoes_after_augment_are_identical(mounter, fault_server):
+    m = mounter(fault_server.source, opts=echo_opts(fault_server, "after_augment"))
+    repeats = served_by_source(m, "3", 600)
+    assert repeats, "no sample was served twice"
+    for src, h in repeats.items():
+        assert len(set(h)) == 1, src
+
+
+def make_bad_shard(path):
+    """Three good samples and two broken JPEGs, all of class 1."""
+    good = open(os.path.join(os.path.dirname(__file__), "..", "data", "img",
+                             "photo.jpg"), "rb").read()
+    members = [("ok%d.jpg" % i, good) for i in range(3)]
+    members += [("trunc.jpg", good[: len(good) // 3]), ("junk.jpg", b"\xff\xd8" + os.urandom(500))]
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as t:
+        for name, data in members:
+            for n, d in ((name, data), (name.split(".")[0] + ".cls", b"1")):
+                info = tarfile.TarInfo(n)
+                info.size = len(d)
+                t.addfile(info, io.BytesIO(d))
+
+
+def test_bad_images_fail_cleanly(mounter, private_nginx, dataset):
+    d = os.path.join(dataset.www, "badimg")
+    os.makedirs(d, exist_ok=True)
+    make_bad_shard(os.path.join(d, "bad-000000.tar"))
+    src = "%s/badimg/bad-{000000..000000}.tar" % private_nginx.url
+    m = mounter(src, opts={"size": 64, "format": "ppm"}, name="exact")
+    names = sorted(os.listdir(m.path("1")))
+    assert len(names) == 5
+    errs = {n: helpers.read_errno(m.path("1", n)) for n in names}
+    assert errs["trunc.ppm"] == 5 and errs["junk.ppm"] == 5, errs  # EIO
+    assert all(errs["ok%d.ppm" % i] == 0 for i in range(3)), errs
+    assert m.stats()["errors"]["image"] >= 2
+    # An echo mount skips them: every open gets one of the good ones. The
+    # streamer meets the bad ones again on every pass, counting each time.
+    e = mounter(src, opts={"size": 64, "format": "ppm", "echo": 2}, name="echo")
+    for n in names:
+        with open(e.path("1", n), "rb") as f:
+            assert f.read()[:2] == b"P6"
+            assert os.getxattr(f.fileno(), "user.echofs.source") in (b"ok0", b"ok1", b"ok2")
+    st = e.stats()
+    assert st["errors"]["image"] >= 2 and st["errors"]["image"] % 2 == 0
