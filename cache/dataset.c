@@ -328,7 +328,10 @@ int dataset_open(const struct dataset_opts *o, struct http *h,
 			  err, errlen);
 	if (r)
 		goto out;
-	if (cached[0] && strcmp(info->index_from, "cache") != 0)
+	/* Keep a copy for later mounts, unless it came from there or the
+	 * user names it each time. */
+	if (cached[0] && (strcmp(info->index_from, "built") == 0 ||
+			  strcmp(info->index_from, "beside") == 0))
 		save_cached(cached, *out);
 	r = probe(h, st, *out, err, errlen);
 out:
