@@ -46,6 +46,7 @@ struct cref {
 
 struct wref {
 	struct store_writer *w;
+	double started;  /* when the stream began, for its rate */
 	uint64_t avail; /* bytes readable through w */
 	unsigned users;
 	bool closing; /* worker is committing: no new users */
@@ -56,6 +57,7 @@ struct slot {
 	struct cref *c;
 	struct wref *wr;
 	double until;
+	double queued_at; /* when it entered the queue */
 	uint64_t last_use;
 	unsigned waiters;
 	pthread_cond_t cond; /* state, avail or users changed */
@@ -66,6 +68,7 @@ struct shards {
 	struct http *h;
 	struct store *st;
 	double retry_failed_s, read_timeout_s;
+	double range_after_s; /* 0: readers always wait for the stream */
 	unsigned max_pinned;
 	pthread_t *threads;
 	unsigned nthreads;
@@ -98,8 +101,15 @@ static void enqueue(struct shards *sh, uint32_t n)
 	sh->queue[(sh->qhead + sh->qlen) % nshards(sh)] = n;
 	sh->qlen++;
 	sh->slots[n].state = QUEUED;
+	sh->slots[n].queued_at = now_mono();
 	pthread_cond_signal(&sh->work);
 }
+
+/* With range_after_s set, a reader waiting for a stream switches to a range
+ * GET of its own bytes when the shard has sat in the queue that long, or
+ * the stream, after that long, would take over RANGE_ETA_S to reach them. */
+#define RANGE_ETA_S 2.0
+#define RANGE_RECHECK_S 0.25
 
 /* ---- pinned entries (lock held) ---- */
 
@@ -254,6 +264,7 @@ static void fetch_cached(struct shards *sh, uint32_t n, struct store_writer *w)
 	int r;
 
 	wr->w = w;
+	wr->started = now_mono();
 	pthread_mutex_lock(&sh->lock);
 	s->wr = wr;
 	pthread_mutex_unlock(&sh->lock);
@@ -337,6 +348,7 @@ struct req {
 	void *buf;
 	double deadline;
 	bool waited;
+	bool ranged; /* a range GET was tried for it already */
 };
 
 static ssize_t wait_slot(struct shards *sh, struct slot *s, struct req *q)
@@ -347,6 +359,8 @@ static ssize_t wait_slot(struct shards *sh, struct slot *s, struct req *q)
 
 	if (left <= 0)
 		return -ETIMEDOUT;
+	if (sh->range_after_s > 0 && left > RANGE_RECHECK_S && !q->ranged)
+		left = RANGE_RECHECK_S; /* look again: a range GET may pay */
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	ts.tv_sec += (time_t)left;
 	ts.tv_nsec += (long)((left - (double)(time_t)left) * 1e9);
@@ -467,6 +481,49 @@ static ssize_t step_uncached(struct shards *sh, struct slot *s, struct req *q)
 	return -EIO;
 }
 
+/* Lock held. Would this reader wait long for the whole-shard stream? A
+ * shard queued for a while (every worker busy), or a stream whose rate
+ * puts the wanted bytes more than RANGE_ETA_S away: shuffled readers over
+ * a slow link would otherwise wait for half a shard per file. */
+static bool worth_a_range(const struct shards *sh, const struct slot *s,
+			  const struct req *q)
+{
+	double now = now_mono(), el, rate;
+
+	if (q->ranged || sh->range_after_s <= 0)
+		return false;
+	if (s->state == QUEUED)
+		return now - s->queued_at > sh->range_after_s;
+	if (!s->wr || s->wr->avail >= q->off + q->len)
+		return false;
+	el = now - s->wr->started;
+	if (el < sh->range_after_s)
+		return false;
+	rate = (double)s->wr->avail / el;
+	/* A stalled stream (nothing yet) says the server is stuck, not
+	 * slow: a range GET would hang the same way. */
+	return rate > 0 &&
+	       (double)(q->off + q->len - s->wr->avail) > rate * RANGE_ETA_S;
+}
+
+/* Lock held (dropped meanwhile). Just this reader's bytes with a range
+ * GET while the stream goes on; on failure the reader waits for the
+ * stream as before. */
+static ssize_t step_range(struct shards *sh, struct req *q)
+{
+	const struct index_shard *is = &sh->ix->shards[q->n];
+	int r;
+
+	q->ranged = true;
+	pthread_mutex_unlock(&sh->lock);
+	r = http_get_range(sh->h, is->url, is->etag, q->off, q->len, q->buf);
+	pthread_mutex_lock(&sh->lock);
+	if (r != 0)
+		return AGAIN;
+	sh->stats.range_reads++;
+	return (ssize_t)q->len;
+}
+
 static ssize_t step(struct shards *sh, struct req *q)
 {
 	struct slot *s = &sh->slots[q->n];
@@ -475,8 +532,12 @@ static ssize_t step(struct shards *sh, struct req *q)
 	case NONE:
 		return step_none(sh, s, q);
 	case QUEUED:
+		if (worth_a_range(sh, s, q))
+			return step_range(sh, q);
 		return wait_slot(sh, s, q);
 	case FETCHING:
+		if (worth_a_range(sh, s, q))
+			return step_range(sh, q);
 		return step_fetching(sh, s, q);
 	case CACHED:
 		return step_cached(sh, s, q);
@@ -494,7 +555,7 @@ static ssize_t step(struct shards *sh, struct req *q)
 ssize_t shards_read(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 		    void *buf)
 {
-	struct req q = {shard, off, len, buf, 0, false};
+	struct req q = {shard, off, len, buf, 0, false, false};
 	uint64_t size;
 	ssize_t r;
 
@@ -599,6 +660,7 @@ struct shards *shards_new(const struct index *ix, struct http *h,
 		o && o->retry_failed_s > 0 ? o->retry_failed_s : 30;
 	sh->read_timeout_s =
 		o && o->read_timeout_s > 0 ? o->read_timeout_s : 120;
+	sh->range_after_s = o && o->range_after_s > 0 ? o->range_after_s : 0;
 	sh->max_pinned = workers * 8 < 32 ? 32 : workers * 8;
 	sh->slots = xcalloc(ix->nshards ? ix->nshards : 1, sizeof(*sh->slots));
 	sh->queue = xcalloc(ix->nshards ? ix->nshards : 1, sizeof(*sh->queue));

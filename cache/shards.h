@@ -8,6 +8,9 @@
  *   sequential GET streamed into a store writer) and waits until the bytes it
  *   needs have arrived, then reads them back from the writer's file; later
  *   reads of that shard are served from the finished cache entry.
+ * - Shuffled readers over a slow link would wait for half a shard per
+ *   file; with range_after_s set, a reader that would wait long reads just
+ *   its bytes with a range GET instead (see shards_opts).
  * - When the disk cache can't take the shard (no store, disk full, shard
  *   larger than the cache), reads are served by range GETs of just the
  *   requested bytes (counted as range_reads) and nothing is kept.
@@ -41,6 +44,13 @@ struct shards_opts {
 	unsigned workers;      /* fetch threads; 0 means 4 */
 	double retry_failed_s; /* how long a failed shard fails fast; 0 means 30 */
 	double read_timeout_s; /* longest a read waits for data; 0 means 120 */
+	/* When > 0: a read that has waited this long for its shard's stream
+	 * (queued behind busy workers, or streaming too slowly to reach its
+	 * bytes within 2 s) fetches just its bytes with a range GET, counted
+	 * in range_reads; the stream goes on for later reads. Leave some
+	 * connections free of streams (workers < connections) for these.
+	 * 0: always wait for the stream. */
+	double range_after_s;
 };
 
 struct shards_stats {

@@ -37,6 +37,8 @@
 #define BOOT_RETRY_BUDGET_S 6.0
 #define RUN_RETRY_BUDGET_S 30.0
 #define CACHE_TIMEOUT_S 86400.0
+/* A read waiting this long for a whole-shard stream takes a range GET. */
+#define RANGE_AFTER_S 0.3
 /* An echo binding nobody opens within this long (ls -l) goes back. */
 #define BINDING_EXPIRE_S 5.0
 
@@ -216,7 +218,11 @@ static int prepare(struct app *a, char *err, size_t errlen)
 			 "name), %llu files renamed to keep names unique",
 			 (unsigned long long)a->ns->counts.skipped_bad_label,
 			 (unsigned long long)a->ns->counts.renamed_duplicates);
-	struct shards_opts so = {.workers = a->o.connections};
+	/* A quarter of the connections (at least one, when there are two or
+	 * more) stay free of whole-shard streams for readers' range GETs. */
+	unsigned c = a->o.connections;
+	struct shards_opts so = {.workers = c > 1 ? c - (c + 3) / 4 : 1,
+				 .range_after_s = RANGE_AFTER_S};
 	a->sh = shards_new(a->ix, a->http, a->store, &so);
 	if (!a->sh) {
 		snprintf(err, errlen, "cannot start the fetchers: %s", strerror(errno));
@@ -245,6 +251,7 @@ static void init_ctx(struct app *a)
 	a->fs.pool = a->pool;
 	a->fs.bind = a->bind;
 	a->fs.outputs = a->outputs;
+	a->fs.se = a->se;
 	a->fs.prep = a->prep;
 	a->fs.timeout = CACHE_TIMEOUT_S;
 	a->fs.uid = getuid();

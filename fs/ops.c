@@ -14,9 +14,9 @@
  *   "no_open") and keeps their pages cached across opens. A warm read costs
  *   no request at all; a cold one costs one READ.
  * - Control files therefore cannot be snapshotted at open. They are
- *   rendered when looked up or stat'ed (entry and attribute timeout 0, so
- *   every path walk asks), and read from the latest rendering; the changing
- *   size and mtime make the kernel drop stale pages (auto_inval_data).
+ *   rendered at every lookup (entry and attribute timeout 0, so every path
+ *   walk asks) and read from the latest rendering; the kernel is told to
+ *   drop the old rendering's pages (notify_inval_inode).
  *
  * Echo mounts (-o echo=E) differ: a file's content depends on the open, so
  * every lookup of a file goes to bindings.c (entry timeout 0), which binds
@@ -51,10 +51,6 @@ struct control_snapshot {
 	int refs; /* guarded by fs_ctx.snap_lock */
 };
 
-/* Renderings younger than this are reused, so a burst of path walks does
- * not re-render for each. */
-#define SNAPSHOT_REUSE_NS 200000000L
-
 void fs_ctx_init(struct fs_ctx *fs)
 {
 	pthread_mutex_init(&fs->snap_lock, NULL);
@@ -81,11 +77,6 @@ void fs_ctx_destroy(struct fs_ctx *fs)
 	pthread_mutex_destroy(&fs->snap_lock);
 }
 
-static long ns_since(const struct timespec *a, const struct timespec *b)
-{
-	return (b->tv_sec - a->tv_sec) * 1000000000L + (b->tv_nsec - a->tv_nsec);
-}
-
 /* Forget the rendering of control file ino (after a change). */
 static void snap_drop(struct fs_ctx *fs, fuse_ino_t ino)
 {
@@ -98,8 +89,8 @@ static void snap_drop(struct fs_ctx *fs, fuse_ino_t ino)
 }
 
 /* The current rendering of control file ino, with a reference the caller
- * drops with snap_unref. refresh: render anew unless the last one is very
- * recent. NULL on allocation failure. */
+ * drops with snap_unref. refresh (a lookup: every path walk makes one):
+ * render anew; else reuse the last rendering. NULL on allocation failure. */
 static struct control_snapshot *snap_get(struct fs_ctx *fs, fuse_ino_t ino,
 					 int refresh)
 {
@@ -110,7 +101,7 @@ static struct control_snapshot *snap_get(struct fs_ctx *fs, fuse_ino_t ino,
 	clock_gettime(CLOCK_REALTIME, &now);
 	pthread_mutex_lock(&fs->snap_lock);
 	sn = fs->snap[k];
-	if (sn && (!refresh || ns_since(&sn->when, &now) < SNAPSHOT_REUSE_NS)) {
+	if (sn && !refresh) {
 		sn->refs++;
 		pthread_mutex_unlock(&fs->snap_lock);
 		return sn;
@@ -132,6 +123,10 @@ static struct control_snapshot *snap_get(struct fs_ctx *fs, fuse_ino_t ino,
 	fs->snap[k] = sn;
 	pthread_mutex_unlock(&fs->snap_lock);
 	snap_unref(fs, old);
+	/* The kernel may keep the old rendering's pages (the size and mtime
+	 * change alone did not always drop them): drop them now. */
+	if (old && fs->se)
+		fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
 	return sn;
 }
 
@@ -293,7 +288,7 @@ static void fs_op_getattr(fuse_req_t req, fuse_ino_t ino,
 	int r;
 	(void)fi;
 
-	r = fill_entry(fs, ino, &e, 1);
+	r = fill_entry(fs, ino, &e, 0); /* lookups refresh control files */
 	if (r)
 		fuse_reply_err(req, -r);
 	else

@@ -30,6 +30,7 @@ struct fs_ctx {
 	struct bindings *bind; /* echo mounts: path bindings, else NULL */
 	struct outputs *outputs; /* preprocessing exact mounts, else NULL */
 	struct prep *prep;       /* preprocessing mounts, else NULL */
+	struct fuse_session *se; /* for page-cache invalidations */
 	struct fs_counters counters;
 	double timeout;       /* entry and attribute cache timeout, seconds */
 	struct timespec mtime; /* of every inode: the mount time */

@@ -94,7 +94,9 @@ def test_stats_counts(nginx, dataset, mounter):
         assert helpers.sha256_file(m.path(p)) == dataset.ref_hashes("train")[p]
     s1 = m.stats()
     assert s1["open_handles"] == 0
-    assert s1["cache_misses"] >= 1
+    # The first read waits for the shard's stream (a miss), or, when that
+    # is slow to come, takes a range GET of its own bytes.
+    assert s1["cache_misses"] + s1["range_reads"] >= 1
     assert s1["cache_hits"] >= 1, "1000 reads of one shard should hit the cache"
     assert s1["bytes_fetched"] >= os.path.getsize(dataset.shards("train")[0])
     assert s1["http_requests"] >= s0["http_requests"] + 1

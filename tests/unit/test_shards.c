@@ -538,3 +538,34 @@ Test(shards, changed_etag_fails_shard)
 	store_close(st);
 	index_free(ix);
 }
+
+/* Shuffled readers over a slow link: a reader that would wait long for the
+ * whole-shard stream reads its own bytes with a range GET instead. */
+Test(shards, slow_streams_let_readers_take_range_gets)
+{
+	const char *faults[] = {"*.tar=slow:200000", NULL};
+	struct shards_opts o = {.workers = 1, .range_after_s = 0.2};
+	struct index *ix;
+	struct store *st;
+	struct shards *sh;
+	struct shards_stats ss;
+	double t0;
+
+	fx_server_start(&srv, root, tdir, faults);
+	ix = make_index();
+	st = open_store(1ULL << 30);
+	sh = shards_new(ix, h, st, &o);
+	t0 = now_mono();
+	check_sample(sh, 0, 0);             /* shard 0 streams (the one worker) */
+	check_sample(sh, 1, PER_SHARD - 1); /* shard 1 waits in the queue */
+	check_sample(sh, 0, PER_SHARD - 1); /* far ahead of a slow stream */
+	shards_get_stats(sh, &ss);
+	cr_assert_geq(ss.range_reads, 2, "range reads: %llu",
+		      (unsigned long long)ss.range_reads);
+	/* Streaming either shard whole at 200 kB/s takes well over 5 s. */
+	cr_assert_lt(now_mono() - t0, 5.0);
+	cr_assert_eq(ss.read_errors, 0);
+	shards_free(sh);
+	store_close(st);
+	index_free(ix);
+}
