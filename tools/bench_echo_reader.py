@@ -1,0 +1,150 @@
+#!/usr/bin/python3
+"""bench_echo_reader.py - read an ImageFolder tree for a fixed wall time and
+report delivered files/s (and, on an echofs mount, fresh/s, effective echo
+and stall share over the same window).
+
+  bench_echo_reader.py ROOT [--procs 2] [--seconds 20] [--warmup 3] [--seed 0]
+                       [--order shuffled|shard]
+
+The file list (ROOT/<class>/<file>) is taken once; each of --procs reader
+processes walks its own shuffled copy of it (seed + process number), opening,
+reading fully and closing files, round after round, until told to stop. The
+parent lets them run --warmup seconds, then counts files and snapshots
+ROOT/.echofs/stats at the start and at the end of a --seconds window, so
+mount start-up and the pool's head start stay out of the numbers. With
+--order shard the processes instead deal the files sorted by name (the order
+echofs-pack wrote them, shard after shard) between them, i % procs, and walk
+that once: the best case for an exact mount's whole-shard read-ahead. Prints one
+JSON line. Exit status 1 if any read failed or nothing was read.
+"""
+
+import argparse
+import ctypes
+import json
+import multiprocessing as mp
+import os
+import random
+import sys
+import time
+
+
+def list_tree(root):
+    files = []
+    for cls in sorted(os.listdir(root)):
+        d = os.path.join(root, cls)
+        if cls.startswith(".") or not os.path.isdir(d):
+            continue
+        files += [os.path.join(d, n) for n in sorted(os.listdir(d))]
+    return files
+
+
+def worker(files, seed, slot, counts, errors, nbytes, stop, shuffle):
+    order = list(files)
+    rng = random.Random(seed)
+    while not stop.is_set():
+        if shuffle:
+            rng.shuffle(order)
+        for p in order:
+            if stop.is_set():
+                return
+            try:
+                with open(p, "rb") as f:
+                    nbytes[slot] += len(f.read())
+                counts[slot] += 1
+            except OSError:  # a benchmark counts failures, never stops
+                errors[slot] += 1
+
+
+def read_stats(root):
+    try:
+        with open(os.path.join(root, ".echofs", "stats")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def snapshot(root, counts, nbytes):
+    return time.monotonic(), sum(counts), sum(nbytes), read_stats(root)
+
+
+def delta(a, b, key):
+    if a is None or b is None or key not in a or key not in b:
+        return None
+    return b[key] - a[key]
+
+
+def summarize(t0, t1, procs):
+    (ta, na, ba, sa), (tb, nb, bb, sb) = t0, t1
+    secs = tb - ta
+    out = {"seconds": round(secs, 2), "files": nb - na,
+           "files_per_s": round((nb - na) / secs, 1),
+           "mb_per_s": round((bb - ba) / secs / 1e6, 2)}
+    fresh = delta(sa, sb, "fresh_served")
+    echoes = delta(sa, sb, "echoes_served")
+    stall = delta(sa, sb, "stall_s")
+    fetched = delta(sa, sb, "bytes_fetched")
+    if fresh is not None:
+        out["fresh_per_s"] = round(fresh / secs, 1)
+        out["echoes_per_s"] = round(echoes / secs, 1)
+        out["effective_echo"] = round((fresh + echoes) / fresh, 3) if fresh else None
+        out["stall_pct"] = round(100.0 * stall / (secs * procs), 1)
+    if fetched is not None:
+        out["fetch_mb_per_s"] = round(fetched / secs / 1e6, 2)
+    if sb is not None:
+        out["stats_end"] = {k: sb.get(k) for k in (
+            "fresh_served", "echoes_served", "effective_echo", "stall_s",
+            "bytes_fetched", "pool_bytes", "pool_samples", "pool_dropped",
+            "echo", "echo_mode", "pass")}
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("root")
+    ap.add_argument("--procs", type=int, default=2)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--warmup", type=float, default=3.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--order", choices=("shuffled", "shard"), default="shuffled")
+    a = ap.parse_args()
+
+    t_list = time.monotonic()
+    files = list_tree(a.root)
+    list_secs = time.monotonic() - t_list
+    if not files:
+        print("bench_echo_reader: no files under %s" % a.root, file=sys.stderr)
+        return 1
+    ctx = mp.get_context("fork")
+    counts = ctx.Array(ctypes.c_uint64, a.procs, lock=False)
+    errors = ctx.Array(ctypes.c_uint64, a.procs, lock=False)
+    nbytes = ctx.Array(ctypes.c_uint64, a.procs, lock=False)
+    stop = ctx.Event()
+    shuffle = a.order == "shuffled"
+    if not shuffle:
+        files.sort(key=os.path.basename)
+    procs = [ctx.Process(target=worker, daemon=True, args=(
+        files if shuffle else files[i::a.procs], a.seed * 1000 + i, i,
+        counts, errors, nbytes, stop, shuffle))
+        for i in range(a.procs)]
+    for p in procs:
+        p.start()
+    try:
+        time.sleep(a.warmup)
+        t0 = snapshot(a.root, counts, nbytes)
+        time.sleep(a.seconds)
+        t1 = snapshot(a.root, counts, nbytes)
+    finally:
+        stop.set()
+        for p in procs:
+            p.join(30)  # a reader blocked in a stalled open gets 30 s
+            if p.is_alive():
+                p.kill()
+    out = summarize(t0, t1, a.procs)
+    out.update({"root": a.root, "procs": a.procs, "order": a.order, "listed": len(files),
+                "list_secs": round(list_secs, 2), "errors": sum(errors)})
+    print(json.dumps(out))
+    return 1 if out["errors"] or not out["files"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+#!/usr/bin/python3
+"""bench_train.py - train a small CNN on Fashion-MNIST read through an echofs
+mount with PyTorch's ImageFolder + DataLoader, and record test accuracy
+against wall-clock time and fresh examples until a target accuracy.
+
+  bench_train.py --train MNT --test ROOT --label NAME --log OUT.jsonl
+                 [--target 0.87] [--budget 300] [--eval-seconds 5]
+                 [--eval-steps 0] [--eval-subset 2000] [--batch 64]
+                 [--lr 0.003] [--workers 2] [--threads 1] [--seed 0]
+                 [--test-cache FILE] [--keep-going]
+
+--train is read with ImageFolder + DataLoader(shuffle=True, num_workers);
+each open of <class>/<key>.jpg on an echo mount yields a sample of that class.
+--test (an exact mount or a local tree) is read once into memory
+(--test-cache keeps the tensors for the next runs), so evaluation costs no
+I/O. Every --eval-seconds of wall time (or every --eval-steps steps) the
+model is evaluated on a fixed random --eval-subset of the test split; when
+that reaches --target the whole test split (10,000) decides. The run stops
+at the target (unless --keep-going) or after --budget seconds of training.
+Wall time includes evaluation (it is small and paid equally per second by
+every run); fresh examples are fresh_served from MNT/.echofs/stats since the
+first batch was asked for. One JSON line per evaluation goes to --log, and a
+summary line (label, reached, time_s, fresh, served, accuracy) is printed.
+"""
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+from torchvision import datasets, transforms
+
+TF = transforms.Compose([
+    transforms.Grayscale(1),
+    transforms.ToTensor(),
+    transforms.Normalize((0.2860,), (0.3530,)),  # Fashion-MNIST mean, std
+])
+
+
+class Net(nn.Module):
+    """Two strided conv layers and one linear layer (~21k parameters): small
+    enough that Debian's CPU-only torch (generic BLAS) trains it at a few
+    thousand images/s on one core, so the data path, not the model, is what
+    a capped upstream slows down."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(1, 16, 5, stride=2, padding=2)   # 16 x 14 x 14
+        self.c2 = nn.Conv2d(16, 32, 3, stride=2, padding=1)  # 32 x 7 x 7
+        self.fc = nn.Linear(32 * 7 * 7, 10)
+
+    def forward(self, x):
+        x = F.relu(self.c1(x))
+        x = F.relu(self.c2(x))
+        return self.fc(x.flatten(1))
+
+
+def load_test(root, cache):
+    if cache and os.path.exists(cache):
+        return torch.load(cache)
+    ds = datasets.ImageFolder(root, transform=TF)
+    xs, ys = [], []
+    for x, y in DataLoader(ds, batch_size=500, num_workers=2):
+        xs.append(x)
+        ys.append(y)
+    data = (torch.cat(xs), torch.cat(ys))
+    if cache:
+        torch.save(data, cache + ".tmp")
+        os.replace(cache + ".tmp", cache)
+    return data
+
+
+@torch.no_grad()
+def accuracy(model, x, y):
+    model.eval()
+    correct = 0
+    for i in range(0, len(x), 1000):
+        correct += (model(x[i:i + 1000]).argmax(1) == y[i:i + 1000]).sum().item()
+    model.train()
+    return correct / len(x)
+
+
+def echofs_stats(root):
+    try:
+        with open(os.path.join(root, ".echofs", "stats")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+class Run:
+    """Clock, counters and the evaluation log of one training run."""
+
+    def __init__(self, a, test):
+        self.a = a
+        self.x, self.y = test
+        g = torch.Generator().manual_seed(1234)  # same subset in every run
+        idx = torch.randperm(len(self.x), generator=g)[:a.eval_subset]
+        self.sx, self.sy = self.x[idx], self.y[idx]
+        self.log = open(a.log, "a")
+        self.t0 = None
+        self.s0 = {}
+        self.steps = self.seen = 0
+        self.next_eval_t = a.eval_seconds
+        self.result = None
+
+    def start(self):
+        self.s0 = echofs_stats(self.a.train)
+        self.t0 = time.monotonic()
+
+    def since_start(self, key, st):
+        return st.get(key, 0) - self.s0.get(key, 0)
+
+    def due(self):
+        if self.a.eval_steps:
+            return self.steps % self.a.eval_steps == 0
+        return time.monotonic() - self.t0 >= self.next_eval_t
+
+    def evaluate(self, model, final=False):
+        t = time.monotonic() - self.t0
+        st = echofs_stats(self.a.train)
+        sub = accuracy(model, self.sx, self.sy)
+        full = None
+        if final or sub >= self.a.target:
+            full = accuracy(model, self.x, self.y)
+        rec = {"label": self.a.label, "repeat": self.a.repeat, "time_s": round(t, 2), "step": self.steps,
+               "seen": self.seen, "fresh": self.since_start("fresh_served", st),
+               "echoes": self.since_start("echoes_served", st),
+               "stall_s": round(self.since_start("stall_s", st), 2),
+               "acc_subset": round(sub, 4),
+               "acc_full": None if full is None else round(full, 4),
+               "eval_s": round(time.monotonic() - self.t0 - t, 2)}
+        self.log.write(json.dumps(rec) + "\n")
+        self.log.flush()
+        print("%s t=%6.1fs step=%5d seen=%6d fresh=%6d acc=%.4f%s" % (
+            self.a.label, t, self.steps, self.seen, rec["fresh"], sub,
+            "" if full is None else " full=%.4f" % full), file=sys.stderr)
+        self.next_eval_t = t + self.a.eval_seconds
+        if full is not None and full >= self.a.target and self.result is None:
+            self.result = dict(rec, reached=True)
+        return rec
+
+
+def train(a, run):
+    torch.manual_seed(a.seed)
+    random.seed(a.seed)
+    ds = datasets.ImageFolder(a.train, transform=TF)
+    loader = DataLoader(ds, batch_size=a.batch, shuffle=True, drop_last=True,
+                        num_workers=a.workers, persistent_workers=a.workers > 0,
+                        generator=torch.Generator().manual_seed(a.seed))
+    model = Net()
+    opt = torch.optim.Adam(model.parameters(), lr=a.lr)
+    run.start()
+    last = None
+    while True:
+        for x, y in loader:
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            run.steps += 1
+            run.seen += len(y)
+            if run.due():
+                last = run.evaluate(model)
+                if run.result and not a.keep_going:
+                    return run.result
+            if time.monotonic() - run.t0 >= a.budget:
+                last = run.evaluate(model, final=True)
+                return run.result or dict(last, reached=False)
+    return last
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--train", required=True)
+    ap.add_argument("--test", required=True)
+    ap.add_argument("--label", default="run")
+    ap.add_argument("--repeat", type=int, default=1, help="recorded with every line")
+    ap.add_argument("--log", required=True, help="JSON lines, appended")
+    ap.add_argument("--target", type=float, default=0.87)
+    ap.add_argument("--budget", type=float, default=300.0, help="seconds")
+    ap.add_argument("--eval-seconds", type=float, default=5.0)
+    ap.add_argument("--eval-steps", type=int, default=0, help="overrides --eval-seconds")
+    ap.add_argument("--eval-subset", type=int, default=2000)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--test-cache", help="tensor file for the test split")
+    ap.add_argument("--keep-going", action="store_true",
+                    help="train the whole budget even after the target")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    test = load_test(a.test, a.test_cache)
+    run = Run(a, test)
+    res = train(a, run)
+    st = echofs_stats(a.train)
+    res.update({"budget_s": a.budget, "target": a.target,
+                "effective_echo": st.get("effective_echo"),
+                "served": run.since_start("fresh_served", st) +
+                run.since_start("echoes_served", st)})
+    print(json.dumps(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+#!/usr/bin/python3
+"""bench_train_report.py - turn bench_train.sh's runs.jsonl and evals.jsonl
+into a CSV, a markdown table (stdout) and an accuracy plot.
+
+  bench_train_report.py --runs RUNS.jsonl --evals EVALS.jsonl --target 0.87
+                        --csv OUT.csv --png OUT.png
+
+Each echo run is compared with the E=1 run of the same mode: speedup is
+E=1's time to target over this run's, fresh ratio is this run's fresh
+examples over E=1's. The goal (E=4 at least 2x sooner with at most 1.1x the
+fresh examples) is checked per mode. Repeats of a run (same label) are
+summarized by medians over the repeats that reached the target. The plot has
+two panels: accuracy on the test subset against wall time and against fresh
+examples (repeat 1 solid colours, later repeats faint).
+"""
+
+import argparse
+import csv
+import json
+
+
+def load(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def fmt(v, f="%.1f"):
+    return "n/a" if v is None else f % v
+
+
+def median(v):
+    v = sorted(x for x in v if x is not None)
+    if not v:
+        return None
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def summarize(runs):
+    """label -> medians over the repeats that reached the target."""
+    out = {}
+    for r in runs:
+        out.setdefault(r["label"], []).append(r)
+    summ = {}
+    for label, rs in out.items():
+        ok = [r for r in rs if r.get("reached")]
+        summ[label] = {
+            "n": len(rs), "reached": len(ok),
+            "time_s": median([r["time_s"] for r in ok]),
+            "fresh": median([r["fresh"] for r in ok]),
+            "seen": median([r["seen"] for r in ok]),
+            "eff": median([r.get("effective_echo") for r in ok]),
+            "acc": median([r.get("acc_full") for r in ok]),
+            "times": [r["time_s"] if r.get("reached") else None for r in rs],
+            "budget": rs[0]["budget_s"]}
+    return summ
+
+
+def table(runs, target):
+    summ = summarize(runs)
+    print("| run | reached %.0f%% | time to target (s), median | per repeat | "
+          "fresh examples | served | effective e | speedup vs E=1 | fresh vs E=1 |"
+          % (100 * target))
+    print("|---|---|---:|---|---:|---:|---:|---:|---:|")
+    goals = []
+    for label, m in summ.items():
+        mode = label.split()[0]
+        b = summ.get(mode + " E=1")
+        speed = fr = None
+        if label != "local" and b and b["time_s"] and m["time_s"]:
+            speed = b["time_s"] / m["time_s"]
+            fr = m["fresh"] / b["fresh"] if b["fresh"] else None
+        name = label
+        if label == "local":
+            name = "local tree, no cap (trainer ceiling, %d img/s)" % (
+                [r["seen"] / r["time_s"] for r in runs if r["label"] == "local"][0])
+        print("| %s | %d/%d | %s | %s | %s | %s | %s | %s | %s |" % (
+            name, m["reached"], m["n"], fmt(m["time_s"]),
+            ", ".join(fmt(t) if t else ">%d" % m["budget"] for t in m["times"]),
+            "-" if label == "local" else fmt(m["fresh"], "%.0f"), fmt(m["seen"], "%.0f"),
+            fmt(m["eff"], "%.2f") if m["eff"] else "-",
+            fmt(speed, "%.2fx"), fmt(fr, "%.2fx")))
+        if label.endswith("E=4"):
+            ok = speed is not None and speed >= 2 and fr is not None and fr <= 1.1
+            goals.append("- goal, %s: E=4 %s sooner with %s the fresh examples of E=1 "
+                         "(medians): %s" % (mode, fmt(speed, "%.2fx"), fmt(fr, "%.2fx"),
+                                            "met" if ok else "missed"))
+    print()
+    print("\n".join(goals))
+
+
+def write_csv(runs, path):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["run", "repeat", "time_s", "fresh", "accuracy", "reached", "served",
+                    "steps", "effective_echo"])
+        for r in runs:
+            w.writerow([r["label"], r.get("repeat", 1), r["time_s"], r["fresh"], r.get("acc_full"),
+                        int(bool(r.get("reached"))), r["seen"], r["step"],
+                        r.get("effective_echo")])
+
+
+COLORS = {"1": "tab:blue", "2": "tab:orange", "3": "tab:red", "4": "tab:green"}
+
+
+def plot(evals, target, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    labels = []
+    for e in evals:
+        key = (e["label"], e.get("repeat", 1))
+        if key not in labels:
+            labels.append(key)
+    for lab, rep in labels:
+        pts = [e for e in evals if e["label"] == lab and e.get("repeat", 1) == rep]
+        kw = {"alpha": 1.0 if rep == 1 else 0.35}
+        style = ":" if lab == "local" else ("-" if lab.startswith("adaptive") else "--")
+        name = "local tree (no cap)" if lab == "local" else lab
+        name = name if rep == 1 else None  # later repeats: fainter, unlabelled
+        color = "gray" if lab == "local" else COLORS.get(lab.split("=")[-1], None)
+        ax1.plot([p["time_s"] for p in pts], [p["acc_subset"] for p in pts], style,
+                 label=name, marker=".", markersize=3, color=color, **kw)
+        if lab != "local":
+            ax2.plot([p["fresh"] for p in pts], [p["acc_subset"] for p in pts], style,
+                     label=name, marker=".", markersize=3, color=color, **kw)
+    for ax, xl in ((ax1, "wall time (s)"), (ax2, "fresh examples")):
+        ax.axhline(target, color="gray", linewidth=0.8)
+        ax.set_xlabel(xl)
+        ax.set_ylabel("test accuracy (2,000-image subset)")
+        ax.set_ylim(0.6, max(0.92, target + 0.03))
+        ax.grid(alpha=0.3)
+    ax1.legend(fontsize=8)
+    ax1.set_title("Fashion-MNIST via echofs, capped upstream")
+    ax2.set_title("same runs against fresh examples")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", required=True)
+    ap.add_argument("--evals", required=True)
+    ap.add_argument("--target", type=float, required=True)
+    ap.add_argument("--csv", required=True)
+    ap.add_argument("--png", required=True)
+    a = ap.parse_args()
+    runs, evals = load(a.runs), load(a.evals)
+    print("### Data echoing while training: time and fresh examples to %.0f%% "
+          "test accuracy" % (100 * a.target))
+    print()
+    table(runs, a.target)
+    write_csv(runs, a.csv)
+    plot(evals, a.target, a.png)
+
+
+if __name__ == "__main__":
+    main()
