@@ -402,7 +402,7 @@ void options_usage(FILE *f, const char *prog)
 "  -o echo_mode=MODE    adaptive (echo only when no fresh sample is ready;\n"
 "                       default) or fixed (every sample served E times)\n"
 "  -o echo_window=N     never echo a sample served in the last N opens of\n"
-"                       its class (default: see README)\n"
+"                       its class (default 16)\n"
 "  -o mem_size=SIZE     memory for the echo pool (default 512M)\n"
 "  -o seed=N            seed of the stream order and echo choices (default 0)\n"
 "  -o size=S            preprocess: resize so the shorter side is S\n"
