@@ -143,11 +143,12 @@ def test_bad_images_fail_cleanly(mounter, private_nginx, dataset):
     assert all(errs["ok%d.ppm" % i] == 0 for i in range(3)), errs
     assert m.stats()["errors"]["image"] >= 2
     # An echo mount skips them: every open gets one of the good ones. The
-    # streamer meets the bad ones again on every pass, counting each time.
+    # streamer meets the bad ones again on every pass, counting each time
+    # (so the count need not be even: a pass may be half way).
     e = mounter(src, opts={"size": 64, "format": "ppm", "echo": 2}, name="echo")
     for n in names:
         with open(e.path("1", n), "rb") as f:
             assert f.read()[:2] == b"P6"
             assert os.getxattr(f.fileno(), "user.echofs.source") in (b"ok0", b"ok1", b"ok2")
     st = e.stats()
-    assert st["errors"]["image"] >= 2 and st["errors"]["image"] % 2 == 0
+    assert st["errors"]["image"] >= 2
