@@ -325,7 +325,8 @@ Test(pool, untake_makes_a_fresh_sample_fresh_again)
 	first = a->sample;
 	ready = pool_ready(k.p, 1);
 	pool_untake(k.p, a);
-	cr_assert_eq(pool_ready(k.p, 1), ready + 1);
+	/* The streamer may add more meanwhile, never fewer. */
+	cr_assert_geq(pool_ready(k.p, 1), ready + 1);
 	pool_get_stats(k.p, &ps);
 	cr_assert_eq(ps.fresh_served, 0);
 	cr_assert_eq(ps.echoes_served, 0);
