@@ -233,7 +233,7 @@ static int prepare(struct app *a, char *err, size_t errlen)
 	if (a->o.echo_mount)
 		return start_echo(a, err, errlen);
 	if (a->prep)
-		a->outputs = outputs_new(a->ns, a->sh, a->prep);
+		a->outputs = outputs_new(a->ix, a->sh, a->prep);
 	return 0;
 }
 

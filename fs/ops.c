@@ -152,7 +152,7 @@ static int file_size(struct fs_ctx *fs, uint32_t file, uint64_t *size)
 		*size = (uint64_t)fixed;
 		return 0;
 	}
-	r = outputs_get(fs->outputs, file, &o);
+	r = outputs_get(fs->outputs, fs->ns->files[file].sample, &o);
 	if (r)
 		return -EIO;
 	*size = o->len;
@@ -604,7 +604,7 @@ static void read_output(fuse_req_t req, struct fs_ctx *fs, uint32_t file,
 			size_t size, off_t off)
 {
 	struct output *o;
-	int r = outputs_get(fs->outputs, file, &o);
+	int r = outputs_get(fs->outputs, fs->ns->files[file].sample, &o);
 
 	if (r) {
 		fs->counters.read_errors++;

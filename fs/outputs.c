@@ -12,10 +12,9 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/index.h"
-#include "fs/namespace.h"
 
 struct outputs {
-	const struct namespace *ns;
+	const struct index *ix;
 	struct shards *sh;
 	struct prep *prep;
 	pthread_mutex_t lock; /* guards everything below */
@@ -24,11 +23,11 @@ struct outputs {
 	struct outputs_stats st;
 };
 
-struct outputs *outputs_new(const struct namespace *ns, struct shards *sh,
+struct outputs *outputs_new(const struct index *ix, struct shards *sh,
 			    struct prep *prep)
 {
 	struct outputs *o = xcalloc(1, sizeof(*o));
-	o->ns = ns;
+	o->ix = ix;
 	o->sh = sh;
 	o->prep = prep;
 	pthread_mutex_init(&o->lock, NULL);
@@ -53,18 +52,18 @@ void outputs_free(struct outputs *o)
 	free(o);
 }
 
-static struct output *find(struct outputs *o, uint32_t file)
+static struct output *find(struct outputs *o, uint32_t sample)
 {
 	for (size_t i = 0; i < OUTPUTS_SLOTS; i++)
-		if (o->slot[i] && o->slot[i]->file == file)
+		if (o->slot[i] && o->slot[i]->sample == sample)
 			return o->slot[i];
 	return NULL;
 }
 
 /* Read the sample and transform it (no lock held). */
-static int make(struct outputs *o, uint32_t file, struct output **out)
+static int make(struct outputs *o, uint32_t sample, struct output **out)
 {
-	const struct index_sample *s = &o->ns->ix->samples[o->ns->files[file].sample];
+	const struct index_sample *s = &o->ix->samples[sample];
 	uint8_t *raw = malloc(s->size ? (size_t)s->size : 1);
 	struct output *x;
 	char why[200];
@@ -79,14 +78,12 @@ static int make(struct outputs *o, uint32_t file, struct output **out)
 		return n < 0 ? (int)n : -EIO;
 	}
 	x = xcalloc(1, sizeof(*x));
-	x->file = file;
+	x->sample = sample;
 	r = prep_apply(o->prep, raw, (size_t)s->size, 0, &x->data, &x->len, why,
 		       sizeof(why));
 	free(raw);
 	if (r) {
-		log_warn("%s/%s: cannot preprocess: %s",
-			 o->ns->classes[o->ns->files[file].cls].name,
-			 o->ns->files[file].name, why);
+		log_warn("sample %s: cannot preprocess: %s", s->key, why);
 		free(x);
 		return r;
 	}
@@ -116,13 +113,13 @@ static void insert(struct outputs *o, struct output *x)
 	x->cached = 1;
 }
 
-int outputs_get(struct outputs *o, uint32_t file, struct output **out)
+int outputs_get(struct outputs *o, uint32_t sample, struct output **out)
 {
 	struct output *x, *other;
 	int r;
 
 	pthread_mutex_lock(&o->lock);
-	x = find(o, file);
+	x = find(o, sample);
 	if (x) {
 		x->refs++;
 		x->used = ++o->clock;
@@ -134,14 +131,14 @@ int outputs_get(struct outputs *o, uint32_t file, struct output **out)
 	o->st.misses++;
 	pthread_mutex_unlock(&o->lock);
 
-	r = make(o, file, &x);
+	r = make(o, sample, &x);
 	pthread_mutex_lock(&o->lock);
 	if (r) {
 		o->st.rejected++;
 		pthread_mutex_unlock(&o->lock);
 		return r;
 	}
-	other = find(o, file); /* made twice at once: keep the first */
+	other = find(o, sample); /* made twice at once: keep the first */
 	if (other) {
 		output_free(x);
 		x = other;

@@ -16,14 +16,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct namespace;
+struct index;
 struct shards;
 struct prep;
 
 #define OUTPUTS_SLOTS 64
 
 struct output {
-	uint32_t file;
+	uint32_t sample; /* number of the sample in the index */
 	uint8_t *data;
 	size_t len;
 	int refs;      /* guarded by the outputs lock */
@@ -38,14 +38,14 @@ struct outputs_stats {
 struct outputs;
 
 /* All borrowed. */
-struct outputs *outputs_new(const struct namespace *ns, struct shards *sh,
+struct outputs *outputs_new(const struct index *ix, struct shards *sh,
 			    struct prep *prep);
 void outputs_free(struct outputs *o);
 
-/* The transformed bytes of namespace file `file`, held until outputs_put.
+/* The transformed bytes of sample `sample`, held until outputs_put.
  * Returns 0, or -EIO (the shard failed) / -EBADMSG and the like (a bad
  * image, logged with its reason once per file). */
-int outputs_get(struct outputs *o, uint32_t file, struct output **out);
+int outputs_get(struct outputs *o, uint32_t sample, struct output **out);
 void outputs_put(struct outputs *o, struct output *out);
 
 void outputs_get_stats(struct outputs *o, struct outputs_stats *out);
