@@ -14,9 +14,9 @@
 #include "cache/store.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "fetch/http.h"
-#include "fetch/index.h"
-#include "fetch/shardlist.h"
+#include "fetch/net/http.h"
+#include "fetch/format/index.h"
+#include "fetch/net/shardlist.h"
 
 #define MAX_SHARDS 10000000
 #define LIST_CAP (256u << 20)

@@ -18,10 +18,10 @@
 #include "cache/store.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "fetch/http.h"
-#include "fetch/index.h"
-#include "fetch/scan.h"
-#include "fetch/shardlist.h"
+#include "fetch/net/http.h"
+#include "fetch/format/index.h"
+#include "fetch/format/scan.h"
+#include "fetch/net/shardlist.h"
 
 #include <errno.h>
 #include <pthread.h>

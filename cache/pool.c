@@ -40,7 +40,7 @@
 #include "cache/echo_policy.h"
 #include "cache/shards.h"
 #include "common/util.h"
-#include "fetch/index.h"
+#include "fetch/format/index.h"
 
 #include <errno.h>
 #include <math.h>

@@ -23,8 +23,8 @@
 #include "cache/store.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "fetch/http.h"
-#include "fetch/index.h"
+#include "fetch/net/http.h"
+#include "fetch/format/index.h"
 
 #include <errno.h>
 #include <pthread.h>

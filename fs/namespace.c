@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/util.h"
-#include "fetch/index.h"
+#include "fetch/format/index.h"
 
 static const char *const control_names[] = {"stats", "stats.prom", "config"};
 

@@ -35,7 +35,7 @@
 #include "cache/shards.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "fetch/index.h"
+#include "fetch/format/index.h"
 #include "fs/bindings.h"
 #include "fs/namespace.h"
 #include "fs/outputs.h"

@@ -11,7 +11,7 @@
 #include "cache/shards.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "fetch/index.h"
+#include "fetch/format/index.h"
 
 struct outputs {
 	const struct index *ix;

@@ -15,7 +15,7 @@
 #include "cache/shards.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "fetch/index.h"
+#include "fetch/format/index.h"
 #include "fs/namespace.h"
 
 #define RETRY_MS 50

@@ -15,10 +15,10 @@
 #include "cache/indexer.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "fetch/http.h"
-#include "fetch/index.h"
-#include "fetch/scan.h"
-#include "fetch/shardlist.h"
+#include "fetch/net/http.h"
+#include "fetch/format/index.h"
+#include "fetch/format/scan.h"
+#include "fetch/net/shardlist.h"
 
 #define PROG "echofs-index"
 #define MAX_SHARDS 1000000

@@ -1,7 +1,7 @@
 /* fuzz_index.c - libFuzzer target for index_parse: any input is accepted or
  * rejected with -EBADMSG and a "line N: ..." reason, never a crash; whatever
  * is accepted writes back to text that parses to the same bytes again. */
-#include "fetch/index.h"
+#include "fetch/format/index.h"
 
 #include <errno.h>
 #include <stdint.h>

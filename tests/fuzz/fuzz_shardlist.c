@@ -1,7 +1,7 @@
 /* fuzz_shardlist.c - libFuzzer target for shardlist_parse and
  * shardlist_expand: any input must give 0 or -EINVAL / -E2BIG, never a
  * crash, and every result must stay within the limit. */
-#include "fetch/shardlist.h"
+#include "fetch/net/shardlist.h"
 
 #include <errno.h>
 #include <stdint.h>

@@ -1,9 +1,9 @@
 /* fuzz_tar.c - libFuzzer target for the tar parser and the WebDataset
  * scanner: any input gives 0 or a negative errno, never a crash; the result
  * does not depend on how the bytes are chunked; accepted names are safe. */
-#include "fetch/index.h"
-#include "fetch/scan.h"
-#include "fetch/tar.h"
+#include "fetch/format/index.h"
+#include "fetch/format/scan.h"
+#include "fetch/format/tar.h"
 
 #include <errno.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
 """helpers.py - shared pieces of the echofs integration tests: paths, the
 mount wrapper, tree walking and an index writer (the documented text format
-of fetch/index.h, written independently of echofs so the tests check it)."""
+of fetch/format/index.h, written independently of echofs so the tests check it)."""
 
 import errno
 import hashlib

@@ -1,6 +1,6 @@
 /* test_http.c - fetch/http against tests/fault_server.py: streaming, ranges,
  * retries, resumes, verification, redirects, TLS, headers, concurrency. */
-#include "fetch/http.h"
+#include "fetch/net/http.h"
 
 #include "common/util.h"
 #include "fixtures.h"

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fetch/index.h"
+#include "fetch/format/index.h"
 
 static char *write_mem(const struct index *ix, size_t *len)
 {

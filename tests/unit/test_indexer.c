@@ -4,9 +4,9 @@
 
 #include "cache/store.h"
 #include "common/util.h"
-#include "fetch/http.h"
-#include "fetch/index.h"
-#include "fetch/shardlist.h"
+#include "fetch/net/http.h"
+#include "fetch/format/index.h"
+#include "fetch/net/shardlist.h"
 #include "fixtures.h"
 
 #include <criterion/criterion.h>

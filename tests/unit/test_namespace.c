@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fetch/index.h"
+#include "fetch/format/index.h"
 #include "fs/namespace.h"
 
 struct spec {

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fetch/index.h"
-#include "fetch/scan.h"
+#include "fetch/format/index.h"
+#include "fetch/format/scan.h"
 
 /* ---- a minimal tar writer ---------------------------------------------- */
 

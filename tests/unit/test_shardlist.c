@@ -1,5 +1,5 @@
 /* test_shardlist.c - brace expansion, list file parsing and URL detection. */
-#include "fetch/shardlist.h"
+#include "fetch/net/shardlist.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>

@@ -4,8 +4,8 @@
 
 #include "cache/store.h"
 #include "common/util.h"
-#include "fetch/http.h"
-#include "fetch/index.h"
+#include "fetch/net/http.h"
+#include "fetch/format/index.h"
 #include "fixtures.h"
 
 #include <criterion/criterion.h>

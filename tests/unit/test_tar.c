@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fetch/tar.h"
+#include "fetch/format/tar.h"
 
 /* ---- archive builder ---------------------------------------------------- */
 

@@ -1,5 +1,5 @@
 /* tar.c - push parser for ustar / GNU / PAX tar archives (see tar.h). */
-#include "fetch/tar.h"
+#include "fetch/format/tar.h"
 
 #include <errno.h>
 #include <stdbool.h>

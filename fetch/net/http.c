@@ -18,7 +18,7 @@
  * byte and If-Match on the ETag: a changed object answers 412 (-ESTALE)
  * instead of mixing versions. Bytes reach the sink exactly once, in order. */
 
-#include "fetch/http.h"
+#include "fetch/net/http.h"
 
 #include "common/log.h"
 #include "common/util.h"

@@ -5,7 +5,7 @@
  * samples point into it, so a load costs one read, one pass over the bytes
  * and two allocations. Samples added one by one copy their strings into a
  * bump arena instead. */
-#include "fetch/index.h"
+#include "fetch/format/index.h"
 
 #include <errno.h>
 #include <fcntl.h>

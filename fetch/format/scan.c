@@ -1,6 +1,6 @@
 /* scan.c - group one shard's tar members into WebDataset samples and add
  * them to an index (see scan.h). */
-#include "fetch/scan.h"
+#include "fetch/format/scan.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -10,8 +10,8 @@
 #include <strings.h>
 
 #include "common/util.h"
-#include "fetch/index.h"
-#include "fetch/tar.h"
+#include "fetch/format/index.h"
+#include "fetch/format/tar.h"
 
 /* Reasons are a small fixed set of static strings (tar.h and below). */
 #define MAX_REASONS 32

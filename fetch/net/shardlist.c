@@ -1,5 +1,5 @@
 /* shardlist.c - the list of shard URLs: brace expansion and list files. */
-#include "fetch/shardlist.h"
+#include "fetch/net/shardlist.h"
 
 #include "common/util.h"
 
