@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cache/pool.h"
+#include "cache/echo/pool.h"
 #include "common/util.h"
 #include "fs/namespace.h"
 

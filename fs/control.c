@@ -9,16 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/shards.h"
-#include "cache/store.h"
+#include "cache/store/shards.h"
+#include "cache/store/store.h"
 #include "common/util.h"
 #include "fetch/net/http.h"
 #include "fetch/format/index.h"
 #include "fs/namespace.h"
 #include "fs/push.h"
 #include "fs/bindings.h"
-#include "fs/outputs.h"
-#include "cache/pool.h"
+#include "cache/image/outputs.h"
+#include "cache/echo/pool.h"
 
 /* The fetch rate is measured over the time since the previous sample taken
  * at least RATE_WINDOW_S ago, so frequent readers see a steady figure. */

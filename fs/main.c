@@ -14,11 +14,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache/dataset.h"
-#include "cache/pool.h"
-#include "cache/prep.h"
-#include "cache/shards.h"
-#include "cache/store.h"
+#include "cache/index/resolve.h"
+#include "cache/echo/pool.h"
+#include "cache/image/prep.h"
+#include "cache/store/shards.h"
+#include "cache/store/store.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/net/http.h"
@@ -29,7 +29,7 @@
 #include "fs/namespace.h"
 #include "fs/ops.h"
 #include "fs/options.h"
-#include "fs/outputs.h"
+#include "cache/image/outputs.h"
 #include "fs/push.h"
 
 /* Retries at mount time stop sooner, so a dead server fails the mount well
@@ -182,12 +182,12 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 /* Everything before the mount: HTTP, cache, index, tree, shard readers. */
 static int prepare(struct app *a, char *err, size_t errlen)
 {
-	struct dataset_opts dopt = {
+	struct resolve_opts dopt = {
 		.source = a->o.source, .index = a->o.index,
 		.cache_dir = a->o.cache_dir, .jobs = a->o.connections,
 		.progress = 1,
 	};
-	struct dataset_info info;
+	struct resolve_info info;
 	char serr[512];
 	int r;
 
@@ -197,7 +197,7 @@ static int prepare(struct app *a, char *err, size_t errlen)
 	a->store = store_open(a->o.cache_dir, a->o.cache_size, serr, sizeof(serr));
 	if (!a->store)
 		log_warn("serving without a disk cache: %s", serr);
-	r = dataset_open(&dopt, a->http, a->store, &a->ix, &info, err, errlen);
+	r = resolve_open(&dopt, a->http, a->store, &a->ix, &info, err, errlen);
 	if (r)
 		return r;
 	a->tar_skipped = info.tar_skipped;

@@ -32,15 +32,15 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
-#include "cache/shards.h"
+#include "cache/store/shards.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/format/index.h"
 #include "fs/bindings.h"
 #include "fs/namespace.h"
-#include "fs/outputs.h"
+#include "cache/image/outputs.h"
 #include "fs/push.h"
-#include "cache/prep.h"
+#include "cache/image/prep.h"
 
 /* One rendering of a control file. Readers hold a reference while they
  * copy from it, so a newer rendering may replace it meanwhile. */

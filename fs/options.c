@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cache/pool.h"
+#include "cache/echo/pool.h"
 #include "common/util.h"
 
 /* Raw strings as fuse_opt fills them; converted and checked afterwards. */

@@ -26,11 +26,11 @@ struct fs_options {
 	/* Echoing (an echo mount when echo > 1 or echo_mode is given). */
 	double echo;       /* 1 = exact */
 	int echo_mount;    /* 1 for an echo mount */
-	int echo_mode;     /* enum echo_mode of cache/pool.h */
+	int echo_mode;     /* enum echo_mode of cache/echo/pool.h */
 	unsigned echo_window; /* 0 = default */
 	uint64_t mem_size;  /* 0 = default */
 	uint64_t seed;
-	/* Preprocessing (cache/transform.h); preprocess is 1 when any is set. */
+	/* Preprocessing (cache/image/transform.h); preprocess is 1 when any is set. */
 	int preprocess;
 	unsigned size, crop, quality, threads;
 	int flip, augment;

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cache/shards.h"
+#include "cache/store/shards.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/format/index.h"

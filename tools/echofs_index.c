@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cache/indexer.h"
+#include "cache/index/indexer.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/net/http.h"

@@ -1,6 +1,6 @@
 /* test_echo_policy.c - unit tests for the data-echoing policy
- * (cache/echo_policy.c): simulated readers and upstream, no FUSE, no I/O. */
-#include "cache/echo_policy.h"
+ * (cache/echo/policy.c): simulated readers and upstream, no FUSE, no I/O. */
+#include "cache/echo/policy.h"
 
 #include "common/util.h"
 

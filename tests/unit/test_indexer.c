@@ -1,8 +1,8 @@
-/* test_indexer.c - unit tests for the index builder (cache/indexer.c), run
+/* test_indexer.c - unit tests for the index builder (cache/index/indexer.c), run
  * against the Python fault server. */
-#include "cache/indexer.h"
+#include "cache/index/indexer.h"
 
-#include "cache/store.h"
+#include "cache/store/store.h"
 #include "common/util.h"
 #include "fetch/net/http.h"
 #include "fetch/format/index.h"

@@ -6,7 +6,7 @@
 #include <fuse_lowlevel.h>
 #include <string.h>
 
-#include "cache/pool.h"
+#include "cache/echo/pool.h"
 #include "fs/options.h"
 
 static int parse(int argc, const char **argv, struct fs_options *o,

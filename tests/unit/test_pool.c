@@ -1,10 +1,10 @@
-/* test_pool.c - unit tests for the echo pool (cache/pool.c) on the real
+/* test_pool.c - unit tests for the echo pool (cache/echo/pool.c) on the real
  * stack: tar shards served by tests/fault_server.py, http, disk store,
  * shard manager. */
-#include "cache/pool.h"
+#include "cache/echo/pool.h"
 
-#include "cache/shards.h"
-#include "cache/store.h"
+#include "cache/store/shards.h"
+#include "cache/store/store.h"
 #include "common/util.h"
 #include "fetch/net/http.h"
 #include "fetch/format/index.h"

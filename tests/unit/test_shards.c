@@ -1,8 +1,8 @@
-/* test_shards.c - unit tests for the shard manager (cache/shards.c), run
+/* test_shards.c - unit tests for the shard manager (cache/store/shards.c), run
  * against the Python fault server and a real disk store. */
-#include "cache/shards.h"
+#include "cache/store/shards.h"
 
-#include "cache/store.h"
+#include "cache/store/store.h"
 #include "common/util.h"
 #include "fetch/net/http.h"
 #include "fetch/format/index.h"

@@ -1,5 +1,5 @@
-/* test_store.c - unit tests for the on-disk shard store (cache/store.c). */
-#include "cache/store.h"
+/* test_store.c - unit tests for the on-disk shard store (cache/store/store.c). */
+#include "cache/store/store.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>

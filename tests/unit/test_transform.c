@@ -1,5 +1,5 @@
-/* test_transform.c - unit tests for the image engine (cache/transform.c). */
-#include "cache/transform.h"
+/* test_transform.c - unit tests for the image engine (cache/image/transform.c). */
+#include "cache/image/transform.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>

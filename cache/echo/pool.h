@@ -1,7 +1,7 @@
 /* pool.h - the echo pool: samples streamed from the shards in a seeded order
  * reshuffled every pass, passed through a shuffle buffer into per-class
  * ready queues, kept in bounded memory, and handed to readers fresh or
- * echoed by the echo policy (cache/echo_policy.h).
+ * echoed by the echo policy (cache/echo/policy.h).
  *
  * DESIGN
  * - A streamer thread walks the shards of the current pass in a seeded
@@ -46,7 +46,7 @@ struct pool_opts {
 	double echo;             /* E in [1, 1000]; 1 (or 0) means fresh only */
 	enum echo_mode mode;
 	unsigned window;         /* echo_window in opens of a class; 0 picks
-				  * ECHO_DEFAULT_WINDOW (16, cache/echo_policy.h) */
+				  * ECHO_DEFAULT_WINDOW (16, cache/echo/policy.h) */
 	uint64_t mem_size;       /* bytes; 0 means 512 MiB */
 	uint64_t seed;
 	unsigned shuffle_buffer; /* samples; 0 picks 1024; at most 2^20 */

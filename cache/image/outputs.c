@@ -1,14 +1,14 @@
 /* outputs.c - on preprocessing exact mounts, the transformed bytes of the
  * files looked up or read lately (see outputs.h). */
-#include "fs/outputs.h"
+#include "cache/image/outputs.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/prep.h"
-#include "cache/shards.h"
+#include "cache/image/prep.h"
+#include "cache/store/shards.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/format/index.h"

@@ -1,8 +1,8 @@
-/* dataset.h - from SOURCE to an index: the shard list, then the index that
+/* resolve.h - from SOURCE to an index: the shard list, then the index that
  * was given, or the one cached from an earlier mount, or the one published
  * beside the shards, or one built by streaming every shard once. */
-#ifndef ECHOFS_DATASET_H
-#define ECHOFS_DATASET_H
+#ifndef ECHOFS_RESOLVE_H
+#define ECHOFS_RESOLVE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -11,7 +11,7 @@ struct http;
 struct store;
 struct index;
 
-struct dataset_opts {
+struct resolve_opts {
 	const char *source;    /* URL pattern, or path/URL of a list file */
 	const char *index;     /* index= option (URL or path), or NULL */
 	const char *cache_dir; /* for the cached index; NULL: none */
@@ -19,7 +19,7 @@ struct dataset_opts {
 	int progress;          /* show a progress line on stderr */
 };
 
-struct dataset_info {
+struct resolve_info {
 	const char *index_from; /* "option", "cache", "beside", "built" (static) */
 	uint64_t tar_skipped;   /* members skipped while building, else 0 */
 };
@@ -29,9 +29,9 @@ struct dataset_info {
  * unreachable server fails the mount now rather than the first read. A
  * built or fetched index is saved under cache_dir/index/ for later mounts.
  * Returns 0 or -errno with a one-line reason in err (URLs redacted). */
-int dataset_open(const struct dataset_opts *o, struct http *h,
+int resolve_open(const struct resolve_opts *o, struct http *h,
 		 struct store *st, struct index **out,
-		 struct dataset_info *info, char *err, size_t errlen);
+		 struct resolve_info *info, char *err, size_t errlen);
 
 /* The URL or path where the index beside the shards of SOURCE is looked
  * for: the last path component up to its first '{' (or without ".tar"),
@@ -39,6 +39,6 @@ int dataset_open(const struct dataset_opts *o, struct http *h,
  * "http://h/ds/train-{000000..000059}.tar" -> "http://h/ds/train.echofs-index";
  * a list file "http://h/ds/train.txt" -> "http://h/ds/train.echofs-index".
  * Writes into buf; returns 0 or -ENAMETOOLONG. */
-int dataset_beside_index(const char *source, char *buf, size_t buflen);
+int resolve_beside_index(const char *source, char *buf, size_t buflen);
 
 #endif

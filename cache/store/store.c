@@ -24,7 +24,7 @@
  *
  * Temp files ("<dir>/shards/.tmp-XXXXXX") left by a crash are removed by
  * store_open; two live mounts must therefore not share one cache dir. */
-#include "cache/store.h"
+#include "cache/store/store.h"
 
 #include "common/util.h"
 

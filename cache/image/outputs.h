@@ -4,7 +4,7 @@
  *
  * DESIGN
  * - A small LRU of OUTPUTS_SLOTS files. A miss reads the sample from the
- *   shards and transforms it on the decode workers (cache/prep.h) without
+ *   shards and transforms it on the decode workers (cache/image/prep.h) without
  *   the lock; exact mounts are deterministic (centre crop, no flip), so a
  *   file evicted and made again has the same bytes and size.
  * - Handed-out outputs are reference counted; eviction skips held ones.

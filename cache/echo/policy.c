@@ -1,6 +1,6 @@
-/* echo_policy.c - the data-echoing policy: per-class fresh samples and echo
- * candidates, seeded draws, serve accounting (see echo_policy.h). */
-#include "cache/echo_policy.h"
+/* policy.c - the data-echoing policy: per-class fresh samples and echo
+ * candidates, seeded draws, serve accounting (see policy.h). */
+#include "cache/echo/policy.h"
 
 #include "common/util.h"
 

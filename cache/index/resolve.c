@@ -1,7 +1,7 @@
-/* dataset.c - from SOURCE to an index: the shard list, then the index that
+/* resolve.c - from SOURCE to an index: the shard list, then the index that
  * was given, or the one cached from an earlier mount, or the one published
  * beside the shards, or one built by streaming every shard once. */
-#include "cache/dataset.h"
+#include "cache/index/resolve.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cache/indexer.h"
-#include "cache/store.h"
+#include "cache/index/indexer.h"
+#include "cache/store/store.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/net/http.h"
@@ -84,7 +84,7 @@ static int is_shard_pattern(const char *source)
 	return shardlist_is_url(source) && strstr(last_component(source), ".tar");
 }
 
-static int shard_list(const struct dataset_opts *o, struct http *h,
+static int shard_list(const struct resolve_opts *o, struct http *h,
 		      struct shardlist *l, char *err, size_t errlen)
 {
 	char red[512], *text = NULL;
@@ -120,7 +120,7 @@ static int shard_list(const struct dataset_opts *o, struct http *h,
 	return r;
 }
 
-int dataset_beside_index(const char *source, char *buf, size_t buflen)
+int resolve_beside_index(const char *source, char *buf, size_t buflen)
 {
 	const char *comp = last_component(source);
 	size_t dirlen = (size_t)(comp - source), stem;
@@ -203,7 +203,7 @@ static void show_progress(void *ud, size_t done, size_t total,
 			done == total || !tty ? "\n" : "");
 }
 
-static int build_index(const struct dataset_opts *o, struct http *h,
+static int build_index(const struct resolve_opts *o, struct http *h,
 		       struct store *st, const struct shardlist *l,
 		       struct index **out, uint64_t *skipped, char *err,
 		       size_t errlen)
@@ -269,9 +269,9 @@ static int probe(struct http *h, struct store *st, const struct index *ix,
 
 /* Index from option, cache or beside the shards; -ENOENT when none of them
  * has one (then the caller builds it). */
-static int find_index(const struct dataset_opts *o, struct http *h,
+static int find_index(const struct resolve_opts *o, struct http *h,
 		      const struct shardlist *l, const char *cached,
-		      struct index **out, struct dataset_info *info, char *err,
+		      struct index **out, struct resolve_info *info, char *err,
 		      size_t errlen)
 {
 	char beside[4096];
@@ -292,7 +292,7 @@ static int find_index(const struct dataset_opts *o, struct http *h,
 		*out = NULL;
 		unlink(cached);
 	}
-	if (dataset_beside_index(o->source, beside, sizeof(beside)) != 0)
+	if (resolve_beside_index(o->source, beside, sizeof(beside)) != 0)
 		return -ENOENT;
 	info->index_from = "beside";
 	r = load_index(h, beside, out, err, errlen);
@@ -301,9 +301,9 @@ static int find_index(const struct dataset_opts *o, struct http *h,
 	return r;
 }
 
-int dataset_open(const struct dataset_opts *o, struct http *h,
+int resolve_open(const struct resolve_opts *o, struct http *h,
 		 struct store *st, struct index **out,
-		 struct dataset_info *info, char *err, size_t errlen)
+		 struct resolve_info *info, char *err, size_t errlen)
 {
 	struct shardlist l = {0};
 	char cached[4096] = "";

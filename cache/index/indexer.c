@@ -13,9 +13,9 @@
  *   count and the "cache failed" warning; it is never held across network
  *   I/O. The progress callback runs under a second mutex so calls are
  *   serialized and never concurrent. */
-#include "cache/indexer.h"
+#include "cache/index/indexer.h"
 
-#include "cache/store.h"
+#include "cache/store/store.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/net/http.h"

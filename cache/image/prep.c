@@ -1,6 +1,6 @@
 /* prep.c - the decode worker pool: image transforms run on worker threads,
  * each with its own TurboJPEG context (see prep.h). */
-#include "cache/prep.h"
+#include "cache/image/prep.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -1,6 +1,6 @@
 /* transform.c - the image engine: TurboJPEG decode/encode/lossless transform,
  * PPM, area-average and bilinear resampling, crop and flip. */
-#include "cache/transform.h"
+#include "cache/image/transform.h"
 
 #include "common/util.h"
 

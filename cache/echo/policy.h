@@ -1,9 +1,9 @@
-/* echo_policy.h - the data-echoing policy (Choi et al., "Faster Neural Network
+/* policy.h - the data-echoing policy (Choi et al., "Faster Neural Network
  * Training with Data Echoing", arXiv 1907.05550): for each open of a class,
  * serve a fresh sample, echo one already served, or wait.
  *
  * Pure state and arithmetic: no threads, no I/O, no clock, no logging. The
- * caller (cache/pool.c) serializes every call with its own lock.
+ * caller (cache/echo/pool.c) serializes every call with its own lock.
  *
  * Items are the caller's: it embeds a struct echo_item in each sample and
  * gets the same pointer back from echo_policy_take / echo_policy_evict
@@ -38,7 +38,7 @@
 #ifndef ECHOFS_ECHO_POLICY_H
 #define ECHOFS_ECHO_POLICY_H
 
-#include "cache/pool.h" /* enum echo_mode */
+#include "cache/echo/pool.h" /* enum echo_mode */
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -18,9 +18,9 @@
  * user. A worker finishing a writer first waits for its users to leave.
  * At most max_pinned entries stay pinned (least recently read ones are
  * unpinned) so the store can still evict what readers no longer use. */
-#include "cache/shards.h"
+#include "cache/store/shards.h"
 
-#include "cache/store.h"
+#include "cache/store/store.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/net/http.h"

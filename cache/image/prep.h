@@ -1,4 +1,4 @@
-/* prep.h - the decode worker pool: image transforms (cache/transform.h) run
+/* prep.h - the decode worker pool: image transforms (cache/image/transform.h) run
  * on `threads` worker threads, each with its own TurboJPEG context, so that
  * neither the FUSE threads nor the pool's streamer decode images.
  *
@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "cache/transform.h"
+#include "cache/image/transform.h"
 
 struct prep;
 

@@ -35,10 +35,10 @@
  *   -ESHUTDOWN at once), waits for callers to leave pool_take, then joins the
  *   streamer, which may first finish the shards_read it is in.
  */
-#include "cache/pool.h"
+#include "cache/echo/pool.h"
 
-#include "cache/echo_policy.h"
-#include "cache/shards.h"
+#include "cache/echo/policy.h"
+#include "cache/store/shards.h"
 #include "common/util.h"
 #include "fetch/format/index.h"
 
@@ -426,7 +426,7 @@ static void *streamer_main(void *arg)
 
 /* ---- set-up ---- */
 
-static int resolve_opts(struct pool_opts *o, const struct pool_opts *in)
+static int settle_opts(struct pool_opts *o, const struct pool_opts *in)
 {
 	*o = in ? *in : (struct pool_opts){0};
 	if (o->echo == 0)
@@ -536,7 +536,7 @@ struct pool *pool_new(const struct index *ix, struct shards *sh,
 	p->ix = ix;
 	p->sh = sh;
 	p->ncls = nclasses;
-	r = resolve_opts(&p->o, o);
+	r = settle_opts(&p->o, o);
 	if (r == 0)
 		r = group_samples(p, class_of);
 	eo = (struct echo_policy_opts){p->o.echo, p->o.mode, p->o.window,
