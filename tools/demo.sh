@@ -23,7 +23,7 @@ cleanup() {
 	if grep -qs " $MNT fuse" /proc/mounts; then
 		fusermount3 -u "$MNT" 2>/dev/null || fusermount3 -uz "$MNT"
 	fi
-	$PY tools/nginx.py stop --state "$TMP/nginx"
+	$PY tools/dev/nginx.py stop --state "$TMP/nginx"
 	if [ "$OK" -ne 1 ] && [ -s "$TMP/echofs.log" ]; then
 		echo "--- last lines of the echofs log" >&2
 		tail -n 20 "$TMP/echofs.log" >&2
@@ -36,7 +36,7 @@ trap 'exit 130' INT TERM
 step() { echo; echo "== $*"; }
 
 step "setup (packages, build)"
-bash tools/setup.sh
+bash tools/dev/setup.sh
 
 step "pack Fashion-MNIST train into $DATA"
 last=$(printf '%s/train-%06d.tar' "$DATA" $((NSHARDS - 1)))
@@ -47,7 +47,7 @@ else
 fi
 
 step "serve $DATA with nginx"
-PORT=$($PY tools/nginx.py start --root "$DATA" --state "$TMP/nginx")
+PORT=$($PY tools/dev/nginx.py start --root "$DATA" --state "$TMP/nginx")
 BASE="http://127.0.0.1:$PORT"
 SOURCE="$BASE/train-{000000..$(printf '%06d' $((NSHARDS - 1)))}.tar"
 echo "SOURCE = $SOURCE"
@@ -64,7 +64,7 @@ echo "$B/echofs -o cache_dir=$TMP/cache,log_file=$TMP/echofs.log '$SOURCE' $MNT"
 ls "$MNT"
 
 step "read and decode every image (PIL, 2 processes, shuffled)"
-$PY tools/bench_reader.py "$MNT" --decode --procs 2
+$PY tools/bench/bench_reader.py "$MNT" --decode --procs 2
 
 step "cat $MNT/.echofs/stats"
 cat "$MNT/.echofs/stats"

@@ -33,7 +33,7 @@ TMP=$(mktemp -d /tmp/echofs-test.XXXXXX)
 cleanup() { rm -rf "$TMP"; }
 trap cleanup EXIT
 
-bash tools/setup.sh || { echo "test.sh: setup failed" >&2; exit 1; }
+bash tools/dev/setup.sh || { echo "test.sh: setup failed" >&2; exit 1; }
 BUILD=${BUILD_DIR:-build}
 if [ "$ASAN" -eq 1 ]; then
 	BUILD=${ASAN_BUILD_DIR:-build-asan}

@@ -21,8 +21,8 @@ import pytest
 import helpers
 from helpers import PACK, PYTHON, FAULT_SERVER, Mount, TRAIN_SHARDS, TEST_SHARDS
 
-sys.path.insert(0, os.path.join(helpers.REPO, "tools"))
-import nginx as nginx_mod  # noqa: E402  (tools/nginx.py)
+sys.path.insert(0, os.path.join(helpers.REPO, "tools", "dev"))
+import nginx as nginx_mod  # noqa: E402  (tools/dev/nginx.py)
 
 
 def pytest_runtest_makereport(item, call):

@@ -2,7 +2,7 @@
 # bench_train.sh - data echoing at small scale (Choi et al. 2019): time and
 # fresh examples a small CNN needs to reach a test accuracy on Fashion-MNIST
 # when its training split comes through a bandwidth-capped echofs echo mount.
-#   tools/bench_train.sh [--rate auto|RATE] [--target 0.87] [--budget 300]
+#   tools/bench/bench_train.sh [--rate auto|RATE] [--target 0.87] [--budget 300]
 #                        [--echoes "1 2 4"] [--modes "adaptive fixed"]
 #                        [--threads 1] [--workers 2] [--eval-seconds 5]
 #                        [--ceiling-seconds 40] [--cache-size 32M] [--seed 1]
@@ -23,7 +23,7 @@
 # --total bounds the whole script.
 # Results in OUT/train/: evals.jsonl, runs.csv, table.md, accuracy.png.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 RATE=auto
 TARGET=0.87
@@ -41,7 +41,7 @@ TOTAL=3000
 REPEATS=1
 FIRST=1
 APPEND=0
-CMDLINE="tools/bench_train.sh $*"
+CMDLINE="tools/bench/bench_train.sh $*"
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--rate) RATE=$2; shift 2 ;;
@@ -72,14 +72,14 @@ OUT=$(cd "$OUT" && pwd)
 DATA=$OUT/data
 RES=$OUT/train
 BTMP=$(mktemp -d /tmp/echofs-bench-train.XXXXXX)
-# shellcheck source=tools/bench_netns.sh
-. tools/bench_netns.sh
+# shellcheck source=tools/bench/bench_netns.sh
+. tools/bench/bench_netns.sh
 trap bench_cleanup EXIT
 trap 'exit 130' INT TERM
 bench_watchdog "$TOTAL"
 
 [ "$(id -u)" = 0 ] || { echo "bench_train.sh: needs root (unshare -n, tc, FUSE)" >&2; exit 2; }
-[ -x "$B/echofs" ] || { echo "bench_train.sh: build $B/echofs first (tools/setup.sh)" >&2; exit 2; }
+[ -x "$B/echofs" ] || { echo "bench_train.sh: build $B/echofs first (tools/dev/setup.sh)" >&2; exit 2; }
 $PY -c 'import torch, torchvision, matplotlib' 2>/dev/null || {
 	echo "bench_train.sh: needs python3-torch python3-torchvision python3-matplotlib (apt-get install)" >&2
 	exit 2
@@ -97,7 +97,7 @@ pack() { # split count
 trainer() {
 	local label=$1 root=$2 out
 	shift 2
-	out=$(timeout $((BUDGET + CEIL_S + 240)) $PY tools/bench_train.py --train "$root" \
+	out=$(timeout $((BUDGET + CEIL_S + 240)) $PY tools/bench/bench_train.py --train "$root" \
 		--test "$BTMP/test" --test-cache "$BTMP/test.pt" --label "$label" \
 		--log "$RES/evals.jsonl" --target "$TARGET" --budget "$BUDGET" \
 		--eval-seconds "$EVAL_S" --threads "$THREADS" --workers "$WORKERS" \
@@ -136,7 +136,7 @@ bench_mount HOST "$BTMP/test-cache" "$BTMP/test" \
 	"$HOST_BASE/shards/test-{000000..000009}.tar" "index=$BTMP/test.idx"
 
 blog "ceiling: trainer on the local tree for $CEIL_S s"
-$PY tools/bench_echo_reader.py "$DATA/tree-train" --seconds 1 --warmup 0 >/dev/null # warm page cache
+$PY tools/bench/bench_echo_reader.py "$DATA/tree-train" --seconds 1 --warmup 0 >/dev/null # warm page cache
 BUDGET_SAVED=$BUDGET
 BUDGET=$CEIL_S
 trainer local "$DATA/tree-train" --keep-going
@@ -161,14 +161,14 @@ for ((REP = FIRST; REP < FIRST + REPEATS; REP++)); do
 	done
 done
 
-$PY tools/bench_train_report.py --runs "$RES/runs.jsonl" --evals "$RES/evals.jsonl" \
+$PY tools/bench/bench_train_report.py --runs "$RES/runs.jsonl" --evals "$RES/evals.jsonl" \
 	--target "$TARGET" --csv "$RES/runs.csv" --png "$RES/accuracy.png" >"$RES/table.md"
 cat >>"$RES/table.md" <<EOF
 
 - throttle: \`unshare -n\`; inside: \`ip link set lo up mtu 9000; tc qdisc add dev lo root tbf rate $RATE burst 128kb latency 2000ms\`; nginx and the training mount's echofs run inside, the trainer outside
 - training mount: \`$B/echofs -o cache_dir=FRESH,index=IDX,cache_size=$CACHE_SIZE,echo=E,echo_mode=M,seed=$SEED+repeat-1 '$NS_BASE/shards/train-{000000..000059}.tar' MNT\`
 - test mount (exact, unthrottled host loopback): \`$B/echofs -o cache_dir=DIR,index=IDX '$HOST_BASE/shards/test-{000000..000009}.tar' MNT\`, read once into memory
-- trainer: \`/usr/bin/python3 tools/bench_train.py --train MNT --test TESTMNT --target $TARGET --budget $BUDGET --eval-seconds $EVAL_S --threads $THREADS --workers $WORKERS --seed $SEED+repeat-1\` (ImageFolder + DataLoader(shuffle, batch 64, num_workers=$WORKERS), Grayscale(1)/ToTensor/Normalize, 2 strided convs + linear, Adam 3e-3, torch.set_num_threads($THREADS)); accuracy every $EVAL_S s on a fixed 2,000-image test subset, the whole test split (10,000) confirms the target
+- trainer: \`/usr/bin/python3 tools/bench/bench_train.py --train MNT --test TESTMNT --target $TARGET --budget $BUDGET --eval-seconds $EVAL_S --threads $THREADS --workers $WORKERS --seed $SEED+repeat-1\` (ImageFolder + DataLoader(shuffle, batch 64, num_workers=$WORKERS), Grayscale(1)/ToTensor/Normalize, 2 strided convs + linear, Adam 3e-3, torch.set_num_threads($THREADS)); accuracy every $EVAL_S s on a fixed 2,000-image test subset, the whole test split (10,000) confirms the target
 - command: \`$CMDLINE\` ($ECHOFS_INFO; $(nproc) cores, torch $($PY -c 'import torch; print(torch.__version__)'), load average at end $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ))
 EOF
 cat "$RES/table.md"

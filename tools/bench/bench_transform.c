@@ -1,6 +1,6 @@
 /* bench_transform.c - times transform_apply on JPEG files in memory, one
  * thread: decode (DCT-scaled) -> resize shorter side -> centre crop -> JPEG.
- * Used by tools/bench_transform.sh; prints "echofs <images/s>" per run. */
+ * Used by tools/bench/bench_transform.sh; prints "echofs <images/s>" per run. */
 #include "cache/image/transform.h"
 #include "common/util.h"
 

@@ -4,9 +4,9 @@
 # format=ppm) versus reading the original JPEGs from local disk and doing
 # Resize(256) + CenterCrop(224) in the trainer; plus the echofs daemon's own
 # CPU seconds for producing the PPMs, so the total is honest.
-#   tools/bench_prep_e2e.sh [--count N] [--runs R] [--per-shard S]
+#   tools/bench/bench_prep_e2e.sh [--count N] [--runs R] [--per-shard S]
 # --count: photos (default 2000, ~500x375 colour JPEGs from Fashion-MNIST by
-# tools/echofs_photos.py, 10 classes = the articles' labels); --runs: trainer
+# tools/bench/echofs_photos.py, 10 classes = the articles' labels); --runs: trainer
 # runs per case, median reported (default 3); --per-shard: samples per tar
 # shard (default 500). BUILD_DIR picks the build (default build).
 # Each trainer run is a fresh /usr/bin/python3 (one torch thread,
@@ -20,12 +20,12 @@
 # cache already holds the shards, for format=ppm and, as a baseline, for
 # format=same (serving the JPEG bytes unchanged). Prints a markdown table.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 COUNT=2000
 RUNS=3
 PER_SHARD=500
-CMDLINE="tools/bench_prep_e2e.sh $*"
+CMDLINE="tools/bench/bench_prep_e2e.sh $*"
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--count) COUNT=$2; shift 2 ;;
@@ -38,7 +38,7 @@ done
 
 PY=/usr/bin/python3
 B=${BUILD_DIR:-build}
-HELPER=tools/bench_prep_e2e.py
+HELPER=tools/bench/bench_prep_e2e.py
 TMP=$(mktemp -d /tmp/echofs-bench-prep.XXXXXX)
 MOUNTS=()
 PIDS=()
@@ -52,7 +52,7 @@ cleanup() {
 	for p in "${PIDS[@]}"; do
 		kill -0 "$p" 2>/dev/null && { sleep 1; kill "$p" 2>/dev/null; }
 	done
-	$PY tools/nginx.py stop --state "$TMP/nginx"
+	$PY tools/dev/nginx.py stop --state "$TMP/nginx"
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -110,11 +110,11 @@ cold_read() {
 
 # 1. photos, tree, shards, index, nginx
 log "generating $COUNT photos"
-$PY tools/echofs_photos.py --out "$TMP/photos" --count "$COUNT" >&2
+$PY tools/bench/echofs_photos.py --out "$TMP/photos" --count "$COUNT" >&2
 NSHARDS=$($PY $HELPER pack --photos "$TMP/photos" --tree "$TMP/tree" \
 	--shards "$TMP/www" --per-shard "$PER_SHARD")
 rm -rf "$TMP/photos"
-PORT=$($PY tools/nginx.py start --root "$TMP/www" --state "$TMP/nginx")
+PORT=$($PY tools/dev/nginx.py start --root "$TMP/www" --state "$TMP/nginx")
 BASE=http://127.0.0.1:$PORT
 "$B"/tools/echofs-index --base-url "$BASE/" -o "$TMP/www/photos.echofs-index" \
 	"$TMP"/www/photos-*.tar >&2

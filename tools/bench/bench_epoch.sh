@@ -2,19 +2,19 @@
 # bench_epoch.sh - one epoch over Fashion-MNIST train (60,000 files): files/s
 # of the local disk tree, rclone's HTTP mount and echofs (cold, warm, and
 # remounted over a warm disk cache), all served by one loopback nginx.
-#   tools/bench_epoch.sh [--runs N] [--cold-runs N] [--procs N]
+#   tools/bench/bench_epoch.sh [--runs N] [--cold-runs N] [--procs N]
 # --runs: epochs for the warm cases (median, default 3); --cold-runs: fresh
 # mounts for the cold cases (median, default 1); --procs: reader processes
 # (default 2). Data is packed once into build/bench-data/ (BENCH_DATA);
 # BUILD_DIR picks the build (default build).
 # Prints a markdown table. rclone is optional (skipped when not installed).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 RUNS=3
 COLD_RUNS=1
 PROCS=2
-CMDLINE="tools/bench_epoch.sh $*"
+CMDLINE="tools/bench/bench_epoch.sh $*"
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--runs) RUNS=$2; shift 2 ;;
@@ -38,7 +38,7 @@ cleanup() {
 		grep -qs " $m fuse" /proc/mounts &&
 			{ fusermount3 -u "$m" 2>/dev/null || fusermount3 -uz "$m"; }
 	done
-	$PY tools/nginx.py stop --state "$TMP/nginx"
+	$PY tools/dev/nginx.py stop --state "$TMP/nginx"
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -72,7 +72,7 @@ drop_caches() {
 # reader ROOT RUNS -> files/s (median); a failed file fails the benchmark
 reader() {
 	local out
-	out=$($PY tools/bench_reader.py "$1" --procs "$PROCS" --seed 1 \
+	out=$($PY tools/bench/bench_reader.py "$1" --procs "$PROCS" --seed 1 \
 		--runs "$2" --json) || { log "reader errors under $1"; return 1; }
 	log "$1: $out"
 	echo "$out" | $PY -c 'import json,sys; print(json.load(sys.stdin)["files_per_s"])'
@@ -160,9 +160,9 @@ bench_echofs() {
 
 ratio() { $PY -c "import sys; a,b=sys.argv[1:]; print('%.2f' % (float(a)/float(b)))" "$1" "$2" 2>/dev/null || echo "n/a"; }
 
-bash tools/setup.sh >&2
+bash tools/dev/setup.sh >&2
 pack
-PORT=$($PY tools/nginx.py start --root "$DATA" --state "$TMP/nginx" --autoindex /tree/)
+PORT=$($PY tools/dev/nginx.py start --root "$DATA" --state "$TMP/nginx" --autoindex /tree/)
 BASE="http://127.0.0.1:$PORT"
 SOURCE="$BASE/shards/train-{000000..000059}.tar"
 make_index
@@ -188,7 +188,7 @@ cat <<EOF
 - command: \`$CMDLINE\` ($(nproc) cores, $(uname -r))
 - echofs: \`$B/echofs -o cache_dir=DIR,log_file=LOG '$BASE/shards/train-{000000..000059}.tar' MNT\`
 - rclone: \`rclone mount :http: MNT --http-url $BASE/tree/ --read-only --vfs-cache-mode full --dir-cache-time 1000h --cache-dir DIR\`
-- reader: \`/usr/bin/python3 tools/bench_reader.py MNT --procs $PROCS --seed 1 --runs N\`
+- reader: \`/usr/bin/python3 tools/bench/bench_reader.py MNT --procs $PROCS --seed 1 --runs N\`
 
 echofs stats after the warm epochs:
 \`\`\`

@@ -3,7 +3,7 @@
 # (1.3 million samples in 1300 shards) with `echofs-index --check`, five
 # runs, and print the median load time.
 #
-# usage: tools/bench_index_load.sh [ECHOFS_INDEX_BINARY [SAMPLES]]
+# usage: tools/bench/bench_index_load.sh [ECHOFS_INDEX_BINARY [SAMPLES]]
 #   default binary: build/tools/echofs-index; default samples: 1300000
 set -eu
 

@@ -1,11 +1,11 @@
 #!/bin/bash
 # setup.sh - install what echofs needs on Debian 12 (only what is missing),
 # make sure /dev/fuse exists, then configure and build into build/.
-#   tools/setup.sh [--bench]      --bench also installs rclone (benchmark peer)
+#   tools/dev/setup.sh [--bench]      --bench also installs rclone (benchmark peer)
 # BUILD_DIR (default build) picks the build directory. Run as root on a fresh
 # machine; later runs only rebuild.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 BUILD_DIR=${BUILD_DIR:-build}
 PKGS=(gcc libc6-dev pkg-config meson ninja-build

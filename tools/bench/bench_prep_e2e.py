@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""bench_prep_e2e.py - the Python parts of tools/bench_prep_e2e.sh.
+"""bench_prep_e2e.py - the Python parts of tools/bench/bench_prep_e2e.sh.
 
   bench_prep_e2e.py pack --photos DIR --tree DIR --shards DIR [--per-shard 500]
-      photos/photo_NNNNN.jpg (tools/echofs_photos.py) -> tree/<label>/<key>.jpg
+      photos/photo_NNNNN.jpg (tools/bench/echofs_photos.py) -> tree/<label>/<key>.jpg
       and WebDataset ustar shards shards/photos-NNNNNN.tar (key.jpg + key.cls);
       the label is the Fashion-MNIST label of the article the photo was made from
   bench_prep_e2e.py readall ROOT

@@ -2,17 +2,17 @@
 # bench_echo.sh - data echoing speedup: files/s delivered to shuffled readers
 # by an echofs mount whose upstream is capped, for echo E = 1..4 in adaptive
 # and fixed modes, against an exact mount over the same cap.
-#   tools/bench_echo.sh [--rate 8mbit] [--seconds 20] [--warmup 3] [--procs 2]
+#   tools/bench/bench_echo.sh [--rate 8mbit] [--seconds 20] [--warmup 3] [--procs 2]
 #                       [--runs 1] [--echoes "2 3 4"] [--modes "adaptive fixed"]
 #                       [--seed 1] [--out /tmp/echofs-bench] [--budget 1800]
 # nginx and every echofs daemon run in a private network namespace whose
-# loopback is capped to --rate by tc tbf; the readers (tools/bench_echo_reader.py)
+# loopback is capped to --rate by tc tbf; the readers (tools/bench/bench_echo_reader.py)
 # read the mount from outside for --seconds after --warmup. Every mount gets a
 # fresh cache_dir and the same seed. --runs repeats everything (medians).
 # Results: OUT/echo/results.jsonl (one line a measurement), OUT/echo/table.md.
 # Data is packed once into OUT/data. BUILD_DIR picks the build (default build).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 RATE=8mbit
 SECONDS_=20
@@ -24,7 +24,7 @@ MODES="adaptive fixed"
 SEED=1
 OUT=/tmp/echofs-bench
 BUDGET=1800
-CMDLINE="tools/bench_echo.sh $*"
+CMDLINE="tools/bench/bench_echo.sh $*"
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--rate) RATE=$2; shift 2 ;;
@@ -51,14 +51,14 @@ OUT=$(cd "$OUT" && pwd)
 DATA=$OUT/data
 RES=$OUT/echo
 BTMP=$(mktemp -d /tmp/echofs-bench-echo.XXXXXX)
-# shellcheck source=tools/bench_netns.sh
-. tools/bench_netns.sh
+# shellcheck source=tools/bench/bench_netns.sh
+. tools/bench/bench_netns.sh
 trap bench_cleanup EXIT
 trap 'exit 130' INT TERM
 bench_watchdog "$BUDGET"
 
 [ "$(id -u)" = 0 ] || { echo "bench_echo.sh: needs root (unshare -n, tc, FUSE)" >&2; exit 2; }
-[ -x "$B/echofs" ] || { echo "bench_echo.sh: build $B/echofs first (tools/setup.sh)" >&2; exit 2; }
+[ -x "$B/echofs" ] || { echo "bench_echo.sh: build $B/echofs first (tools/dev/setup.sh)" >&2; exit 2; }
 
 bench_snapshot
 pack() {
@@ -71,7 +71,7 @@ pack() {
 # measure LABEL ROOT [ORDER]: one reader window; appends a JSON line to results.jsonl
 measure() {
 	local label=$1 root=$2 out
-	out=$(timeout $((WARMUP + SECONDS_ + 90)) $PY tools/bench_echo_reader.py "$root" \
+	out=$(timeout $((WARMUP + SECONDS_ + 90)) $PY tools/bench/bench_echo_reader.py "$root" \
 		--procs "$PROCS" --seconds "$SECONDS_" --warmup "$WARMUP" --seed "$SEED" \
 		--order "${3:-shuffled}") ||
 		blog "$label: reader reported errors"
@@ -102,7 +102,7 @@ SOURCE="$NS_BASE/shards/train-{000000..000059}.tar"
 
 for ((RUN = 1; RUN <= RUNS; RUN++)); do
 	blog "run $RUN/$RUNS"
-	$PY tools/bench_echo_reader.py "$DATA/tree-train" --seconds 2 --warmup 0 >/dev/null # warm page cache
+	$PY tools/bench/bench_echo_reader.py "$DATA/tree-train" --seconds 2 --warmup 0 >/dev/null # warm page cache
 	measure local "$DATA/tree-train"
 	echo_case exact ""
 	echo_case exact-seq "" shard
@@ -163,9 +163,9 @@ print("- medians of %d run%s; base (best exact-rate baseline) = %s files/s; "
     f(base / local if base and local else None, "%.3f")))
 EOF
 	cat <<EOF
-- throttle: \`unshare -n\`; inside: \`ip link set lo up mtu 9000; tc qdisc add dev lo root tbf rate $RATE burst 128kb latency 2000ms\`; nginx (tools/nginx.py) and echofs daemons run inside, readers outside
+- throttle: \`unshare -n\`; inside: \`ip link set lo up mtu 9000; tc qdisc add dev lo root tbf rate $RATE burst 128kb latency 2000ms\`; nginx (tools/dev/nginx.py) and echofs daemons run inside, readers outside
 - echofs: \`$B/echofs -o cache_dir=FRESH,index=IDX[,echo=E,echo_mode=M,seed=$SEED] '$NS_BASE/shards/train-{000000..000059}.tar' MNT\` (Fashion-MNIST train, 60 shards, 60,000 JPEGs)
-- reader: \`/usr/bin/python3 tools/bench_echo_reader.py MNT --procs $PROCS --seconds $SECONDS_ --warmup $WARMUP --seed $SEED\` (each process its own shuffled order, counts over the window after warm-up; fresh/s, e and stall % from .echofs/stats deltas over the same window; stall % = stall_s / (window x procs))
+- reader: \`/usr/bin/python3 tools/bench/bench_echo_reader.py MNT --procs $PROCS --seconds $SECONDS_ --warmup $WARMUP --seed $SEED\` (each process its own shuffled order, counts over the window after warm-up; fresh/s, e and stall % from .echofs/stats deltas over the same window; stall % = stall_s / (window x procs))
 - command: \`$CMDLINE\` ($ECHOFS_INFO; $(nproc) cores, load average at end $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ))
 EOF
 } | tee "$RES/table.md"

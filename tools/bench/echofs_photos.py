@@ -7,9 +7,9 @@ gradient background, and given fine film-grain noise so that the JPEGs have
 the size and entropy of real photos (about 45 KB at quality 90, 4:2:0;
 ImageNet's photos of this size are about 110 KB).
 Deterministic: the same arguments give the same bytes (seeded PRNG, no
-system randomness). Used by tools/bench_transform.sh.
+system randomness). Used by tools/bench/bench_transform.sh.
 
-usage: /usr/bin/python3 tools/echofs_photos.py --out DIR [--count 200]
+usage: /usr/bin/python3 tools/bench/echofs_photos.py --out DIR [--count 200]
        [--seed 1] [--width 500] [--height 375] [--quality 90] [--mnist GZ]
 """
 import argparse

@@ -49,13 +49,13 @@ netns_run() { nsenter -t "$NETNS_PID" -n "$@"; }
 
 netns_nginx() { # root
 	local port
-	port=$(netns_run timeout 30 "$PY" tools/nginx.py start --root "$1" --state "$BTMP/nginx-ns")
+	port=$(netns_run timeout 30 "$PY" tools/dev/nginx.py start --root "$1" --state "$BTMP/nginx-ns")
 	NS_BASE="http://127.0.0.1:$port"
 }
 
 host_nginx() { # root
 	local port
-	port=$(timeout 30 "$PY" tools/nginx.py start --root "$1" --state "$BTMP/nginx-host")
+	port=$(timeout 30 "$PY" tools/dev/nginx.py start --root "$1" --state "$BTMP/nginx-host")
 	HOST_BASE="http://127.0.0.1:$port"
 }
 
@@ -123,9 +123,9 @@ bench_cleanup() {
 	local m p
 	[ -n "$WATCHDOG_PID" ] && kill "$WATCHDOG_PID" 2>/dev/null
 	for m in "${BENCH_MOUNTS[@]}"; do bench_unmount "$m"; done
-	[ -d "$BTMP/nginx-host" ] && "$PY" tools/nginx.py stop --state "$BTMP/nginx-host"
+	[ -d "$BTMP/nginx-host" ] && "$PY" tools/dev/nginx.py stop --state "$BTMP/nginx-host"
 	if [ -n "$NETNS_PID" ]; then
-		[ -d "$BTMP/nginx-ns" ] && "$PY" tools/nginx.py stop --state "$BTMP/nginx-ns"
+		[ -d "$BTMP/nginx-ns" ] && "$PY" tools/dev/nginx.py stop --state "$BTMP/nginx-ns"
 		for p in $(ns_pids); do kill "$p" 2>/dev/null; done
 		sleep 0.5
 		for p in $(ns_pids); do kill -9 "$p" 2>/dev/null; done

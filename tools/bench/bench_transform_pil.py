@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""bench_transform_pil.py - the Pillow baseline for tools/bench_transform.sh.
+"""bench_transform_pil.py - the Pillow baseline for tools/bench/bench_transform.sh.
 
 Same work as echofs's transform on the same files, one thread: decode ->
 resize shorter side to SIZE -> centre crop CROP -> JPEG quality Q (4:2:0, as
@@ -9,7 +9,7 @@ scaling trick (libjpeg scales by 1/2, 1/4 or 1/8 while decoding);
 "pil-full <images/s>" decodes at full size. The resample filter (--filter)
 is BOX by default, the same area average echofs uses to shrink.
 
-usage: /usr/bin/python3 tools/bench_transform_pil.py [--runs 5] [--size 256]
+usage: /usr/bin/python3 tools/bench/bench_transform_pil.py [--runs 5] [--size 256]
        [--crop 224] [--quality 90] [--filter box|bilinear] FILE.jpg...
 """
 import argparse
