@@ -1,0 +1,282 @@
+/* dataset.c - the data as fs/ sees it: the index's samples, read through the
+ * shard readers, with the HTTP client and the disk store behind them. */
+#include "cache/dataset.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/index/resolve.h"
+#include "cache/store/store.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "fetch/format/index.h"
+#include "fetch/net/http.h"
+
+struct dataset {
+	const struct index *ix; /* owned when `own` */
+	struct shards *sh;      /* owned when `own`; may be NULL */
+	struct http *http;      /* owned; NULL for dataset_wrap */
+	struct store *store;    /* owned; NULL: no disk cache */
+	int own;
+	const char *index_from; /* static */
+	uint64_t tar_skipped;
+	uint64_t total_bytes;
+};
+
+int dataset_global_init(void)
+{
+	return http_global_init() == 0 ? 0 : -EIO;
+}
+
+static struct http *open_http(const struct dataset_opts *o, double budget,
+			      char *err, size_t errlen)
+{
+	struct http_opts ho = {
+		.connections = o->connections,
+		.header_file = o->header_file,
+		.retry_budget_s = budget,
+	};
+	return http_new(&ho, err, errlen);
+}
+
+static uint64_t sum_sizes(const struct index *ix)
+{
+	uint64_t bytes = 0;
+	for (size_t i = 0; i < ix->nshards; i++)
+		bytes += ix->shards[i].size;
+	return bytes;
+}
+
+/* The index, resolved with the short retry budget of ds->http (a dead
+ * server fails the mount soon); the client is then replaced by one with the
+ * run budget. */
+static int open_index(struct dataset *ds, const struct dataset_opts *o,
+		      struct index **ix, char *err, size_t errlen)
+{
+	struct resolve_opts ro = {
+		.source = o->source, .index = o->index,
+		.cache_dir = o->cache_dir, .jobs = o->connections,
+		.progress = o->progress,
+	};
+	struct resolve_info info;
+	int r;
+
+	r = resolve_open(&ro, ds->http, ds->store, ix, &info, err, errlen);
+	if (r)
+		return r;
+	ds->index_from = info.index_from;
+	ds->tar_skipped = info.tar_skipped;
+	log_info("index from %s: %zu shards, %zu samples", info.index_from,
+		 (*ix)->nshards, (*ix)->nsamples);
+	http_free(ds->http);
+	ds->http = open_http(o, o->run_retry_budget_s, err, errlen);
+	return ds->http ? 0 : -EINVAL;
+}
+
+int dataset_open(const struct dataset_opts *o, struct dataset **out,
+		 char *err, size_t errlen)
+{
+	struct dataset *ds = xcalloc(1, sizeof(*ds));
+	struct index *ix = NULL;
+	char serr[512];
+	int r;
+
+	ds->own = 1;
+	ds->http = open_http(o, o->boot_retry_budget_s, err, errlen);
+	if (!ds->http) {
+		r = -EINVAL;
+		goto fail;
+	}
+	ds->store = store_open(o->cache_dir, o->cache_size, serr, sizeof(serr));
+	if (!ds->store)
+		log_warn("serving without a disk cache: %s", serr);
+	r = open_index(ds, o, &ix, err, errlen);
+	ds->ix = ix;
+	if (r)
+		goto fail;
+	/* A quarter of the connections (at least one, when there are two or
+	 * more) stay free of whole-shard streams for readers' range GETs. */
+	unsigned c = o->connections;
+	struct shards_opts so = {.workers = c > 1 ? c - (c + 3) / 4 : 1,
+				 .range_after_s = o->range_after_s};
+	ds->sh = shards_new(ix, ds->http, ds->store, &so);
+	if (!ds->sh) {
+		r = -errno;
+		snprintf(err, errlen, "cannot start the fetchers: %s",
+			 strerror(errno));
+		goto fail;
+	}
+	ds->total_bytes = sum_sizes(ix);
+	*out = ds;
+	return 0;
+fail:
+	dataset_close(ds);
+	return r;
+}
+
+struct dataset *dataset_wrap(const struct index *ix, struct shards *sh)
+{
+	struct dataset *ds;
+
+	if (!ix) {
+		errno = EINVAL;
+		return NULL;
+	}
+	ds = xcalloc(1, sizeof(*ds));
+	ds->ix = ix;
+	ds->sh = sh;
+	ds->index_from = "given";
+	ds->total_bytes = sum_sizes(ix);
+	return ds;
+}
+
+void dataset_close(struct dataset *ds)
+{
+	if (!ds)
+		return;
+	if (ds->own) {
+		/* Readers first (their threads use the client and the store). */
+		shards_free(ds->sh);
+		index_free((struct index *)ds->ix);
+		store_close(ds->store);
+		http_free(ds->http);
+	}
+	free(ds);
+}
+
+size_t dataset_nsamples(const struct dataset *ds)
+{
+	return ds->ix->nsamples;
+}
+
+size_t dataset_ngroups(const struct dataset *ds)
+{
+	return ds->ix->nshards;
+}
+
+static const struct index_sample *sample_of(const struct dataset *ds,
+					    uint32_t sample)
+{
+	return sample < ds->ix->nsamples ? &ds->ix->samples[sample] : NULL;
+}
+
+const char *dataset_key(const struct dataset *ds, uint32_t sample)
+{
+	const struct index_sample *s = sample_of(ds, sample);
+	return s ? s->key : "";
+}
+
+const char *dataset_label(const struct dataset *ds, uint32_t sample)
+{
+	const struct index_sample *s = sample_of(ds, sample);
+	return s ? s->label : "";
+}
+
+const char *dataset_ext(const struct dataset *ds, uint32_t sample)
+{
+	const struct index_sample *s = sample_of(ds, sample);
+	return s ? s->ext : "";
+}
+
+uint64_t dataset_size(const struct dataset *ds, uint32_t sample)
+{
+	const struct index_sample *s = sample_of(ds, sample);
+	return s ? s->size : 0;
+}
+
+uint32_t dataset_group(const struct dataset *ds, uint32_t sample)
+{
+	const struct index_sample *s = sample_of(ds, sample);
+	return s ? s->shard : 0;
+}
+
+uint64_t dataset_total_bytes(const struct dataset *ds)
+{
+	return ds->total_bytes;
+}
+
+const char *dataset_index_from(const struct dataset *ds)
+{
+	return ds->index_from;
+}
+
+uint64_t dataset_tar_skipped(const struct dataset *ds)
+{
+	return ds->tar_skipped;
+}
+
+ssize_t dataset_read(struct dataset *ds, uint32_t sample, uint64_t off,
+		     size_t len, void *buf)
+{
+	const struct index_sample *s = sample_of(ds, sample);
+	ssize_t r;
+
+	if (!s)
+		return -EINVAL;
+	if (off >= s->size || len == 0)
+		return 0;
+	if (!ds->sh)
+		return -ENXIO;
+	if (len > s->size - off)
+		len = (size_t)(s->size - off);
+	r = shards_read(ds->sh, s->shard, s->offset + off, len, buf);
+	if (r >= 0 && (size_t)r != len)
+		r = -EIO; /* the index promised these bytes */
+	return r;
+}
+
+int dataset_is_cached(struct dataset *ds, uint32_t group)
+{
+	if (!ds->sh || group >= ds->ix->nshards)
+		return 0;
+	return shards_is_cached(ds->sh, group);
+}
+
+void dataset_prefetch(struct dataset *ds, uint32_t group)
+{
+	if (ds->sh && group < ds->ix->nshards)
+		shards_prefetch(ds->sh, group);
+}
+
+static void net_stats(struct http *h, struct dataset_net_stats *out)
+{
+	struct http_stats hs;
+
+	memset(out, 0, sizeof(*out));
+	if (!h)
+		return;
+	http_get_stats(h, &hs);
+	*out = (struct dataset_net_stats){
+		.requests = hs.requests, .bytes = hs.bytes,
+		.retries = hs.retries, .resumes = hs.resumes,
+		.errors_4xx = hs.errors_4xx, .errors_5xx = hs.errors_5xx,
+		.errors_conn = hs.errors_conn, .errors_verify = hs.errors_verify,
+	};
+}
+
+void dataset_get_stats(struct dataset *ds, struct dataset_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (ds->sh)
+		shards_get_stats(ds->sh, &out->reads);
+	net_stats(ds->http, &out->net);
+	for (size_t i = 0; i < ds->ix->nshards; i++)
+		out->cached_groups += (uint64_t)dataset_is_cached(ds, (uint32_t)i);
+}
+
+const struct index *dataset_index(const struct dataset *ds)
+{
+	return ds->ix;
+}
+
+struct shards *dataset_shards(struct dataset *ds)
+{
+	return ds->sh;
+}
+
+struct store *dataset_store(struct dataset *ds)
+{
+	return ds->store;
+}

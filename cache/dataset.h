@@ -1,0 +1,118 @@
+/* dataset.h - the data as fs/ sees it: numbered samples (key, label, image
+ * extension, size, bytes) grouped into groups that are fetched and cached
+ * together, plus the figures the stats show. fs/ includes nothing from
+ * fetch/; this face is the one place where the index, the shard readers,
+ * the disk store and the HTTP client meet.
+ *
+ * Samples are numbered 0 .. dataset_nsamples() - 1 in index order; groups
+ * (today: shards) 0 .. dataset_ngroups() - 1. Every sample belongs to one
+ * group. Strings returned by the accessors are owned by the dataset and
+ * live as long as it does. The accessors take no lock: the sample table
+ * never changes after dataset_open. dataset_read and the stats are thread
+ * safe (they call into the shard readers, which lock for themselves).
+ *
+ * Errors: dataset_open returns 0 or -errno with a one-line reason in err
+ * (URLs redacted); sample or group numbers out of range are -EINVAL (read)
+ * or 0 / "" (accessors, which callers use only on numbers they got from
+ * the dataset). */
+#ifndef ECHOFS_DATASET_H
+#define ECHOFS_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cache/store/shards.h"
+
+struct index;
+struct store;
+
+struct dataset_opts {
+	const char *source;      /* SOURCE: URL pattern or list file */
+	const char *index;       /* index= option (URL or path), or NULL */
+	const char *cache_dir;   /* disk cache and cached index */
+	uint64_t cache_size;     /* disk cache cap in bytes */
+	unsigned connections;    /* HTTP transfers in flight at most */
+	const char *header_file; /* extra request headers, or NULL */
+	/* Retry budget of a request while the dataset opens (short, so a dead
+	 * server fails the mount soon) and once it is open. */
+	double boot_retry_budget_s, run_retry_budget_s;
+	/* See shards_opts.range_after_s. */
+	double range_after_s;
+	int progress; /* show index-building progress on stderr */
+};
+
+/* Network figures (what the HTTP client counted). */
+struct dataset_net_stats {
+	uint64_t requests, bytes, retries, resumes;
+	uint64_t errors_4xx, errors_5xx, errors_conn, errors_verify;
+};
+
+struct dataset_stats {
+	struct shards_stats reads; /* see cache/store/shards.h */
+	struct dataset_net_stats net;
+	uint64_t cached_groups; /* groups complete in the disk cache */
+};
+
+struct dataset;
+
+/* Once per process, before any thread starts (the HTTP library's global
+ * state). Returns 0 or -EIO. */
+int dataset_global_init(void);
+
+/* Open the dataset of o->source: the HTTP client, the disk store under
+ * o->cache_dir (without one, with a logged warning, when it can't be
+ * opened), the index (given, cached, beside the shards or built; see
+ * cache/index/resolve.h) and the shard readers with their fetch threads.
+ * Returns 0 with *out set (free with dataset_close) or -errno with a reason
+ * in err. */
+int dataset_open(const struct dataset_opts *o, struct dataset **out,
+		 char *err, size_t errlen);
+/* A dataset over parts that exist already, all borrowed and outliving it:
+ * ix is required; sh may be NULL (then reads fail with -ENXIO and nothing
+ * is cached). For tests and tools. Returns NULL with errno set. */
+struct dataset *dataset_wrap(const struct index *ix, struct shards *sh);
+/* Stops the fetch threads and frees what dataset_open made. No read may be
+ * in progress. Accepts NULL. */
+void dataset_close(struct dataset *ds);
+
+size_t dataset_nsamples(const struct dataset *ds);
+size_t dataset_ngroups(const struct dataset *ds);
+const char *dataset_key(const struct dataset *ds, uint32_t sample);
+/* The class label: one path component, never empty. */
+const char *dataset_label(const struct dataset *ds, uint32_t sample);
+/* Extension of the image member, lower case, without the dot. */
+const char *dataset_ext(const struct dataset *ds, uint32_t sample);
+uint64_t dataset_size(const struct dataset *ds, uint32_t sample);
+uint32_t dataset_group(const struct dataset *ds, uint32_t sample);
+/* Bytes of every group together (the remote data's size). */
+uint64_t dataset_total_bytes(const struct dataset *ds);
+/* Where the index came from ("option", "cache", "beside", "built", or
+ * "given" for dataset_wrap; static) and how many tar members were skipped
+ * while building it (0 unless built). */
+const char *dataset_index_from(const struct dataset *ds);
+uint64_t dataset_tar_skipped(const struct dataset *ds);
+
+/* Read up to len bytes at off of the sample's bytes into buf, blocking
+ * until they are there (fetching the sample's group in the background).
+ * Returns the byte count (0 at or past the end, less than len only at the
+ * end) or -errno: -EIO (fetch failed; logged), -ETIMEDOUT, -ECANCELED
+ * (stopping), -EINVAL (bad sample), -ENXIO (no shard readers). */
+ssize_t dataset_read(struct dataset *ds, uint32_t sample, uint64_t off,
+		     size_t len, void *buf);
+/* 1 if the group is complete in the disk cache. */
+int dataset_is_cached(struct dataset *ds, uint32_t group);
+/* Start fetching a group in the background if it is not cached or queued. */
+void dataset_prefetch(struct dataset *ds, uint32_t group);
+
+void dataset_get_stats(struct dataset *ds, struct dataset_stats *out);
+
+/* The parts, for cache/ modules built on top of the dataset (the echo pool
+ * and the converted outputs take the index and the shard readers). fs/
+ * passes them on and never looks inside. store may be NULL (no disk
+ * cache). */
+const struct index *dataset_index(const struct dataset *ds);
+struct shards *dataset_shards(struct dataset *ds);
+struct store *dataset_store(struct dataset *ds);
+
+#endif

@@ -1,0 +1,289 @@
+/* test_dataset.c - unit tests for the data face (cache/dataset.c) on real tar
+ * shards served by the Python fault server, with a real disk store. */
+#include "cache/dataset.h"
+
+#include "common/util.h"
+#include "fetch/format/index.h"
+#include "fixtures.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NSHARDS 3
+#define PER_SHARD 10
+
+struct sample {
+	uint64_t off, size;
+	char label[8];
+};
+
+static char tdir[64], root[96], cdir[96], source[160];
+static uint8_t *shard_data[NSHARDS];
+static size_t shard_len[NSHARDS];
+static struct sample samples[NSHARDS][PER_SHARD];
+static struct fx_server srv;
+
+/* Shard s holds PER_SHARD images "s<s>_<k>.jpg" of random bytes, each with
+ * a label "<k % 3>" in "s<s>_<k>.cls". */
+static void make_shards(void)
+{
+	unsigned seed = 777;
+	for (int s = 0; s < NSHARDS; s++) {
+		struct tarw t = {0};
+		char name[64], path[160];
+		for (int k = 0; k < PER_SHARD; k++) {
+			struct sample *m = &samples[s][k];
+			size_t n = 500 + (size_t)(rand_r(&seed) % 60000);
+			uint8_t *img = xmalloc(n);
+			for (size_t i = 0; i < n; i++)
+				img[i] = (uint8_t)rand_r(&seed);
+			snprintf(name, sizeof(name), "s%d_%04d.jpg", s, k);
+			m->off = tarw_add(&t, name, img, n);
+			m->size = n;
+			snprintf(m->label, sizeof(m->label), "%d", k % 3);
+			snprintf(name, sizeof(name), "s%d_%04d.cls", s, k);
+			tarw_add(&t, name, m->label, strlen(m->label));
+			free(img);
+		}
+		tarw_end(&t);
+		shard_data[s] = t.buf;
+		shard_len[s] = t.len;
+		snprintf(path, sizeof(path), "%s/s%d.tar", root, s);
+		fx_write_file(path, t.buf, t.len);
+	}
+}
+
+static void setup(void)
+{
+	snprintf(tdir, sizeof(tdir), "/tmp/echofs-dataset-XXXXXX");
+	cr_assert_not_null(mkdtemp(tdir));
+	snprintf(root, sizeof(root), "%s/www", tdir);
+	snprintf(cdir, sizeof(cdir), "%s/cache", tdir);
+	cr_assert_eq(mkdir(root, 0700), 0);
+	make_shards();
+	cr_assert_eq(dataset_global_init(), 0);
+}
+
+static void teardown(void)
+{
+	fx_server_stop(&srv);
+	for (int s = 0; s < NSHARDS; s++) {
+		free(shard_data[s]);
+		shard_data[s] = NULL;
+	}
+	fx_rm_tree(tdir);
+}
+
+TestSuite(dataset, .init = setup, .fini = teardown, .timeout = 90);
+
+static struct dataset_opts opts_for(const char *src)
+{
+	return (struct dataset_opts){
+		.source = src, .cache_dir = cdir, .cache_size = 64 << 20,
+		.connections = 4, .boot_retry_budget_s = 2,
+		.run_retry_budget_s = 5, .range_after_s = 0,
+	};
+}
+
+static struct dataset *open_served(void)
+{
+	struct dataset *ds = NULL;
+	char err[512] = "";
+
+	fx_server_start(&srv, root, tdir, NULL);
+	snprintf(source, sizeof(source), "http://127.0.0.1:%d/s{0..%d}.tar",
+		 srv.port, NSHARDS - 1);
+	struct dataset_opts o = opts_for(source);
+	int r = dataset_open(&o, &ds, err, sizeof(err));
+	cr_assert_eq(r, 0, "dataset_open: %s (%s)", strerror(-r), err);
+	cr_assert_not_null(ds);
+	return ds;
+}
+
+/* The written sample behind a key "s<s>_<k>". */
+static const struct sample *by_key(const char *key, int *s_out)
+{
+	int s, k;
+	char tail;
+	cr_assert_eq(sscanf(key, "s%d_%d%c", &s, &k, &tail), 2, "key %s", key);
+	cr_assert(s >= 0 && s < NSHARDS && k >= 0 && k < PER_SHARD, "key %s", key);
+	*s_out = s;
+	return &samples[s][k];
+}
+
+static void check_read(struct dataset *ds, uint32_t i)
+{
+	int s;
+	const struct sample *m = by_key(dataset_key(ds, i), &s);
+	uint8_t *buf = xmalloc(m->size + 16);
+
+	ssize_t r = dataset_read(ds, i, 0, m->size + 16, buf);
+	cr_assert_eq(r, (ssize_t)m->size, "sample %u: %zd", i, r);
+	cr_assert(memcmp(buf, shard_data[s] + m->off, m->size) == 0,
+		  "sample %u: bytes differ", i);
+	/* A slice in the middle, and nothing at or past the end. */
+	r = dataset_read(ds, i, 100, 50, buf);
+	cr_assert_eq(r, 50);
+	cr_assert(memcmp(buf, shard_data[s] + m->off + 100, 50) == 0);
+	cr_assert_eq(dataset_read(ds, i, m->size, 10, buf), 0);
+	cr_assert_eq(dataset_read(ds, i, m->size + 5, 10, buf), 0);
+	free(buf);
+}
+
+Test(dataset, samples_match_what_the_shards_hold)
+{
+	struct dataset *ds = open_served();
+
+	cr_assert_eq(dataset_nsamples(ds), NSHARDS * PER_SHARD);
+	cr_assert_eq(dataset_ngroups(ds), NSHARDS);
+	cr_assert_str_eq(dataset_index_from(ds), "built");
+	uint64_t total = 0;
+	for (int s = 0; s < NSHARDS; s++)
+		total += shard_len[s];
+	cr_assert_eq(dataset_total_bytes(ds), total);
+	for (uint32_t i = 0; i < dataset_nsamples(ds); i++) {
+		int s;
+		const struct sample *m = by_key(dataset_key(ds, i), &s);
+		cr_assert_eq(dataset_size(ds, i), m->size, "sample %u", i);
+		cr_assert_str_eq(dataset_label(ds, i), m->label);
+		cr_assert_str_eq(dataset_ext(ds, i), "jpg");
+		cr_assert_eq(dataset_group(ds, i), (uint32_t)s);
+	}
+	dataset_close(ds);
+}
+
+Test(dataset, reads_return_exact_bytes_and_fill_the_cache)
+{
+	struct dataset *ds = open_served();
+	struct dataset_stats st;
+
+	for (uint32_t i = 0; i < dataset_nsamples(ds); i++)
+		check_read(ds, i);
+	/* Every group streams into the store; wait for the last commit. */
+	for (int t = 0; t < 200; t++) {
+		dataset_get_stats(ds, &st);
+		if (st.cached_groups == NSHARDS)
+			break;
+		usleep(100 * 1000);
+	}
+	cr_assert_eq(st.cached_groups, NSHARDS);
+	for (uint32_t g = 0; g < NSHARDS; g++)
+		cr_assert_eq(dataset_is_cached(ds, g), 1, "group %u", g);
+	/* Building the index streamed every shard into the store (with the
+	 * start-up client, whose figures are gone): the reads were hits. */
+	cr_assert_gt(st.reads.hits, 0);
+	cr_assert_not_null(dataset_store(ds));
+	dataset_close(ds);
+
+	/* A second open finds the cached index and serves from the disk
+	 * cache alone: the server is gone. */
+	fx_server_stop(&srv);
+	struct dataset_opts o = opts_for(source);
+	char err[512] = "";
+	ds = NULL;
+	int r = dataset_open(&o, &ds, err, sizeof(err));
+	cr_assert_eq(r, 0, "reopen: %s (%s)", strerror(-r), err);
+	cr_assert_str_eq(dataset_index_from(ds), "cache");
+	for (uint32_t i = 0; i < dataset_nsamples(ds); i++)
+		check_read(ds, i);
+	dataset_close(ds);
+}
+
+Test(dataset, bad_numbers_are_rejected_not_read)
+{
+	struct dataset *ds = open_served();
+	uint32_t n = (uint32_t)dataset_nsamples(ds);
+	char buf[16];
+
+	cr_assert_eq(dataset_read(ds, n, 0, sizeof(buf), buf), -EINVAL);
+	cr_assert_eq(dataset_read(ds, UINT32_MAX, 0, sizeof(buf), buf), -EINVAL);
+	cr_assert_str_eq(dataset_key(ds, n), "");
+	cr_assert_eq(dataset_size(ds, n), 0);
+	cr_assert_eq(dataset_is_cached(ds, NSHARDS), 0);
+	dataset_prefetch(ds, NSHARDS); /* ignored, no crash */
+	dataset_close(ds);
+}
+
+Test(dataset, unreachable_server_fails_the_open_with_a_reason)
+{
+	struct dataset *ds = NULL;
+	char err[512] = "";
+	/* Port 9 (discard) on loopback: nobody listens in the test machine. */
+	struct dataset_opts o = opts_for("http://127.0.0.1:9/s{0..2}.tar");
+	int r = dataset_open(&o, &ds, err, sizeof(err));
+
+	cr_assert_lt(r, 0);
+	cr_assert_null(ds);
+	cr_assert_neq(err[0], '\0', "a reason is given");
+}
+
+Test(dataset, a_failed_group_fails_its_reads_with_eio_only)
+{
+	struct dataset *ds = NULL;
+	struct dataset_stats st;
+	char err[512] = "", path[160];
+	uint32_t in0 = UINT32_MAX, in1 = UINT32_MAX;
+
+	/* A cache too small for any shard: every read goes to the server. */
+	fx_server_start(&srv, root, tdir, NULL);
+	snprintf(source, sizeof(source), "http://127.0.0.1:%d/s{0..%d}.tar",
+		 srv.port, NSHARDS - 1);
+	struct dataset_opts o = opts_for(source);
+	o.cache_size = 4096;
+	int r = dataset_open(&o, &ds, err, sizeof(err));
+	cr_assert_eq(r, 0, "dataset_open: %s (%s)", strerror(-r), err);
+	for (uint32_t i = 0; i < dataset_nsamples(ds); i++) {
+		if (dataset_group(ds, i) == 0 && in0 == UINT32_MAX)
+			in0 = i;
+		if (dataset_group(ds, i) == 1 && in1 == UINT32_MAX)
+			in1 = i;
+	}
+	snprintf(path, sizeof(path), "%s/s1.tar", root);
+	cr_assert_eq(unlink(path), 0);
+
+	uint8_t *buf = xmalloc(dataset_size(ds, in1));
+	r = (int)dataset_read(ds, in1, 0, dataset_size(ds, in1), buf);
+	cr_assert_eq(r, -EIO, "group 1 is gone: %d", r);
+	free(buf);
+	check_read(ds, in0); /* other groups are unaffected */
+	dataset_get_stats(ds, &st);
+	cr_assert_gt(st.net.bytes, 0, "group 0 came over the network");
+	cr_assert_geq(st.reads.read_errors, 1);
+	cr_assert_eq(st.cached_groups, 0);
+	dataset_close(ds);
+}
+
+Test(dataset, wrap_serves_the_table_without_readers)
+{
+	struct index *ix = index_new();
+	uint32_t a = index_add_shard(ix, "http://h/a.tar", 4096, "");
+	uint32_t b = index_add_shard(ix, "http://h/b.tar", 8192, "");
+	cr_assert_eq(index_add_sample(ix, a, 512, 100, "cat", "x/one", "jpg"), 0);
+	cr_assert_eq(index_add_sample(ix, b, 1024, 200, "dog", "two", "png"), 0);
+	struct dataset *ds = dataset_wrap(ix, NULL);
+	char buf[8];
+
+	cr_assert_not_null(ds);
+	cr_assert_eq(dataset_nsamples(ds), 2);
+	cr_assert_eq(dataset_ngroups(ds), 2);
+	cr_assert_eq(dataset_total_bytes(ds), 4096 + 8192);
+	cr_assert_str_eq(dataset_key(ds, 0), "x/one");
+	cr_assert_str_eq(dataset_label(ds, 1), "dog");
+	cr_assert_str_eq(dataset_ext(ds, 1), "png");
+	cr_assert_eq(dataset_size(ds, 1), 200);
+	cr_assert_eq(dataset_group(ds, 1), b);
+	cr_assert_str_eq(dataset_index_from(ds), "given");
+	cr_assert_eq(dataset_read(ds, 0, 0, sizeof(buf), buf), -ENXIO);
+	cr_assert_eq(dataset_read(ds, 0, 100, sizeof(buf), buf), 0);
+	cr_assert_eq(dataset_is_cached(ds, 0), 0);
+	cr_assert_null(dataset_store(ds));
+	cr_assert_null(dataset_wrap(NULL, NULL));
+	dataset_close(ds);
+	index_free(ix);
+}
