@@ -9,11 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/store/shards.h"
+#include "cache/dataset.h"
 #include "cache/store/store.h"
 #include "common/util.h"
-#include "fetch/net/http.h"
-#include "fetch/format/index.h"
 #include "fs/namespace.h"
 #include "fs/push.h"
 #include "fs/bindings.h"
@@ -54,7 +52,7 @@ void control_free(struct control *c)
 /* One flat snapshot of every figure, so both formats list the same. */
 struct snapshot {
 	struct shards_stats sh;
-	struct http_stats http;
+	struct dataset_net_stats http;
 	struct store_stats st;
 	struct push_stats push;
 	struct pool_stats pool;
@@ -68,12 +66,14 @@ struct snapshot {
 
 static void take_snapshot(struct control *c, struct snapshot *s)
 {
-	const struct index *ix = c->src.ns->ix;
+	struct dataset_stats ds;
 	double now = now_mono();
 
 	memset(s, 0, sizeof(*s));
-	shards_get_stats(c->src.sh, &s->sh);
-	http_get_stats(c->src.http, &s->http);
+	dataset_get_stats(c->src.ds, &ds);
+	s->sh = ds.reads;
+	s->http = ds.net;
+	s->cached_shards = ds.cached_groups;
 	if (c->src.store)
 		store_get_stats(c->src.store, &s->st);
 	push_get_stats(c->src.push, &s->push);
@@ -84,8 +84,6 @@ static void take_snapshot(struct control *c, struct snapshot *s)
 	}
 	bindings_get_stats(c->src.bind, &s->bind);
 	outputs_get_stats(c->src.outputs, &s->out);
-	for (size_t i = 0; i < ix->nshards; i++)
-		s->cached_shards += (uint64_t)shards_is_cached(c->src.sh, (uint32_t)i);
 	s->uptime = now - c->start;
 
 	pthread_mutex_lock(&c->lock);
@@ -137,11 +135,10 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 		      struct metric *m)
 {
 	const struct fs_counters *fc = c->src.fc;
-	const struct index *ix = c->src.ns->ix;
 	size_t n = 0;
 #define M(nm, k, v, h) m[n++] = (struct metric){nm, k, (double)(v), h}
 	M("samples", 'g', c->src.ns->nfiles, "files in the tree");
-	M("shards", 'g', ix->nshards, "shards in the index");
+	M("shards", 'g', dataset_ngroups(c->src.ds), "shards in the index");
 	M("classes", 'g', c->src.ns->nclasses, "class directories");
 	M("shards_cached", 'g', s->cached_shards, "shards complete in the disk cache");
 	M("bytes_fetched", 'c', s->http.bytes, "HTTP body bytes received");

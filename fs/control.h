@@ -7,8 +7,7 @@
 #include <stdint.h>
 
 struct namespace;
-struct shards;
-struct http;
+struct dataset;
 struct store;
 struct push;
 struct pool;
@@ -25,8 +24,7 @@ struct fs_counters {
 /* Everything the stats are read from; all borrowed. store may be NULL. */
 struct control_sources {
 	const struct namespace *ns;
-	struct shards *sh;
-	struct http *http;
+	struct dataset *ds;
 	struct store *store;
 	const struct fs_counters *fc;
 	struct push *push; /* may be NULL */

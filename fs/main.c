@@ -14,15 +14,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache/index/resolve.h"
+#include "cache/dataset.h"
 #include "cache/echo/pool.h"
 #include "cache/image/prep.h"
-#include "cache/store/shards.h"
-#include "cache/store/store.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "fetch/net/http.h"
-#include "fetch/format/index.h"
 #include "fs/bindings.h"
 #include "fs/control.h"
 #include "fs/daemon.h"
@@ -44,11 +40,8 @@
 
 struct app {
 	struct fs_options o;
-	struct http *http;
-	struct store *store;
-	struct index *ix;
+	struct dataset *ds;
 	struct namespace *ns;
-	struct shards *sh;
 	struct control *ctl;
 	struct push *push;
 	struct pool *pool;
@@ -58,7 +51,6 @@ struct app {
 	_Atomic uint64_t ingested;
 	struct fs_ctx fs;
 	struct fuse_session *se;
-	uint64_t tar_skipped;
 };
 
 static void fuse_log_to_ours(enum fuse_log_level level, const char *fmt,
@@ -74,17 +66,6 @@ static void fuse_log_to_ours(enum fuse_log_level level, const char *fmt,
 		: level <= FUSE_LOG_WARNING ? LOG_LEVEL_WARN
 		: level <= FUSE_LOG_INFO ? LOG_LEVEL_INFO : LOG_LEVEL_DEBUG,
 		"libfuse: %s", msg);
-}
-
-static struct http *open_http(const struct fs_options *o, double budget,
-			      char *err, size_t errlen)
-{
-	struct http_opts ho = {
-		.connections = o->connections,
-		.header_file = o->header_file,
-		.retry_budget_s = budget,
-	};
-	return http_new(&ho, err, errlen);
 }
 
 /* Echo pool hook: what the pool keeps of a sample when preprocessing. */
@@ -103,7 +84,7 @@ static int ingest_sample(void *ud, uint32_t sample, const uint8_t *in,
 		r = prep_prepare(a->prep, in, len, out, outlen, why, sizeof(why));
 	}
 	if (r)
-		log_warn("sample %s skipped: %s", a->ix->samples[sample].key, why);
+		log_warn("sample %s skipped: %s", dataset_key(a->ds, sample), why);
 	return r;
 }
 
@@ -145,7 +126,8 @@ static int start_prep(struct app *a, char *err, size_t errlen)
 static int start_echo(struct app *a, char *err, size_t errlen)
 {
 	const struct namespace *ns = a->ns;
-	uint32_t *class_of = xmalloc((a->ix->nsamples ? a->ix->nsamples : 1) *
+	size_t nsamples = dataset_nsamples(a->ds);
+	uint32_t *class_of = xmalloc((nsamples ? nsamples : 1) *
 				     sizeof(*class_of));
 	struct pool_opts po = {
 		.echo = a->o.echo, .mode = (enum echo_mode)a->o.echo_mode,
@@ -154,11 +136,11 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 		.ingest = a->prep ? ingest_sample : NULL, .ingest_ud = a,
 	};
 
-	for (size_t i = 0; i < a->ix->nsamples; i++)
+	for (size_t i = 0; i < nsamples; i++)
 		class_of[i] = POOL_NO_CLASS;
 	for (size_t f = 0; f < ns->nfiles; f++)
 		class_of[ns->files[f].sample] = ns->files[f].cls;
-	a->pool = pool_new(a->ix, a->sh, class_of, (uint32_t)ns->nclasses, &po);
+	a->pool = pool_new(dataset_index(a->ds), dataset_shards(a->ds), class_of, (uint32_t)ns->nclasses, &po);
 	free(class_of);
 	if (!a->pool) {
 		snprintf(err, errlen, "cannot start the echo pool: %s",
@@ -179,36 +161,27 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 	return 0;
 }
 
-/* Everything before the mount: HTTP, cache, index, tree, shard readers. */
+/* Everything before the mount: the dataset (HTTP, cache, index, shard
+ * readers), the tree, the echo pool or the preprocessing. */
 static int prepare(struct app *a, char *err, size_t errlen)
 {
-	struct resolve_opts dopt = {
+	struct dataset_opts dopt = {
 		.source = a->o.source, .index = a->o.index,
-		.cache_dir = a->o.cache_dir, .jobs = a->o.connections,
+		.cache_dir = a->o.cache_dir, .cache_size = a->o.cache_size,
+		.connections = a->o.connections,
+		.header_file = a->o.header_file,
+		.boot_retry_budget_s = BOOT_RETRY_BUDGET_S,
+		.run_retry_budget_s = RUN_RETRY_BUDGET_S,
+		.range_after_s = RANGE_AFTER_S,
 		.progress = 1,
 	};
-	struct resolve_info info;
-	char serr[512];
 	int r;
 
-	a->http = open_http(&a->o, BOOT_RETRY_BUDGET_S, err, errlen);
-	if (!a->http)
-		return -EINVAL;
-	a->store = store_open(a->o.cache_dir, a->o.cache_size, serr, sizeof(serr));
-	if (!a->store)
-		log_warn("serving without a disk cache: %s", serr);
-	r = resolve_open(&dopt, a->http, a->store, &a->ix, &info, err, errlen);
+	r = dataset_open(&dopt, &a->ds, err, errlen);
 	if (r)
 		return r;
-	a->tar_skipped = info.tar_skipped;
-	log_info("index from %s: %zu shards, %zu samples", info.index_from,
-		 a->ix->nshards, a->ix->nsamples);
-	http_free(a->http);
-	a->http = open_http(&a->o, RUN_RETRY_BUDGET_S, err, errlen);
-	if (!a->http)
-		return -EINVAL;
 	static const char *const exts[] = {NULL, "jpg", "ppm"};
-	a->ns = ns_build(a->ix, exts[a->o.format]);
+	a->ns = ns_build(a->ds, exts[a->o.format]);
 	if (!a->ns) {
 		snprintf(err, errlen, "cannot build the tree: %s", strerror(errno));
 		return -errno;
@@ -218,36 +191,27 @@ static int prepare(struct app *a, char *err, size_t errlen)
 			 "name), %llu files renamed to keep names unique",
 			 (unsigned long long)a->ns->counts.skipped_bad_label,
 			 (unsigned long long)a->ns->counts.renamed_duplicates);
-	/* A quarter of the connections (at least one, when there are two or
-	 * more) stay free of whole-shard streams for readers' range GETs. */
-	unsigned c = a->o.connections;
-	struct shards_opts so = {.workers = c > 1 ? c - (c + 3) / 4 : 1,
-				 .range_after_s = RANGE_AFTER_S};
-	a->sh = shards_new(a->ix, a->http, a->store, &so);
-	if (!a->sh) {
-		snprintf(err, errlen, "cannot start the fetchers: %s", strerror(errno));
-		return -errno;
-	}
 	if (a->o.preprocess && (r = start_prep(a, err, errlen)) != 0)
 		return r;
 	if (a->o.echo_mount)
 		return start_echo(a, err, errlen);
 	if (a->prep)
-		a->outputs = outputs_new(a->ix, a->sh, a->prep);
+		a->outputs = outputs_new(dataset_index(a->ds),
+					 dataset_shards(a->ds), a->prep);
 	return 0;
 }
 
 static void init_ctx(struct app *a)
 {
 	struct control_sources cs = {
-		.ns = a->ns, .sh = a->sh, .http = a->http, .store = a->store,
+		.ns = a->ns, .ds = a->ds, .store = dataset_store(a->ds),
 		.fc = &a->fs.counters, .push = a->push, .pool = a->pool,
 		.bind = a->bind, .outputs = a->outputs,
-		.tar_skipped = a->tar_skipped,
+		.tar_skipped = dataset_tar_skipped(a->ds),
 	};
 	fs_ctx_init(&a->fs);
 	a->fs.ns = a->ns;
-	a->fs.sh = a->sh;
+	a->fs.ds = a->ds;
 	a->fs.pool = a->pool;
 	a->fs.bind = a->bind;
 	a->fs.outputs = a->outputs;
@@ -271,7 +235,7 @@ static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 	}
 	/* Before any request can arrive: handlers read fs.push unlocked.
 	 * Echo files are served from the pool, not pushed. */
-	a->push = a->bind || a->prep ? NULL : push_new(a->se, a->ns, a->sh);
+	a->push = a->bind || a->prep ? NULL : push_new(a->se, a->ns, a->ds);
 	if (!a->push && !a->bind && !a->prep)
 		log_warn("no page-cache pusher: %s", strerror(errno));
 	a->fs.push = a->push;
@@ -314,12 +278,9 @@ static void app_free(struct app *a)
 	pool_free(a->pool);
 	outputs_free(a->outputs);
 	prep_free(a->prep);
-	shards_free(a->sh);
 	control_free(a->ctl);
 	ns_free(a->ns);
-	index_free(a->ix);
-	store_close(a->store);
-	http_free(a->http);
+	dataset_close(a->ds); /* stops the fetch threads */
 	options_free(&a->o);
 }
 
@@ -395,7 +356,7 @@ int main(int argc, char **argv)
 		r = 0;
 		goto out;
 	}
-	if (setup(&a, err, sizeof(err)) != 0 || http_global_init() != 0) {
+	if (setup(&a, err, sizeof(err)) != 0 || dataset_global_init() != 0) {
 		fprintf(stderr, "echofs: error: %s\n", err[0] ? err : "cannot start libcurl");
 		r = 1;
 		goto out;

@@ -1,4 +1,4 @@
-/* namespace.c - the virtual ImageFolder tree built from an index: class
+/* namespace.c - the virtual ImageFolder tree built from a dataset: class
  * directories, file names, inode numbers, lookups and listings. */
 #include "fs/namespace.h"
 
@@ -7,15 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/dataset.h"
 #include "common/util.h"
-#include "fetch/format/index.h"
 
 static const char *const control_names[] = {"stats", "stats.prom", "config"};
 
 /* One file before grouping. */
 struct ent {
 	uint64_t num;      /* numeric label, when every label is numeric */
-	const char *label; /* borrowed from the index */
+	const char *label; /* borrowed from the dataset */
 	char *name;        /* in the names buffer */
 	uint32_t sample;
 };
@@ -51,24 +51,23 @@ static int label_ok(const char *l)
 #define SUFFIX_ROOM 16 /* "_dup" + up to 10 digits + NUL, rounded */
 
 /* Room for every file name plus a uniquifying suffix each. */
-static size_t names_size(const struct index *ix)
+static size_t names_size(const struct dataset *ds)
 {
 	size_t total = 1;
-	for (size_t i = 0; i < ix->nsamples; i++) {
-		const struct index_sample *s = &ix->samples[i];
-		total += strlen(key_base(s->key)) + strlen(s->ext) + 2 +
-			 SUFFIX_ROOM + 8; /* room for an extension override */
-	}
+	for (uint32_t i = 0; i < dataset_nsamples(ds); i++)
+		total += strlen(key_base(dataset_key(ds, i))) +
+			 strlen(dataset_ext(ds, i)) + 2 + SUFFIX_ROOM +
+			 8; /* room for an extension override */
 	return total;
 }
 
 /* "<base>[_dup<n>].<ext>" into p, which has room (see names_size). Returns
  * the length written, without the NUL. */
-static size_t write_name(char *p, const struct index_sample *s, const char *ext,
-			 int dup, uint32_t n)
+static size_t write_name(char *p, const struct dataset *ds, uint32_t sample,
+			 const char *ext, int dup, uint32_t n)
 {
-	const char *base = key_base(s->key);
-	const char *e = ext ? ext : s->ext;
+	const char *base = key_base(dataset_key(ds, sample));
+	const char *e = ext ? ext : dataset_ext(ds, sample);
 	size_t bl = strlen(base), el = strlen(e), len = bl;
 	memcpy(p, base, bl);
 	if (dup)
@@ -78,41 +77,41 @@ static size_t write_name(char *p, const struct index_sample *s, const char *ext,
 	return len + el;
 }
 
-static int all_numeric(const struct index *ix)
+static int all_numeric(const struct dataset *ds)
 {
 	uint64_t v;
-	for (size_t i = 0; i < ix->nsamples; i++)
-		if (parse_u64(ix->samples[i].label, &v) != 0)
+	for (uint32_t i = 0; i < dataset_nsamples(ds); i++)
+		if (parse_u64(dataset_label(ds, i), &v) != 0)
 			return 0;
-	return ix->nsamples > 0;
+	return dataset_nsamples(ds) > 0;
 }
 
 /* Fill ents; returns how many were kept. */
 static size_t make_ents(struct namespace *ns, struct ent *ents,
 			uint64_t *max_label)
 {
-	const struct index *ix = ns->ix;
+	const struct dataset *ds = ns->ds;
 	char *p = ns->names;
 	size_t n = 0;
 
 	*max_label = 0;
-	for (size_t i = 0; i < ix->nsamples; i++) {
-		const struct index_sample *s = &ix->samples[i];
+	for (uint32_t i = 0; i < dataset_nsamples(ds); i++) {
+		const char *label = dataset_label(ds, i);
 		struct ent *e = &ents[n];
-		if (!label_ok(s->label)) {
+		if (!label_ok(label)) {
 			ns->counts.skipped_bad_label++;
 			continue;
 		}
-		e->label = s->label;
-		e->sample = (uint32_t)i;
+		e->label = label;
+		e->sample = i;
 		e->num = 0;
 		if (ns->numeric_labels) {
-			parse_u64(s->label, &e->num);
+			parse_u64(label, &e->num);
 			if (e->num > *max_label)
 				*max_label = e->num;
 		}
 		e->name = p;
-		p += write_name(p, s, ns->ext, 0, 0) + 1 + SUFFIX_ROOM + 8;
+		p += write_name(p, ds, i, ns->ext, 0, 0) + 1 + SUFFIX_ROOM + 8;
 		n++;
 	}
 	return n;
@@ -138,8 +137,8 @@ static size_t rename_duplicates(const struct namespace *ns, struct ent *ents,
 	for (size_t i = 1; i < n; i++) {
 		if (!dup[i])
 			continue;
-		write_name(ents[i].name, &ns->ix->samples[ents[i].sample],
-			   ns->ext, 1, ents[i].sample);
+		write_name(ents[i].name, ns->ds, ents[i].sample, ns->ext, 1,
+			   ents[i].sample);
 		renamed++;
 	}
 	free(dup);
@@ -186,29 +185,30 @@ static void group(struct namespace *ns, const struct ent *ents, size_t n,
 	ns->nfiles = n;
 }
 
-struct namespace *ns_build(const struct index *ix, const char *ext)
+struct namespace *ns_build(const struct dataset *ds, const char *ext)
 {
+	size_t nsamples = dataset_nsamples(ds);
 	struct namespace *ns;
 	struct ent *ents;
 	uint64_t max_label;
 	size_t n;
 
-	if (ix->nsamples >= UINT32_MAX - NS_INO_FIRST_CLASS) {
+	if (nsamples >= UINT32_MAX - NS_INO_FIRST_CLASS) {
 		errno = EOVERFLOW;
 		return NULL;
 	}
 	ns = xcalloc(1, sizeof(*ns));
-	ns->ix = ix;
+	ns->ds = ds;
 	ns->ext = ext && strlen(ext) <= 7 ? ext : NULL;
-	ns->names = malloc(names_size(ix));
-	ents = malloc((ix->nsamples ? ix->nsamples : 1) * sizeof(*ents));
+	ns->names = malloc(names_size(ds));
+	ents = malloc((nsamples ? nsamples : 1) * sizeof(*ents));
 	if (!ns->names || !ents) {
 		free(ents);
 		ns_free(ns);
 		errno = ENOMEM;
 		return NULL;
 	}
-	ns->numeric_labels = all_numeric(ix);
+	ns->numeric_labels = all_numeric(ds);
 	n = make_ents(ns, ents, &max_label);
 	qsort_r(ents, n, sizeof(*ents), ent_cmp, &ns->numeric_labels);
 	ns->counts.renamed_duplicates = rename_duplicates(ns, ents, n);
@@ -354,5 +354,5 @@ uint64_t ns_list(const struct namespace *ns, uint64_t dir, size_t i,
 
 uint64_t ns_file_size(const struct namespace *ns, uint32_t file)
 {
-	return ns->ix->samples[ns->files[file].sample].size;
+	return dataset_size(ns->ds, ns->files[file].sample);
 }

@@ -1,7 +1,7 @@
-/* namespace.h - the virtual ImageFolder tree built from an index: class
+/* namespace.h - the virtual ImageFolder tree built from a dataset: class
  * directories, file names, inode numbers, lookups and listings.
  *
- * Inodes are stable for a given index: 1 is the root, NS_INO_CONTROL_DIR and
+ * Inodes are stable for a given dataset: 1 is the root, NS_INO_CONTROL_DIR and
  * the control files follow, then one inode per class directory (in sorted
  * order), then one per file (sorted by class, then name). The tree never
  * changes after it is built, so it needs no lock. */
@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct index;
+struct dataset;
 
 #define NS_INO_ROOT 1
 #define NS_INO_CONTROL_DIR 2
@@ -32,7 +32,7 @@ struct ns_class {
 
 struct ns_file {
 	const char *name;  /* file name, owned by the namespace */
-	uint32_t sample;   /* index into the index's samples */
+	uint32_t sample;   /* sample number in the dataset */
 	uint32_t cls;      /* class number */
 };
 
@@ -42,7 +42,7 @@ struct ns_counts {
 };
 
 struct namespace {
-	const struct index *ix; /* borrowed */
+	const struct dataset *ds; /* borrowed */
 	struct ns_class *classes;
 	size_t nclasses;
 	struct ns_file *files;
@@ -53,11 +53,11 @@ struct namespace {
 	const char *ext;        /* extension override or NULL (static string) */
 };
 
-/* Build the tree. ix is borrowed and must outlive the namespace. ext, when
+/* Build the tree. ds is borrowed and must outlive the namespace. ext, when
  * not NULL, replaces every file's extension (e.g. "ppm" when files are
  * served converted). Returns NULL with errno set (ENOMEM, EOVERFLOW past
  * 2^32 files). */
-struct namespace *ns_build(const struct index *ix, const char *ext);
+struct namespace *ns_build(const struct dataset *ds, const char *ext);
 void ns_free(struct namespace *ns);
 
 /* What an inode is. For NS_CLASS and NS_FILE, *num receives the class or

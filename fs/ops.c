@@ -32,10 +32,9 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
-#include "cache/store/shards.h"
+#include "cache/dataset.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "fetch/format/index.h"
 #include "fs/bindings.h"
 #include "fs/namespace.h"
 #include "cache/image/outputs.h"
@@ -575,7 +574,7 @@ static void fs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		fuse_reply_err(req, ENODATA);
 		return;
 	}
-	key = fs->ns->ix->samples[sample].key;
+	key = dataset_key(fs->ds, sample);
 	len = strlen(key);
 	if (size == 0)
 		fuse_reply_xattr(req, len);
@@ -622,22 +621,18 @@ static void read_output(fuse_req_t req, struct fs_ctx *fs, uint32_t file,
 static ssize_t read_sample(struct fs_ctx *fs, uint32_t file, size_t size,
 			   off_t off, char **out)
 {
-	const struct index_sample *s =
-		&fs->ns->ix->samples[fs->ns->files[file].sample];
-	ssize_t r;
+	uint32_t sample = fs->ns->files[file].sample;
+	uint64_t len = dataset_size(fs->ds, sample);
 
 	*out = NULL;
-	if (off < 0 || (uint64_t)off >= s->size)
+	if (off < 0 || (uint64_t)off >= len)
 		return 0;
-	if (size > s->size - (uint64_t)off)
-		size = (size_t)(s->size - (uint64_t)off);
+	if (size > len - (uint64_t)off)
+		size = (size_t)(len - (uint64_t)off);
 	*out = malloc(size);
 	if (!*out)
 		return -ENOMEM;
-	r = shards_read(fs->sh, s->shard, s->offset + (uint64_t)off, size, *out);
-	if (r >= 0 && (size_t)r != size)
-		r = -EIO; /* the index promised these bytes */
-	return r;
+	return dataset_read(fs->ds, sample, (uint64_t)off, size, *out);
 }
 
 static void read_control(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
@@ -700,7 +695,7 @@ static void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fs->counters.bytes_served += (uint64_t)r;
 		fuse_reply_buf(req, buf, (size_t)r);
 		push_touch(fs->push,
-			   fs->ns->ix->samples[fs->ns->files[num].sample].shard);
+			   dataset_group(fs->ds, fs->ns->files[num].sample));
 	}
 	free(buf);
 }
@@ -708,13 +703,10 @@ static void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 static void fs_op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
 	struct fs_ctx *fs = ctx_of(req);
-	const struct index *ix = fs->ns->ix;
 	struct statvfs sv;
-	uint64_t bytes = 0;
+	uint64_t bytes = dataset_total_bytes(fs->ds);
 	(void)ino;
 
-	for (size_t i = 0; i < ix->nshards; i++)
-		bytes += ix->shards[i].size;
 	memset(&sv, 0, sizeof(sv));
 	sv.f_bsize = sv.f_frsize = 4096;
 	sv.f_blocks = (bytes + 4095) / 4096;

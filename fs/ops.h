@@ -10,7 +10,7 @@
 #include "fs/control.h"
 
 struct namespace;
-struct shards;
+struct dataset;
 struct control_snapshot;
 struct push;
 struct pool;
@@ -23,7 +23,7 @@ struct prep;
  * take no lock of their own. */
 struct fs_ctx {
 	const struct namespace *ns;
-	struct shards *sh;
+	struct dataset *ds;
 	struct control *ctl;
 	struct push *push; /* page-cache pusher, or NULL */
 	struct pool *pool; /* echo mounts: the echo pool, else NULL */

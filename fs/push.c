@@ -12,10 +12,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "cache/store/shards.h"
+#include "cache/dataset.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "fetch/format/index.h"
 #include "fs/namespace.h"
 
 #define RETRY_MS 50
@@ -24,8 +23,8 @@
 struct push {
 	struct fuse_session *se;
 	const struct namespace *ns;
-	struct shards *sh;
-	const struct index *ix;
+	struct dataset *ds;
+	size_t nshards; /* the dataset's groups */
 	/* Files of shard s: files[first[s]] .. files[first[s + 1] - 1]. */
 	uint32_t *first;
 	uint32_t *files;
@@ -44,18 +43,18 @@ struct push {
 /* Group file numbers by shard (a counting sort, so O(files)). */
 static void build_shard_files(struct push *p)
 {
-	size_t nsh = p->ix->nshards, nf = p->ns->nfiles;
+	size_t nsh = p->nshards, nf = p->ns->nfiles;
 
 	p->first = xcalloc(nsh + 1, sizeof(*p->first));
 	p->files = xmalloc((nf ? nf : 1) * sizeof(*p->files));
 	for (size_t f = 0; f < nf; f++)
-		p->first[p->ix->samples[p->ns->files[f].sample].shard + 1]++;
+		p->first[dataset_group(p->ds, p->ns->files[f].sample) + 1]++;
 	for (size_t s = 0; s < nsh; s++)
 		p->first[s + 1] += p->first[s];
 	uint32_t *fill = xmalloc((nsh ? nsh : 1) * sizeof(*fill));
 	memcpy(fill, p->first, nsh * sizeof(*fill));
 	for (size_t f = 0; f < nf; f++) {
-		uint32_t s = p->ix->samples[p->ns->files[f].sample].shard;
+		uint32_t s = dataset_group(p->ds, p->ns->files[f].sample);
 		p->files[fill[s]++] = (uint32_t)f;
 	}
 	free(fill);
@@ -64,8 +63,8 @@ static void build_shard_files(struct push *p)
 static void enqueue(struct push *p, uint32_t shard)
 {
 	pthread_mutex_lock(&p->lock);
-	if (p->len < p->ix->nshards) {
-		p->queue[(p->head + p->len) % p->ix->nshards] = shard;
+	if (p->len < p->nshards) {
+		p->queue[(p->head + p->len) % p->nshards] = shard;
 		p->len++;
 		pthread_cond_signal(&p->cond);
 	}
@@ -89,7 +88,7 @@ static int64_t dequeue(struct push *p, int idle_wait)
 		pthread_cond_wait(&p->cond, &p->lock);
 	if (!p->stop) {
 		s = p->queue[p->head];
-		p->head = (p->head + 1) % p->ix->nshards;
+		p->head = (p->head + 1) % p->nshards;
 		p->len--;
 	}
 	pthread_mutex_unlock(&p->lock);
@@ -111,19 +110,20 @@ static int push_shard(struct push *p, uint32_t shard, char **buf,
 {
 	for (uint32_t i = p->first[shard]; i < p->first[shard + 1]; i++) {
 		uint32_t f = p->files[i];
-		const struct index_sample *s = &p->ix->samples[p->ns->files[f].sample];
-		if (s->size == 0 || s->size > MAX_PUSH_FILE)
+		uint32_t sample = p->ns->files[f].sample;
+		uint64_t size = dataset_size(p->ds, sample);
+		if (size == 0 || size > MAX_PUSH_FILE)
 			continue;
-		if (s->size > *cap) {
-			*cap = (size_t)s->size;
+		if (size > *cap) {
+			*cap = (size_t)size;
 			*buf = xrealloc(*buf, *cap);
 		}
 		if (stopping(p))
 			return 0;
-		ssize_t n = shards_read(p->sh, shard, s->offset, (size_t)s->size, *buf);
-		if (n != (ssize_t)s->size)
+		ssize_t n = dataset_read(p->ds, sample, 0, (size_t)size, *buf);
+		if (n != (ssize_t)size)
 			return 0; /* the readers will see and count the error */
-		struct fuse_bufvec bv = FUSE_BUFVEC_INIT((size_t)s->size);
+		struct fuse_bufvec bv = FUSE_BUFVEC_INIT((size_t)size);
 		bv.buf[0].mem = *buf;
 		int r = fuse_lowlevel_notify_store(p->se, ns_file_ino(p->ns, f), 0,
 						   &bv, 0);
@@ -134,7 +134,7 @@ static int push_shard(struct push *p, uint32_t shard, char **buf,
 			continue;
 		}
 		p->n_files++;
-		p->n_bytes += s->size;
+		p->n_bytes += size;
 	}
 	p->n_shards++;
 	return 0;
@@ -143,7 +143,7 @@ static int push_shard(struct push *p, uint32_t shard, char **buf,
 static void *push_main(void *arg)
 {
 	struct push *p = arg;
-	uint32_t *waits = xcalloc(p->ix->nshards ? p->ix->nshards : 1,
+	uint32_t *waits = xcalloc(p->nshards ? p->nshards : 1,
 				  sizeof(*waits));
 	size_t cap = 0;
 	char *buf = NULL;
@@ -152,7 +152,7 @@ static void *push_main(void *arg)
 
 	while ((s = dequeue(p, retrying)) >= 0) {
 		retrying = 0;
-		if (!shards_is_cached(p->sh, (uint32_t)s)) {
+		if (!dataset_is_cached(p->ds, (uint32_t)s)) {
 			/* Still arriving (or never to be cached): later. */
 			if (++waits[s] < PUSH_WAIT_S * 1000 / RETRY_MS) {
 				enqueue(p, (uint32_t)s);
@@ -172,16 +172,16 @@ static void *push_main(void *arg)
 }
 
 struct push *push_new(struct fuse_session *se, const struct namespace *ns,
-		      struct shards *sh)
+		      struct dataset *ds)
 {
 	struct push *p = xcalloc(1, sizeof(*p));
-	size_t nsh = ns->ix->nshards;
+	size_t nsh = dataset_ngroups(ds);
 	int r;
 
 	p->se = se;
 	p->ns = ns;
-	p->sh = sh;
-	p->ix = ns->ix;
+	p->ds = ds;
+	p->nshards = nsh;
 	build_shard_files(p);
 	p->touched = xcalloc(nsh ? nsh : 1, sizeof(*p->touched));
 	p->queue = xcalloc(nsh ? nsh : 1, sizeof(*p->queue));
@@ -222,7 +222,7 @@ void push_free(struct push *p)
 
 void push_touch(struct push *p, uint32_t shard)
 {
-	if (!p || shard >= p->ix->nshards)
+	if (!p || shard >= p->nshards)
 		return;
 	if (atomic_load_explicit(&p->touched[shard], memory_order_relaxed) ||
 	    atomic_exchange(&p->touched[shard], 1))

@@ -3,6 +3,7 @@
  * no request to the daemon at all.
  *
  * DESIGN
+ * - Shards are the dataset's groups (cache/dataset.h).
  * - One thread takes shard numbers from a FIFO queue. A shard is queued the
  *   first time any of its files is read (push_touch), at most once per
  *   mount. If the shard is not complete in the disk cache yet, the thread
@@ -22,8 +23,8 @@
 #include <stdint.h>
 
 struct fuse_session;
+struct dataset;
 struct namespace;
-struct shards;
 
 #define PUSH_WAIT_S 60.0
 
@@ -39,7 +40,7 @@ struct push;
 /* All borrowed; must outlive the result. Starts the thread. NULL with
  * errno set on failure. */
 struct push *push_new(struct fuse_session *se, const struct namespace *ns,
-		      struct shards *sh);
+		      struct dataset *ds);
 /* Stops the thread (it finishes the file it is on) and frees. Accepts NULL. */
 void push_free(struct push *p);
 

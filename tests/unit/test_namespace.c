@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/dataset.h"
 #include "fetch/format/index.h"
 #include "fs/namespace.h"
 
@@ -24,6 +25,23 @@ static struct index *make_index(const struct spec *s, size_t n)
 	return ix;
 }
 
+/* The tree is built from the dataset face over the test's index. */
+static struct dataset *cur;
+
+static const struct dataset *wrap(const struct index *ix)
+{
+	cur = dataset_wrap(ix, NULL);
+	cr_assert_not_null(cur);
+	return cur;
+}
+
+static void unwrap(struct index *ix)
+{
+	dataset_close(cur);
+	cur = NULL;
+	index_free(ix);
+}
+
 static const char *list_name(const struct namespace *ns, uint64_t dir,
 			     size_t i)
 {
@@ -38,7 +56,7 @@ Test(namespace, numeric_labels_are_zero_padded_and_sorted)
 		{"10", "b", "jpg", 5}, {"2", "a", "jpg", 6}, {"0", "c", "png", 7},
 	};
 	struct index *ix = make_index(s, 3);
-	struct namespace *ns = ns_build(ix, NULL);
+	struct namespace *ns = ns_build(wrap(ix), NULL);
 
 	cr_assert_not_null(ns);
 	cr_assert_eq(ns->nclasses, 3);
@@ -56,7 +74,7 @@ Test(namespace, numeric_labels_are_zero_padded_and_sorted)
 	cr_assert_eq(ns_lookup(ns, d, "a.jpg"), 0, "a is in class 02");
 	cr_assert_eq(ns_lookup(ns, NS_INO_ROOT, "2"), 0, "unpadded name");
 	ns_free(ns);
-	index_free(ix);
+	unwrap(ix);
 }
 
 Test(namespace, directory_labels_keep_names_and_key_basenames)
@@ -67,7 +85,7 @@ Test(namespace, directory_labels_keep_names_and_key_basenames)
 		{"n01", "n01/n01_0", "jpeg", 3},
 	};
 	struct index *ix = make_index(s, 3);
-	struct namespace *ns = ns_build(ix, NULL);
+	struct namespace *ns = ns_build(wrap(ix), NULL);
 	uint64_t d = ns_lookup(ns, NS_INO_ROOT, "n01");
 
 	cr_assert_eq(ns->numeric_labels, 0);
@@ -75,21 +93,21 @@ Test(namespace, directory_labels_keep_names_and_key_basenames)
 	cr_assert_str_eq(list_name(ns, d, 1), "n01_1.jpeg");
 	cr_assert_null(list_name(ns, d, 2));
 	ns_free(ns);
-	index_free(ix);
+	unwrap(ix);
 }
 
 Test(namespace, control_dir_is_reachable_but_not_listed)
 {
 	const struct spec s[] = {{"1", "k", "jpg", 1}};
 	struct index *ix = make_index(s, 1);
-	struct namespace *ns = ns_build(ix, NULL);
+	struct namespace *ns = ns_build(wrap(ix), NULL);
 
 	cr_assert_eq(ns_lookup(ns, NS_INO_ROOT, ".echofs"), NS_INO_CONTROL_DIR);
 	cr_assert_eq(ns_lookup(ns, NS_INO_CONTROL_DIR, "stats"), NS_INO_STATS);
 	cr_assert_str_eq(list_name(ns, NS_INO_ROOT, 0), "1");
 	cr_assert_null(list_name(ns, NS_INO_ROOT, 1));
 	ns_free(ns);
-	index_free(ix);
+	unwrap(ix);
 }
 
 Test(namespace, duplicate_names_are_made_unique)
@@ -98,7 +116,7 @@ Test(namespace, duplicate_names_are_made_unique)
 		{"a", "x/k", "jpg", 1}, {"a", "y/k", "jpg", 2}, {"a", "z/k", "jpg", 3},
 	};
 	struct index *ix = make_index(s, 3);
-	struct namespace *ns = ns_build(ix, NULL);
+	struct namespace *ns = ns_build(wrap(ix), NULL);
 	uint64_t d = ns_lookup(ns, NS_INO_ROOT, "a");
 
 	cr_assert_eq(ns->counts.renamed_duplicates, 2);
@@ -109,7 +127,7 @@ Test(namespace, duplicate_names_are_made_unique)
 	for (size_t i = 1; i < 3; i++)
 		cr_assert_lt(strcmp(list_name(ns, d, i - 1), list_name(ns, d, i)), 0);
 	ns_free(ns);
-	index_free(ix);
+	unwrap(ix);
 }
 
 Test(namespace, every_inode_round_trips)
@@ -122,7 +140,7 @@ Test(namespace, every_inode_round_trips)
 		s[i] = (struct spec){labels[i], keys[i], "jpg", (uint64_t)i + 1};
 	}
 	struct index *ix = make_index(s, 50);
-	struct namespace *ns = ns_build(ix, NULL);
+	struct namespace *ns = ns_build(wrap(ix), NULL);
 	size_t seen = 0;
 
 	for (size_t c = 0; c < ns->nclasses; c++) {
@@ -142,19 +160,19 @@ Test(namespace, every_inode_round_trips)
 	}
 	cr_assert_eq(seen, 50);
 	ns_free(ns);
-	index_free(ix);
+	unwrap(ix);
 }
 
 Test(namespace, extension_override)
 {
 	const struct spec s[] = {{"1", "a", "jpg", 1}, {"1", "b", "jpeg", 2}};
 	struct index *ix = make_index(s, 2);
-	struct namespace *ns = ns_build(ix, "ppm");
+	struct namespace *ns = ns_build(wrap(ix), "ppm");
 	uint64_t d = ns_lookup(ns, NS_INO_ROOT, "1");
 
 	cr_assert_str_eq(list_name(ns, d, 0), "a.ppm");
 	cr_assert_str_eq(list_name(ns, d, 1), "b.ppm");
 	cr_assert_eq(ns_lookup(ns, d, "a.jpg"), 0);
 	ns_free(ns);
-	index_free(ix);
+	unwrap(ix);
 }

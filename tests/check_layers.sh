@@ -1,0 +1,45 @@
+#!/bin/bash
+# check_layers.sh - fails when an #include breaks the layering: fs/ -> cache/
+# -> fetch/ -> common/ (downward only), FUSE only in fs/, curl only in fetch/,
+# TurboJPEG only in cache/image/transform.c. fs/ sees the data through
+# cache/dataset.h, never through fetch/.
+#   tests/check_layers.sh [SOURCE_ROOT]   (default: the tree holding this script)
+# Prints every offending line as file:line: text; exits 1 if there is one.
+set -uo pipefail
+ROOT=${1:-$(dirname "$0")/..}
+cd "$ROOT" || { echo "check_layers: no such directory $ROOT" >&2; exit 2; }
+for d in fs cache fetch common; do
+	[ -d "$d" ] || { echo "check_layers: $ROOT has no $d/" >&2; exit 2; }
+done
+
+BAD=0
+# forbid DIR REGEX WHY: include lines under DIR whose target matches REGEX.
+forbid() {
+	local hits
+	hits=$(grep -rnE --include='*.c' --include='*.h' \
+		"^[[:space:]]*#[[:space:]]*include[[:space:]]*[<\"]($2)" "$1")
+	if [ -n "$hits" ]; then
+		printf '%s\n' "$hits" | sed "s|\$|   <- $3|"
+		BAD=1
+	fi
+}
+
+forbid fs 'fetch/|curl/' 'fs/ sees the data through cache/dataset.h only'
+forbid cache 'fs/|fuse|curl/' 'cache/ calls only fetch/ and common/'
+forbid fetch 'fs/|cache/|fuse' 'fetch/ calls only common/'
+forbid common 'fs/|cache/|fetch/|fuse|curl/' 'common/ is the bottom layer'
+
+# TurboJPEG stays inside the transform (errors translated in one place).
+hits=$(grep -rnE --include='*.c' --include='*.h' \
+	'^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](turbojpeg|jpeglib)' \
+	fs cache fetch common | grep -v '^cache/image/transform\.c:')
+if [ -n "$hits" ]; then
+	printf '%s\n' "$hits" | sed 's|$|   <- TurboJPEG only in cache/image/transform.c|'
+	BAD=1
+fi
+
+if [ "$BAD" -ne 0 ]; then
+	echo "check_layers: layering broken (see above)" >&2
+	exit 1
+fi
+echo "check_layers: ok"
