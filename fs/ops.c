@@ -36,6 +36,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "fs/bindings.h"
+#include "fs/errmap.h"
 #include "fs/namespace.h"
 #include "cache/image/outputs.h"
 #include "fs/push.h"
@@ -274,7 +275,7 @@ static void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (r > 0)
 		r = fill_entry(fs, ino, &e, 1);
 	if (r)
-		fuse_reply_err(req, -r == ESHUTDOWN ? EIO : -r);
+		fuse_reply_err(req, errmap_reply(ERRMAP_LOOKUP, r));
 	else
 		fuse_reply_entry(req, &e);
 }
@@ -289,7 +290,7 @@ static void fs_op_getattr(fuse_req_t req, fuse_ino_t ino,
 
 	r = fill_entry(fs, ino, &e, 0); /* lookups refresh control files */
 	if (r)
-		fuse_reply_err(req, -r);
+		fuse_reply_err(req, errmap_reply(ERRMAP_LOOKUP, r));
 	else
 		fuse_reply_attr(req, &e.attr, e.attr_timeout);
 }
@@ -418,7 +419,7 @@ static void fs_op_open(fuse_req_t req, fuse_ino_t ino,
 	if (fs->bind) {
 		r = open_echo(fs, ino, fi);
 		if (r)
-			fuse_reply_err(req, -r);
+			fuse_reply_err(req, errmap_reply(ERRMAP_OPEN, r));
 		else if (fuse_reply_open(req, fi) == -ENOENT && fi->fh)
 			/* The opener was interrupted: no release will come. */
 			bindings_release(fs->bind, (struct binding *)(uintptr_t)fi->fh);
@@ -510,7 +511,7 @@ static void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	r = control_configure(fs->ctl, buf, size, err, sizeof(err));
 	if (r) {
 		log_warn(".echofs/config: %s", err);
-		fuse_reply_err(req, -r);
+		fuse_reply_err(req, errmap_reply(ERRMAP_WRITE, r));
 		return;
 	}
 	size_t shown = size < 200 ? size : 200;
@@ -607,7 +608,7 @@ static void read_output(fuse_req_t req, struct fs_ctx *fs, uint32_t file,
 
 	if (r) {
 		fs->counters.read_errors++;
-		fuse_reply_err(req, EIO);
+		fuse_reply_err(req, errmap_reply(ERRMAP_READ, r));
 		return;
 	}
 	size_t start = (uint64_t)off < o->len ? (size_t)off : o->len;
@@ -676,7 +677,7 @@ static void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			const void *data = NULL;
 			r = bindings_read(fs->bind, h, (uint64_t)off, size, &data);
 			if (r < 0) {
-				fuse_reply_err(req, (int)-r);
+				fuse_reply_err(req, errmap_reply(ERRMAP_READ, (int)r));
 				return;
 			}
 			fs->counters.bytes_served += (uint64_t)r;
@@ -690,7 +691,7 @@ static void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	r = read_sample(fs, num, size, off, &buf);
 	if (r < 0) {
 		fs->counters.read_errors++;
-		fuse_reply_err(req, (int)-r);
+		fuse_reply_err(req, errmap_reply(ERRMAP_READ, (int)r));
 	} else {
 		fs->counters.bytes_served += (uint64_t)r;
 		fuse_reply_buf(req, buf, (size_t)r);
