@@ -16,9 +16,9 @@
 
 struct dataset {
 	const struct index *ix; /* owned when `own` */
-	struct shards *sh;      /* owned when `own`; may be NULL */
-	struct http *http;      /* owned; NULL for dataset_wrap */
-	struct store *store;    /* owned; NULL: no disk cache */
+	struct shards *sh;	/* owned when `own`; may be NULL */
+	struct http *http;	/* owned; NULL for dataset_wrap */
+	struct store *store;	/* owned; NULL: no disk cache */
 	int own;
 	const char *index_from; /* static */
 	uint64_t tar_skipped;
@@ -56,8 +56,10 @@ static int open_index(struct dataset *ds, const struct dataset_opts *o,
 		      struct index **ix, char *err, size_t errlen)
 {
 	struct resolve_opts ro = {
-		.source = o->source, .index = o->index,
-		.cache_dir = o->cache_dir, .jobs = o->connections,
+		.source = o->source,
+		.index = o->index,
+		.cache_dir = o->cache_dir,
+		.jobs = o->connections,
 		.progress = o->progress,
 	};
 	struct resolve_info info;
@@ -75,8 +77,8 @@ static int open_index(struct dataset *ds, const struct dataset_opts *o,
 	return ds->http ? 0 : -EINVAL;
 }
 
-int dataset_open(const struct dataset_opts *o, struct dataset **out,
-		 char *err, size_t errlen)
+int dataset_open(const struct dataset_opts *o, struct dataset **out, char *err,
+		 size_t errlen)
 {
 	struct dataset *ds = xcalloc(1, sizeof(*ds));
 	struct index *ix = NULL;
@@ -137,7 +139,7 @@ void dataset_close(struct dataset *ds)
 	if (!ds)
 		return;
 	if (ds->own) {
-		/* Readers first (their threads use the client and the store). */
+		/* Readers first: their threads use the client and store. */
 		shards_free(ds->sh);
 		index_free((struct index *)ds->ix);
 		store_close(ds->store);
@@ -249,10 +251,14 @@ static void net_stats(struct http *h, struct dataset_net_stats *out)
 		return;
 	http_get_stats(h, &hs);
 	*out = (struct dataset_net_stats){
-		.requests = hs.requests, .bytes = hs.bytes,
-		.retries = hs.retries, .resumes = hs.resumes,
-		.errors_4xx = hs.errors_4xx, .errors_5xx = hs.errors_5xx,
-		.errors_conn = hs.errors_conn, .errors_verify = hs.errors_verify,
+		.requests = hs.requests,
+		.bytes = hs.bytes,
+		.retries = hs.retries,
+		.resumes = hs.resumes,
+		.errors_4xx = hs.errors_4xx,
+		.errors_5xx = hs.errors_5xx,
+		.errors_conn = hs.errors_conn,
+		.errors_verify = hs.errors_verify,
 	};
 }
 
@@ -263,7 +269,8 @@ void dataset_get_stats(struct dataset *ds, struct dataset_stats *out)
 		shards_get_stats(ds->sh, &out->reads);
 	net_stats(ds->http, &out->net);
 	for (size_t i = 0; i < ds->ix->nshards; i++)
-		out->cached_groups += (uint64_t)dataset_is_cached(ds, (uint32_t)i);
+		out->cached_groups +=
+			(uint64_t)dataset_is_cached(ds, (uint32_t)i);
 }
 
 const struct index *dataset_index(const struct dataset *ds)

@@ -28,11 +28,11 @@ struct index;
 struct store;
 
 struct dataset_opts {
-	const char *source;      /* SOURCE: URL pattern or list file */
-	const char *index;       /* index= option (URL or path), or NULL */
-	const char *cache_dir;   /* disk cache and cached index */
-	uint64_t cache_size;     /* disk cache cap in bytes */
-	unsigned connections;    /* HTTP transfers in flight at most */
+	const char *source;	 /* SOURCE: URL pattern or list file */
+	const char *index;	 /* index= option (URL or path), or NULL */
+	const char *cache_dir;	 /* disk cache and cached index */
+	uint64_t cache_size;	 /* disk cache cap in bytes */
+	unsigned connections;	 /* HTTP transfers in flight at most */
 	const char *header_file; /* extra request headers, or NULL */
 	/* Retry budget of a request while the dataset opens (short, so a dead
 	 * server fails the mount soon) and once it is open. */
@@ -66,8 +66,8 @@ int dataset_global_init(void);
  * cache/index/resolve.h) and the shard readers with their fetch threads.
  * Returns 0 with *out set (free with dataset_close) or -errno with a reason
  * in err. */
-int dataset_open(const struct dataset_opts *o, struct dataset **out,
-		 char *err, size_t errlen);
+int dataset_open(const struct dataset_opts *o, struct dataset **out, char *err,
+		 size_t errlen);
 /* A dataset over parts that exist already, all borrowed and outliving it:
  * ix is required; sh may be NULL (then reads fail with -ENXIO and nothing
  * is cached). For tests and tools. Returns NULL with errno set. */

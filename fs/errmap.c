@@ -8,10 +8,9 @@
 #include "common/util.h"
 
 /* Errors that mean the same to a reader as to echofs, in every operation. */
-static const int passed_on[] = {
-	ETIMEDOUT, ESTALE, ENOMEM, EINTR, ENOENT, ENOTDIR, EISDIR,
-	EROFS, EACCES, EPERM, ENODATA, ERANGE, ENOSYS,
-};
+static const int passed_on[] = {ETIMEDOUT, ESTALE, ENOMEM, EINTR,  ENOENT,
+				ENOTDIR,   EISDIR, EROFS,  EACCES, EPERM,
+				ENODATA,   ERANGE, ENOSYS};
 
 /* Errors passed on in some operations only: a bad setting written to
  * .echofs/config is the writer's mistake, elsewhere EINVAL is ours. */
@@ -27,7 +26,7 @@ int errmap_reply(enum errmap_op op, int err)
 	if (err == 0)
 		return 0;
 	if (err > 0 || (unsigned)op >= ERRMAP_NOPS)
-		return EIO; /* a caller's mistake: never let it reach a reader */
+		return EIO; /* a caller's mistake, kept from the reader */
 	err = -err;
 	for (size_t i = 0; i < ARRAY_SIZE(passed_on); i++)
 		if (passed_on[i] == err)

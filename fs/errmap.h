@@ -32,7 +32,7 @@ enum errmap_op {
 	ERRMAP_LOOKUP, /* lookup, getattr, setattr */
 	ERRMAP_OPEN,
 	ERRMAP_READ,
-	ERRMAP_WRITE,  /* writes to .echofs/config */
+	ERRMAP_WRITE, /* writes to .echofs/config */
 	ERRMAP_NOPS
 };
 

@@ -140,7 +140,8 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 		class_of[i] = POOL_NO_CLASS;
 	for (size_t f = 0; f < ns->nfiles; f++)
 		class_of[ns->files[f].sample] = ns->files[f].cls;
-	a->pool = pool_new(dataset_index(a->ds), dataset_shards(a->ds), class_of, (uint32_t)ns->nclasses, &po);
+	a->pool = pool_new(dataset_index(a->ds), dataset_shards(a->ds),
+			   class_of, (uint32_t)ns->nclasses, &po);
 	free(class_of);
 	if (!a->pool) {
 		snprintf(err, errlen, "cannot start the echo pool: %s",

@@ -63,11 +63,14 @@ static void setup(void)
 	make_shards();
 	cr_assert_eq(dataset_global_init(), 0);
 	fx_server_start(&srv, root, tdir, NULL);
-	snprintf(src, sizeof(src), "http://127.0.0.1:%d/s{0..%d}.tar",
-		 srv.port, NSHARDS - 1);
+	snprintf(src, sizeof(src), "http://127.0.0.1:%d/s{0..%d}.tar", srv.port,
+		 NSHARDS - 1);
 	struct dataset_opts o = {
-		.source = src, .cache_dir = cdir, .cache_size = 64 << 20,
-		.connections = 4, .boot_retry_budget_s = 2,
+		.source = src,
+		.cache_dir = cdir,
+		.cache_size = 64 << 20,
+		.connections = 4,
+		.boot_retry_budget_s = 2,
 		.run_retry_budget_s = 5,
 	};
 	int r = dataset_open(&o, &ds, err, sizeof(err));
@@ -92,7 +95,10 @@ TestSuite(control, .init = setup, .fini = teardown, .timeout = 60);
 static struct control *exact_control(void)
 {
 	struct control_sources cs = {
-		.ns = ns, .ds = ds, .store = dataset_store(ds), .fc = &fc,
+		.ns = ns,
+		.ds = ds,
+		.store = dataset_store(ds),
+		.fc = &fc,
 		.tar_skipped = dataset_tar_skipped(ds),
 	};
 	return control_new(&cs);
@@ -118,7 +124,8 @@ static void expect_valid_json(const char *json)
 		cr_skip_test("no /usr/bin/python3 to check the JSON with");
 	char cmd[256];
 	snprintf(cmd, sizeof(cmd),
-		 "/usr/bin/python3 -c 'import json,sys; json.load(open(sys.argv[1]))' %s",
+		 "/usr/bin/python3 -c 'import json,sys; "
+		 "json.load(open(sys.argv[1]))' %s",
 		 path);
 	int st = system(cmd);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "invalid JSON:\n%s",
@@ -127,7 +134,8 @@ static void expect_valid_json(const char *json)
 
 static void expect_has(const char *text, const char *what)
 {
-	cr_expect_not_null(strstr(text, what), "missing %s in:\n%s", what, text);
+	cr_expect_not_null(strstr(text, what), "missing %s in:\n%s", what,
+			   text);
 }
 
 Test(control, stats_show_the_dataset_the_tree_and_the_counters)
@@ -253,7 +261,10 @@ Test(control, echo_mount_stats_and_config)
 {
 	struct pool *p = echo_pool();
 	struct control_sources cs = {
-		.ns = ns, .ds = ds, .store = dataset_store(ds), .fc = &fc,
+		.ns = ns,
+		.ds = ds,
+		.store = dataset_store(ds),
+		.fc = &fc,
 		.pool = p,
 	};
 	struct control *c = control_new(&cs);
@@ -284,7 +295,8 @@ static const struct {
 	const char *after;  /* config rendered afterwards */
 } writes[] = {
 	{"echo=2.5\necho_mode=fixed\n", 0, NULL, "echo=2.5\necho_mode=fixed\n"},
-	{"  echo=4  \r\n# a comment\n\n", 0, NULL, "echo=4\necho_mode=adaptive\n"},
+	{"  echo=4  \r\n# a comment\n\n", 0, NULL,
+	 "echo=4\necho_mode=adaptive\n"},
 	{"echo=0.5\n", -EINVAL, "bad echo", "echo=3\necho_mode=adaptive\n"},
 	{"echo=1001", -EINVAL, "bad echo", "echo=3\necho_mode=adaptive\n"},
 	{"echo=nan", -EINVAL, "bad echo", "echo=3\necho_mode=adaptive\n"},
@@ -302,8 +314,8 @@ Test(control, config_writes_apply_whole_or_not_at_all)
 {
 	for (size_t i = 0; i < ARRAY_SIZE(writes); i++) {
 		struct pool *p = echo_pool();
-		struct control_sources cs = {.ns = ns, .ds = ds, .fc = &fc,
-					     .pool = p};
+		struct control_sources cs = {
+			.ns = ns, .ds = ds, .fc = &fc, .pool = p};
 		struct control *c = control_new(&cs);
 		char err[256] = "";
 		int r = control_configure(c, writes[i].text,

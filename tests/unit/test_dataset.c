@@ -85,9 +85,13 @@ TestSuite(dataset, .init = setup, .fini = teardown, .timeout = 90);
 static struct dataset_opts opts_for(const char *src)
 {
 	return (struct dataset_opts){
-		.source = src, .cache_dir = cdir, .cache_size = 64 << 20,
-		.connections = 4, .boot_retry_budget_s = 2,
-		.run_retry_budget_s = 5, .range_after_s = 0,
+		.source = src,
+		.cache_dir = cdir,
+		.cache_size = 64 << 20,
+		.connections = 4,
+		.boot_retry_budget_s = 2,
+		.run_retry_budget_s = 5,
+		.range_after_s = 0,
 	};
 }
 
@@ -112,7 +116,8 @@ static const struct sample *by_key(const char *key, int *s_out)
 	int s, k;
 	char tail;
 	cr_assert_eq(sscanf(key, "s%d_%d%c", &s, &k, &tail), 2, "key %s", key);
-	cr_assert(s >= 0 && s < NSHARDS && k >= 0 && k < PER_SHARD, "key %s", key);
+	cr_assert(s >= 0 && s < NSHARDS && k >= 0 && k < PER_SHARD, "key %s",
+		  key);
 	*s_out = s;
 	return &samples[s][k];
 }
@@ -202,7 +207,8 @@ Test(dataset, bad_numbers_are_rejected_not_read)
 	char buf[16];
 
 	cr_assert_eq(dataset_read(ds, n, 0, sizeof(buf), buf), -EINVAL);
-	cr_assert_eq(dataset_read(ds, UINT32_MAX, 0, sizeof(buf), buf), -EINVAL);
+	cr_assert_eq(dataset_read(ds, UINT32_MAX, 0, sizeof(buf), buf),
+		     -EINVAL);
 	cr_assert_str_eq(dataset_key(ds, n), "");
 	cr_assert_eq(dataset_size(ds, n), 0);
 	cr_assert_eq(dataset_is_cached(ds, NSHARDS), 0);
@@ -264,8 +270,10 @@ Test(dataset, wrap_serves_the_table_without_readers)
 	struct index *ix = index_new();
 	uint32_t a = index_add_shard(ix, "http://h/a.tar", 4096, "");
 	uint32_t b = index_add_shard(ix, "http://h/b.tar", 8192, "");
-	cr_assert_eq(index_add_sample(ix, a, 512, 100, "cat", "x/one", "jpg"), 0);
-	cr_assert_eq(index_add_sample(ix, b, 1024, 200, "dog", "two", "png"), 0);
+	cr_assert_eq(index_add_sample(ix, a, 512, 100, "cat", "x/one", "jpg"),
+		     0);
+	cr_assert_eq(index_add_sample(ix, b, 1024, 200, "dog", "two", "png"),
+		     0);
 	struct dataset *ds = dataset_wrap(ix, NULL);
 	char buf[8];
 

@@ -8,7 +8,10 @@
 #include "common/util.h"
 #include "fs/errmap.h"
 
-#define ALL(e) {e, e, e, e}
+#define ALL(e)                                                                 \
+	{                                                                      \
+		e, e, e, e                                                     \
+	}
 
 /* internal error -> what lookup, open, read and write reply */
 static const struct {
@@ -63,7 +66,8 @@ Test(errmap, every_row_of_the_table)
 					       table[i].internal);
 			cr_expect_eq(got, table[i].want[op],
 				     "%s of internal %d (%s): got %d (%s), "
-				     "want %d", op_names[op], table[i].internal,
+				     "want %d",
+				     op_names[op], table[i].internal,
 				     strerror(table[i].internal < 0
 						      ? -table[i].internal
 						      : table[i].internal),
@@ -83,6 +87,6 @@ Test(errmap, a_reply_is_never_negative_nor_zero_for_an_error)
 Test(errmap, an_unknown_operation_gets_eio)
 {
 	cr_expect_eq(errmap_reply(ERRMAP_NOPS, -ENOENT), EIO);
-	cr_expect_eq(errmap_reply((enum errmap_op)-1, -ENOENT), EIO);
+	cr_expect_eq(errmap_reply((enum errmap_op) - 1, -ENOENT), EIO);
 	cr_expect_eq(errmap_reply(ERRMAP_NOPS, 0), 0);
 }
