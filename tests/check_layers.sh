@@ -29,6 +29,28 @@ forbid cache 'fs/|fuse|curl/' 'cache/ calls only fetch/ and common/'
 forbid fetch 'fs/|cache/|fuse' 'fetch/ calls only common/'
 forbid common 'fs/|cache/|fetch/|fuse|curl/' 'common/ is the bottom layer'
 
+# Nor through a header: every cache/ header fs/ includes, directly or through
+# other headers, is free of fetch/ and curl.
+seen=" "
+todo=$(grep -rhoE --include='*.c' --include='*.h' '#[[:space:]]*include[[:space:]]*"cache/[^"]+"' fs |
+	sed -E 's/.*"(.*)"/\1/' | sort -u)
+while [ -n "$todo" ]; do
+	next=""
+	for h in $todo; do
+		case "$seen" in *" $h "*) continue ;; esac
+		seen="$seen$h "
+		[ -f "$h" ] || continue
+		hits=$(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](fetch/|curl/)' "$h")
+		if [ -n "$hits" ]; then
+			printf '%s\n' "$hits" | sed "s|^|$h:|; s|\$|   <- included by fs/: no fetch/ through headers|"
+			BAD=1
+		fi
+		next="$next $(grep -hoE '#[[:space:]]*include[[:space:]]*"cache/[^"]+"' "$h" |
+			sed -E 's/.*"(.*)"/\1/')"
+	done
+	todo=$next
+done
+
 # TurboJPEG stays inside the transform (errors translated in one place).
 hits=$(grep -rnE --include='*.c' --include='*.h' \
 	'^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](turbojpeg|jpeglib)' \
