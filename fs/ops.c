@@ -154,7 +154,7 @@ static int file_size(struct fs_ctx *fs, uint32_t file, uint64_t *size)
 	}
 	r = outputs_get(fs->outputs, fs->ns->files[file].sample, &o);
 	if (r)
-		return -EIO;
+		return r; /* the reply's errno is errmap's choice */
 	*size = o->len;
 	outputs_put(fs->outputs, o);
 	return 0;
