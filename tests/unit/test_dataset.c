@@ -6,11 +6,14 @@
 #include "fetch/format/index.h"
 #include "fixtures.h"
 
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -216,12 +219,28 @@ Test(dataset, bad_numbers_are_rejected_not_read)
 	dataset_close(ds);
 }
 
+/* A loopback port nobody listens on: bound, read back, closed. */
+static int unused_port(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
 Test(dataset, unreachable_server_fails_the_open_with_a_reason)
 {
 	struct dataset *ds = NULL;
 	char err[512] = "";
-	/* Port 9 (discard) on loopback: nobody listens in the test machine. */
-	struct dataset_opts o = opts_for("http://127.0.0.1:9/s{0..2}.tar");
+	char src[96];
+	snprintf(src, sizeof(src), "http://127.0.0.1:%d/s{0..2}.tar",
+		 unused_port());
+	struct dataset_opts o = opts_for(src);
 	int r = dataset_open(&o, &ds, err, sizeof(err));
 
 	cr_assert_lt(r, 0);
