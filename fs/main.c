@@ -27,6 +27,7 @@
 #include "fs/bindings.h"
 #include "fs/control.h"
 #include "fs/daemon.h"
+#include "fs/metrics.h"
 #include "fs/namespace.h"
 #include "fs/ops.h"
 #include "fs/options.h"
@@ -56,6 +57,7 @@ struct app {
 	struct bindings *bind;
 	struct prep *prep;       /* preprocessing mounts only */
 	struct outputs *outputs; /* preprocessing exact mounts only */
+	struct metrics *metrics; /* -o metrics= only */
 	_Atomic uint64_t ingested;
 	struct fs_ctx fs;
 	struct fuse_session *se;
@@ -297,6 +299,9 @@ static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 		log_warn("no page-cache pusher: %s", strerror(errno));
 	a->fs.push = a->push;
 	init_ctx(a);
+	if (a->o.metrics &&
+	    !(a->metrics = metrics_start(a->o.metrics, a->ctl, err, errlen)))
+		return -EINVAL;
 	if (fuse_set_signal_handlers(a->se) != 0) {
 		snprintf(err, errlen, "cannot install signal handlers");
 		return -EINVAL;
@@ -326,6 +331,7 @@ static int loop(struct app *a)
 
 static void app_free(struct app *a)
 {
+	metrics_stop(a->metrics); /* it renders from the control */
 	push_free(a->push); /* it sends to the session */
 	if (a->se)
 		fuse_session_destroy(a->se);
