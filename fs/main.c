@@ -6,6 +6,7 @@
 #include <fuse_log.h>
 #include <fuse_lowlevel.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include "fs/bindings.h"
 #include "fs/control.h"
 #include "fs/daemon.h"
+#include "fs/metrics.h"
 #include "fs/namespace.h"
 #include "fs/ops.h"
 #include "fs/options.h"
@@ -48,24 +50,44 @@ struct app {
 	struct bindings *bind;
 	struct prep *prep;       /* preprocessing mounts only */
 	struct outputs *outputs; /* preprocessing exact mounts only */
+	struct metrics *metrics; /* -o metrics= only */
 	_Atomic uint64_t ingested;
 	struct fs_ctx fs;
 	struct fuse_session *se;
 };
 
+/* libfuse writes one line in several calls: the pieces are gathered here
+ * (under fuse_log_lock) and logged as one line. The last error line is kept
+ * for the one-line error of a failed start. */
+static pthread_mutex_t fuse_log_lock = PTHREAD_MUTEX_INITIALIZER;
+static char fuse_line[512];
+static char fuse_last_error[512];
+static int fuse_log_quiet; /* 1 while options are tried: keep, don't log */
+
 static void fuse_log_to_ours(enum fuse_log_level level, const char *fmt,
 			     va_list ap)
 {
-	char msg[512];
 	size_t n;
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	n = strlen(msg);
-	while (n && msg[n - 1] == '\n')
-		msg[--n] = '\0';
-	log_msg(level <= FUSE_LOG_ERR ? LOG_LEVEL_ERROR
-		: level <= FUSE_LOG_WARNING ? LOG_LEVEL_WARN
-		: level <= FUSE_LOG_INFO ? LOG_LEVEL_INFO : LOG_LEVEL_DEBUG,
-		"libfuse: %s", msg);
+
+	pthread_mutex_lock(&fuse_log_lock);
+	n = strlen(fuse_line);
+	vsnprintf(fuse_line + n, sizeof(fuse_line) - n, fmt, ap);
+	n = strlen(fuse_line);
+	if (n && fuse_line[n - 1] != '\n' && n + 1 < sizeof(fuse_line)) {
+		pthread_mutex_unlock(&fuse_log_lock);
+		return; /* more of this line to come */
+	}
+	while (n && fuse_line[n - 1] == '\n')
+		fuse_line[--n] = '\0';
+	if (level <= FUSE_LOG_ERR)
+		memcpy(fuse_last_error, fuse_line, n + 1);
+	if (!fuse_log_quiet)
+		log_msg(level <= FUSE_LOG_ERR ? LOG_LEVEL_ERROR
+			: level <= FUSE_LOG_WARNING ? LOG_LEVEL_WARN
+			: level <= FUSE_LOG_INFO ? LOG_LEVEL_INFO : LOG_LEVEL_DEBUG,
+			"libfuse: %s", fuse_line);
+	fuse_line[0] = '\0';
+	pthread_mutex_unlock(&fuse_log_lock);
 }
 
 /* Echo pool hook: what the pool keeps of a sample when preprocessing. */
@@ -231,7 +253,8 @@ static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 {
 	a->se = fuse_session_new(args, &fs_ops, sizeof(fs_ops), &a->fs);
 	if (!a->se) {
-		snprintf(err, errlen, "libfuse rejected the options (see the log)");
+		snprintf(err, errlen, "libfuse rejected the options: %s",
+			 fuse_last_error[0] ? fuse_last_error : "see the log");
 		return -EINVAL;
 	}
 	/* Before any request can arrive: handlers read fs.push unlocked.
@@ -241,6 +264,9 @@ static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 		log_warn("no page-cache pusher: %s", strerror(errno));
 	a->fs.push = a->push;
 	init_ctx(a);
+	if (a->o.metrics &&
+	    !(a->metrics = metrics_start(a->o.metrics, a->ctl, err, errlen)))
+		return -EINVAL;
 	if (fuse_set_signal_handlers(a->se) != 0) {
 		snprintf(err, errlen, "cannot install signal handlers");
 		return -EINVAL;
@@ -270,6 +296,7 @@ static int loop(struct app *a)
 
 static void app_free(struct app *a)
 {
+	metrics_stop(a->metrics); /* it renders from the control */
 	push_free(a->push); /* it sends to the session */
 	if (a->se)
 		fuse_session_destroy(a->se);
@@ -283,6 +310,35 @@ static void app_free(struct app *a)
 	ns_free(a->ns);
 	dataset_close(a->ds); /* stops the fetch threads */
 	options_free(&a->o);
+}
+
+/* Options echofs does not know go to libfuse: try them on a throwaway
+ * session now, so a typo in an fstab line fails at once, not after the
+ * index is built. */
+static int check_fuse_args(const struct fuse_args *args, char *err,
+			   size_t errlen)
+{
+	struct fuse_args copy = FUSE_ARGS_INIT(0, NULL);
+	struct fuse_lowlevel_ops none = {0};
+	struct fuse_session *se;
+
+	for (int i = 0; i < args->argc; i++)
+		if (fuse_opt_add_arg(&copy, args->argv[i]) != 0) {
+			fuse_opt_free_args(&copy);
+			snprintf(err, errlen, "out of memory");
+			return -ENOMEM;
+		}
+	fuse_log_quiet = 1;
+	se = fuse_session_new(&copy, &none, sizeof(none), NULL);
+	fuse_log_quiet = 0;
+	fuse_opt_free_args(&copy);
+	if (!se) {
+		snprintf(err, errlen, "%s", fuse_last_error[0] ? fuse_last_error
+			 : "libfuse rejected the options");
+		return -EINVAL;
+	}
+	fuse_session_destroy(se);
+	return 0;
 }
 
 /* Paths are resolved now: the daemon changes to "/". */
@@ -357,7 +413,8 @@ int main(int argc, char **argv)
 		r = 0;
 		goto out;
 	}
-	if (setup(&a, err, sizeof(err)) != 0 || dataset_global_init() != 0) {
+	if (check_fuse_args(&args, err, sizeof(err)) != 0 ||
+	    setup(&a, err, sizeof(err)) != 0 || dataset_global_init() != 0) {
 		fprintf(stderr, "echofs: error: %s\n", err[0] ? err : "cannot start libcurl");
 		r = 1;
 		goto out;

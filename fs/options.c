@@ -13,6 +13,7 @@
 
 #include "cache/echo/pool.h"
 #include "common/util.h"
+#include "fs/metrics.h"
 
 /* Raw strings as fuse_opt fills them; converted and checked afterwards. */
 struct raw_opts {
@@ -21,6 +22,7 @@ struct raw_opts {
 	char *echo, *echo_mode, *echo_window, *mem_size, *seed;
 	char *size, *crop, *flip, *augment, *format, *quality, *echo_stage;
 	char *threads, *max_pixels;
+	char *metrics;
 	char *positional[3];
 	int npositional;
 	int foreground, debug, help, version;
@@ -52,6 +54,7 @@ static const struct fuse_opt opt_spec[] = {
 	RAW("echo_stage", echo_stage),
 	RAW("threads", threads),
 	RAW("max_pixels", max_pixels),
+	RAW("metrics", metrics),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -138,6 +141,7 @@ static void raw_free(struct raw_opts *r)
 	free(r->echo_stage);
 	free(r->threads);
 	free(r->max_pixels);
+	free(r->metrics);
 	for (int i = 0; i < 3; i++)
 		free(r->positional[i]);
 	free(r->bad);
@@ -281,6 +285,8 @@ static int convert(struct raw_opts *r, struct fs_options *o, char *err,
 	}
 	if (r->debug)
 		o->log_level = LOG_LEVEL_DEBUG;
+	if (r->metrics && metrics_check_addr(r->metrics, err, errlen) != 0)
+		return -EINVAL;
 	int ret = convert_echo(r, o, err, errlen);
 	return ret ? ret : convert_prep(r, o, err, errlen);
 }
@@ -334,6 +340,7 @@ int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 	take(&o->index, &r.index);
 	take(&o->header_file, &r.header_file);
 	take(&o->log_file, &r.log_file);
+	take(&o->metrics, &r.metrics);
 	take(&o->cache_dir, &r.cache_dir);
 	if (!o->cache_dir)
 		o->cache_dir = default_cache_dir();
@@ -369,6 +376,7 @@ void options_free(struct fs_options *o)
 	free(o->index);
 	free(o->header_file);
 	free(o->log_file);
+	free(o->metrics);
 	memset(o, 0, sizeof(*o));
 }
 
@@ -417,6 +425,8 @@ void options_usage(FILE *f, const char *prog)
 "                       resized pixels) or after_augment (final bytes)\n"
 "  -o threads=N         decode worker threads (default: cores)\n"
 "  -o max_pixels=N      refuse images declaring more pixels (default 64000000)\n"
+"  -o metrics=ADDR:PORT serve Prometheus metrics at http://ADDR:PORT/metrics\n"
+"                       (PORT alone: 127.0.0.1; [::1]:PORT for IPv6)\n"
 "  -o allow_other       let other users read the mount (libfuse option)\n"
 "  -f                   stay in the foreground\n"
 "  -d                   debug: foreground, log_level=debug, libfuse tracing\n"

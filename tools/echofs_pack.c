@@ -347,8 +347,13 @@ static int tar_member(FILE *f, const char *name, const void *data, size_t len)
 /* Create the temp file that becomes `final` on commit. */
 static int out_open(struct shard_out *so, const char *final)
 {
-	snprintf(so->final, sizeof(so->final), "%s", final);
-	snprintf(so->tmp, sizeof(so->tmp), "%s.tmp.%ld", final, (long)getpid());
+	int n = snprintf(so->final, sizeof(so->final), "%s", final);
+	int m = snprintf(so->tmp, sizeof(so->tmp), "%s.tmp.%ld", final,
+			 (long)getpid());
+
+	if (n < 0 || (size_t)n >= sizeof(so->final) || m < 0 ||
+	    (size_t)m >= sizeof(so->tmp))
+		return fail("%s: path too long", final);
 	so->f = fopen(so->tmp, "wb");
 	if (!so->f)
 		return fail("%s: %s", so->tmp, strerror(errno));

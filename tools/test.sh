@@ -33,13 +33,17 @@ TMP=$(mktemp -d /tmp/echofs-test.XXXXXX)
 cleanup() { rm -rf "$TMP"; }
 trap cleanup EXIT
 
-bash tools/dev/setup.sh || { echo "test.sh: setup failed" >&2; exit 1; }
+MESON_ARGS=-Dwerror=true bash tools/dev/setup.sh ||
+	{ echo "test.sh: setup failed" >&2; exit 1; }
 BUILD=${BUILD_DIR:-build}
+# Warnings are errors for developers and CI (off by default for packagers).
+meson configure "$BUILD" -Dwerror=true >/dev/null || exit 1
+ninja -C "$BUILD" >"$TMP/build.log" 2>&1 || { cat "$TMP/build.log" >&2; exit 1; }
 if [ "$ASAN" -eq 1 ]; then
 	BUILD=${ASAN_BUILD_DIR:-build-asan}
 	if [ ! -f "$BUILD/build.ninja" ]; then
 		CC=clang meson setup "$BUILD" -Db_sanitize=address,undefined \
-			-Db_lundef=false >"$TMP/setup.log" 2>&1 ||
+			-Db_lundef=false -Dwerror=true >"$TMP/setup.log" 2>&1 ||
 			{ cat "$TMP/setup.log" >&2; exit 1; }
 	fi
 	ninja -C "$BUILD" >"$TMP/build.log" 2>&1 ||

@@ -2,6 +2,8 @@
  * PPM, area-average and bilinear resampling, crop and flip. */
 #include "cache/image/transform.h"
 
+#include "cache/image/pngdec.h"
+#include "cache/image/webpdec.h"
 #include "common/util.h"
 
 #include <errno.h>
@@ -85,7 +87,7 @@ static void *buf_get(struct scratch *sc, size_t n)
 	return sc ? scratch_get(sc, n) : malloc(n);
 }
 
-enum in_kind { IN_UNKNOWN, IN_JPEG, IN_PPM, IN_PNG };
+enum in_kind { IN_UNKNOWN, IN_JPEG, IN_PPM, IN_PNG, IN_WEBP };
 
 static int fail(char *why, size_t whylen, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
@@ -172,8 +174,10 @@ static enum in_kind sniff(const uint8_t *p, size_t len)
 		return IN_JPEG;
 	if (len >= 2 && p[0] == 'P' && p[1] == '6')
 		return IN_PPM;
-	if (len >= 8 && !memcmp(p, "\x89PNG\r\n\x1a\n", 8))
+	if (pngdec_sniff(p, len))
 		return IN_PNG;
+	if (webpdec_sniff(p, len))
+		return IN_WEBP;
 	return IN_UNKNOWN;
 }
 
@@ -348,6 +352,43 @@ static int decode_ppm(const uint8_t *p, size_t len, uint64_t maxpx,
 	return 0;
 }
 
+/* PNG and WebP: the header's size, held to the pixel cap. */
+static int probe_other(enum in_kind k, const uint8_t *p, size_t len,
+		       uint64_t maxpx, unsigned *w, unsigned *h, char *why,
+		       size_t whylen)
+{
+	int r = k == IN_PNG ? pngdec_probe(p, len, w, h, why, whylen)
+			    : webpdec_probe(p, len, w, h, why, whylen);
+	if (r < 0)
+		return r;
+	if ((uint64_t)*w * *h > cap_of(maxpx))
+		return fail(why, whylen, -EFBIG, "%ux%u is above max_pixels",
+			    *w, *h);
+	return 0;
+}
+
+static int decode_other(enum in_kind k, const uint8_t *p, size_t len,
+			uint64_t maxpx, struct image *out, struct scratch *sc,
+			char *why, size_t whylen)
+{
+	unsigned w, h;
+	int r = probe_other(k, p, len, maxpx, &w, &h, why, whylen);
+
+	if (r < 0)
+		return r;
+	r = image_alloc(out, w, h, sc);
+	if (r < 0)
+		return fail(why, whylen, r, "no memory for %ux%u", w, h);
+	r = k == IN_PNG ? pngdec_decode(p, len, out->rgb, w, h, why, whylen)
+			: webpdec_decode(p, len, out->rgb, w, h, why, whylen);
+	if (r < 0) {
+		if (!sc)
+			free(out->rgb);
+		memset(out, 0, sizeof(*out));
+	}
+	return r;
+}
+
 int transform_probe(struct transform_ctx *tc, const void *in, size_t len,
 		    uint64_t max_pixels, unsigned *w, unsigned *h, char *why,
 		    size_t whylen)
@@ -363,10 +404,10 @@ int transform_probe(struct transform_ctx *tc, const void *in, size_t len,
 		*h = ph.h;
 		return r;
 	}
-	if (k == IN_PNG)
-		return fail(why, whylen, -ENOTSUP, "PNG input not supported");
+	if (k == IN_PNG || k == IN_WEBP)
+		return probe_other(k, p, len, max_pixels, w, h, why, whylen);
 	if (k != IN_JPEG)
-		return fail(why, whylen, -EBADMSG, "not a JPEG or PPM");
+		return fail(why, whylen, -EBADMSG, "not a JPEG, PNG, WebP or PPM");
 	tjhandle tj = get_dec(tc);
 	if (!tj)
 		return fail(why, whylen, -ENOMEM, "TurboJPEG init failed");
@@ -467,9 +508,11 @@ static int decode_any(struct transform_ctx *tc, const void *in, size_t len,
 	case IN_PPM:
 		return decode_ppm(in, len, max_pixels, out, sc, why, whylen);
 	case IN_PNG:
-		return fail(why, whylen, -ENOTSUP, "PNG input not supported");
+	case IN_WEBP:
+		return decode_other(sniff(in, len), in, len, max_pixels, out, sc,
+				    why, whylen);
 	default:
-		return fail(why, whylen, -EBADMSG, "not a JPEG or PPM");
+		return fail(why, whylen, -EBADMSG, "not a JPEG, PNG, WebP or PPM");
 	}
 }
 
@@ -1098,7 +1141,7 @@ static int apply_decoded(struct transform_ctx *tc,
 		transform_flip(&res);
 	enum transform_format f = o->format;
 	if (f == TF_SAME)
-		f = sniff(in, inlen) == IN_PPM ? TF_PPM : TF_JPEG;
+		f = sniff(in, inlen) == IN_PPM ? TF_PPM : TF_JPEG; /* JPEG or PPM */
 	r = encode_as(tc, f, o->quality, &res, out, outlen);
 	ctx_trim(tc);
 	if (r < 0)
@@ -1126,6 +1169,13 @@ int transform_apply(struct transform_ctx *tc, const struct transform_opts *opts,
 	if (check_opts(opts) < 0 || !in)
 		return fail(why, whylen, -EINVAL, "bad options");
 	enum in_kind k = sniff(in, inlen);
+	if (opts->format == TF_SAME && (k == IN_PNG || k == IN_WEBP)) {
+		if (!opts->size && !opts->crop && !opts->flip_prob_half)
+			return copy_input(in, inlen, out, outlen, why, whylen);
+		return fail(why, whylen, -ENOTSUP, "format=same cannot re-encode "
+			    "%s: use format=jpeg or format=ppm",
+			    k == IN_PNG ? "PNG" : "WebP");
+	}
 	int same = opts->format == TF_SAME ||
 		   (opts->format == TF_JPEG && k == IN_JPEG) ||
 		   (opts->format == TF_PPM && k == IN_PPM);

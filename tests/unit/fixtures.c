@@ -238,3 +238,25 @@ void fx_server_stop(struct fx_server *s)
 		s->pid = 0;
 	}
 }
+
+uint8_t *fx_load_data(const char *name, size_t *len)
+{
+	const char *dir = getenv("ECHOFS_TEST_DATA");
+	char path[1024];
+	struct stat st;
+	uint8_t *b;
+	FILE *f;
+
+	if (!dir)
+		cr_skip_test("ECHOFS_TEST_DATA not set (run through meson test)");
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "rb");
+	cr_assert_not_null(f, "missing fixture %s", path);
+	cr_assert_eq(fstat(fileno(f), &st), 0);
+	b = malloc((size_t)st.st_size + 1);
+	cr_assert_not_null(b);
+	*len = fread(b, 1, (size_t)st.st_size, f);
+	cr_assert_eq(*len, (size_t)st.st_size, "short read of %s", path);
+	fclose(f);
+	return b;
+}

@@ -38,6 +38,10 @@ void fx_repo_root(char *out, size_t n);
  * any error, including a failed close. */
 void fx_write_file(const char *path, const void *data, size_t n);
 
+/* The bytes of tests/data/<name> in a new buffer (caller frees); skips the
+ * test when $ECHOFS_TEST_DATA is unset, fails it when the file is missing. */
+uint8_t *fx_load_data(const char *name, size_t *len);
+
 /* A running tests/fault_server.py: its pid (0 when none) and its port. */
 struct fx_server {
 	pid_t pid;

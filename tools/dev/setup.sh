@@ -2,7 +2,8 @@
 # setup.sh - install what echofs needs on Debian 12 (only what is missing),
 # make sure /dev/fuse exists, then configure and build into build/.
 #   tools/dev/setup.sh [--bench]      --bench also installs rclone (benchmark peer)
-# BUILD_DIR (default build) picks the build directory. Run as root on a fresh
+# BUILD_DIR (default build) picks the build directory; MESON_ARGS are passed
+# to a first `meson setup` (tools/test.sh: -Dwerror=true). Run as root on a fresh
 # machine; later runs only rebuild.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -12,6 +13,10 @@ PKGS=(gcc libc6-dev pkg-config meson ninja-build
       libfuse3-dev fuse3 libcurl4-openssl-dev libturbojpeg0-dev
       libjpeg62-turbo-dev zlib1g-dev libcriterion-dev clang
       nginx-light dataset-fashion-mnist python3-pil python3-numpy python3-pytest kmod)
+# The Prometheus endpoint (libmicrohttpd) and its test (a real Prometheus).
+PKGS+=(libmicrohttpd-dev prometheus python3-prometheus-client)
+# PNG and WebP input.
+PKGS+=(libspng-dev libwebp-dev)
 [ "${1:-}" = "--bench" ] && PKGS+=(rclone)
 
 say() { echo "setup: $*"; }
@@ -60,7 +65,8 @@ build() {
 	local log
 	log=$(mktemp)
 	if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-		if ! meson setup "$BUILD_DIR" >"$log" 2>&1; then
+		# shellcheck disable=SC2086 # MESON_ARGS is a list of options
+		if ! meson setup "$BUILD_DIR" ${MESON_ARGS:-} >"$log" 2>&1; then
 			cat "$log" >&2; rm -f "$log"; return 1
 		fi
 	fi

@@ -7,6 +7,7 @@ files are made by patching or hand-assembling JPEG markers (see below)."""
 import io
 import os
 import struct
+import zlib
 
 from PIL import Image, ImageDraw
 
@@ -74,6 +75,70 @@ def scan_bomb():
     return bytes(out)
 
 
+def png(im, **kw):
+    b = io.BytesIO()
+    im.save(b, "PNG", **kw)
+    return b.getvalue()
+
+
+def webp(im, **kw):
+    b = io.BytesIO()
+    im.save(b, "WEBP", **kw)
+    return b.getvalue()
+
+
+def png_chunk(kind, data):
+    body = kind + data
+    return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+
+def png_ihdr_claiming(w, h):
+    """A valid small PNG whose IHDR (CRC fixed up) claims w x h."""
+    b = bytearray(png(Image.new("L", (4, 4), 7)))
+    ihdr = bytearray(b[16:29])
+    ihdr[0:8] = struct.pack(">II", w, h)
+    b[16:29] = ihdr
+    b[29:33] = struct.pack(">I", zlib.crc32(b"IHDR" + bytes(ihdr)))
+    return bytes(b)
+
+
+def png_and_webp():
+    """PNG (libspng) and WebP (libwebp) inputs: every colour type, alpha,
+    16-bit, and hostile files (truncated, bad CRC, huge declared sizes,
+    animation)."""
+    put("rgb.png", png(photo(40, 30)))
+    put("gray.png", png(photo(40, 30).convert("L")))
+    put("palette.png", png(photo(40, 30).convert("P", palette=Image.ADAPTIVE)))
+    g16 = Image.new("I;16", (8, 8))
+    g16.putdata([0x8000 + 0x100 * i for i in range(64)])
+    put("gray16.png", png(g16))
+    rgba = Image.new("RGBA", (4, 4), (200, 100, 50, 128))
+    rgba.putpixel((0, 0), (255, 255, 255, 0))
+    put("rgba.png", png(rgba))
+    ok = png(photo(40, 30))
+    put("truncated.png", ok[:len(ok) * 6 // 10])
+    bad = bytearray(ok)
+    bad[40] ^= 0x55  # inside IDAT: its CRC no longer matches
+    put("badcrc.png", bytes(bad))
+    put("huge.png", png_ihdr_claiming(20000, 20000))   # 400 MP > max_pixels
+    put("toowide.png", png_ihdr_claiming(70000, 4))    # a side > 65500
+    # A zTXt chunk inflating to 64 MiB before IDAT: a bomb for any decoder
+    # that keeps ancillary chunks.
+    z = zlib.compress(b"\0" * (64 << 20), 9)
+    put("ztxtbomb.png", ok[:33] + png_chunk(b"zTXt", b"bomb\0\0" + z) + ok[33:])
+    put("photo.webp", webp(photo(64, 48), quality=90))
+    wa = Image.new("RGBA", (4, 4), (200, 100, 50, 128))
+    wa.putpixel((0, 0), (255, 255, 255, 0))
+    put("alpha.webp", webp(wa, lossless=True))
+    w = webp(photo(64, 48), quality=90)
+    put("truncated.webp", w[:len(w) // 2])
+    frames = [photo(16, 16), photo(16, 16).transpose(Image.FLIP_LEFT_RIGHT)]
+    b = io.BytesIO()
+    frames[0].save(b, "WEBP", save_all=True, append_images=frames[1:],
+                   duration=100)
+    put("animated.webp", b.getvalue())
+
+
 def main():
     pic = photo(500, 375)
     base = jpeg(pic, quality=85, subsampling=2)  # 4:2:0
@@ -121,6 +186,7 @@ def main():
     b = io.BytesIO()
     photo(8, 8).save(b, "PNG")
     put("tiny.png", b.getvalue())
+    png_and_webp()
 
 
 if __name__ == "__main__":
