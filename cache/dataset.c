@@ -30,6 +30,11 @@ int dataset_global_init(void)
 	return http_global_init() == 0 ? 0 : -EIO;
 }
 
+const char *dataset_net_version(void)
+{
+	return http_version();
+}
+
 static struct http *open_http(const struct dataset_opts *o, double budget,
 			      char *err, size_t errlen)
 {

@@ -60,6 +60,9 @@ struct dataset;
  * state). Returns 0 or -EIO. */
 int dataset_global_init(void);
 
+/* The network library's version line (libcurl, its TLS backend; static). */
+const char *dataset_net_version(void);
+
 /* Open the dataset of o->source: the HTTP client, the disk store under
  * o->cache_dir (without one, with a logged warning, when it can't be
  * opened), the index (given, cached, beside the shards or built; see

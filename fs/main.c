@@ -18,6 +18,7 @@
 #include "cache/dataset.h"
 #include "cache/echo/pool.h"
 #include "cache/image/prep.h"
+#include "cache/image/transform.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fs/bindings.h"
@@ -312,6 +313,16 @@ static void app_free(struct app *a)
 	options_free(&a->o);
 }
 
+static void print_version(void)
+{
+	char img[256];
+
+	transform_versions(img, sizeof(img));
+	printf("echofs %s\nlibfuse %s, libmicrohttpd %s\n%s\n%s\n",
+	       ECHOFS_VERSION, fuse_pkgversion(), metrics_version(), img,
+	       dataset_net_version());
+}
+
 /* Options echofs does not know go to libfuse: try them on a throwaway
  * session now, so a typo in an fstab line fails at once, not after the
  * index is built. */
@@ -409,7 +420,7 @@ int main(int argc, char **argv)
 		if (a.o.show_help)
 			options_usage(stdout, argv[0]);
 		else
-			printf("echofs %s (libfuse %s)\n", ECHOFS_VERSION, fuse_pkgversion());
+			print_version();
 		r = 0;
 		goto out;
 	}

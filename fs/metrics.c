@@ -251,6 +251,11 @@ struct metrics *metrics_start(const char *spec, struct control *ctl,
 	return m;
 }
 
+const char *metrics_version(void)
+{
+	return MHD_get_version();
+}
+
 void metrics_stop(struct metrics *m)
 {
 	if (!m)

@@ -29,6 +29,9 @@ int metrics_check_addr(const char *spec, char *err, size_t errlen);
  * outlive the server. Returns NULL with a one-line reason in err. */
 struct metrics *metrics_start(const char *spec, struct control *ctl,
 			      char *err, size_t errlen);
+/* libmicrohttpd's version (static string). */
+const char *metrics_version(void);
+
 /* Stop listening and free. Accepts NULL. */
 void metrics_stop(struct metrics *m);
 

@@ -431,7 +431,7 @@ void options_usage(FILE *f, const char *prog)
 "  -f                   stay in the foreground\n"
 "  -d                   debug: foreground, log_level=debug, libfuse tracing\n"
 "  -h, --help           this help\n"
-"  -V, --version        version\n"
+"  -V, --version        versions of echofs and of the libraries it uses\n"
 "\n"
 "The mount is read-only (ro,nosuid,nodev; an echo mount is rw for the kernel\n"
 "only so that MOUNTPOINT/.echofs/config can be written). Statistics:\n"

@@ -12,7 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <jconfig.h> /* LIBJPEG_TURBO_VERSION_NUMBER */
+#include <spng.h>
 #include <turbojpeg.h>
+#include <webp/decode.h>
 
 /* Every decode and lossless transform runs with these: a scan bomb (> 500
  * progressive scans) and any libjpeg warning (truncation, corrupt data) are
@@ -101,6 +104,16 @@ static int fail(char *why, size_t whylen, int err, const char *fmt, ...)
 		va_end(ap);
 	}
 	return err;
+}
+
+void transform_versions(char *buf, size_t len)
+{
+	int w = WebPGetDecoderVersion();
+	snprintf(buf, len, "libjpeg-turbo %d.%d.%d, libspng %s, libwebp %d.%d.%d",
+		 LIBJPEG_TURBO_VERSION_NUMBER / 1000000,
+		 LIBJPEG_TURBO_VERSION_NUMBER / 1000 % 1000,
+		 LIBJPEG_TURBO_VERSION_NUMBER % 1000, spng_version_string(),
+		 (w >> 16) & 0xff, (w >> 8) & 0xff, w & 0xff);
 }
 
 struct transform_ctx *transform_ctx_new(void)

@@ -68,6 +68,10 @@ struct image {
 	uint8_t *rgb;
 };
 
+/* The image libraries in use, e.g. "libjpeg-turbo 2.1.5, libspng 0.7.3,
+ * libwebp 1.2.4" (libjpeg-turbo's as built against), into buf. */
+void transform_versions(char *buf, size_t len);
+
 /* Per-thread TurboJPEG state (see DESIGN). */
 struct transform_ctx;
 

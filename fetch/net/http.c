@@ -351,6 +351,11 @@ static double or_default(double v, double def)
 	return v > 0 ? v : def;
 }
 
+const char *http_version(void)
+{
+	return curl_version();
+}
+
 struct http *http_new(const struct http_opts *o, char *err, size_t errlen)
 {
 	struct http *h = xcalloc(1, sizeof(*h));

@@ -80,6 +80,10 @@ int http_global_init(void);
 struct http *http_new(const struct http_opts *o, char *err, size_t errlen);
 void http_free(struct http *h);
 
+/* libcurl's version line: libcurl, its TLS backend and the libraries it
+ * uses (static string). */
+const char *http_version(void);
+
 /* Size (from Content-Length of a HEAD, or, when HEAD has none or is refused
  * with 405/501, the total of a 0-0 range GET) and ETag (strong or weak,
  * quotes kept; "" if none) of url. */

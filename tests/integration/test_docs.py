@@ -43,3 +43,15 @@ def test_tool_flags_agree(tool):
     assert helped, "no long flag in %s --help" % tool
     assert helped == man, "%s: only in --help %s, only in man %s" % (
         tool, sorted(helped - man), sorted(man - helped))
+
+
+def test_version_names_the_libraries():
+    r = subprocess.run([ECHOFS, "--version"], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 0
+    out = r.stdout
+    assert out.startswith("echofs ")
+    for lib in ("libfuse ", "libmicrohttpd ", "libjpeg-turbo ", "libspng ",
+                "libwebp ", "libcurl/"):
+        assert lib in out, "%r missing from --version: %s" % (lib, out)
+    # libcurl's line names its TLS backend.
+    assert re.search(r"(OpenSSL|GnuTLS|wolfSSL|mbedTLS)/", out), out
