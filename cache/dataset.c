@@ -30,6 +30,11 @@ int dataset_global_init(void)
 	return http_global_init() == 0 ? 0 : -EIO;
 }
 
+const char *dataset_redact(const char *url, char *buf, size_t buflen)
+{
+	return http_redact(url, buf, buflen);
+}
+
 const char *dataset_net_version(void)
 {
 	return http_version();

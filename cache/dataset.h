@@ -60,6 +60,10 @@ struct dataset;
  * state). Returns 0 or -EIO. */
 int dataset_global_init(void);
 
+/* url with its userinfo and query string replaced by "***" (see
+ * http_redact), into buf; returns buf. For anything shown to a user. */
+const char *dataset_redact(const char *url, char *buf, size_t buflen);
+
 /* The network library's version line (libcurl, its TLS backend; static). */
 const char *dataset_net_version(void);
 

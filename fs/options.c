@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cache/echo/pool.h"
+#include "cache/dataset.h"
 #include "common/util.h"
 #include "fs/metrics.h"
 
@@ -291,6 +292,26 @@ static int convert(struct raw_opts *r, struct fs_options *o, char *err,
 	return ret ? ret : convert_prep(r, o, err, errlen);
 }
 
+/* The forced mount options, with the source (credentials and query
+ * removed) as fsname, so /proc/mounts and df name what is mounted as sshfs
+ * and rclone do. fuse_opt splits on ',' and reads '\\' as an escape. */
+static int add_mount_opts(struct fuse_args *args, const struct fs_options *o)
+{
+	char red[1024], opts[2300];
+	size_t n = (size_t)snprintf(opts, sizeof(opts), "%s,nosuid,nodev,"
+				    "subtype=echofs,fsname=",
+				    o->echo_mount ? "rw" : "ro");
+
+	dataset_redact(o->source, red, sizeof(red));
+	for (const char *p = red; *p && n + 3 < sizeof(opts); p++) {
+		if (*p == ',' || *p == '\\')
+			opts[n++] = '\\';
+		opts[n++] = *p;
+	}
+	opts[n] = '\0';
+	return fuse_opt_add_arg(args, opts);
+}
+
 static void take(char **dst, char **src)
 {
 	*dst = *src;
@@ -349,9 +370,7 @@ int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 	 * .echofs/config can be written; echofs itself refuses every other
 	 * write with EROFS. */
 	if (fuse_opt_add_arg(args, "-o") ||
-	    fuse_opt_add_arg(args, o->echo_mount
-				   ? "rw,nosuid,nodev,fsname=echofs,subtype=echofs"
-				   : "ro,nosuid,nodev,fsname=echofs,subtype=echofs")) {
+	    add_mount_opts(args, o)) {
 		snprintf(err, errlen, "out of memory");
 		ret = -ENOMEM;
 		goto out;

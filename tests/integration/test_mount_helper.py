@@ -76,6 +76,7 @@ def test_mount_t_fuse_echofs(nginx, dataset, helper_mount, tmp_path):
                        timeout=120)
     assert r.returncode == 0, "mount failed: %s %s" % (r.stdout, r.stderr)
     ent = check_mounted(helper_mount, dataset)
+    assert ent[0] == source_of(nginx.url, "test"), "fsname %s" % ent[0]
     assert "allow_other" in ent[3] or "allow_other" in open("/proc/self/mountinfo").read()
     r = subprocess.run(["umount", helper_mount], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

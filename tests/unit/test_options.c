@@ -158,3 +158,21 @@ Test(options, echo_one_is_an_exact_mount)
 	options_free(&o);
 	fuse_opt_free_args(&a);
 }
+
+/* /proc/mounts and df name the source, without credentials or query, with
+ * the commas fuse_opt would split on escaped. */
+Test(options, fsname_is_the_redacted_source)
+{
+	const char *argv[] = {"echofs", "https://u:secret@h/a,b/{0..1}.tar?tok=x",
+			      "/mnt", NULL};
+	struct fs_options o;
+	struct fuse_args a;
+	char err[256];
+
+	cr_assert_eq(parse(3, argv, &o, &a, err), 0, "%s", err);
+	cr_assert(has_arg(&a, "fsname=https://***@h/a\\,b/{0..1}.tar?***"));
+	cr_assert_not(has_arg(&a, "secret"));
+	cr_assert_not(has_arg(&a, "tok=x"));
+	options_free(&o);
+	fuse_opt_free_args(&a);
+}
