@@ -128,6 +128,61 @@ fail:
 	return r;
 }
 
+static int count_bytes(void *ud, const void *data, size_t len)
+{
+	(void)data;
+	*(uint64_t *)ud += len;
+	return 0;
+}
+
+/* Stat and stream url, timing the body. */
+static int time_shard(struct http *h, const char *url, struct dataset_check *c,
+		      char *err, size_t errlen)
+{
+	char etag[HTTP_ETAG_MAX], red[512];
+	uint64_t size, got = 0;
+	double t0 = now_mono();
+	int r = http_stat(h, url, &size, etag, sizeof(etag));
+
+	if (!r)
+		r = http_stream(h, url, etag, size, count_bytes, &got);
+	c->shard_s = now_mono() - t0;
+	c->shard_bytes = got;
+	if (r)
+		snprintf(err, errlen, "cannot fetch shard %s: %s",
+			 http_redact(url, red, sizeof(red)), strerror(-r));
+	return r;
+}
+
+int dataset_check(const struct dataset_opts *o, struct dataset_check *out,
+		  char *err, size_t errlen)
+{
+	struct resolve_opts ro = {
+		.source = o->source, .index = o->index,
+		.cache_dir = o->cache_dir, .jobs = o->connections,
+		.look_only = 1,
+	};
+	struct resolve_info info;
+	struct index *ix = NULL;
+	struct http *h = open_http(o, o->boot_retry_budget_s, err, errlen);
+	int r;
+
+	memset(out, 0, sizeof(*out));
+	if (!h)
+		return -EINVAL;
+	r = resolve_open(&ro, h, NULL, &ix, &info, err, errlen);
+	out->shards = info.nshards;
+	out->index_from = info.index_from;
+	if (r == 0 || r == -ENOENT) {
+		out->samples = ix ? ix->nsamples : 0;
+		r = time_shard(h, ix ? ix->shards[0].url : info.first_shard, out,
+			       err, errlen);
+	}
+	index_free(ix);
+	http_free(h);
+	return r;
+}
+
 struct dataset *dataset_wrap(const struct index *ix, struct shards *sh)
 {
 	struct dataset *ds;

@@ -75,6 +75,23 @@ const char *dataset_net_version(void);
  * in err. */
 int dataset_open(const struct dataset_opts *o, struct dataset **out, char *err,
 		 size_t errlen);
+/* What echofs --check reports: SOURCE read, an index looked for (never
+ * built), the first shard fetched whole and timed. */
+struct dataset_check {
+	size_t shards;          /* shards SOURCE lists */
+	const char *index_from; /* "option", "cache", "beside" or "none" */
+	size_t samples;         /* in the index, 0 without one */
+	uint64_t shard_bytes;   /* of the first shard */
+	double shard_s;         /* seconds to fetch it */
+};
+
+/* Check o->source without mounting and without writing the cache: the
+ * shard list, the index (given, cached or beside the shards), one whole
+ * shard. Returns 0, or -errno with a one-line reason in err (URLs
+ * redacted; out holds what was found before the failure). */
+int dataset_check(const struct dataset_opts *o, struct dataset_check *out,
+		  char *err, size_t errlen);
+
 /* A dataset over parts that exist already, all borrowed and outliving it:
  * ix is required; sh may be NULL (then reads fail with -ENXIO and nothing
  * is cached). For tests and tools. Returns NULL with errno set. */

@@ -187,18 +187,24 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 
 /* Everything before the mount: the dataset (HTTP, cache, index, shard
  * readers), the tree, the echo pool or the preprocessing. */
-static int prepare(struct app *a, char *err, size_t errlen)
+static struct dataset_opts dataset_opts_of(const struct fs_options *o)
 {
-	struct dataset_opts dopt = {
-		.source = a->o.source, .index = a->o.index,
-		.cache_dir = a->o.cache_dir, .cache_size = a->o.cache_size,
-		.connections = a->o.connections,
-		.header_file = a->o.header_file,
+	struct dataset_opts d = {
+		.source = o->source, .index = o->index,
+		.cache_dir = o->cache_dir, .cache_size = o->cache_size,
+		.connections = o->connections,
+		.header_file = o->header_file,
 		.boot_retry_budget_s = BOOT_RETRY_BUDGET_S,
 		.run_retry_budget_s = RUN_RETRY_BUDGET_S,
 		.range_after_s = RANGE_AFTER_S,
 		.progress = 1,
 	};
+	return d;
+}
+
+static int prepare(struct app *a, char *err, size_t errlen)
+{
+	struct dataset_opts dopt = dataset_opts_of(&a->o);
 	int r;
 
 	r = dataset_open(&dopt, &a->ds, err, errlen);
@@ -323,6 +329,43 @@ static void print_version(void)
 	       dataset_net_version());
 }
 
+/* echofs --check SOURCE: what a mount would find, on stdout. */
+static int check_source(const struct fs_options *o)
+{
+	static const char *const where[][2] = {
+		{"option", "the index= option"}, {"cache", "the cache_dir copy"},
+		{"beside", "beside the shards"},
+		{"none", "none: a mount would build one by reading every shard"},
+	};
+	struct dataset_opts d = dataset_opts_of(o);
+	struct dataset_check c;
+	char err[1024] = "", red[1024];
+	const char *from = "not looked for";
+	int r;
+
+	d.progress = 0;
+	r = dataset_check(&d, &c, err, sizeof(err));
+	printf("source: %s (%zu shards)\n",
+	       dataset_redact(o->source, red, sizeof(red)), c.shards);
+	for (size_t i = 0; c.index_from && i < 4; i++)
+		if (strcmp(c.index_from, where[i][0]) == 0)
+			from = where[i][1];
+	if (c.index_from && c.samples)
+		printf("index: %s, %zu samples\n", from, c.samples);
+	else if (c.index_from)
+		printf("index: %s\n", from);
+	if (c.shard_bytes)
+		printf("first shard: %.1f MB in %.2f s (%.1f MB/s)\n",
+		       (double)c.shard_bytes / 1e6, c.shard_s,
+		       c.shard_s > 0 ? (double)c.shard_bytes / 1e6 / c.shard_s : 0);
+	if (r) {
+		fprintf(stderr, "echofs: error: %s\n", err);
+		return 1;
+	}
+	printf("ok\n");
+	return 0;
+}
+
 /* Options echofs does not know go to libfuse: try them on a throwaway
  * session now, so a typo in an fstab line fails at once, not after the
  * index is built. */
@@ -380,7 +423,8 @@ static int absolutize(char **path, int must_exist, char *err, size_t errlen)
 static int setup(struct app *a, char *err, size_t errlen)
 {
 	int r;
-	if ((r = absolutize(&a->o.mountpoint, 1, err, errlen)) ||
+	if ((a->o.mountpoint &&
+	     (r = absolutize(&a->o.mountpoint, 1, err, errlen))) ||
 	    (r = absolutize(&a->o.cache_dir, 0, err, errlen)))
 		return r;
 	if (a->o.header_file && (r = absolutize(&a->o.header_file, 0, err, errlen)))
@@ -422,6 +466,12 @@ int main(int argc, char **argv)
 		else
 			print_version();
 		r = 0;
+		goto out;
+	}
+	if (a.o.check) {
+		r = setup(&a, err, sizeof(err)) != 0 || dataset_global_init() != 0
+			    ? (fprintf(stderr, "echofs: error: %s\n", err), 1)
+			    : check_source(&a.o);
 		goto out;
 	}
 	if (check_fuse_args(&args, err, sizeof(err)) != 0 ||

@@ -26,11 +26,11 @@ struct raw_opts {
 	char *metrics;
 	char *positional[3];
 	int npositional;
-	int foreground, debug, help, version;
+	int foreground, debug, help, version, check;
 	char *bad; /* first unknown dash option, for the error */
 };
 
-enum { KEY_HELP, KEY_VERSION, KEY_FOREGROUND, KEY_DEBUG };
+enum { KEY_HELP, KEY_VERSION, KEY_FOREGROUND, KEY_DEBUG, KEY_CHECK };
 
 #define RAW(name, field) {name "=%s", offsetof(struct raw_opts, field), 0}
 static const struct fuse_opt opt_spec[] = {
@@ -60,6 +60,7 @@ static const struct fuse_opt opt_spec[] = {
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
 	FUSE_OPT_KEY("--version", KEY_VERSION),
+	FUSE_OPT_KEY("--check", KEY_CHECK),
 	FUSE_OPT_KEY("-f", KEY_FOREGROUND),
 	FUSE_OPT_KEY("-d", KEY_DEBUG),
 	FUSE_OPT_KEY("debug", KEY_DEBUG),
@@ -83,6 +84,9 @@ static int opt_proc(void *data, const char *arg, int key,
 		return 0;
 	case KEY_VERSION:
 		r->version = 1;
+		return 0;
+	case KEY_CHECK:
+		r->check = 1;
 		return 0;
 	case KEY_FOREGROUND:
 		r->foreground = 1;
@@ -340,6 +344,7 @@ int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 	o->show_version = r.version;
 	o->foreground = r.foreground;
 	o->debug = r.debug;
+	o->check = r.check;
 	if (r.help || r.version) {
 		ret = 0;
 		goto out;
@@ -348,7 +353,12 @@ int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 		snprintf(err, errlen, "unknown option '%s' (see --help)", r.bad);
 		goto out;
 	}
-	if (r.npositional != 2) {
+	if (r.check && r.npositional != 1) {
+		snprintf(err, errlen, "--check takes SOURCE alone, got %d argument%s",
+			 r.npositional, r.npositional == 1 ? "" : "s");
+		goto out;
+	}
+	if (!r.check && r.npositional != 2) {
 		snprintf(err, errlen, "expected SOURCE and MOUNTPOINT, got %d argument%s",
 			 r.npositional, r.npositional == 1 ? "" : "s");
 		goto out;
@@ -357,7 +367,8 @@ int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 	if (ret)
 		goto out;
 	take(&o->source, &r.positional[0]);
-	take(&o->mountpoint, &r.positional[1]);
+	if (!r.check)
+		take(&o->mountpoint, &r.positional[1]);
 	take(&o->index, &r.index);
 	take(&o->header_file, &r.header_file);
 	take(&o->log_file, &r.log_file);
@@ -451,6 +462,9 @@ void options_usage(FILE *f, const char *prog)
 "  -d                   debug: foreground, log_level=debug, libfuse tracing\n"
 "  -h, --help           this help\n"
 "  -V, --version        versions of echofs and of the libraries it uses\n"
+"      --check          with SOURCE alone: say whether the source is\n"
+"                       reachable, which index a mount would use, and how\n"
+"                       fast a shard comes; mounts nothing, writes nothing\n"
 "\n"
 "The mount is read-only (ro,nosuid,nodev; an echo mount is rw for the kernel\n"
 "only so that MOUNTPOINT/.echofs/config can be written). Statistics:\n"

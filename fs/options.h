@@ -42,6 +42,7 @@ struct fs_options {
 	int debug;
 	int show_help;
 	int show_version;
+	int check;         /* --check: SOURCE alone, no mount */
 };
 
 /* Parse argv. Our options are removed from `args`, which keeps what libfuse

@@ -314,9 +314,15 @@ int resolve_open(const struct resolve_opts *o, struct http *h,
 	r = shard_list(o, h, &l, err, errlen);
 	if (r)
 		goto out;
+	info->nshards = l.n;
+	snprintf(info->first_shard, sizeof(info->first_shard), "%s", l.urls[0]);
 	if (o->cache_dir)
 		cached_index_path(o->cache_dir, &l, cached, sizeof(cached));
 	r = find_index(o, h, &l, cached, out, info, err, errlen);
+	if (r == -ENOENT && o->look_only) {
+		info->index_from = "none";
+		goto out;
+	}
 	if (r == -ENOENT) {
 		info->index_from = "built";
 		r = build_index(o, h, st, &l, out, &info->tar_skipped, err,
@@ -330,8 +336,9 @@ int resolve_open(const struct resolve_opts *o, struct http *h,
 		goto out;
 	/* Keep a copy for later mounts, unless it came from there or the
 	 * user names it each time. */
-	if (cached[0] && (strcmp(info->index_from, "built") == 0 ||
-			  strcmp(info->index_from, "beside") == 0))
+	if (cached[0] && !o->look_only &&
+	    (strcmp(info->index_from, "built") == 0 ||
+	     strcmp(info->index_from, "beside") == 0))
 		save_cached(cached, *out);
 	r = probe(h, st, *out, err, errlen);
 out:

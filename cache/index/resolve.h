@@ -17,11 +17,16 @@ struct resolve_opts {
 	const char *cache_dir; /* for the cached index; NULL: none */
 	unsigned jobs;         /* shards indexed at a time */
 	int progress;          /* show a progress line on stderr */
+	/* Look only (echofs --check): never build or save an index; -ENOENT
+	 * (with info filled) when none is found. */
+	int look_only;
 };
 
 struct resolve_info {
 	const char *index_from; /* "option", "cache", "beside", "built" (static) */
 	uint64_t tar_skipped;   /* members skipped while building, else 0 */
+	size_t nshards;         /* shards SOURCE lists */
+	char first_shard[1024]; /* the first of them (with its credentials) */
 };
 
 /* The index for SOURCE. Its shard list must equal SOURCE's. Unless every
