@@ -187,7 +187,7 @@ static int fill_attr(struct fs_ctx *fs, fuse_ino_t ino, struct stat *st,
 		if (!sn)
 			return -ENOMEM;
 		st->st_mode = S_IFREG |
-			      (ino == NS_INO_CONFIG && fs->pool ? 0644 : 0444);
+			      (ino == NS_INO_CONFIG && fs->pool ? 0600 : 0444);
 		st->st_nlink = 1;
 		st->st_size = (off_t)sn->len;
 		st->st_mtim = st->st_ctim = sn->when;
@@ -382,8 +382,20 @@ static void fs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 	do_readdir(req, ino, size, off, 1);
 }
 
+/* Only the mounting user steers a mount: the daemon checks the caller
+ * itself instead of trusting default_permissions alone. */
+static int may_steer(fuse_req_t req, const struct fs_ctx *fs)
+{
+	const struct fuse_ctx *c = fuse_req_ctx(req);
+	if (c->uid == fs->uid)
+		return 0;
+	log_warn(".echofs/config: write by uid %u refused (mount of uid %u)",
+		 (unsigned)c->uid, (unsigned)fs->uid);
+	return -EACCES;
+}
+
 /* Echo mounts open files for real: bindings and control files. */
-static int open_echo(struct fs_ctx *fs, fuse_ino_t ino,
+static int open_echo(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 		     struct fuse_file_info *fi)
 {
 	uint32_t num;
@@ -393,6 +405,9 @@ static int open_echo(struct fs_ctx *fs, fuse_ino_t ino,
 	if (ns_kind_of(fs->ns, ino, &num) == NS_CONTROL_FILE) {
 		if ((fi->flags & O_ACCMODE) != O_RDONLY && ino != NS_INO_CONFIG)
 			return -EACCES;
+		if ((fi->flags & O_ACCMODE) != O_RDONLY &&
+		    (r = may_steer(req, fs)) != 0)
+			return r;
 		fi->direct_io = 1;
 		return 0;
 	}
@@ -417,7 +432,7 @@ static void fs_op_open(fuse_req_t req, fuse_ino_t ino,
 	int r;
 
 	if (fs->bind) {
-		r = open_echo(fs, ino, fi);
+		r = open_echo(req, fs, ino, fi);
 		if (r)
 			fuse_reply_err(req, -r);
 		else if (fuse_reply_open(req, fi) == -ENOENT && fi->fh)
@@ -488,6 +503,10 @@ static void fs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		fuse_reply_err(req, EROFS);
 		return;
 	}
+	if (may_steer(req, fs) != 0) {
+		fuse_reply_err(req, EACCES);
+		return;
+	}
 	if (fill_entry(fs, ino, &e, 1) != 0) {
 		fuse_reply_err(req, ENOMEM);
 		return;
@@ -506,6 +525,10 @@ static void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 
 	if (ino != NS_INO_CONFIG) {
 		fuse_reply_err(req, EROFS);
+		return;
+	}
+	if ((r = may_steer(req, fs)) != 0) {
+		fuse_reply_err(req, -r);
 		return;
 	}
 	r = control_configure(fs->ctl, buf, size, err, sizeof(err));

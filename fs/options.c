@@ -340,11 +340,14 @@ int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 	/* Read-only whatever the user passes: later -o values win in libfuse,
 	 * so these go last. An echo mount is not "ro" for the kernel, so that
 	 * .echofs/config can be written; echofs itself refuses every other
-	 * write with EROFS. */
+	 * write with EROFS. default_permissions makes the kernel check modes
+	 * (config is 0600, the mounting user's) before echofs checks the uid. */
 	if (fuse_opt_add_arg(args, "-o") ||
 	    fuse_opt_add_arg(args, o->echo_mount
-				   ? "rw,nosuid,nodev,fsname=echofs,subtype=echofs"
-				   : "ro,nosuid,nodev,fsname=echofs,subtype=echofs")) {
+				   ? "rw,nosuid,nodev,default_permissions,"
+				     "fsname=echofs,subtype=echofs"
+				   : "ro,nosuid,nodev,default_permissions,"
+				     "fsname=echofs,subtype=echofs")) {
 		snprintf(err, errlen, "out of memory");
 		ret = -ENOMEM;
 		goto out;

@@ -1,0 +1,104 @@
+"""test_security.py - who may steer a mount, secrets that must stay in
+memory, decode memory, names and reporting (issue 10)."""
+
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+import helpers
+from helpers import Mount
+
+PLAIN_USER = "echofs_plain"
+
+
+def plain_user():
+    """(uid, gid) of a plain user made with useradd for these tests."""
+    try:
+        pw = pwd.getpwnam(PLAIN_USER)
+    except KeyError:
+        r = subprocess.run(["useradd", "--system", "--no-create-home",
+                            "--shell", "/usr/sbin/nologin", PLAIN_USER],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip("cannot add a plain user: %s" % r.stderr.strip())
+        pw = pwd.getpwnam(PLAIN_USER)
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is missing")
+    return pw.pw_uid, pw.pw_gid
+
+
+def as_user(uid, gid, script, caps=()):
+    """Run a shell script as uid:gid with no groups (and, if given, these
+    capabilities kept as ambient ones)."""
+    cmd = ["setpriv", "--reuid=%d" % uid, "--regid=%d" % gid, "--clear-groups"]
+    if caps:
+        c = ",".join("+" + x for x in caps)
+        cmd += ["--inh-caps=" + c, "--ambient-caps=" + c]
+    return subprocess.run(cmd + ["sh", "-c", script], capture_output=True,
+                          text=True, timeout=30)
+
+
+@pytest.fixture
+def open_mount(tmp_path):
+    """Like mounter, but under a world-traversable directory, so that
+    another user can reach the mountpoint (pytest's tmp dirs are 0700)."""
+    top = tempfile.mkdtemp(prefix="echofs-sec-", dir="/tmp")
+    os.chmod(top, 0o755)
+    mounts = []
+
+    def make(source, opts):
+        m = Mount(top, source, os.path.join(str(tmp_path), "cache%d" % len(mounts)),
+                  opts, "mnt%d" % len(mounts))
+        os.chmod(m.dir, 0o755)
+        mounts.append(m)
+        r = m.start()
+        assert r.returncode == 0, "echofs failed: %s\n%s" % (r.stderr, m.log()[-3000:])
+        return m
+
+    yield make
+    for m in mounts:
+        m.umount()
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def echo_of(m):
+    with open(m.path(".echofs", "config")) as f:
+        for line in f:
+            if line.startswith("echo="):
+                return float(line.split("=", 1)[1])
+    return None
+
+
+def test_other_user_cannot_steer_an_allow_other_mount(open_mount, fault_server):
+    uid, gid = plain_user()
+    m = open_mount(fault_server.source, {"index": fault_server.index, "echo": 3,
+                                         "allow_other": None})
+    cfg = m.path(".echofs", "config")
+    st = os.stat(cfg)
+    assert st.st_uid == os.getuid(), "config owned by uid %d" % st.st_uid
+    assert st.st_mode & 0o777 == 0o600, "config mode %o" % (st.st_mode & 0o777)
+    mounted = helpers.mount_entry(m.mnt)
+    assert "default_permissions" in mounted[3], mounted[3]
+    # The plain user can read the tree (allow_other) ...
+    r = as_user(uid, gid, "ls '%s' >/dev/null" % m.mnt)
+    assert r.returncode == 0, r.stderr
+    # ... but not change the echo factor: refused with EACCES, unchanged.
+    r = as_user(uid, gid, "echo echo=7 > '%s'" % cfg)
+    assert r.returncode != 0, "a plain user changed the config"
+    assert "Permission denied" in r.stderr, r.stderr
+    assert echo_of(m) == 3
+    # The daemon refuses it too, not only the kernel: a user whom the kernel
+    # lets through (CAP_DAC_OVERRIDE) still gets EACCES.
+    r = as_user(uid, gid, "echo echo=7 > '%s'" % cfg, caps=("dac_override",))
+    assert r.returncode != 0, "the daemon took a write from uid %d" % uid
+    assert "Permission denied" in r.stderr, r.stderr
+    assert "uid %d refused" % uid in m.log(), m.log()[-2000:]
+    assert echo_of(m) == 3
+    # The owner still can.
+    with open(cfg, "w") as f:
+        f.write("echo=2\n")
+    assert echo_of(m) == 2
