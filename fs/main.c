@@ -373,6 +373,46 @@ static int setup(struct app *a, char *err, size_t errlen)
 	return 0;
 }
 
+/* Blank userinfo and query strings of the URLs in one argument, in place
+ * (the tail is zeroed), so that ps and /proc/PID/cmdline no longer show
+ * them. In an -o list a ',' ends a URL. */
+static void wipe_url_secrets(char *s, int in_opts)
+{
+	size_t len = strlen(s), w = 0, r = 0;
+	const char *sep;
+
+	while ((sep = strstr(s + r, "://")) != NULL) {
+		size_t upto = (size_t)(sep - s) + 3, n, at = 0;
+		memmove(s + w, s + r, upto - r);
+		w += upto - r;
+		r = upto;
+		n = strcspn(s + r, in_opts ? "/?#," : "/?#");
+		for (size_t k = 0; k < n; k++)
+			if (s[r + k] == '@')
+				at = k + 1; /* the last '@' ends the userinfo */
+		r += at;
+		n = strcspn(s + r, in_opts ? "?#," : "?#");
+		memmove(s + w, s + r, n);
+		w += n;
+		r += n;
+		if (s[r] == '?' || s[r] == '#')
+			r += strcspn(s + r, in_opts ? "," : "");
+	}
+	memmove(s + w, s + r, len - r);
+	w += len - r;
+	memset(s + w, 0, len - w);
+}
+
+/* After parsing: the daemon keeps its own copies of SOURCE and -o values. */
+static void wipe_argv_secrets(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		int in_opts = strcmp(argv[i - 1], "-o") == 0 ||
+			      (strncmp(argv[i], "-o", 2) == 0 && argv[i][2]);
+		wipe_url_secrets(argv[i], in_opts);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -387,6 +427,7 @@ int main(int argc, char **argv)
 		r = 1;
 		goto out;
 	}
+	wipe_argv_secrets(argc, argv);
 	if (a.o.show_help || a.o.show_version) {
 		if (a.o.show_help)
 			options_usage(stdout, argv[0]);

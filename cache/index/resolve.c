@@ -145,14 +145,36 @@ static void cached_index_path(const char *cache_dir,
 			      size_t buflen)
 {
 	uint64_t hsh = hash64("echofs-index", 12, l->n);
-	for (size_t i = 0; i < l->n; i++)
-		hsh = hash64(l->urls[i], strlen(l->urls[i]) + 1, hsh);
+	/* Without credentials: a new token finds the same cached index. */
+	for (size_t i = 0; i < l->n; i++) {
+		char *u = http_strip_secrets(l->urls[i]);
+		hsh = hash64(u, strlen(u) + 1, hsh);
+		free(u);
+	}
 	snprintf(buf, buflen, "%s/index/%016llx.echofs-index", cache_dir,
 		 (unsigned long long)hsh);
 }
 
-/* The index must describe exactly SOURCE's shards, in order. */
-static int check_matches(const struct index *ix, const struct shardlist *l,
+/* Equal once userinfo and query are stripped from both. */
+static int same_shard_url(const char *a, const char *b)
+{
+	char *sa, *sb;
+	int same;
+
+	if (strcmp(a, b) == 0)
+		return 1;
+	sa = http_strip_secrets(a);
+	sb = http_strip_secrets(b);
+	same = strcmp(sa, sb) == 0;
+	free(sa);
+	free(sb);
+	return same;
+}
+
+/* The index must describe exactly SOURCE's shards, in order. Indexes are
+ * stored without credentials: a match takes SOURCE's URL, which the
+ * daemon keeps in memory only. */
+static int check_matches(struct index *ix, const struct shardlist *l,
 			 const char *what, char *err, size_t errlen)
 {
 	char red[512];
@@ -162,6 +184,11 @@ static int check_matches(const struct index *ix, const struct shardlist *l,
 		return -EINVAL;
 	}
 	for (size_t i = 0; i < l->n; i++) {
+		if (strcmp(ix->shards[i].url, l->urls[i]) != 0 &&
+		    same_shard_url(ix->shards[i].url, l->urls[i])) {
+			index_set_url(ix, (uint32_t)i, l->urls[i]);
+			continue;
+		}
 		if (strcmp(ix->shards[i].url, l->urls[i]) != 0) {
 			snprintf(err, errlen,
 				 "%s does not match SOURCE at shard %zu (%s)",
@@ -219,7 +246,7 @@ static int build_index(const struct resolve_opts *o, struct http *h,
 	return r;
 }
 
-static void save_cached(const char *path, const struct index *ix)
+static void save_cached(const char *path, struct index *ix)
 {
 	char dir[4096];
 	snprintf(dir, sizeof(dir), "%s", path);
@@ -227,7 +254,21 @@ static void save_cached(const char *path, const struct index *ix)
 	if (slash)
 		*slash = '\0';
 	mkdir(dir, 0700);
+	/* The copy on disk holds no credential: URLs stripped for the write
+	 * (nothing else uses the index yet), and only its owner reads it. */
+	const char **kept = xmalloc((ix->nshards + 1) * sizeof(*kept));
+	for (size_t i = 0; i < ix->nshards; i++) {
+		kept[i] = ix->shards[i].url;
+		ix->shards[i].url = http_strip_secrets(kept[i]);
+	}
 	int r = index_save(ix, path);
+	if (r == 0 && chmod(path, 0600) != 0)
+		r = -errno;
+	for (size_t i = 0; i < ix->nshards; i++) {
+		free((char *)ix->shards[i].url);
+		ix->shards[i].url = kept[i];
+	}
+	free(kept);
 	if (r)
 		log_warn("cannot keep the index in %s: %s", dir, strerror(-r));
 }

@@ -4,7 +4,8 @@
  * Entry file layout ("<dir>/shards/<16 hex of hash64(key)>.shard"):
  *   data        `size` bytes, the shard itself
  *   crcs        nblocks x u32 LE, zlib crc32 of each STORE_BLOCK of data
- *   key         keylen bytes, "url|etag|size", no NUL
+ *   key         keylen bytes, "url|etag|size" (url without userinfo
+ *               or query: see http_strip_secrets), no NUL
  *   tail        TAIL_SIZE bytes: magic[16] ("ECHOFS-STORE-1", NUL padded),
  *               u64 size, u64 nblocks, u32 keylen, u32 crc32 of everything
  *               from the first block crc up to and including keylen.
@@ -27,6 +28,7 @@
 #include "cache/store/store.h"
 
 #include "common/util.h"
+#include "fetch/net/http.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -169,11 +171,15 @@ static int write_full(int fd, const void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
+/* The URL without userinfo or query: footers hold no credential, and a
+ * mount with a new token finds the same entries. */
 static char *make_key(const char *url, const char *etag, uint64_t size)
 {
-	size_t n = strlen(url) + strlen(etag ? etag : "") + 24;
+	char *u = http_strip_secrets(url);
+	size_t n = strlen(u) + strlen(etag ? etag : "") + 24;
 	char *k = xmalloc(n);
-	snprintf(k, n, "%s|%s|%" PRIu64, url, etag ? etag : "", size);
+	snprintf(k, n, "%s|%s|%" PRIu64, u, etag ? etag : "", size);
+	free(u);
 	return k;
 }
 

@@ -1078,3 +1078,27 @@ const char *http_redact(const char *url, char *buf, size_t buflen)
 		put(buf, buflen, &at, p[n] == '?' ? "?***" : "#***", 4);
 	return buf;
 }
+
+char *http_strip_secrets(const char *url)
+{
+	const char *sep = strstr(url, "://"), *auth, *auth_end, *from;
+	char *out = xmalloc(strlen(url) + 1);
+	size_t n = 0;
+
+	if (!sep) {
+		memcpy(out, url, strlen(url) + 1);
+		return out;
+	}
+	auth = sep + 3;
+	auth_end = auth + strcspn(auth, "/?#");
+	from = auth;
+	for (const char *q = auth; q < auth_end; q++)
+		if (*q == '@')
+			from = q + 1; /* the last '@' ends the userinfo */
+	memcpy(out, url, (size_t)(auth - url));
+	n = (size_t)(auth - url);
+	size_t rest = strcspn(from, "?#");
+	memcpy(out + n, from, rest);
+	out[n + rest] = '\0';
+	return out;
+}

@@ -118,4 +118,11 @@ void http_get_stats(struct http *h, struct http_stats *out);
  * "***" markers), truncated to fit. Returns buf. */
 const char *http_redact(const char *url, char *buf, size_t buflen);
 
+/* The URL as it may be stored or published: without userinfo, query string
+ * and fragment (a path without "://" is returned unchanged). Indexes, cache
+ * keys and cache file names use this form, so nothing on disk holds a
+ * credential and a new token still finds the same entries. Returns a new
+ * string (caller frees). */
+char *http_strip_secrets(const char *url);
+
 #endif

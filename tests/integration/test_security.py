@@ -102,3 +102,78 @@ def test_other_user_cannot_steer_an_allow_other_mount(open_mount, fault_server):
     with open(cfg, "w") as f:
         f.write("echo=2\n")
     assert echo_of(m) == 2
+
+
+SECRETS = (b"s3cretpw", b"TOPSECRET", b"Z9token")
+
+
+def secret_source(base_url, token):
+    """The test split's SOURCE with userinfo and a query token in it."""
+    user = base_url.replace("http://", "http://reader:s3cretpw@")
+    return helpers.source_of(user, "test") + "?sig=TOPSECRET&k=" + token
+
+
+def assert_no_secret(what, data):
+    for s in SECRETS:
+        assert s not in data, "%s shows %r" % (what, s)
+
+
+def test_secrets_stay_in_memory(mounter, nginx, tmp_path):
+    cache = str(tmp_path / "cache")
+    src = secret_source(nginx.url, "Z9token")
+    m = mounter(src, cache_dir=cache, opts={"log_level": "debug"})
+    files = sorted(helpers.list_paths(m.mnt))
+    assert files, "empty tree"
+    with open(m.path(files[0]), "rb") as f:
+        assert f.read()
+    pids = helpers.echofs_pids(m.mnt)
+    assert pids, "no daemon found for %s" % m.mnt
+    for pid in pids:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            assert_no_secret("/proc/%d/cmdline" % pid, f.read())
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True).stdout
+    assert_no_secret("ps", ps)
+    for name in ("stats", "stats.prom"):
+        with open(m.path(".echofs", name), "rb") as f:
+            assert_no_secret(name, f.read())
+    m.umount()
+    assert_no_secret("the debug log", m.log().encode())
+    seen = 0
+    for dirpath, _, names in os.walk(cache):
+        for n in names:
+            p = os.path.join(dirpath, n)
+            mode = os.stat(p).st_mode & 0o777
+            assert mode == 0o600, "%s has mode %o" % (p, mode)
+            with open(p, "rb") as f:
+                assert_no_secret(p, f.read())
+            seen += 1
+    assert seen > 1, "nothing was cached"
+    # Another token, same cache: the cached shards are found again.
+    m2 = mounter(secret_source(nginx.url, "other"), cache_dir=cache,
+                 name="again")
+    assert sorted(helpers.list_paths(m2.mnt)) == files
+    with open(m2.path(files[0]), "rb") as f:
+        assert f.read()
+    st = m2.stats()
+    assert st["bytes_fetched"] == 0, "cache not reused: %r" % st
+    assert st["cache_hits"] > 0
+
+
+def test_echofs_index_strips_credentials(mounter, nginx, tmp_path):
+    out = str(tmp_path / "test.echofs-index")
+    src = secret_source(nginx.url, "Z9token")
+    r = subprocess.run([os.path.join(helpers.BUILD, "tools", "echofs-index"),
+                        "-o", out, src], capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert b"strip" in r.stderr, "no warning: %r" % r.stderr
+    assert_no_secret("echofs-index's stderr", r.stderr + r.stdout)
+    with open(out, "rb") as f:
+        text = f.read()
+    assert_no_secret("the index", text)
+    assert b"S\t" + nginx.url.encode() + b"/test/test-000000.tar\t" in text
+    # echofs takes that index for the SOURCE with credentials.
+    m = mounter(src, opts={"index": out})
+    assert m.stats()["samples"] > 0
+    files = sorted(helpers.list_paths(m.mnt))
+    with open(m.path(files[-1]), "rb") as f:
+        assert f.read()

@@ -861,6 +861,31 @@ Test(http_offline, redact_table)
 	cr_expect_eq(http_redact("https://h/", tiny, 0), tiny);
 }
 
+Test(http_offline, strip_secrets_table)
+{
+	static const struct {
+		const char *in;
+		const char *out;
+	} cases[] = {
+		{"https://h/a/b.tar", "https://h/a/b.tar"},
+		{"https://user:pw@h/x.tar", "https://h/x.tar"},
+		{"https://user@h:8443/x?t=1", "https://h:8443/x"},
+		{"https://h/x.tar?X-Amz-Signature=abc&t=1", "https://h/x.tar"},
+		{"https://h/x.tar#frag", "https://h/x.tar"},
+		{"https://u:p@h?sig=1", "https://h"},
+		{"https://h/p@q/x", "https://h/p@q/x"}, /* '@' in the path */
+		{"https://a@b@h/x", "https://h/x"},
+		{"/local/path?x=1", "/local/path?x=1"}, /* not a URL */
+		{"", ""},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *got = http_strip_secrets(cases[i].in);
+		cr_expect_str_eq(got, cases[i].out, "%s", cases[i].in);
+		free(got);
+	}
+}
+
 Test(http_offline, bad_arguments)
 {
 	struct http_opts o = {0};
