@@ -6,6 +6,7 @@
 #include <fuse_log.h>
 #include <fuse_lowlevel.h>
 #include <limits.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,10 +129,18 @@ static int start_prep(struct app *a, char *err, size_t errlen)
 		.flip_prob_half = random && a->o.flip,
 		.format = (enum transform_format)a->o.format,
 		.quality = (int)a->o.quality, .max_pixels = a->o.max_pixels,
+		.decode_mem = a->o.decode_mem,
 	};
 
 	if (a->o.flip && !random)
 		log_warn("flip=1 needs an echo mount with augment=1; ignored");
+	/* decode_mem bounds what the workers hold at once; it bounds the RSS
+	 * only if freed buffers go back to the system. glibc's dynamic mmap
+	 * threshold (raised up to 32 MB by each free) would serve libjpeg's
+	 * tens-of-MB coefficient arrays from per-thread heaps that are kept;
+	 * a fixed threshold (this call turns the dynamic one off) keeps them
+	 * mmap'd, returned on free. */
+	mallopt(M_MMAP_THRESHOLD, 8 << 20);
 	a->prep = prep_new(&tf, a->o.threads);
 	if (!a->prep) {
 		snprintf(err, errlen, "cannot start decode workers: %s",
@@ -247,6 +256,7 @@ static void init_ctx(struct app *a)
 	};
 	fs_ctx_init(&a->fs);
 	a->fs.ns = a->ns;
+	a->fs.read_failed = xcalloc(a->ns->nfiles ? a->ns->nfiles : 1, 1);
 	a->fs.sh = a->sh;
 	a->fs.pool = a->pool;
 	a->fs.bind = a->bind;

@@ -26,6 +26,7 @@
 #include "fs/ops.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,16 @@ void fs_ctx_destroy(struct fs_ctx *fs)
 	for (size_t i = 0; i < ARRAY_SIZE(fs->snap); i++)
 		snap_unref(fs, fs->snap[i]);
 	pthread_mutex_destroy(&fs->snap_lock);
+	free((void *)fs->read_failed);
+	fs->read_failed = NULL;
+}
+
+/* errors.read counts files whose reads fail, once each. */
+static void count_read_error(struct fs_ctx *fs, uint32_t file)
+{
+	if (fs->read_failed && atomic_exchange(&fs->read_failed[file], 1))
+		return;
+	fs->counters.read_errors++;
 }
 
 /* Forget the rendering of control file ino (after a change). */
@@ -630,7 +641,7 @@ static void read_output(fuse_req_t req, struct fs_ctx *fs, uint32_t file,
 	int r = outputs_get(fs->outputs, fs->ns->files[file].sample, &o);
 
 	if (r) {
-		fs->counters.read_errors++;
+		count_read_error(fs, file);
 		fuse_reply_err(req, EIO);
 		return;
 	}
@@ -717,7 +728,7 @@ static void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	r = read_sample(fs, num, size, off, &buf);
 	if (r < 0) {
-		fs->counters.read_errors++;
+		count_read_error(fs, num);
 		fuse_reply_err(req, (int)-r);
 	} else {
 		fs->counters.bytes_served += (uint64_t)r;

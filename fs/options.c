@@ -20,7 +20,7 @@ struct raw_opts {
 	char *log_level, *log_file;
 	char *echo, *echo_mode, *echo_window, *mem_size, *seed;
 	char *size, *crop, *flip, *augment, *format, *quality, *echo_stage;
-	char *threads, *max_pixels;
+	char *threads, *max_pixels, *decode_mem;
 	char *positional[3];
 	int npositional;
 	int foreground, debug, help, version;
@@ -52,6 +52,7 @@ static const struct fuse_opt opt_spec[] = {
 	RAW("echo_stage", echo_stage),
 	RAW("threads", threads),
 	RAW("max_pixels", max_pixels),
+	RAW("decode_mem", decode_mem),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -138,6 +139,7 @@ static void raw_free(struct raw_opts *r)
 	free(r->echo_stage);
 	free(r->threads);
 	free(r->max_pixels);
+	free(r->decode_mem);
 	for (int i = 0; i < 3; i++)
 		free(r->positional[i]);
 	free(r->bad);
@@ -246,6 +248,12 @@ static int convert_prep(struct raw_opts *r, struct fs_options *o, char *err,
 	if (r->max_pixels && (parse_u64(r->max_pixels, &o->max_pixels) ||
 			      o->max_pixels == 0)) {
 		snprintf(err, errlen, "bad max_pixels '%s'", r->max_pixels);
+		return -EINVAL;
+	}
+	if (r->decode_mem && (parse_size(r->decode_mem, &o->decode_mem) ||
+			      o->decode_mem < (16u << 20))) {
+		snprintf(err, errlen, "bad decode_mem '%s' (at least 16M)",
+			 r->decode_mem);
 		return -EINVAL;
 	}
 	o->preprocess = o->size || o->crop || o->flip || o->format;
@@ -420,6 +428,8 @@ void options_usage(FILE *f, const char *prog)
 "                       resized pixels) or after_augment (final bytes)\n"
 "  -o threads=N         decode worker threads (default: cores)\n"
 "  -o max_pixels=N      refuse images declaring more pixels (default 64000000)\n"
+"  -o decode_mem=SIZE   memory the decode workers may use at once (default\n"
+"                       256M); an image needing more alone fails with EIO\n"
 "  -o allow_other       let other users read the mount (libfuse option)\n"
 "  -f                   stay in the foreground\n"
 "  -d                   debug: foreground, log_level=debug, libfuse tracing\n"

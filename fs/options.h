@@ -37,6 +37,7 @@ struct fs_options {
 	int format;        /* enum transform_format */
 	int after_augment; /* echo_stage=after_augment */
 	uint64_t max_pixels;
+	uint64_t decode_mem; /* 0: TRANSFORM_DEFAULT_DECODE_MEM */
 	int foreground;
 	int debug;
 	int show_help;

@@ -1,11 +1,13 @@
 """test_security.py - who may steer a mount, secrets that must stay in
 memory, decode memory, names and reporting (issue 10)."""
 
+import errno
 import os
 import pwd
 import shutil
 import subprocess
 import tempfile
+import time
 
 import pytest
 
@@ -177,3 +179,118 @@ def test_echofs_index_strips_credentials(mounter, nginx, tmp_path):
     files = sorted(helpers.list_paths(m.mnt))
     with open(m.path(files[-1]), "rb") as f:
         assert f.read()
+
+
+BIG_SIDE = 8000
+BIG_FILES = 6
+
+
+def progressive_jpeg(path):
+    """A progressive 8000x8000 4:2:0 JPEG of about a megabyte: smooth
+    gradients with a little noise, made with PIL at test time."""
+    try:
+        from PIL import Image
+    except ImportError:
+        pytest.skip("python3-pil is missing (apt-get install python3-pil)")
+    small = Image.effect_noise((500, 500), 6).convert("L")
+    grad = Image.linear_gradient("L").resize((500, 500))
+    img = Image.merge("RGB", (small, grad, grad.rotate(90)))
+    img = img.resize((BIG_SIDE, BIG_SIDE), Image.BILINEAR)
+    img.save(path, "JPEG", quality=85, progressive=True)
+
+
+@pytest.fixture(scope="module")
+def big_jpegs(tmp_path_factory):
+    """www/big/big-000000.tar: six progressive 8000x8000 JPEGs, served by
+    a private nginx."""
+    import tarfile
+    root = str(tmp_path_factory.mktemp("bigjpeg"))
+    www = os.path.join(root, "www", "big")
+    os.makedirs(www)
+    jpg = os.path.join(root, "big.jpg")
+    progressive_jpeg(jpg)
+    with tarfile.open(os.path.join(www, "big-000000.tar"), "w",
+                      format=tarfile.USTAR_FORMAT) as t:
+        for i in range(BIG_FILES):
+            t.add(jpg, "s%02d.jpg" % i)
+            cls = os.path.join(root, "cls")
+            with open(cls, "w") as f:
+                f.write("1")
+            t.add(cls, "s%02d.cls" % i)
+    import nginx as nginx_mod
+    srv = nginx_mod.Nginx(os.path.join(root, "www"), os.path.join(root, "nginx"))
+    try:
+        yield srv.url + "/big/big-{000000..000000}.tar", os.path.getsize(jpg)
+    finally:
+        srv.stop()
+
+
+def rss_mb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
+def read_all_at_once(m, files):
+    """Read every file in its own thread; (results, peak daemon RSS MB)."""
+    import threading
+    pid = helpers.echofs_pids(m.mnt)[0]
+    results, peak, done = {}, [rss_mb(pid)], threading.Event()
+
+    def reader(rel):
+        try:
+            with open(m.path(rel), "rb") as f:
+                results[rel] = f.read()
+        except OSError as e:
+            results[rel] = e
+
+    def sampler():
+        while not done.is_set():
+            peak[0] = max(peak[0], rss_mb(pid))
+            time.sleep(0.02)
+
+    s = threading.Thread(target=sampler)
+    s.start()
+    ts = [threading.Thread(target=reader, args=(rel,)) for rel in files]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    done.set()
+    s.join()
+    return results, peak[0]
+
+
+PREP = {"size": 64, "crop": 56, "format": "ppm", "threads": BIG_FILES}
+
+
+def test_decode_memory_is_bounded(mounter, big_jpegs):
+    source, size = big_jpegs
+    assert size > 200000, "test image too small: %d bytes" % size
+    m = mounter(source, opts=PREP)
+    files = sorted(helpers.list_paths(m.mnt))
+    assert len(files) == BIG_FILES
+    results, peak = read_all_at_once(m, files)
+    want = len(b"P6\n56 56\n255\n") + 56 * 56 * 3
+    for rel, got in results.items():
+        assert isinstance(got, bytes), "%s: %s" % (rel, got)
+        assert len(got) == want, "%s: %d bytes" % (rel, len(got))
+    assert peak < 256 + 150, "daemon RSS reached %.0f MB" % peak
+
+
+def test_image_above_decode_mem_is_refused(mounter, big_jpegs):
+    source, _ = big_jpegs
+    m = mounter(source, opts=dict(PREP, decode_mem="64M"))
+    files = sorted(helpers.list_paths(m.mnt))
+    results, peak = read_all_at_once(m, files)
+    for rel, got in results.items():
+        assert isinstance(got, OSError) and got.errno == errno.EIO, \
+            "%s: %r" % (rel, got if isinstance(got, OSError) else len(got))
+    assert peak < 64 + 150, "daemon RSS reached %.0f MB" % peak
+    # Counted once per failed file (the kernel retries a failed read).
+    errors = m.stats()["errors"]
+    assert errors["image"] == BIG_FILES, errors
+    assert errors["read"] == BIG_FILES, errors
+    assert m.log().count("more than decode_mem") == BIG_FILES, m.log()[-3000:]
