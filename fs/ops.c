@@ -80,12 +80,15 @@ void fs_ctx_destroy(struct fs_ctx *fs)
 	fs->read_failed = NULL;
 }
 
-/* errors.read counts files whose reads fail, once each. */
-static void count_read_error(struct fs_ctx *fs, uint32_t file)
+/* errors.read counts files whose reads fail, once each, and says why. */
+static void count_read_error(struct fs_ctx *fs, uint32_t file, int err)
 {
+	const struct ns_file *f = &fs->ns->files[file];
 	if (fs->read_failed && atomic_exchange(&fs->read_failed[file], 1))
 		return;
 	fs->counters.read_errors++;
+	log_counted("read", "read of %s/%s failed: %s",
+		    fs->ns->classes[f->cls].name, f->name, strerror(err));
 }
 
 /* Forget the rendering of control file ino (after a change). */
@@ -641,7 +644,7 @@ static void read_output(fuse_req_t req, struct fs_ctx *fs, uint32_t file,
 	int r = outputs_get(fs->outputs, fs->ns->files[file].sample, &o);
 
 	if (r) {
-		count_read_error(fs, file);
+		count_read_error(fs, file, -r);
 		fuse_reply_err(req, EIO);
 		return;
 	}
@@ -728,7 +731,7 @@ static void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	r = read_sample(fs, num, size, off, &buf);
 	if (r < 0) {
-		count_read_error(fs, num);
+		count_read_error(fs, num, (int)-r);
 		fuse_reply_err(req, (int)-r);
 	} else {
 		fs->counters.bytes_served += (uint64_t)r;

@@ -72,8 +72,8 @@ static void count_rejected(struct outputs *o, uint32_t sample, const char *why)
 		return;
 	o->failed[sample] = 1;
 	o->st.rejected++;
-	log_warn("sample %s: cannot preprocess: %s", o->ix->samples[sample].key,
-		 why);
+	log_counted("image", "sample %s: cannot preprocess: %s",
+		    o->ix->samples[sample].key, why);
 }
 
 /* Read the sample and transform it (no lock held). A failure to transform

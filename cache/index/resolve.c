@@ -101,7 +101,9 @@ static int shard_list(const struct resolve_opts *o, struct http *h,
 	r = read_any(h, o->source, LIST_CAP, &text, &len);
 	if (r) {
 		snprintf(err, errlen, "cannot read shard list %s: %s",
-			 http_redact(o->source, red, sizeof(red)), strerror(-r));
+			 http_redact(o->source, red, sizeof(red)),
+			 shardlist_is_url(o->source) ? http_reason(r)
+						     : strerror(-r));
 		return r;
 	}
 	r = shardlist_parse(text, len, MAX_SHARDS, l, &bad);
@@ -209,7 +211,8 @@ static int load_index(struct http *h, const char *where, struct index **out,
 
 	if (r) {
 		snprintf(err, errlen, "cannot read index %s: %s",
-			 http_redact(where, red, sizeof(red)), strerror(-r));
+			 http_redact(where, red, sizeof(red)),
+			 shardlist_is_url(where) ? http_reason(r) : strerror(-r));
 		return r;
 	}
 	r = index_parse(text, len, out, perr, sizeof(perr));
@@ -292,12 +295,12 @@ static int probe(struct http *h, struct store *st, const struct index *ix,
 		if (r == -ENOENT || r == -EACCES) {
 			/* The server answers: this shard's files will fail
 			 * with EIO, the others work. */
-			log_warn("shard %s: %s", red, strerror(-r));
+			log_warn("shard %s: %s", red, http_reason(r));
 			return 0;
 		}
 		if (r) {
 			snprintf(err, errlen, "cannot reach shard %s: %s", red,
-				 strerror(-r));
+				 http_reason(r));
 			return r;
 		}
 		if (size != s->size || (s->etag[0] && strcmp(etag, s->etag)))

@@ -740,7 +740,7 @@ static int redirect_target(CURL *c, const char *cur, char **next)
 		return -EIO; /* a 3xx without a usable Location */
 	if (strncasecmp(loc, "https://", 8) != 0 &&
 	    (from_https || strncasecmp(loc, "http://", 7) != 0))
-		return -EPROTO;
+		return -EPROTONOSUPPORT;
 	*next = xstrdup(loc);
 	return 0;
 }
@@ -1101,4 +1101,29 @@ char *http_strip_secrets(const char *url)
 	memcpy(out + n, from, rest);
 	out[n + rest] = '\0';
 	return out;
+}
+
+const char *http_reason(int err)
+{
+	switch (err) {
+	case -ENOENT:
+		return "not found (HTTP 404)";
+	case -EACCES:
+		return "access denied (HTTP 401/403, or TLS certificate refused)";
+	case -ESTALE:
+		return "changed on the server (ETag mismatch)";
+	case -EPROTO:
+		return "bad response (length or range mismatch)";
+	case -EPROTONOSUPPORT:
+		return "redirect refused (to a scheme other than http(s), or "
+		       "from https to http)";
+	case -ELOOP:
+		return "too many redirects (more than 5)";
+	case -ETIMEDOUT:
+		return "timed out";
+	case -ECONNREFUSED:
+		return "connection refused";
+	default:
+		return strerror(-err);
+	}
 }

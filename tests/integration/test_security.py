@@ -293,4 +293,37 @@ def test_image_above_decode_mem_is_refused(mounter, big_jpegs):
     errors = m.stats()["errors"]
     assert errors["image"] == BIG_FILES, errors
     assert errors["read"] == BIG_FILES, errors
-    assert m.log().count("more than decode_mem") == BIG_FILES, m.log()[-3000:]
+    # Logged at warn, at most one line a second for the kind.
+    assert "more than decode_mem" in m.log(), m.log()[-3000:]
+    assert m.log().count("more than decode_mem") <= 2, m.log()[-3000:]
+
+
+@pytest.mark.parametrize("target,want", [
+    ("file:///etc/passwd", "redirect refused"),
+    ("LOOP", "too many redirects"),
+])
+def test_redirect_errors_name_their_cause(mounter, fault_server, target, want):
+    if target == "LOOP":
+        target = fault_server.url + "/test/test-000003.tar"
+    fault_server.set_faults("/test/test-000003.tar=redirect:" + target)
+    # No index: echofs streams every shard to build one, and must fail.
+    m = mounter(fault_server.source, check=False)
+    r = m.result
+    assert r.returncode != 0, "mount should fail"
+    assert want in r.stderr, r.stderr
+    for wrong in ("length or range mismatch", "symbolic links"):
+        assert wrong not in r.stderr, r.stderr
+
+
+def test_too_small_cache_size_says_so(mounter, fault_server):
+    m = mounter(fault_server.source,
+                opts={"index": fault_server.index, "cache_size": "1M"})
+    files = sorted(helpers.list_paths(m.mnt))
+    with open(m.path(files[0]), "rb") as f:
+        assert f.read()
+    deadline = time.monotonic() + 10
+    while "larger than cache_size" not in m.log() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    log = m.log()
+    assert "larger than cache_size" in log, log[-3000:]
+    assert "No space left on device" not in log, log[-3000:]
