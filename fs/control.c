@@ -14,6 +14,7 @@
 #include "common/util.h"
 #include "fetch/net/http.h"
 #include "fetch/format/index.h"
+#include "fs/escape.h"
 #include "fs/namespace.h"
 #include "fs/push.h"
 #include "fs/bindings.h"
@@ -201,12 +202,16 @@ static void render_ready(const struct control *c, struct out *o, int prom)
 		put(o, ",\n  \"ready\": {");
 	for (size_t i = 0; i < ns->nclasses; i++) {
 		uint64_t n = pool_ready(c->src.pool, (uint32_t)i);
+		/* Class names come from the data: escape them. */
+		char *name = prom ? escape_prom(ns->classes[i].name)
+				  : escape_json(ns->classes[i].name);
 		if (prom)
-			put(o, "echofs_ready{class=\"%s\"} %llu\n",
-			    ns->classes[i].name, (unsigned long long)n);
-		else
-			put(o, "%s\"%s\": %llu", i ? ", " : "", ns->classes[i].name,
+			put(o, "echofs_ready{class=\"%s\"} %llu\n", name,
 			    (unsigned long long)n);
+		else
+			put(o, "%s\"%s\": %llu", i ? ", " : "", name,
+			    (unsigned long long)n);
+		free(name);
 	}
 	if (!prom)
 		put(o, "}");

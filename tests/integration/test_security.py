@@ -327,3 +327,37 @@ def test_too_small_cache_size_says_so(mounter, fault_server):
     log = m.log()
     assert "larger than cache_size" in log, log[-3000:]
     assert "No space left on device" not in log, log[-3000:]
+
+
+HOSTILE_LABELS = ('q"uote', "back\\slash", '"}, "x": 1, "')
+
+
+def test_stats_escape_hostile_class_names(mounter, fault_server, dataset):
+    """Class directories named with quotes and backslashes (labels from
+    the directory part of member names) keep both stats files valid."""
+    import json
+    import re
+    import tarfile
+    d = os.path.join(fault_server.root, "labels")
+    os.makedirs(d, exist_ok=True)
+    jpg = next(iter(sorted(helpers.list_paths(dataset.ref_dir("test")))))
+    jpg = os.path.join(dataset.ref_dir("test"), jpg)
+    with tarfile.open(os.path.join(d, "labels-000000.tar"), "w",
+                      format=tarfile.PAX_FORMAT) as t:
+        for i, label in enumerate(HOSTILE_LABELS * 2):
+            t.add(jpg, "%s/k%02d.jpg" % (label, i))
+    m = mounter(fault_server.url + "/labels/labels-{000000..000000}.tar",
+                opts={"echo": 2})
+    assert sorted(os.listdir(m.mnt)) == sorted(HOSTILE_LABELS)
+    with open(m.path(".echofs", "stats")) as f:
+        text = f.read()
+    st = json.loads(text)  # raises on main: the names were not escaped
+    assert sorted(st["ready"]) == sorted(HOSTILE_LABELS), text
+    with open(m.path(".echofs", "stats.prom")) as f:
+        prom = f.read()
+    line = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*'
+                      r'(\{([a-zA-Z_]+="([^"\\\n]|\\[\\"n])*",?)*\})? \S+$')
+    for ln in prom.splitlines():
+        if not ln.startswith("#"):
+            assert line.match(ln), "bad Prometheus line: %r" % ln
+    assert prom.count("echofs_ready{") == len(HOSTILE_LABELS)
