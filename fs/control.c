@@ -233,7 +233,7 @@ static size_t errors(const struct control *c, const struct snapshot *s,
 	E("tar_skipped", c->src.tar_skipped, "tar members skipped at indexing");
 	E("image", s->pool.rejected + s->out.rejected,
 	  "images that could not be preprocessed (skipped or EIO)");
-	E("bad_label", c->src.ns->counts.skipped_bad_label,
+	E("bad_label", c->src.ns->counts.skipped_bad_label + c->src.bad_label,
 	  "samples whose label can't be a directory name");
 #undef E
 	return n;

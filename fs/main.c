@@ -60,6 +60,7 @@ struct app {
 	struct fs_ctx fs;
 	struct fuse_session *se;
 	uint64_t tar_skipped;
+	uint64_t bad_label; /* bad .cls values met while indexing */
 };
 
 static void fuse_log_to_ours(enum fuse_log_level level, const char *fmt,
@@ -210,6 +211,7 @@ static int prepare(struct app *a, char *err, size_t errlen)
 	if (r)
 		return r;
 	a->tar_skipped = info.tar_skipped;
+	a->bad_label = info.bad_label;
 	log_info("index from %s: %zu shards, %zu samples", info.index_from,
 		 a->ix->nshards, a->ix->nsamples);
 	http_free(a->http);
@@ -253,6 +255,7 @@ static void init_ctx(struct app *a)
 		.fc = &a->fs.counters, .push = a->push, .pool = a->pool,
 		.bind = a->bind, .outputs = a->outputs,
 		.tar_skipped = a->tar_skipped,
+		.bad_label = a->bad_label,
 	};
 	fs_ctx_init(&a->fs);
 	a->fs.ns = a->ns;

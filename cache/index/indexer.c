@@ -48,7 +48,7 @@ struct build {
 	/* Guarded by lock. */
 	size_t next, done;
 	unsigned long long bytes;
-	uint64_t skipped; /* members and samples skipped, all shards */
+	struct indexer_skips skipped; /* all shards */
 	bool failed, cache_warned;
 	int err;
 	char errmsg[1024];
@@ -153,7 +153,11 @@ static void log_skip(void *ud, const char *why, uint64_t n)
 	log_warn("indexer: %s: skipped %llu (%s)", l->url,
 		 (unsigned long long)n, why);
 	pthread_mutex_lock(&l->b->lock);
-	l->b->skipped += n;
+	/* A bad .cls is a label problem, counted as such (scan.c's reason). */
+	if (strcmp(why, "bad label") == 0)
+		l->b->skipped.bad_label += n;
+	else
+		l->b->skipped.members += n;
 	pthread_mutex_unlock(&l->b->lock);
 }
 
@@ -290,7 +294,7 @@ static void run_jobs(struct build *b, unsigned jobs)
 int indexer_build(struct http *h, struct store *st,
 		  const struct shardlist *list, unsigned jobs,
 		  indexer_progress_fn progress, void *ud, struct index **out,
-		  uint64_t *skipped, char *err, size_t errlen)
+		  struct indexer_skips *skipped, char *err, size_t errlen)
 {
 	struct build b = {
 		.h = h, .st = st, .list = list, .progress = progress, .ud = ud};

@@ -235,8 +235,8 @@ static void show_progress(void *ud, size_t done, size_t total,
 
 static int build_index(const struct resolve_opts *o, struct http *h,
 		       struct store *st, const struct shardlist *l,
-		       struct index **out, uint64_t *skipped, char *err,
-		       size_t errlen)
+		       struct index **out, struct indexer_skips *skipped,
+		       char *err, size_t errlen)
 {
 	int tty = isatty(STDERR_FILENO);
 	double t0 = now_mono();
@@ -363,8 +363,10 @@ int resolve_open(const struct resolve_opts *o, struct http *h,
 	r = find_index(o, h, &l, cached, out, info, err, errlen);
 	if (r == -ENOENT) {
 		info->index_from = "built";
-		r = build_index(o, h, st, &l, out, &info->tar_skipped, err,
-				errlen);
+		struct indexer_skips sk = {0};
+		r = build_index(o, h, st, &l, out, &sk, err, errlen);
+		info->tar_skipped = sk.members;
+		info->bad_label = sk.bad_label;
 	}
 	if (r)
 		goto out;

@@ -22,6 +22,7 @@ struct resolve_opts {
 struct resolve_info {
 	const char *index_from; /* "option", "cache", "beside", "built" (static) */
 	uint64_t tar_skipped;   /* members skipped while building, else 0 */
+	uint64_t bad_label;     /* samples with a bad .cls, idem */
 };
 
 /* The index for SOURCE. Its shard list must equal SOURCE's. Unless every
