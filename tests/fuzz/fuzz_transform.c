@@ -72,6 +72,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	data += 2;
 	size -= 2;
 	check_probe(tc, data, size, &o);
+	uint64_t need;
+	r = transform_decode_mem(&o, data, size, &need);
+	if (r != 0 && r != -EBADMSG)
+		abort();
 	r = transform_apply(tc, &o, data, size, rand, &out, &outlen, why,
 			    sizeof(why));
 	if (!documented(r) || (r == 0 && (!out || outlen == 0)))
