@@ -745,6 +745,29 @@ static int redirect_target(CURL *c, const char *cur, char **next)
 	return 0;
 }
 
+/* Every failure xlate() or the header checks count is logged too (rate-
+ * limited per kind), with the URL redacted. */
+static void note_failure(const struct xfer *x, const char *url, CURLcode cc,
+			 int rc)
+{
+	long st = x->r.status;
+	char red[256];
+
+	if (rc == 0)
+		return;
+	http_redact(url, red, sizeof(red));
+	if (x->r.err && (rc == -EPROTO || rc == -ESTALE))
+		log_counted("verify", "http: %s: %s", red, http_reason(rc));
+	else if (cc == CURLE_OK && st >= 400)
+		log_counted(st < 500 ? "http_4xx" : "http_5xx",
+			    "http: %s: HTTP %ld", red, st);
+	else if (cc != CURLE_OK && cc != CURLE_WRITE_ERROR &&
+		 cc != CURLE_OUT_OF_MEMORY && cc != CURLE_URL_MALFORMAT &&
+		 cc != CURLE_UNSUPPORTED_PROTOCOL)
+		log_counted("connection", "http: %s: %s", red,
+			    curl_easy_strerror(cc));
+}
+
 /* One request plus the redirects it leads to. */
 static int attempt(struct xfer *x, const char *url, int *retry, long *ra)
 {
@@ -780,6 +803,7 @@ static int attempt(struct xfer *x, const char *url, int *retry, long *ra)
 			rc = check_complete(x->h, x->w);
 		break;
 	}
+	note_failure(x, cur, cc, rc);
 	free(cur);
 	return rc;
 }
