@@ -1214,6 +1214,10 @@ int transform_decode_mem(const struct transform_opts *o, const void *in,
 	}
 	if (k != IN_JPEG || find_sof(p, len, &s) < 0 || !s.w || !s.h)
 		return -EBADMSG;
+	/* Above max_pixels the transform refuses it with that reason, before
+	 * libjpeg allocates anything: nothing to budget. */
+	if ((uint64_t)s.w * s.h > cap_of(o->max_pixels))
+		return 0;
 	int progressive = s.marker == 0xC2 || s.marker == 0xC6 ||
 			  s.marker == 0xCA || s.marker == 0xCE;
 	int buffered = progressive || first_scan_comps(p, len, s.next) < s.ncomp;

@@ -857,4 +857,8 @@ Test(transform, decode_mem_of_a_huge_progressive_header)
 	cr_assert_eq(transform_decode_mem(&o, h, sizeof(h), &m), 0);
 	cr_expect_geq(m, coef_420(8000, 8000)); /* 192 MB */
 	cr_expect_lt(m, coef_420(8000, 8000) + (8u << 20));
+	/* Above max_pixels: refused by the transform itself, not budgeted. */
+	o.max_pixels = 1000000;
+	cr_assert_eq(transform_decode_mem(&o, h, sizeof(h), &m), 0);
+	cr_expect_eq(m, 0);
 }
