@@ -27,7 +27,8 @@ static const struct ecase cases[] = {
 Test(escape, hostile_labels)
 {
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		char *j = escape_json(cases[i].in), *p = escape_prom(cases[i].in);
+		char *j = escape_json(cases[i].in),
+		     *p = escape_prom(cases[i].in);
 		cr_expect_str_eq(j, cases[i].json, "json of case %zu", i);
 		cr_expect_str_eq(p, cases[i].prom, "prom of case %zu", i);
 		free(j);

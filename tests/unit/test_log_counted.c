@@ -39,7 +39,8 @@ Test(log_counted, one_line_per_kind_a_second)
 	unlink(path);
 	cr_expect_eq(count(text, "echofs warn: read of"), 2, "%s", text);
 	cr_expect(strstr(text, "read of f0 failed [read]"), "%s", text);
-	cr_expect(strstr(text, "read of last failed [read, 99 more since the last]"),
+	cr_expect(strstr(text,
+			 "read of last failed [read, 99 more since the last]"),
 		  "%s", text);
 	cr_expect_eq(count(text, "sample s failed [image]"), 1, "%s", text);
 	cr_expect_eq(count(text, "not shown"), 0, "%s", text);
