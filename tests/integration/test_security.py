@@ -277,7 +277,15 @@ def test_decode_memory_is_bounded(mounter, big_jpegs):
     for rel, got in results.items():
         assert isinstance(got, bytes), "%s: %s" % (rel, got)
         assert len(got) == want, "%s: %d bytes" % (rel, len(got))
+    if sanitized():
+        pytest.skip("under ASan freed memory stays in quarantine: the RSS "
+                    "bound cannot be checked (reads were)")
     assert peak < 256 + 150, "daemon RSS reached %.0f MB" % peak
+
+
+def sanitized():
+    """Whether echofs runs under ASan (tools/test.sh --asan)."""
+    return "ASAN_OPTIONS" in os.environ
 
 
 def test_image_above_decode_mem_is_refused(mounter, big_jpegs):
@@ -288,7 +296,7 @@ def test_image_above_decode_mem_is_refused(mounter, big_jpegs):
     for rel, got in results.items():
         assert isinstance(got, OSError) and got.errno == errno.EIO, \
             "%s: %r" % (rel, got if isinstance(got, OSError) else len(got))
-    assert peak < 64 + 150, "daemon RSS reached %.0f MB" % peak
+    assert sanitized() or peak < 64 + 150, "daemon RSS reached %.0f MB" % peak
     # Counted once per failed file (the kernel retries a failed read).
     errors = m.stats()["errors"]
     assert errors["image"] == BIG_FILES, errors

@@ -818,8 +818,7 @@ static uint64_t coef_420(unsigned w, unsigned h)
 	return (yw * yh + 2 * cw * ch) * 128;
 }
 
-Test(transform, decode_mem_counts_the_progressive_coefficient_buffer,
-     .init = setup, .fini = teardown)
+Test(transform, decode_mem_counts_the_progressive_coefficient_buffer)
 {
 	struct transform_opts o = {.size = 64, .crop = 56, .format = TF_PPM};
 	size_t plen, blen;
