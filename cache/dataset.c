@@ -22,6 +22,7 @@ struct dataset {
 	int own;
 	const char *index_from; /* static */
 	uint64_t tar_skipped;
+	uint64_t bad_label;
 	uint64_t total_bytes;
 };
 
@@ -80,6 +81,7 @@ static int open_index(struct dataset *ds, const struct dataset_opts *o,
 		return r;
 	ds->index_from = info.index_from;
 	ds->tar_skipped = info.tar_skipped;
+	ds->bad_label = info.bad_label;
 	log_info("index from %s: %zu shards, %zu samples", info.index_from,
 		 (*ix)->nshards, (*ix)->nsamples);
 	http_free(ds->http);
@@ -267,6 +269,11 @@ uint64_t dataset_total_bytes(const struct dataset *ds)
 const char *dataset_index_from(const struct dataset *ds)
 {
 	return ds->index_from;
+}
+
+uint64_t dataset_bad_label(const struct dataset *ds)
+{
+	return ds->bad_label;
 }
 
 uint64_t dataset_tar_skipped(const struct dataset *ds)

@@ -116,6 +116,8 @@ uint64_t dataset_total_bytes(const struct dataset *ds);
  * while building it (0 unless built). */
 const char *dataset_index_from(const struct dataset *ds);
 uint64_t dataset_tar_skipped(const struct dataset *ds);
+/* Samples whose .cls was not a usable label, met while building the index. */
+uint64_t dataset_bad_label(const struct dataset *ds);
 
 /* Read up to len bytes at off of the sample's bytes into buf, blocking
  * until they are there (fetching the sample's group in the background).

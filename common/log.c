@@ -92,3 +92,72 @@ void log_msg(enum log_level level, const char *fmt, ...)
 	}
 	pthread_mutex_unlock(&out_lock);
 }
+
+/* ---- rate-limited counted errors ---------------------------------------- */
+
+#define KINDS_MAX 32
+
+struct kind_state {
+	const char *kind;
+	double last;	     /* monotonic seconds of the last line */
+	unsigned long long left_out;
+};
+
+static pthread_mutex_t kinds_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct kind_state kinds[KINDS_MAX]; /* guarded by kinds_lock */
+
+static double mono_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Whether a line of kind may go out now; *left_out is how many were held
+ * back before it. Kinds past KINDS_MAX share the last slot. */
+static int kind_admit(const char *kind, unsigned long long *left_out)
+{
+	double now = mono_now();
+	struct kind_state *k = &kinds[KINDS_MAX - 1];
+	int ok;
+
+	pthread_mutex_lock(&kinds_lock);
+	for (size_t i = 0; i < KINDS_MAX; i++) {
+		if (!kinds[i].kind) {
+			kinds[i].kind = kind;
+			kinds[i].last = now - 2.0;
+		}
+		if (kinds[i].kind == kind || strcmp(kinds[i].kind, kind) == 0) {
+			k = &kinds[i];
+			break;
+		}
+	}
+	ok = now - k->last >= 1.0;
+	if (ok) {
+		*left_out = k->left_out;
+		k->left_out = 0;
+		k->last = now;
+	} else {
+		k->left_out++;
+	}
+	pthread_mutex_unlock(&kinds_lock);
+	return ok;
+}
+
+void log_counted(const char *kind, const char *fmt, ...)
+{
+	unsigned long long left_out;
+	char msg[900];
+	va_list ap;
+
+	if (LOG_LEVEL_WARN > cur_level || !kind_admit(kind, &left_out))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (left_out)
+		log_msg(LOG_LEVEL_WARN, "%s [%s, %llu more since the last]", msg,
+			kind, left_out);
+	else
+		log_msg(LOG_LEVEL_WARN, "%s [%s]", msg, kind);
+}

@@ -22,6 +22,13 @@ void log_use_syslog(void);
 void log_msg(enum log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/* A counted error (kind: the counter's name, a static string), logged at
+ * warn and rate-limited: at most one line per kind a second, so a failing
+ * shard read by many files cannot flood the log; the next line of a kind
+ * says how many were left out ("[kind, 41 more since the last]"). */
+void log_counted(const char *kind, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
 #define log_error(...) log_msg(LOG_LEVEL_ERROR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_LEVEL_WARN, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_LEVEL_INFO, __VA_ARGS__)

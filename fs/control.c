@@ -12,6 +12,7 @@
 #include "cache/dataset.h"
 #include "cache/store/store.h"
 #include "common/util.h"
+#include "fs/escape.h"
 #include "fs/namespace.h"
 #include "fs/push.h"
 #include "fs/bindings.h"
@@ -198,12 +199,16 @@ static void render_ready(const struct control *c, struct out *o, int prom)
 		put(o, ",\n  \"ready\": {");
 	for (size_t i = 0; i < ns->nclasses; i++) {
 		uint64_t n = pool_ready(c->src.pool, (uint32_t)i);
+		/* Class names come from the data: escape them. */
+		char *name = prom ? escape_prom(ns->classes[i].name)
+				  : escape_json(ns->classes[i].name);
 		if (prom)
-			put(o, "echofs_ready{class=\"%s\"} %llu\n",
-			    ns->classes[i].name, (unsigned long long)n);
-		else
-			put(o, "%s\"%s\": %llu", i ? ", " : "", ns->classes[i].name,
+			put(o, "echofs_ready{class=\"%s\"} %llu\n", name,
 			    (unsigned long long)n);
+		else
+			put(o, "%s\"%s\": %llu", i ? ", " : "", name,
+			    (unsigned long long)n);
+		free(name);
 	}
 	if (!prom)
 		put(o, "}");
@@ -225,7 +230,7 @@ static size_t errors(const struct control *c, const struct snapshot *s,
 	E("tar_skipped", c->src.tar_skipped, "tar members skipped at indexing");
 	E("image", s->pool.rejected + s->out.rejected,
 	  "images that could not be preprocessed (skipped or EIO)");
-	E("bad_label", c->src.ns->counts.skipped_bad_label,
+	E("bad_label", c->src.ns->counts.skipped_bad_label + c->src.bad_label,
 	  "samples whose label can't be a directory name");
 #undef E
 	return n;

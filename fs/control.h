@@ -32,6 +32,7 @@ struct control_sources {
 	struct bindings *bind; /* echo mounts only, else NULL */
 	struct outputs *outputs; /* preprocessing exact mounts, else NULL */
 	uint64_t tar_skipped; /* members skipped when the index was built */
+	uint64_t bad_label;   /* samples with a bad .cls, idem */
 };
 
 enum control_file { CONTROL_STATS_JSON, CONTROL_STATS_PROM, CONTROL_CONFIG };

@@ -6,6 +6,7 @@
 #include <fuse_log.h>
 #include <fuse_lowlevel.h>
 #include <limits.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -132,10 +133,18 @@ static int start_prep(struct app *a, char *err, size_t errlen)
 		.flip_prob_half = random && a->o.flip,
 		.format = (enum transform_format)a->o.format,
 		.quality = (int)a->o.quality, .max_pixels = a->o.max_pixels,
+		.decode_mem = a->o.decode_mem,
 	};
 
 	if (a->o.flip && !random)
 		log_warn("flip=1 needs an echo mount with augment=1; ignored");
+	/* decode_mem bounds what the workers hold at once; it bounds the RSS
+	 * only if freed buffers go back to the system. glibc's dynamic mmap
+	 * threshold (raised up to 32 MB by each free) would serve libjpeg's
+	 * tens-of-MB coefficient arrays from per-thread heaps that are kept;
+	 * a fixed threshold (this call turns the dynamic one off) keeps them
+	 * mmap'd, returned on free. */
+	mallopt(M_MMAP_THRESHOLD, 8 << 20);
 	a->prep = prep_new(&tf, a->o.threads);
 	if (!a->prep) {
 		snprintf(err, errlen, "cannot start decode workers: %s",
@@ -238,9 +247,11 @@ static void init_ctx(struct app *a)
 		.fc = &a->fs.counters, .push = a->push, .pool = a->pool,
 		.bind = a->bind, .outputs = a->outputs,
 		.tar_skipped = dataset_tar_skipped(a->ds),
+		.bad_label = dataset_bad_label(a->ds),
 	};
 	fs_ctx_init(&a->fs);
 	a->fs.ns = a->ns;
+	a->fs.read_failed = xcalloc(a->ns->nfiles ? a->ns->nfiles : 1, 1);
 	a->fs.ds = a->ds;
 	a->fs.pool = a->pool;
 	a->fs.bind = a->bind;
@@ -446,6 +457,46 @@ static int setup(struct app *a, char *err, size_t errlen)
 	return 0;
 }
 
+/* Blank userinfo and query strings of the URLs in one argument, in place
+ * (the tail is zeroed), so that ps and /proc/PID/cmdline no longer show
+ * them. In an -o list a ',' ends a URL. */
+static void wipe_url_secrets(char *s, int in_opts)
+{
+	size_t len = strlen(s), w = 0, r = 0;
+	const char *sep;
+
+	while ((sep = strstr(s + r, "://")) != NULL) {
+		size_t upto = (size_t)(sep - s) + 3, n, at = 0;
+		memmove(s + w, s + r, upto - r);
+		w += upto - r;
+		r = upto;
+		n = strcspn(s + r, in_opts ? "/?#," : "/?#");
+		for (size_t k = 0; k < n; k++)
+			if (s[r + k] == '@')
+				at = k + 1; /* the last '@' ends the userinfo */
+		r += at;
+		n = strcspn(s + r, in_opts ? "?#," : "?#");
+		memmove(s + w, s + r, n);
+		w += n;
+		r += n;
+		if (s[r] == '?' || s[r] == '#')
+			r += strcspn(s + r, in_opts ? "," : "");
+	}
+	memmove(s + w, s + r, len - r);
+	w += len - r;
+	memset(s + w, 0, len - w);
+}
+
+/* After parsing: the daemon keeps its own copies of SOURCE and -o values. */
+static void wipe_argv_secrets(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		int in_opts = strcmp(argv[i - 1], "-o") == 0 ||
+			      (strncmp(argv[i], "-o", 2) == 0 && argv[i][2]);
+		wipe_url_secrets(argv[i], in_opts);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -460,6 +511,7 @@ int main(int argc, char **argv)
 		r = 1;
 		goto out;
 	}
+	wipe_argv_secrets(argc, argv);
 	if (a.o.show_help || a.o.show_version) {
 		if (a.o.show_help)
 			options_usage(stdout, argv[0]);

@@ -26,6 +26,7 @@
 #include "fs/ops.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,19 @@ void fs_ctx_destroy(struct fs_ctx *fs)
 	for (size_t i = 0; i < ARRAY_SIZE(fs->snap); i++)
 		snap_unref(fs, fs->snap[i]);
 	pthread_mutex_destroy(&fs->snap_lock);
+	free((void *)fs->read_failed);
+	fs->read_failed = NULL;
+}
+
+/* errors.read counts files whose reads fail, once each, and says why. */
+static void count_read_error(struct fs_ctx *fs, uint32_t file, int err)
+{
+	const struct ns_file *f = &fs->ns->files[file];
+	if (fs->read_failed && atomic_exchange(&fs->read_failed[file], 1))
+		return;
+	fs->counters.read_errors++;
+	log_counted("read", "read of %s/%s failed: %s",
+		    fs->ns->classes[f->cls].name, f->name, strerror(err));
 }
 
 /* Forget the rendering of control file ino (after a change). */
@@ -187,7 +201,7 @@ static int fill_attr(struct fs_ctx *fs, fuse_ino_t ino, struct stat *st,
 		if (!sn)
 			return -ENOMEM;
 		st->st_mode = S_IFREG |
-			      (ino == NS_INO_CONFIG && fs->pool ? 0644 : 0444);
+			      (ino == NS_INO_CONFIG && fs->pool ? 0600 : 0444);
 		st->st_nlink = 1;
 		st->st_size = (off_t)sn->len;
 		st->st_mtim = st->st_ctim = sn->when;
@@ -382,8 +396,20 @@ static void fs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 	do_readdir(req, ino, size, off, 1);
 }
 
+/* Only the mounting user steers a mount: the daemon checks the caller
+ * itself instead of trusting default_permissions alone. */
+static int may_steer(fuse_req_t req, const struct fs_ctx *fs)
+{
+	const struct fuse_ctx *c = fuse_req_ctx(req);
+	if (c->uid == fs->uid)
+		return 0;
+	log_warn(".echofs/config: write by uid %u refused (mount of uid %u)",
+		 (unsigned)c->uid, (unsigned)fs->uid);
+	return -EACCES;
+}
+
 /* Echo mounts open files for real: bindings and control files. */
-static int open_echo(struct fs_ctx *fs, fuse_ino_t ino,
+static int open_echo(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 		     struct fuse_file_info *fi)
 {
 	uint32_t num;
@@ -393,6 +419,9 @@ static int open_echo(struct fs_ctx *fs, fuse_ino_t ino,
 	if (ns_kind_of(fs->ns, ino, &num) == NS_CONTROL_FILE) {
 		if ((fi->flags & O_ACCMODE) != O_RDONLY && ino != NS_INO_CONFIG)
 			return -EACCES;
+		if ((fi->flags & O_ACCMODE) != O_RDONLY &&
+		    (r = may_steer(req, fs)) != 0)
+			return r;
 		fi->direct_io = 1;
 		return 0;
 	}
@@ -417,7 +446,7 @@ static void fs_op_open(fuse_req_t req, fuse_ino_t ino,
 	int r;
 
 	if (fs->bind) {
-		r = open_echo(fs, ino, fi);
+		r = open_echo(req, fs, ino, fi);
 		if (r)
 			fuse_reply_err(req, errmap_reply(ERRMAP_OPEN, r));
 		else if (fuse_reply_open(req, fi) == -ENOENT && fi->fh)
@@ -488,6 +517,10 @@ static void fs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		fuse_reply_err(req, EROFS);
 		return;
 	}
+	if (may_steer(req, fs) != 0) {
+		fuse_reply_err(req, EACCES);
+		return;
+	}
 	if (fill_entry(fs, ino, &e, 1) != 0) {
 		fuse_reply_err(req, ENOMEM);
 		return;
@@ -506,6 +539,10 @@ static void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 
 	if (ino != NS_INO_CONFIG) {
 		fuse_reply_err(req, EROFS);
+		return;
+	}
+	if ((r = may_steer(req, fs)) != 0) {
+		fuse_reply_err(req, -r);
 		return;
 	}
 	r = control_configure(fs->ctl, buf, size, err, sizeof(err));
@@ -607,7 +644,7 @@ static void read_output(fuse_req_t req, struct fs_ctx *fs, uint32_t file,
 	int r = outputs_get(fs->outputs, fs->ns->files[file].sample, &o);
 
 	if (r) {
-		fs->counters.read_errors++;
+		count_read_error(fs, file, -r);
 		fuse_reply_err(req, errmap_reply(ERRMAP_READ, r));
 		return;
 	}
@@ -690,7 +727,7 @@ static void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	r = read_sample(fs, num, size, off, &buf);
 	if (r < 0) {
-		fs->counters.read_errors++;
+		count_read_error(fs, num, (int)-r);
 		fuse_reply_err(req, errmap_reply(ERRMAP_READ, (int)r));
 	} else {
 		fs->counters.bytes_served += (uint64_t)r;

@@ -32,6 +32,9 @@ struct fs_ctx {
 	struct prep *prep;       /* preprocessing mounts, else NULL */
 	struct fuse_session *se; /* for page-cache invalidations */
 	struct fs_counters counters;
+	/* per file of ns: its read error is counted already (the kernel
+	 * retries a failed read); NULL counts every failed read */
+	_Atomic unsigned char *read_failed;
 	double timeout;       /* entry and attribute cache timeout, seconds */
 	struct timespec mtime; /* of every inode: the mount time */
 	uid_t uid;

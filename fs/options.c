@@ -22,7 +22,7 @@ struct raw_opts {
 	char *log_level, *log_file;
 	char *echo, *echo_mode, *echo_window, *mem_size, *seed;
 	char *size, *crop, *flip, *augment, *format, *quality, *echo_stage;
-	char *threads, *max_pixels;
+	char *threads, *max_pixels, *decode_mem;
 	char *metrics;
 	char *positional[3];
 	int npositional;
@@ -55,6 +55,7 @@ static const struct fuse_opt opt_spec[] = {
 	RAW("echo_stage", echo_stage),
 	RAW("threads", threads),
 	RAW("max_pixels", max_pixels),
+	RAW("decode_mem", decode_mem),
 	RAW("metrics", metrics),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
@@ -146,6 +147,7 @@ static void raw_free(struct raw_opts *r)
 	free(r->echo_stage);
 	free(r->threads);
 	free(r->max_pixels);
+	free(r->decode_mem);
 	free(r->metrics);
 	for (int i = 0; i < 3; i++)
 		free(r->positional[i]);
@@ -257,6 +259,12 @@ static int convert_prep(struct raw_opts *r, struct fs_options *o, char *err,
 		snprintf(err, errlen, "bad max_pixels '%s'", r->max_pixels);
 		return -EINVAL;
 	}
+	if (r->decode_mem && (parse_size(r->decode_mem, &o->decode_mem) ||
+			      o->decode_mem < (16u << 20))) {
+		snprintf(err, errlen, "bad decode_mem '%s' (at least 16M)",
+			 r->decode_mem);
+		return -EINVAL;
+	}
 	o->preprocess = o->size || o->crop || o->flip || o->format;
 	return 0;
 }
@@ -303,7 +311,7 @@ static int add_mount_opts(struct fuse_args *args, const struct fs_options *o)
 {
 	char red[1024], opts[2300];
 	size_t n = (size_t)snprintf(opts, sizeof(opts), "%s,nosuid,nodev,"
-				    "subtype=echofs,fsname=",
+				    "default_permissions,subtype=echofs,fsname=",
 				    o->echo_mount ? "rw" : "ro");
 
 	dataset_redact(o->source, red, sizeof(red));
@@ -379,7 +387,8 @@ int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 	/* Read-only whatever the user passes: later -o values win in libfuse,
 	 * so these go last. An echo mount is not "ro" for the kernel, so that
 	 * .echofs/config can be written; echofs itself refuses every other
-	 * write with EROFS. */
+	 * write with EROFS. default_permissions makes the kernel check modes
+	 * (config is 0600, the mounting user's) before echofs checks the uid. */
 	if (fuse_opt_add_arg(args, "-o") ||
 	    add_mount_opts(args, o)) {
 		snprintf(err, errlen, "out of memory");
@@ -455,6 +464,8 @@ void options_usage(FILE *f, const char *prog)
 "                       resized pixels) or after_augment (final bytes)\n"
 "  -o threads=N         decode worker threads (default: cores)\n"
 "  -o max_pixels=N      refuse images declaring more pixels (default 64000000)\n"
+"  -o decode_mem=SIZE   memory the decode workers may use at once (default\n"
+"                       256M); an image needing more alone fails with EIO\n"
 "  -o metrics=ADDR:PORT serve Prometheus metrics at http://ADDR:PORT/metrics\n"
 "                       (PORT alone: 127.0.0.1; [::1]:PORT for IPv6)\n"
 "  -o allow_other       let other users read the mount (libfuse option)\n"

@@ -38,6 +38,7 @@ struct fs_options {
 	int after_augment; /* echo_stage=after_augment */
 	uint64_t max_pixels;
 	char *metrics;     /* -o metrics=ADDR:PORT, owned, or NULL */
+	uint64_t decode_mem; /* 0: TRANSFORM_DEFAULT_DECODE_MEM */
 	int foreground;
 	int debug;
 	int show_help;

@@ -323,6 +323,26 @@ static int build_remote(int n, char **args, const struct opts *o,
 	return r ? fail("%s", err) : 0;
 }
 
+/* An index is meant to be published: it never holds userinfo or a query
+ * string (echofs matches its URLs to SOURCE's without them). */
+static void strip_secrets(struct index *ix)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < ix->nshards; i++) {
+		char *u = http_strip_secrets(ix->shards[i].url);
+		if (strcmp(u, ix->shards[i].url) != 0) {
+			index_set_url(ix, (uint32_t)i, u);
+			n++;
+		}
+		free(u);
+	}
+	if (n)
+		fprintf(stderr, PROG ": warning: %zu shard URL%s held userinfo or "
+			"a query string; stripped from the index (pass the "
+			"credentials to echofs in SOURCE or -o header_file)\n",
+			n, n == 1 ? "" : "s");
+}
+
 static int write_index(const struct index *ix, const char *out)
 {
 	int r;
@@ -359,6 +379,7 @@ int main(int argc, char **argv)
 		r = build_local(argc - first, argv + first, &o, &ix);
 	if (r)
 		return r;
+	strip_secrets(ix);
 	r = write_index(ix, o.out);
 	if (!r) {
 		fprintf(stderr, PROG ": %zu shards, %zu samples\n", ix->nshards,

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,7 @@ struct outputs {
 	struct output *slot[OUTPUTS_SLOTS];
 	uint64_t clock;
 	struct outputs_stats st;
+	uint8_t *failed; /* per sample: its image error is counted and logged */
 };
 
 struct outputs *outputs_new(const struct index *ix, struct shards *sh,
@@ -30,6 +32,7 @@ struct outputs *outputs_new(const struct index *ix, struct shards *sh,
 	o->ix = ix;
 	o->sh = sh;
 	o->prep = prep;
+	o->failed = xcalloc(ix->nsamples ? ix->nsamples : 1, 1);
 	pthread_mutex_init(&o->lock, NULL);
 	return o;
 }
@@ -49,6 +52,7 @@ void outputs_free(struct outputs *o)
 	for (size_t i = 0; i < OUTPUTS_SLOTS; i++)
 		output_free(o->slot[i]);
 	pthread_mutex_destroy(&o->lock);
+	free(o->failed);
 	free(o);
 }
 
@@ -60,16 +64,31 @@ static struct output *find(struct outputs *o, uint32_t sample)
 	return NULL;
 }
 
-/* Read the sample and transform it (no lock held). */
-static int make(struct outputs *o, uint32_t sample, struct output **out)
+/* An image that cannot be preprocessed fails every read (the kernel retries
+ * a failed read once more): it is counted and logged once. Lock held. */
+static void count_rejected(struct outputs *o, uint32_t sample, const char *why)
+{
+	if (o->failed[sample])
+		return;
+	o->failed[sample] = 1;
+	o->st.rejected++;
+	log_counted("image", "sample %s: cannot preprocess: %s",
+		    o->ix->samples[sample].key, why);
+}
+
+/* Read the sample and transform it (no lock held). A failure to transform
+ * leaves its reason in why (a read failure leaves why empty: the reader
+ * counts those). */
+static int make(struct outputs *o, uint32_t sample, struct output **out,
+		char *why, size_t whylen)
 {
 	const struct index_sample *s = &o->ix->samples[sample];
 	uint8_t *raw = malloc(s->size ? (size_t)s->size : 1);
 	struct output *x;
-	char why[200];
 	ssize_t n;
 	int r;
 
+	why[0] = '\0';
 	if (!raw)
 		return -ENOMEM;
 	n = shards_read(o->sh, s->shard, s->offset, (size_t)s->size, raw);
@@ -80,10 +99,11 @@ static int make(struct outputs *o, uint32_t sample, struct output **out)
 	x = xcalloc(1, sizeof(*x));
 	x->sample = sample;
 	r = prep_apply(o->prep, raw, (size_t)s->size, 0, &x->data, &x->len, why,
-		       sizeof(why));
+		       whylen);
 	free(raw);
 	if (r) {
-		log_warn("sample %s: cannot preprocess: %s", s->key, why);
+		if (!why[0])
+			snprintf(why, whylen, "%s", strerror(-r));
 		free(x);
 		return r;
 	}
@@ -131,10 +151,12 @@ int outputs_get(struct outputs *o, uint32_t sample, struct output **out)
 	o->st.misses++;
 	pthread_mutex_unlock(&o->lock);
 
-	r = make(o, sample, &x);
+	char why[200];
+	r = make(o, sample, &x, why, sizeof(why));
 	pthread_mutex_lock(&o->lock);
 	if (r) {
-		o->st.rejected++;
+		if (why[0])
+			count_rejected(o, sample, why);
 		pthread_mutex_unlock(&o->lock);
 		return r;
 	}

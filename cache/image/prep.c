@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache/image/budget.h"
 #include "common/util.h"
 
 #define QUEUE_PER_WORKER 4
@@ -39,6 +40,7 @@ struct prep {
 	struct job **queue;
 	size_t head, len, cap;
 	bool stop;
+	struct budget *mem; /* decode memory, shared by the workers */
 };
 
 static void put_u32(uint8_t *p, uint32_t v)
@@ -88,9 +90,31 @@ static int unpack(const void *buf, size_t len, struct image *img)
 	return 0;
 }
 
+/* Decoding waits for its memory (read from the header) to be free; an
+ * image that needs more than the whole budget is refused. */
+static int take_mem(struct prep *p, struct job *j, uint64_t *n)
+{
+	if (transform_decode_mem(&p->opts, j->in, j->len, n) < 0) {
+		*n = 0; /* unusable header: the transform says why */
+		return 0;
+	}
+	if (budget_take(p->mem, *n) == 0)
+		return 0;
+	snprintf(j->why, sizeof(j->why),
+		 "decoding needs %llu MB, more than decode_mem (%llu MB)",
+		 (unsigned long long)(*n >> 20),
+		 (unsigned long long)(budget_total(p->mem) >> 20));
+	*n = 0;
+	return -EFBIG;
+}
+
 static void run(struct prep *p, struct transform_ctx *tc, struct job *j)
 {
 	struct image img = {0};
+	uint64_t mem = 0;
+
+	if (j->kind != JOB_AUGMENT && (j->result = take_mem(p, j, &mem)) != 0)
+		return;
 
 	switch (j->kind) {
 	case JOB_APPLY:
@@ -114,6 +138,7 @@ static void run(struct prep *p, struct transform_ctx *tc, struct job *j)
 				 strerror(-j->result));
 		break;
 	}
+	budget_give(p->mem, mem);
 }
 
 static void *worker_main(void *arg)
@@ -207,6 +232,8 @@ struct prep *prep_new(const struct transform_opts *opts, unsigned threads)
 	long n = threads ? (long)threads : sysconf(_SC_NPROCESSORS_ONLN);
 
 	p->opts = *opts;
+	p->mem = budget_new(opts->decode_mem ? opts->decode_mem
+					     : TRANSFORM_DEFAULT_DECODE_MEM);
 	p->nthreads = (unsigned)(n > 0 ? (n > 64 ? 64 : n) : 1);
 	p->cap = (size_t)p->nthreads * QUEUE_PER_WORKER;
 	p->queue = xcalloc(p->cap, sizeof(*p->queue));
@@ -242,6 +269,7 @@ void prep_free(struct prep *p)
 	pthread_cond_destroy(&p->room);
 	pthread_cond_destroy(&p->work);
 	pthread_mutex_destroy(&p->lock);
+	budget_free(p->mem);
 	free(p->threads);
 	free(p->queue);
 	free(p);

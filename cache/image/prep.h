@@ -10,6 +10,11 @@
  *   one self-contained buffer: a 16-byte header (magic, width, height) and
  *   the RGB pixels, so the echo pool can hold it like any sample's bytes.
  * - Locking: one mutex guards the queue; transforms run without it.
+ * - Memory: before a decode, a worker takes what transform_decode_mem says
+ *   it needs from a budget of opts->decode_mem bytes shared by all workers
+ *   (cache/image/budget.h), waiting while it is spent; an image needing
+ *   more than the whole budget fails with -EFBIG. Order: the queue mutex is
+ *   never held while waiting for the budget.
  */
 #ifndef ECHOFS_PREP_H
 #define ECHOFS_PREP_H

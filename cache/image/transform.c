@@ -201,10 +201,50 @@ static uint64_t cap_of(uint64_t max_pixels)
 
 /* ---- JPEG header pre-scan ------------------------------------------- */
 
+#define SOF_COMPS 10 /* libjpeg's MAX_COMPONENTS */
+
 struct sof {
 	unsigned marker; /* 0xC0..0xCF */
 	unsigned precision, w, h, ncomp;
+	unsigned hs[SOF_COMPS], vs[SOF_COMPS]; /* sampling factors */
+	size_t next; /* offset of the segment after the frame header */
 };
+
+/* The next marker segment at *i: its marker in *m, the offset of its length
+ * field in *at and its length in *seg (0 for standalone markers). Returns 0,
+ * or -ENOENT at the end or on anything that is not a marker. */
+static int next_segment(const uint8_t *p, size_t len, size_t *i, unsigned *m,
+			size_t *at, size_t *seg)
+{
+	if (*i + 4 > len || p[*i] != 0xFF)
+		return -ENOENT;
+	while (*i < len && p[*i] == 0xFF)
+		(*i)++; /* fill bytes */
+	if (*i + 3 > len)
+		return -ENOENT;
+	*m = p[(*i)++];
+	*at = *i;
+	*seg = 0;
+	if (*m == 0x01 || (*m >= 0xD0 && *m <= 0xD7))
+		return 0; /* standalone markers */
+	if (*m == 0xD9)
+		return -ENOENT;
+	*seg = ((size_t)p[*i] << 8) | p[*i + 1];
+	if (*seg < 2 || *i + *seg > len)
+		return -ENOENT;
+	*i += *seg;
+	return 0;
+}
+
+static void sof_comps(const uint8_t *p, size_t seg, struct sof *s)
+{
+	for (unsigned c = 0; c < s->ncomp && c < SOF_COMPS; c++) {
+		size_t o = 8 + 3 * (size_t)c + 1;
+		unsigned hv = o < seg ? p[o] : 0x11;
+		s->hs[c] = hv >> 4 ? hv >> 4 : 1;
+		s->vs[c] = hv & 15 ? hv & 15 : 1;
+	}
+}
 
 /* Walks the marker segments up to the frame header, so that 12-bit and
  * lossless JPEGs get -ENOTSUP (libjpeg-turbo's 8-bit TurboJPEG only calls
@@ -212,36 +252,37 @@ struct sof {
  * Returns 0, or -ENOENT when no SOF comes before the first scan or the end. */
 static int find_sof(const uint8_t *p, size_t len, struct sof *s)
 {
-	size_t i = 2;
-	while (i + 4 <= len) {
-		if (p[i] != 0xFF)
+	size_t i = 2, at, seg;
+	unsigned m;
+	while (next_segment(p, len, &i, &m, &at, &seg) == 0) {
+		if (m == 0xDA)
 			return -ENOENT;
-		while (i < len && p[i] == 0xFF)
-			i++; /* fill bytes */
-		if (i + 3 > len)
-			return -ENOENT;
-		unsigned m = p[i++];
-		if (m == 0x01 || (m >= 0xD0 && m <= 0xD7))
-			continue; /* standalone markers */
-		if (m == 0xD9 || m == 0xDA)
-			return -ENOENT;
-		size_t seg = ((size_t)p[i] << 8) | p[i + 1];
-		if (seg < 2 || i + seg > len)
-			return -ENOENT;
-		if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 &&
+		if (seg && m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 &&
 		    m != 0xCC) {
 			if (seg < 8)
 				return -ENOENT;
 			s->marker = m;
-			s->precision = p[i + 2];
-			s->h = ((unsigned)p[i + 3] << 8) | p[i + 4];
-			s->w = ((unsigned)p[i + 5] << 8) | p[i + 6];
-			s->ncomp = p[i + 7];
+			s->precision = p[at + 2];
+			s->h = ((unsigned)p[at + 3] << 8) | p[at + 4];
+			s->w = ((unsigned)p[at + 5] << 8) | p[at + 6];
+			s->ncomp = p[at + 7];
+			sof_comps(p + at, seg, s);
+			s->next = i;
 			return 0;
 		}
-		i += seg;
 	}
 	return -ENOENT;
+}
+
+/* Components in the first scan (after the frame header), 0 if none. */
+static unsigned first_scan_comps(const uint8_t *p, size_t len, size_t from)
+{
+	size_t i = from, at, seg;
+	unsigned m;
+	while (next_segment(p, len, &i, &m, &at, &seg) == 0)
+		if (m == 0xDA && seg >= 3)
+			return p[at + 2];
+	return 0;
 }
 
 /* Checks what the frame header declares. Returns 0 or a negative errno. */
@@ -1159,6 +1200,102 @@ static int apply_decoded(struct transform_ctx *tc,
 	ctx_trim(tc);
 	if (r < 0)
 		return fail(why, whylen, r, "encode failed");
+	return 0;
+}
+
+/* ---- decode memory -------------------------------------------------- */
+
+static uint64_t ceil_div(uint64_t a, uint64_t b)
+{
+	return (a + b - 1) / b;
+}
+
+/* libjpeg's whole-image coefficient buffer: every component's 8x8 blocks,
+ * rounded up to its sampling factors, 64 coefficients of 2 bytes each. */
+static uint64_t coef_bytes(const struct sof *s)
+{
+	unsigned n = s->ncomp < SOF_COMPS ? s->ncomp : SOF_COMPS;
+	unsigned hmax = 1, vmax = 1;
+	uint64_t total = 0;
+
+	for (unsigned c = 0; c < n; c++) {
+		hmax = s->hs[c] > hmax ? s->hs[c] : hmax;
+		vmax = s->vs[c] > vmax ? s->vs[c] : vmax;
+	}
+	for (unsigned c = 0; c < n; c++) {
+		uint64_t wb = ceil_div(ceil_div((uint64_t)s->w * s->hs[c], hmax), 8);
+		uint64_t hb = ceil_div(ceil_div((uint64_t)s->h * s->vs[c], vmax), 8);
+		wb = ceil_div(wb, s->hs[c]) * s->hs[c];
+		hb = ceil_div(hb, s->vs[c]) * s->vs[c];
+		total += wb * hb * 128;
+	}
+	/* Components beyond libjpeg's limit fail anyway; count them. */
+	return total * (s->ncomp > n ? 2 : 1);
+}
+
+/* Pixels decoded (with the DCT scaling decode_for picks) and resampled. */
+static uint64_t pixel_bytes(const struct transform_opts *o, unsigned w,
+			    unsigned h, unsigned chans, int jpeg)
+{
+	unsigned tw, th, dw = w, dh = h;
+	if (target_dims(o, w, h, &tw, &th) < 0)
+		return 0; /* refused before any decoding */
+	if (jpeg && (tw != w || th != h)) {
+		tjscalingfactor sf = pick_scale((int)w, (int)h,
+						tw < th ? tw : th);
+		dw = (unsigned)TJSCALED((int)w, sf);
+		dh = (unsigned)TJSCALED((int)h, sf);
+	}
+	return (uint64_t)dw * dh * chans + (uint64_t)tw * dh * 6 +
+	       (uint64_t)tw * th * 3;
+}
+
+int transform_decode_mem(const struct transform_opts *o, const void *in,
+			 size_t len, uint64_t *bytes)
+{
+	const uint8_t *p = in;
+	struct sof s = {0};
+	enum in_kind k = in ? sniff(p, len) : IN_UNKNOWN;
+	const uint64_t slack = 1u << 20; /* libjpeg's tables and rows */
+
+	*bytes = 0;
+	if (check_opts(o) < 0)
+		return -EINVAL;
+	if (k == IN_PPM) {
+		struct ppm_hdr ph = {0};
+		if (ppm_header(p, len, o->max_pixels, &ph, NULL, 0) < 0)
+			return -EBADMSG;
+		*bytes = pixel_bytes(o, ph.w, ph.h, 3, 0) + slack;
+		return 0;
+	}
+	if (k == IN_PNG || k == IN_WEBP) {
+		unsigned w, h;
+		int r = k == IN_PNG ? pngdec_probe(p, len, &w, &h, NULL, 0)
+				    : webpdec_probe(p, len, &w, &h, NULL, 0);
+		if (r < 0)
+			return -EBADMSG;
+		if ((uint64_t)w * h > cap_of(o->max_pixels))
+			return 0; /* refused before decoding */
+		/* The RGBA the library decodes into, then our RGB. */
+		*bytes = (uint64_t)w * h * 4 + pixel_bytes(o, w, h, 3, 0) +
+			 (k == IN_PNG ? PNGDEC_CACHE_LIMIT : 0) + slack;
+		return 0;
+	}
+	if (k != IN_JPEG || find_sof(p, len, &s) < 0 || !s.w || !s.h)
+		return -EBADMSG;
+	/* Above max_pixels the transform refuses it with that reason, before
+	 * libjpeg allocates anything: nothing to budget. */
+	if ((uint64_t)s.w * s.h > cap_of(o->max_pixels))
+		return 0;
+	int progressive = s.marker == 0xC2 || s.marker == 0xC6 ||
+			  s.marker == 0xCA || s.marker == 0xCE;
+	int buffered = progressive || first_scan_comps(p, len, s.next) < s.ncomp;
+	uint64_t rows = (uint64_t)s.w * s.ncomp * 16 * 2;
+	if (!o->size && o->format != TF_PPM) /* lossless path: all of it */
+		*bytes = coef_bytes(&s) + 2 * (uint64_t)len + slack;
+	else
+		*bytes = (buffered ? coef_bytes(&s) : 0) + rows + slack +
+			 pixel_bytes(o, s.w, s.h, s.ncomp == 4 ? 4 : 3, 1);
 	return 0;
 }
 

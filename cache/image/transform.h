@@ -39,6 +39,7 @@
 
 #define TRANSFORM_DEFAULT_MAX_PIXELS (64ULL * 1000 * 1000)
 #define TRANSFORM_DEFAULT_QUALITY 90
+#define TRANSFORM_DEFAULT_DECODE_MEM (256ULL << 20)
 /* Longest accepted side, for any input and output (JPEG's own limit). */
 #define TRANSFORM_MAX_SIDE 65500u
 
@@ -59,6 +60,8 @@ struct transform_opts {
 	enum transform_format format;
 	int quality;	     /* JPEG quality 1..100; 0 = 90 */
 	uint64_t max_pixels; /* cap on declared input w*h; 0 = 64 MP */
+	uint64_t decode_mem; /* prep only: decode memory shared by its
+			      * workers (transform_decode_mem); 0 = 256M */
 };
 
 /* An RGB image, 3 bytes a pixel, rows packed (stride 3*w). The caller owns
@@ -149,6 +152,15 @@ size_t transform_ppm_size(unsigned w, unsigned h);
  * size is above max_pixels. */
 ssize_t transform_output_size(const struct transform_opts *opts, unsigned w,
 			      unsigned h);
+
+/* The memory transform_apply / transform_prepare with opts would need for
+ * in, read from the header alone (no decoding): libjpeg's whole-image
+ * coefficient buffer when it keeps one (progressive or multi-scan JPEGs,
+ * lossless transforms), the decoded pixels at the DCT scaling chosen and the
+ * resampling buffers. Returns 0 with *bytes set, or -EBADMSG / -EINVAL when
+ * the header is unusable (the transform then fails by itself). */
+int transform_decode_mem(const struct transform_opts *opts, const void *in,
+			 size_t len, uint64_t *bytes);
 
 /* Decode (scaled) then resize to opts->size: the deterministic half of the
  * pipeline, for echoing before augmenting. Also upscales to opts->crop when

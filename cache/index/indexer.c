@@ -48,7 +48,7 @@ struct build {
 	/* Guarded by lock. */
 	size_t next, done;
 	unsigned long long bytes;
-	uint64_t skipped; /* members and samples skipped, all shards */
+	struct indexer_skips skipped; /* all shards */
 	bool failed, cache_warned;
 	int err;
 	char errmsg[1024];
@@ -65,23 +65,10 @@ struct shard_job {
 
 static const char *reason(int err, char *buf, size_t n)
 {
-	switch (err) {
-	case -ENOENT:
-		return "not found (HTTP 404)";
-	case -EACCES:
-		return "access denied (HTTP 401/403)";
-	case -ECONNREFUSED:
-		return "connection refused";
-	case -ESTALE:
+	if (err == -ESTALE)
 		return "changed while indexing (ETag mismatch)";
-	case -ETIMEDOUT:
-		return "timed out";
-	case -EPROTO:
-		return "bad response (length or range mismatch)";
-	default:
-		snprintf(buf, n, "%s", strerror(-err));
-		return buf;
-	}
+	snprintf(buf, n, "%s", http_reason(err));
+	return buf;
 }
 
 /* Record the first failure; later ones are consequences or noise. */
@@ -110,6 +97,16 @@ static bool stopped(struct build *b)
 }
 
 /* The cache is an optimisation: on failure warn once, keep indexing. */
+/* ENOSPC from the store also means "larger than the whole cap": say so. */
+static bool too_big_for_cache(struct store *st, uint64_t size)
+{
+	struct store_stats ss;
+	if (!st)
+		return false;
+	store_get_stats(st, &ss);
+	return size >= ss.cap;
+}
+
 static void cache_failed(struct shard_job *j, int err)
 {
 	struct build *b = j->b;
@@ -123,7 +120,9 @@ static void cache_failed(struct shard_job *j, int err)
 	pthread_mutex_unlock(&b->lock);
 	if (warn)
 		log_warn("indexer: not keeping shards in the cache: %s",
-			 strerror(-err));
+			 too_big_for_cache(b->st, j->b->res[j->i].size)
+				 ? "a shard is larger than cache_size"
+				 : strerror(-err));
 }
 
 static int sink(void *ud, const void *data, size_t len)
@@ -154,7 +153,11 @@ static void log_skip(void *ud, const char *why, uint64_t n)
 	log_warn("indexer: %s: skipped %llu (%s)", l->url,
 		 (unsigned long long)n, why);
 	pthread_mutex_lock(&l->b->lock);
-	l->b->skipped += n;
+	/* A bad .cls is a label problem, counted as such (scan.c's reason). */
+	if (strcmp(why, "bad label") == 0)
+		l->b->skipped.bad_label += n;
+	else
+		l->b->skipped.members += n;
 	pthread_mutex_unlock(&l->b->lock);
 }
 
@@ -291,7 +294,7 @@ static void run_jobs(struct build *b, unsigned jobs)
 int indexer_build(struct http *h, struct store *st,
 		  const struct shardlist *list, unsigned jobs,
 		  indexer_progress_fn progress, void *ud, struct index **out,
-		  uint64_t *skipped, char *err, size_t errlen)
+		  struct indexer_skips *skipped, char *err, size_t errlen)
 {
 	struct build b = {
 		.h = h, .st = st, .list = list, .progress = progress, .ud = ud};

@@ -101,7 +101,9 @@ static int shard_list(const struct resolve_opts *o, struct http *h,
 	r = read_any(h, o->source, LIST_CAP, &text, &len);
 	if (r) {
 		snprintf(err, errlen, "cannot read shard list %s: %s",
-			 http_redact(o->source, red, sizeof(red)), strerror(-r));
+			 http_redact(o->source, red, sizeof(red)),
+			 shardlist_is_url(o->source) ? http_reason(r)
+						     : strerror(-r));
 		return r;
 	}
 	r = shardlist_parse(text, len, MAX_SHARDS, l, &bad);
@@ -145,14 +147,36 @@ static void cached_index_path(const char *cache_dir,
 			      size_t buflen)
 {
 	uint64_t hsh = hash64("echofs-index", 12, l->n);
-	for (size_t i = 0; i < l->n; i++)
-		hsh = hash64(l->urls[i], strlen(l->urls[i]) + 1, hsh);
+	/* Without credentials: a new token finds the same cached index. */
+	for (size_t i = 0; i < l->n; i++) {
+		char *u = http_strip_secrets(l->urls[i]);
+		hsh = hash64(u, strlen(u) + 1, hsh);
+		free(u);
+	}
 	snprintf(buf, buflen, "%s/index/%016llx.echofs-index", cache_dir,
 		 (unsigned long long)hsh);
 }
 
-/* The index must describe exactly SOURCE's shards, in order. */
-static int check_matches(const struct index *ix, const struct shardlist *l,
+/* Equal once userinfo and query are stripped from both. */
+static int same_shard_url(const char *a, const char *b)
+{
+	char *sa, *sb;
+	int same;
+
+	if (strcmp(a, b) == 0)
+		return 1;
+	sa = http_strip_secrets(a);
+	sb = http_strip_secrets(b);
+	same = strcmp(sa, sb) == 0;
+	free(sa);
+	free(sb);
+	return same;
+}
+
+/* The index must describe exactly SOURCE's shards, in order. Indexes are
+ * stored without credentials: a match takes SOURCE's URL, which the
+ * daemon keeps in memory only. */
+static int check_matches(struct index *ix, const struct shardlist *l,
 			 const char *what, char *err, size_t errlen)
 {
 	char red[512];
@@ -162,6 +186,11 @@ static int check_matches(const struct index *ix, const struct shardlist *l,
 		return -EINVAL;
 	}
 	for (size_t i = 0; i < l->n; i++) {
+		if (strcmp(ix->shards[i].url, l->urls[i]) != 0 &&
+		    same_shard_url(ix->shards[i].url, l->urls[i])) {
+			index_set_url(ix, (uint32_t)i, l->urls[i]);
+			continue;
+		}
 		if (strcmp(ix->shards[i].url, l->urls[i]) != 0) {
 			snprintf(err, errlen,
 				 "%s does not match SOURCE at shard %zu (%s)",
@@ -182,7 +211,8 @@ static int load_index(struct http *h, const char *where, struct index **out,
 
 	if (r) {
 		snprintf(err, errlen, "cannot read index %s: %s",
-			 http_redact(where, red, sizeof(red)), strerror(-r));
+			 http_redact(where, red, sizeof(red)),
+			 shardlist_is_url(where) ? http_reason(r) : strerror(-r));
 		return r;
 	}
 	r = index_parse(text, len, out, perr, sizeof(perr));
@@ -205,8 +235,8 @@ static void show_progress(void *ud, size_t done, size_t total,
 
 static int build_index(const struct resolve_opts *o, struct http *h,
 		       struct store *st, const struct shardlist *l,
-		       struct index **out, uint64_t *skipped, char *err,
-		       size_t errlen)
+		       struct index **out, struct indexer_skips *skipped,
+		       char *err, size_t errlen)
 {
 	int tty = isatty(STDERR_FILENO);
 	double t0 = now_mono();
@@ -219,7 +249,7 @@ static int build_index(const struct resolve_opts *o, struct http *h,
 	return r;
 }
 
-static void save_cached(const char *path, const struct index *ix)
+static void save_cached(const char *path, struct index *ix)
 {
 	char dir[4096];
 	snprintf(dir, sizeof(dir), "%s", path);
@@ -227,7 +257,21 @@ static void save_cached(const char *path, const struct index *ix)
 	if (slash)
 		*slash = '\0';
 	mkdir(dir, 0700);
+	/* The copy on disk holds no credential: URLs stripped for the write
+	 * (nothing else uses the index yet), and only its owner reads it. */
+	const char **kept = xmalloc((ix->nshards + 1) * sizeof(*kept));
+	for (size_t i = 0; i < ix->nshards; i++) {
+		kept[i] = ix->shards[i].url;
+		ix->shards[i].url = http_strip_secrets(kept[i]);
+	}
 	int r = index_save(ix, path);
+	if (r == 0 && chmod(path, 0600) != 0)
+		r = -errno;
+	for (size_t i = 0; i < ix->nshards; i++) {
+		free((char *)ix->shards[i].url);
+		ix->shards[i].url = kept[i];
+	}
+	free(kept);
 	if (r)
 		log_warn("cannot keep the index in %s: %s", dir, strerror(-r));
 }
@@ -251,12 +295,12 @@ static int probe(struct http *h, struct store *st, const struct index *ix,
 		if (r == -ENOENT || r == -EACCES) {
 			/* The server answers: this shard's files will fail
 			 * with EIO, the others work. */
-			log_warn("shard %s: %s", red, strerror(-r));
+			log_warn("shard %s: %s", red, http_reason(r));
 			return 0;
 		}
 		if (r) {
 			snprintf(err, errlen, "cannot reach shard %s: %s", red,
-				 strerror(-r));
+				 http_reason(r));
 			return r;
 		}
 		if (size != s->size || (s->etag[0] && strcmp(etag, s->etag)))
@@ -325,8 +369,10 @@ int resolve_open(const struct resolve_opts *o, struct http *h,
 	}
 	if (r == -ENOENT) {
 		info->index_from = "built";
-		r = build_index(o, h, st, &l, out, &info->tar_skipped, err,
-				errlen);
+		struct indexer_skips sk = {0};
+		r = build_index(o, h, st, &l, out, &sk, err, errlen);
+		info->tar_skipped = sk.members;
+		info->bad_label = sk.bad_label;
 	}
 	if (r)
 		goto out;

@@ -27,6 +27,7 @@ struct resolve_info {
 	uint64_t tar_skipped;   /* members skipped while building, else 0 */
 	size_t nshards;         /* shards SOURCE lists */
 	char first_shard[1024]; /* the first of them (with its credentials) */
+	uint64_t bad_label;     /* samples with a bad .cls, idem */
 };
 
 /* The index for SOURCE. Its shard list must equal SOURCE's. Unless every

@@ -173,7 +173,8 @@ static void log_failure(struct shards *sh, uint32_t n, int err)
 {
 	char red[512];
 	http_redact(sh->ix->shards[n].url, red, sizeof(red));
-	log_warn("shard %u (%s) failed: %s", n, red, strerror(-err));
+	log_counted("shard_failed", "shard %u (%s) failed: %s", n, red,
+		    http_reason(err));
 }
 
 /* Lock held. */
@@ -233,6 +234,25 @@ static void close_writer(struct shards *sh, struct slot *s, struct wref *wr)
 	s->wr = NULL;
 }
 
+/* The store said no: the shard is served by range reads; say why. */
+static void cache_refused(struct shards *sh, const struct index_shard *is,
+			  int err)
+{
+	struct store_stats ss;
+	char red[512];
+
+	store_get_stats(sh->st, &ss);
+	http_redact(is->url, red, sizeof(red));
+	if (err == ENOSPC && is->size >= ss.cap)
+		log_counted("cache_write", "shard %s (%llu MB) is larger than "
+			    "cache_size (%llu MB): served without the disk "
+			    "cache", red, (unsigned long long)(is->size >> 20),
+			    (unsigned long long)(ss.cap >> 20));
+	else
+		log_counted("cache_write", "shard %s not cached: %s", red,
+			    strerror(err));
+}
+
 static struct store_writer *begin_writer(struct shards *sh,
 					 const struct index_shard *is)
 {
@@ -250,6 +270,8 @@ static struct store_writer *begin_writer(struct shards *sh,
 			nanosleep(&(struct timespec){0, 20000000L}, NULL);
 		w = store_begin(sh->st, is->url, is->etag, is->size);
 	}
+	if (!w)
+		cache_refused(sh, is, errno);
 	return w;
 }
 

@@ -4,7 +4,8 @@
  * Entry file layout ("<dir>/shards/<16 hex of hash64(key)>.shard"):
  *   data        `size` bytes, the shard itself
  *   crcs        nblocks x u32 LE, zlib crc32 of each STORE_BLOCK of data
- *   key         keylen bytes, "url|etag|size", no NUL
+ *   key         keylen bytes, "url|etag|size" (url without userinfo
+ *               or query: see http_strip_secrets), no NUL
  *   tail        TAIL_SIZE bytes: magic[16] ("ECHOFS-STORE-1", NUL padded),
  *               u64 size, u64 nblocks, u32 keylen, u32 crc32 of everything
  *               from the first block crc up to and including keylen.
@@ -26,7 +27,9 @@
  * store_open; two live mounts must therefore not share one cache dir. */
 #include "cache/store/store.h"
 
+#include "common/log.h"
 #include "common/util.h"
+#include "fetch/net/http.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -169,11 +172,15 @@ static int write_full(int fd, const void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
+/* The URL without userinfo or query: footers hold no credential, and a
+ * mount with a new token finds the same entries. */
 static char *make_key(const char *url, const char *etag, uint64_t size)
 {
-	size_t n = strlen(url) + strlen(etag ? etag : "") + 24;
+	char *u = http_strip_secrets(url);
+	size_t n = strlen(u) + strlen(etag ? etag : "") + 24;
 	char *k = xmalloc(n);
-	snprintf(k, n, "%s|%s|%" PRIu64, url, etag ? etag : "", size);
+	snprintf(k, n, "%s|%s|%" PRIu64, u, etag ? etag : "", size);
+	free(u);
 	return k;
 }
 
@@ -324,8 +331,12 @@ static struct store_entry *load_entry(struct store *s, const char *name)
 		crcs = read_footer(fd, (uint64_t)sb.st_size, name, &size, &key);
 	close(fd);
 	if (!crcs) {
-		/* Not ours, truncated or corrupt: treat as absent. */
+		/* Not ours, truncated or corrupt: treat as absent, but say so
+		 * (store_open runs before any thread: no lock). */
 		unlinkat(s->dirfd, name, 0);
+		s->st.corrupt++;
+		log_counted("cache_corrupt", "cache: entry %s is truncated or "
+			    "corrupt; dropped at start-up", name);
 		return NULL;
 	}
 	e = entry_new(s, key, name, size, crcs);
@@ -536,12 +547,17 @@ void store_drop(struct store_entry *e)
 	if (!e)
 		return;
 	pthread_mutex_lock(&e->s->lock);
+	bool first = !e->dropped;
 	if (!e->dropped) {
 		e->dropped = true;
 		e->s->st.entries--;
 		e->s->st.corrupt++;
 	}
 	pthread_mutex_unlock(&e->s->lock);
+	if (first)
+		log_counted("cache_corrupt", "cache: entry %s failed its "
+			    "checksum; dropped, the shard is fetched again",
+			    e->name);
 }
 
 static bool is_verified(const struct store_entry *e, uint32_t b)
@@ -623,11 +639,13 @@ ssize_t store_pread(struct store_entry *e, void *buf, size_t len, uint64_t off)
 
 /* ---- writers ---- */
 
-static void count_write_error(struct store *s)
+static void count_write_error(struct store *s, int err)
 {
 	pthread_mutex_lock(&s->lock);
 	s->st.write_errors++;
 	pthread_mutex_unlock(&s->lock);
+	log_counted("cache_write", "cache: cannot write an entry in %s: %s",
+		    s->shards_dir, strerror(-err));
 }
 
 static void unreserve(struct store *s, uint64_t n)
@@ -708,7 +726,7 @@ struct store_writer *store_begin(struct store *s, const char *url,
 		w->crcs = malloc(w->nblocks ? 4ULL * w->nblocks : 1);
 		r = w->crcs ? create_tmp(w) : -ENOMEM;
 		if (r) {
-			count_write_error(s);
+			count_write_error(s, r);
 			unreserve(s, w->file_bytes);
 		}
 	}
@@ -754,7 +772,7 @@ int store_write(struct store_writer *w, const void *data, size_t len)
 	r = write_full(w->fd, data, len, pos);
 	if (r) {
 		w->err = r;
-		count_write_error(w->s);
+		count_write_error(w->s, r);
 		return r;
 	}
 	crc_update(w, data, len, pos);
@@ -851,7 +869,7 @@ struct store_entry *store_commit(struct store_writer *w)
 	s = w->s;
 	r = w->err ? w->err : w->written != w->size ? -EPROTO : 0;
 	if (r == 0 && (r = write_footer(w)) != 0)
-		count_write_error(s);
+		count_write_error(s, r);
 	if (r) {
 		store_abort(w);
 		errno = -r;

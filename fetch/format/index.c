@@ -177,6 +177,12 @@ uint32_t index_add_shard(struct index *ix, const char *url, uint64_t size,
 	return (uint32_t)ix->nshards++;
 }
 
+void index_set_url(struct index *ix, uint32_t shard, const char *url)
+{
+	if (shard < ix->nshards)
+		ix->shards[shard].url = arena_strdup(ix->arena, url);
+}
+
 static int grow_samples(struct index *ix, size_t want)
 {
 	struct index_sample *n;

@@ -60,6 +60,11 @@ void index_free(struct index *ix);
  * number. Fields are checked when written (index_write: -EINVAL). */
 uint32_t index_add_shard(struct index *ix, const char *url, uint64_t size,
 			 const char *etag);
+/* Replace shard's URL (copied; the old string stays in the arena): the
+ * index as stored holds URLs without credentials, the one in memory the
+ * SOURCE's own. Out-of-range shards are ignored. */
+void index_set_url(struct index *ix, uint32_t shard, const char *url);
+
 /* Append a sample (strings copied; label and ext shared with the previous
  * sample when equal). Returns 0, -ENOMEM, or -EINVAL if a field breaks the
  * rules above (control character, empty, unsafe path), the shard number is

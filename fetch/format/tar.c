@@ -176,6 +176,12 @@ static const char *name_reject(const char *s, size_t len)
 			return "dot component";
 		if (clen == 2 && s[start] == '.' && s[start + 1] == '.')
 			return "dot-dot component";
+		/* No filesystem takes a longer name (cp -r and tar from the
+		 * mount would fail), and a blank one reads as nothing. */
+		if (clen > TAR_COMPONENT_MAX)
+			return "component too long";
+		if (strspn(s + start, " ") >= clen)
+			return "blank component";
 		start = i + 1;
 	}
 	return NULL;

@@ -27,6 +27,8 @@
 #define TAR_SMALL_MAX 256
 /* Longest accepted member name (after longname / PAX); longer is -EBADMSG. */
 #define TAR_NAME_MAX 4096
+/* Longest name component (NAME_MAX); a longer one is rejected. */
+#define TAR_COMPONENT_MAX 255
 /* Largest accepted PAX extended header ('x') data; larger is -EBADMSG. */
 #define TAR_PAX_MAX 16384
 
@@ -41,7 +43,9 @@ struct tar_entry {
 	 * "fifo", "directory", "sparse file", "unsupported type" (by type,
 	 * checked first), then "empty name", "absolute name", "dot-dot
 	 * component", "dot component", "empty component", "NUL in name",
-	 * "control character" (by name). Skipped entries are still reported so
+	 * "control character", "component too long" (over
+	 * TAR_COMPONENT_MAX bytes), "blank component" (spaces only) (by
+	 * name). Skipped entries are still reported so
 	 * the caller can count them. The pointer is stable: callers may compare
 	 * or keep it. */
 	const char *reject;

@@ -745,9 +745,32 @@ static int redirect_target(CURL *c, const char *cur, char **next)
 		return -EIO; /* a 3xx without a usable Location */
 	if (strncasecmp(loc, "https://", 8) != 0 &&
 	    (from_https || strncasecmp(loc, "http://", 7) != 0))
-		return -EPROTO;
+		return -EPROTONOSUPPORT;
 	*next = xstrdup(loc);
 	return 0;
+}
+
+/* Every failure xlate() or the header checks count is logged too (rate-
+ * limited per kind), with the URL redacted. */
+static void note_failure(const struct xfer *x, const char *url, CURLcode cc,
+			 int rc)
+{
+	long st = x->r.status;
+	char red[256];
+
+	if (rc == 0)
+		return;
+	http_redact(url, red, sizeof(red));
+	if (x->r.err && (rc == -EPROTO || rc == -ESTALE))
+		log_counted("verify", "http: %s: %s", red, http_reason(rc));
+	else if (cc == CURLE_OK && st >= 400)
+		log_counted(st < 500 ? "http_4xx" : "http_5xx",
+			    "http: %s: HTTP %ld", red, st);
+	else if (cc != CURLE_OK && cc != CURLE_WRITE_ERROR &&
+		 cc != CURLE_OUT_OF_MEMORY && cc != CURLE_URL_MALFORMAT &&
+		 cc != CURLE_UNSUPPORTED_PROTOCOL)
+		log_counted("connection", "http: %s: %s", red,
+			    curl_easy_strerror(cc));
 }
 
 /* One request plus the redirects it leads to. */
@@ -785,6 +808,7 @@ static int attempt(struct xfer *x, const char *url, int *retry, long *ra)
 			rc = check_complete(x->h, x->w);
 		break;
 	}
+	note_failure(x, cur, cc, rc);
 	free(cur);
 	return rc;
 }
@@ -1082,4 +1106,53 @@ const char *http_redact(const char *url, char *buf, size_t buflen)
 	if (p[n])
 		put(buf, buflen, &at, p[n] == '?' ? "?***" : "#***", 4);
 	return buf;
+}
+
+char *http_strip_secrets(const char *url)
+{
+	const char *sep = strstr(url, "://"), *auth, *auth_end, *from;
+	char *out = xmalloc(strlen(url) + 1);
+	size_t n = 0;
+
+	if (!sep) {
+		memcpy(out, url, strlen(url) + 1);
+		return out;
+	}
+	auth = sep + 3;
+	auth_end = auth + strcspn(auth, "/?#");
+	from = auth;
+	for (const char *q = auth; q < auth_end; q++)
+		if (*q == '@')
+			from = q + 1; /* the last '@' ends the userinfo */
+	memcpy(out, url, (size_t)(auth - url));
+	n = (size_t)(auth - url);
+	size_t rest = strcspn(from, "?#");
+	memcpy(out + n, from, rest);
+	out[n + rest] = '\0';
+	return out;
+}
+
+const char *http_reason(int err)
+{
+	switch (err) {
+	case -ENOENT:
+		return "not found (HTTP 404)";
+	case -EACCES:
+		return "access denied (HTTP 401/403, or TLS certificate refused)";
+	case -ESTALE:
+		return "changed on the server (ETag mismatch)";
+	case -EPROTO:
+		return "bad response (length or range mismatch)";
+	case -EPROTONOSUPPORT:
+		return "redirect refused (to a scheme other than http(s), or "
+		       "from https to http)";
+	case -ELOOP:
+		return "too many redirects (more than 5)";
+	case -ETIMEDOUT:
+		return "timed out";
+	case -ECONNREFUSED:
+		return "connection refused";
+	default:
+		return strerror(-err);
+	}
 }

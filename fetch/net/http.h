@@ -9,9 +9,11 @@
  *   -ENOENT  404/410          -EACCES  401/403, TLS certificate rejected
  *   -ESTALE  ETag changed (or 412 to our If-Match)
  *   -EPROTO  bad Content-Range / Content-Length, size differing from the
- *            expected one, body shorter than announced, redirect from https
- *            to http or to another scheme
+ *            expected one, body shorter than announced
+ *   -EPROTONOSUPPORT  redirect from https to http or to another scheme
  *   -ELOOP   more than 5 redirects
+ * (http_reason says which in words: strerror's "Too many levels of symbolic
+ * links" would not.)
  *   -ETIMEDOUT  no progress within the low-speed limit, retries exhausted
  *   -EIO     5xx/408/429/connection errors after retries, other statuses
  *            (e.g. 416 for a range past the end)
@@ -121,5 +123,16 @@ void http_get_stats(struct http *h, struct http_stats *out);
 /* Copy url into buf without userinfo, query string and fragment (replaced by
  * "***" markers), truncated to fit. Returns buf. */
 const char *http_redact(const char *url, char *buf, size_t buflen);
+
+/* The cause of one of the errnos above in words, for error messages and
+ * logs ("too many redirects (more than 5)"); strerror for the others. */
+const char *http_reason(int err);
+
+/* The URL as it may be stored or published: without userinfo, query string
+ * and fragment (a path without "://" is returned unchanged). Indexes, cache
+ * keys and cache file names use this form, so nothing on disk holds a
+ * credential and a new token still finds the same entries. Returns a new
+ * string (caller frees). */
+char *http_strip_secrets(const char *url);
 
 #endif

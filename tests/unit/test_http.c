@@ -691,7 +691,11 @@ Test(http, redirects_are_followed_and_bounded)
 	cr_expect_str_eq(out, SMALL_TEXT);
 	free(out);
 	cr_expect_eq(http_get_all(h, url("/loop"), 100, &out, &len), -ELOOP);
-	cr_expect_eq(http_get_all(h, url("/ftp"), 100, &out, &len), -EPROTO);
+	cr_expect_eq(http_get_all(h, url("/ftp"), 100, &out, &len),
+		     -EPROTONOSUPPORT);
+	/* Messages name the cause, not strerror's symlinks or ranges. */
+	cr_expect_str_eq(http_reason(-ELOOP), "too many redirects (more than 5)");
+	cr_expect(strstr(http_reason(-EPROTONOSUPPORT), "redirect refused"));
 	http_free(h);
 }
 
@@ -746,7 +750,7 @@ Test(http, https_verifies_and_refuses_downgrade)
 	out = NULL;
 
 	snprintf(u, sizeof(u), "https://127.0.0.1:%d/down", tls.port);
-	cr_expect_eq(http_get_all(h, u, 100, &out, &len), -EPROTO);
+	cr_expect_eq(http_get_all(h, u, 100, &out, &len), -EPROTONOSUPPORT);
 	cr_expect_eq(server_stat("requests"), 1,
 		     "the http target was never asked");
 	fx_server_stop(&tls);
@@ -859,6 +863,31 @@ Test(http_offline, redact_table)
 		http_redact("https://user:pw@host/x", tiny, sizeof(tiny)),
 		"https://***");
 	cr_expect_eq(http_redact("https://h/", tiny, 0), tiny);
+}
+
+Test(http_offline, strip_secrets_table)
+{
+	static const struct {
+		const char *in;
+		const char *out;
+	} cases[] = {
+		{"https://h/a/b.tar", "https://h/a/b.tar"},
+		{"https://user:pw@h/x.tar", "https://h/x.tar"},
+		{"https://user@h:8443/x?t=1", "https://h:8443/x"},
+		{"https://h/x.tar?X-Amz-Signature=abc&t=1", "https://h/x.tar"},
+		{"https://h/x.tar#frag", "https://h/x.tar"},
+		{"https://u:p@h?sig=1", "https://h"},
+		{"https://h/p@q/x", "https://h/p@q/x"}, /* '@' in the path */
+		{"https://a@b@h/x", "https://h/x"},
+		{"/local/path?x=1", "/local/path?x=1"}, /* not a URL */
+		{"", ""},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *got = http_strip_secrets(cases[i].in);
+		cr_expect_str_eq(got, cases[i].out, "%s", cases[i].in);
+		free(got);
+	}
 }
 
 Test(http_offline, bad_arguments)

@@ -36,7 +36,8 @@ static struct fx_server srv;
 static struct http *h;
 
 /* Samples: key.jpg (or .PNG) + key.cls; every 7th has no .cls and takes
- * its label from its directory; a .txt member without an image is skipped. */
+ * its label from its directory; a .txt member without an image is skipped,
+ * and so is a sample whose .cls is not a number. */
 static void make_shards(void)
 {
 	unsigned seed = 4242;
@@ -70,6 +71,9 @@ static void make_shards(void)
 			free(img);
 		}
 		tarw_add(&t, "zz_orphan.txt", "hello", 5);
+		/* A label that is not a number: bad_label, not tar_skipped. */
+		tarw_add(&t, "zz_bad.jpg", "img", 3);
+		tarw_add(&t, "zz_bad.cls", "cat\n", 4);
 		tarw_end(&t);
 		shard_data[s] = t.buf;
 		shard_len[s] = t.len;
@@ -188,15 +192,16 @@ Test(indexer, builds_the_right_index)
 		struct index *ix = NULL;
 		struct prog p = {0};
 		char err[256] = "";
-		uint64_t skipped = 99;
+		struct indexer_skips skipped = {99, 99};
 		int r;
 
 		make_list(&l, NSHARDS, NULL);
 		r = indexer_build(h, NULL, &l, job_counts[j], on_progress, &p,
 				  &ix, &skipped, err, sizeof(err));
 		cr_assert_eq(r, 0, "jobs %u: %s", job_counts[j], err);
-		/* One orphan member (no image) per shard. */
-		cr_assert_eq(skipped, NSHARDS);
+		/* One orphan member (no image) and one bad .cls per shard. */
+		cr_assert_eq(skipped.members, NSHARDS);
+		cr_assert_eq(skipped.bad_label, NSHARDS);
 		check_index(ix);
 		cr_assert_eq(p.calls, NSHARDS);
 		cr_assert_eq(p.last_done, NSHARDS);

@@ -44,6 +44,8 @@ Test(options, parses_our_options_and_leaves_the_rest)
 	cr_assert_str_eq(o.mountpoint, "/mnt");
 	cr_assert(has_arg(&a, "allow_other"));
 	cr_assert(has_arg(&a, "ro,nosuid,nodev"));
+	/* The kernel checks modes too (.echofs/config is 0600). */
+	cr_assert(has_arg(&a, "default_permissions"));
 	cr_assert_not(has_arg(&a, "cache_dir"));
 	options_free(&o);
 	fuse_opt_free_args(&a);
@@ -70,6 +72,8 @@ Test(options, rejects_bad_values_with_a_reason)
 		{"echo_window=0", "echo_window"},
 		{"mem_size=10", "mem_size"},
 		{"seed=-3", "seed"},
+		{"decode_mem=1M", "decode_mem"},
+		{"decode_mem=lots", "decode_mem"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const char *argv[] = {"echofs", "-o", cases[i].opt, "http://h/a.tar",
@@ -173,6 +177,20 @@ Test(options, fsname_is_the_redacted_source)
 	cr_assert(has_arg(&a, "fsname=https://***@h/a\\,b/{0..1}.tar?***"));
 	cr_assert_not(has_arg(&a, "secret"));
 	cr_assert_not(has_arg(&a, "tok=x"));
+	options_free(&o);
+	fuse_opt_free_args(&a);
+}
+
+Test(options, decode_mem)
+{
+	const char *argv[] = {"echofs", "-o", "size=64,decode_mem=512M",
+			      "http://h/a.tar", "/mnt", NULL};
+	struct fs_options o;
+	struct fuse_args a;
+	char err[256];
+	cr_assert_eq(parse(5, argv, &o, &a, err), 0, "%s", err);
+	cr_expect_eq(o.decode_mem, 512ULL << 20);
+	cr_assert_not(has_arg(&a, "decode_mem"));
 	options_free(&o);
 	fuse_opt_free_args(&a);
 }

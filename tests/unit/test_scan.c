@@ -173,6 +173,13 @@ static const struct scase cases[] = {
 	 "k|1|jpg;",
 	 {1, 3, 0, 0, 0, 0, 0},
 	 ""},
+	{"blank class directory is skipped, not a class",
+	 {{" /k.jpg", 0, NULL},
+	  {"  /k.cls", 0, "1"},
+	  {"ok/k.jpg", 0, NULL}},
+	 "ok/k|ok|jpg;",
+	 {1, 3, 2, 0, 0, 0, 0},
+	 "blank component=2;"},
 	{"empty shard", {{NULL, 0, NULL}}, "", {0, 0, 0, 0, 0, 0, 0}, ""},
 };
 

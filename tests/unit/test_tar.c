@@ -422,6 +422,29 @@ static void b_bad_names(struct tb *t)
 	end(t);
 }
 
+/* Components over 255 bytes (PAX and GNU long names) and blank ones. */
+static void b_long_blank_names(struct tb *t)
+{
+	char name[300];
+	memset(name, 'a', 256);
+	memcpy(name + 256, ".jpg", 5);
+	pax1(t, 'x', "path", name);
+	file(t, "hdr.jpg", "x");
+	longname(t, name + 1); /* 255 a's then .jpg: 259 bytes */
+	hdr(t, "x", '0', 1, F_GNU);
+	put(t, "y", 1);
+	pad(t);
+	memset(name, 'b', 251);
+	memcpy(name + 251, ".jpg", 5); /* exactly 255 */
+	pax1(t, 'x', "path", name);
+	file(t, "hdr2.jpg", "z");
+	file(t, " /x.jpg", "x");
+	file(t, "a/   /x.jpg", "x");
+	file(t, "  ", "x");
+	file(t, " a/x.jpg", "x");
+	end(t);
+}
+
 static void b_empty_name(struct tb *t)
 {
 	hdr(t, "", '0', 0, 0);
@@ -556,6 +579,9 @@ static void b_longname_max(struct tb *t)
 {
 	static char name[TAR_NAME_MAX + 1];
 	memset(name, 'a', sizeof(name) - 1);
+	/* Components of 200 bytes: under TAR_COMPONENT_MAX. */
+	for (size_t i = 200; i < sizeof(name) - 1; i += 201)
+		name[i] = '/';
 	longname(t, name);
 	hdr(t, "x", '0', 0, F_GNU);
 	end(t);
@@ -660,6 +686,13 @@ static void b_sparse_ext(struct tb *t)
 	end(t);
 }
 
+#define A16 "aaaaaaaaaaaaaaaa"
+#define A64 A16 A16 A16 A16
+#define A256 A64 A64 A64 A64
+#define A255 A64 A64 A64 A16 A16 A16 "aaaaaaaaaaaaaaa"
+#define B16 "bbbbbbbbbbbbbbbb"
+#define SHORT251 B16 B16 B16 B16 B16 B16 B16 B16 B16 B16 B16 B16 B16 B16 B16 \
+	"bbbbbbbbbbb"
 #define OK 0, 0
 #define BAD_FEED -EBADMSG, -EBADMSG
 #define BAD_FINISH 0, -EBADMSG
@@ -698,6 +731,12 @@ static const struct tcase cases[] = {
 	 "a//b.jpg:1:empty component;a/./b.jpg:1:dot component;"
 	 "a/b\x01.jpg:1:control character;tab\there:1:control character;"
 	 "del\x7f:1:control character;ok/fine.jpg:1:ok;",
+	 ""},
+	{"long and blank names", b_long_blank_names, OK,
+	 A256 ".jpg:1:component too long;" A255 ".jpg:1:component too long;"
+	 SHORT251 ".jpg:1:ok;"
+	 " /x.jpg:1:blank component;a/   /x.jpg:1:blank component;"
+	 "  :1:blank component; a/x.jpg:1:ok;",
 	 ""},
 	{"empty names", b_empty_name, OK, ":0:empty name;:0:empty name;", ""},
 	{"NUL in PAX path", b_pax_nul, OK, "a:1:NUL in name;", ""},

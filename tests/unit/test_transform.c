@@ -805,3 +805,58 @@ Test(transform, bad_arguments)
 	transform_image_free(NULL);
 	transform_ctx_free(NULL);
 }
+
+/* ---- decode memory ------------------------------------------------------ */
+
+/* 4:2:0 at w x h: luma blocks plus two quarter-size chroma planes, each
+ * rounded up to the sampling factor, 128 bytes a block. */
+static uint64_t coef_420(unsigned w, unsigned h)
+{
+	uint64_t yw = (w + 15) / 16 * 2, yh = (h + 15) / 16 * 2;
+	uint64_t cw = (w + 15) / 16, ch = (h + 15) / 16;
+	return (yw * yh + 2 * cw * ch) * 128;
+}
+
+Test(transform, decode_mem_counts_the_progressive_coefficient_buffer)
+{
+	struct transform_opts o = {.size = 64, .crop = 56, .format = TF_PPM};
+	size_t plen, blen;
+	uint8_t *prog = load("progressive.jpg", &plen);
+	uint8_t *base = load("photo.jpg", &blen);
+	uint64_t pm, bm;
+
+	cr_assert_eq(transform_decode_mem(&o, prog, plen, &pm), 0);
+	cr_assert_eq(transform_decode_mem(&o, base, blen, &bm), 0);
+	/* progressive.jpg is 200x150 4:2:0, photo.jpg 500x375 baseline: the
+	 * smaller image needs more, its whole coefficient buffer. */
+	cr_expect_geq(pm, coef_420(200, 150) + 64 * 85 * 3);
+	cr_expect_lt(pm - coef_420(200, 150), (uint64_t)2 << 20);
+	cr_expect_lt(bm, (uint64_t)2 << 20);
+	/* The lossless path (JPEG out, no resize) keeps every coefficient. */
+	struct transform_opts lossless = {.crop = 56, .format = TF_JPEG};
+	cr_assert_eq(transform_decode_mem(&lossless, base, blen, &bm), 0);
+	cr_expect_geq(bm, coef_420(500, 375));
+	cr_expect_eq(transform_decode_mem(&o, "nope", 4, &bm), -EBADMSG);
+	free(prog);
+	free(base);
+}
+
+Test(transform, decode_mem_of_a_huge_progressive_header)
+{
+	/* SOI, SOF2 8000x8000 three components 4:2:0, SOS: a header alone. */
+	static const uint8_t h[] = {
+		0xFF, 0xD8, 0xFF, 0xC2, 0x00, 0x11, 0x08, 0x1F, 0x40, 0x1F,
+		0x40, 0x03, 0x01, 0x22, 0x00, 0x02, 0x11, 0x01, 0x03, 0x11,
+		0x01, 0xFF, 0xDA, 0x00, 0x08, 0x01, 0x01, 0x00, 0x00, 0x00,
+		0x00};
+	struct transform_opts o = {.size = 64, .crop = 56, .format = TF_PPM};
+	uint64_t m;
+
+	cr_assert_eq(transform_decode_mem(&o, h, sizeof(h), &m), 0);
+	cr_expect_geq(m, coef_420(8000, 8000)); /* 192 MB */
+	cr_expect_lt(m, coef_420(8000, 8000) + (8u << 20));
+	/* Above max_pixels: refused by the transform itself, not budgeted. */
+	o.max_pixels = 1000000;
+	cr_assert_eq(transform_decode_mem(&o, h, sizeof(h), &m), 0);
+	cr_expect_eq(m, 0);
+}
