@@ -47,6 +47,8 @@ static struct http *open_http(const struct dataset_opts *o, double budget,
 	struct http_opts ho = {
 		.connections = o->connections,
 		.header_file = o->header_file,
+		.ca_file = o->ca_file,
+		.ca_path = o->ca_path,
 		.retry_budget_s = budget,
 	};
 	return http_new(&ho, err, errlen);

@@ -34,6 +34,8 @@ struct dataset_opts {
 	uint64_t cache_size;	 /* disk cache cap in bytes */
 	unsigned connections;	 /* HTTP transfers in flight at most */
 	const char *header_file; /* extra request headers, or NULL */
+	const char *ca_file;     /* CA bundle instead of the system's, or NULL */
+	const char *ca_path;     /* CA directory instead of the system's */
 	/* Retry budget of a request while the dataset opens (short, so a dead
 	 * server fails the mount soon) and once it is open. */
 	double boot_retry_budget_s, run_retry_budget_s;

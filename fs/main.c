@@ -203,6 +203,7 @@ static struct dataset_opts dataset_opts_of(const struct fs_options *o)
 		.cache_dir = o->cache_dir, .cache_size = o->cache_size,
 		.connections = o->connections,
 		.header_file = o->header_file,
+		.ca_file = o->ca_file, .ca_path = o->ca_path,
 		.boot_retry_budget_s = BOOT_RETRY_BUDGET_S,
 		.run_retry_budget_s = RUN_RETRY_BUDGET_S,
 		.range_after_s = RANGE_AFTER_S,
@@ -439,6 +440,9 @@ static int setup(struct app *a, char *err, size_t errlen)
 	    (r = absolutize(&a->o.cache_dir, 0, err, errlen)))
 		return r;
 	if (a->o.header_file && (r = absolutize(&a->o.header_file, 0, err, errlen)))
+		return r;
+	if ((a->o.ca_file && (r = absolutize(&a->o.ca_file, 0, err, errlen))) ||
+	    (a->o.ca_path && (r = absolutize(&a->o.ca_path, 0, err, errlen))))
 		return r;
 	if (a->o.index && a->o.index[0] != '/' && !strstr(a->o.index, "://") &&
 	    (r = absolutize(&a->o.index, 0, err, errlen)))

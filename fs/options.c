@@ -23,7 +23,7 @@ struct raw_opts {
 	char *echo, *echo_mode, *echo_window, *mem_size, *seed;
 	char *size, *crop, *flip, *augment, *format, *quality, *echo_stage;
 	char *threads, *max_pixels, *decode_mem;
-	char *metrics;
+	char *metrics, *ca_file, *ca_path;
 	char *positional[3];
 	int npositional;
 	int foreground, debug, help, version, check;
@@ -57,6 +57,8 @@ static const struct fuse_opt opt_spec[] = {
 	RAW("max_pixels", max_pixels),
 	RAW("decode_mem", decode_mem),
 	RAW("metrics", metrics),
+	RAW("ca_file", ca_file),
+	RAW("ca_path", ca_path),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -149,6 +151,8 @@ static void raw_free(struct raw_opts *r)
 	free(r->max_pixels);
 	free(r->decode_mem);
 	free(r->metrics);
+	free(r->ca_file);
+	free(r->ca_path);
 	for (int i = 0; i < 3; i++)
 		free(r->positional[i]);
 	free(r->bad);
@@ -330,6 +334,32 @@ static void take(char **dst, char **src)
 	*src = NULL;
 }
 
+/* The first non-empty of the variables, copied, or NULL. */
+static char *env_first(const char *const *names)
+{
+	for (; *names; names++) {
+		const char *v = getenv(*names);
+		if (v && v[0])
+			return xstrdup(v);
+	}
+	return NULL;
+}
+
+/* -o ca_file/ca_path, else what curl's tool and the AWS SDKs honour. */
+static void take_ca(struct fs_options *o, struct raw_opts *r)
+{
+	static const char *const files[] = {"AWS_CA_BUNDLE", "CURL_CA_BUNDLE",
+					    "SSL_CERT_FILE", NULL};
+	static const char *const dirs[] = {"SSL_CERT_DIR", NULL};
+
+	take(&o->ca_file, &r->ca_file);
+	take(&o->ca_path, &r->ca_path);
+	if (!o->ca_file && !o->ca_path) {
+		o->ca_file = env_first(files);
+		o->ca_path = env_first(dirs);
+	}
+}
+
 int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 		  size_t errlen)
 {
@@ -381,6 +411,7 @@ int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 	take(&o->header_file, &r.header_file);
 	take(&o->log_file, &r.log_file);
 	take(&o->metrics, &r.metrics);
+	take_ca(o, &r);
 	take(&o->cache_dir, &r.cache_dir);
 	if (!o->cache_dir)
 		o->cache_dir = default_cache_dir();
@@ -416,6 +447,8 @@ void options_free(struct fs_options *o)
 	free(o->header_file);
 	free(o->log_file);
 	free(o->metrics);
+	free(o->ca_file);
+	free(o->ca_path);
 	memset(o, 0, sizeof(*o));
 }
 
@@ -466,6 +499,11 @@ void options_usage(FILE *f, const char *prog)
 "  -o max_pixels=N      refuse images declaring more pixels (default 64000000)\n"
 "  -o decode_mem=SIZE   memory the decode workers may use at once (default\n"
 "                       256M); an image needing more alone fails with EIO\n"
+"  -o ca_file=PATH      CA bundle to trust instead of the system bundle\n"
+"                       (as curl --cacert; else $AWS_CA_BUNDLE,\n"
+"                       $CURL_CA_BUNDLE, $SSL_CERT_FILE)\n"
+"  -o ca_path=DIR       hashed CA directory to trust (as curl --capath;\n"
+"                       else $SSL_CERT_DIR)\n"
 "  -o metrics=ADDR:PORT serve Prometheus metrics at http://ADDR:PORT/metrics\n"
 "                       (PORT alone: 127.0.0.1; [::1]:PORT for IPv6)\n"
 "  -o allow_other       let other users read the mount (libfuse option)\n"

@@ -21,6 +21,10 @@ struct fs_options {
 	char *index;       /* index= URL or path, or NULL (owned) */
 	unsigned connections;
 	char *header_file; /* owned or NULL */
+	/* CA bundle and directory: -o ca_file/ca_path, else the environment
+	 * (AWS_CA_BUNDLE, CURL_CA_BUNDLE, SSL_CERT_FILE; SSL_CERT_DIR); owned,
+	 * NULL for the system's. */
+	char *ca_file, *ca_path;
 	enum log_level log_level;
 	char *log_file;    /* owned or NULL */
 	/* Echoing (an echo mount when echo > 1 or echo_mode is given). */

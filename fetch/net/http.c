@@ -52,7 +52,7 @@ struct http {
 	double connect_timeout_s;
 	double low_speed_time_s;
 	double backoff_base_s;
-	char *ca_file;
+	char *ca_file, *ca_path; /* NULL: the system's */
 	/* header_file lines; immutable after http_new */
 	struct curl_slist *extra;
 	CURLSH *share;
@@ -100,7 +100,16 @@ struct xfer {
 	struct want *w;
 	struct resp r;
 	CURL *c;
+	char errbuf[CURL_ERROR_SIZE]; /* curl's own words on a failure */
 };
+
+/* The last TLS failure of this thread's calls, for http_reason: curl's
+ * words ("SSL certificate problem: self-signed certificate") are what tell
+ * a user which certificate check failed. */
+static _Thread_local struct {
+	int err;
+	char text[CURL_ERROR_SIZE + 64];
+} last_tls;
 
 #define STAT_ADD(h, field, n) atomic_fetch_add(&(h)->st.field, (uint64_t)(n))
 
@@ -166,7 +175,7 @@ static int xlate(struct http *h, CURL *c, CURLcode cc, long status, int *retry)
 	case CURLE_SSL_CACERT_BADFILE:
 	case CURLE_SSL_CERTPROBLEM:
 	case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
-		return -EACCES; /* an untrusted peer stays untrusted */
+		return -EKEYREJECTED; /* an untrusted peer stays untrusted */
 	case CURLE_PARTIAL_FILE:
 	case CURLE_RECV_ERROR:
 	case CURLE_SEND_ERROR:
@@ -370,6 +379,7 @@ struct http *http_new(const struct http_opts *o, char *err, size_t errlen)
 	h->low_speed_time_s = or_default(o->low_speed_time_s, 10);
 	h->backoff_base_s = or_default(o->backoff_base_s, 0.2);
 	h->ca_file = o->ca_file ? xstrdup(o->ca_file) : NULL;
+	h->ca_path = o->ca_path ? xstrdup(o->ca_path) : NULL;
 	if (make_share(h)) {
 		snprintf(err, errlen, "cannot set up curl connection sharing");
 		http_free(h);
@@ -390,6 +400,7 @@ void http_free(struct http *h)
 		curl_share_cleanup(h->share);
 	curl_slist_free_all(h->extra);
 	free(h->ca_file);
+	free(h->ca_path);
 	for (size_t i = 0; i < ARRAY_SIZE(h->share_lock); i++)
 		pthread_mutex_destroy(&h->share_lock[i]);
 	pthread_mutex_destroy(&h->slot_lock);
@@ -752,6 +763,37 @@ static int redirect_target(CURL *c, const char *cur, char **next)
 
 /* Every failure xlate() or the header checks count is logged too (rate-
  * limited per kind), with the URL redacted. */
+static int is_tls_failure(CURLcode cc)
+{
+	return cc == CURLE_PEER_FAILED_VERIFICATION ||
+	       cc == CURLE_SSL_CACERT_BADFILE || cc == CURLE_SSL_CERTPROBLEM ||
+	       cc == CURLE_SSL_PINNEDPUBKEYNOTMATCH ||
+	       cc == CURLE_SSL_CONNECT_ERROR || cc == CURLE_SSL_ENGINE_NOTFOUND ||
+	       cc == CURLE_SSL_CIPHER;
+}
+
+/* What failed, in words a user acts on, then curl's own. */
+static void note_tls(CURLcode cc, int rc, const char *detail)
+{
+	const char *what = "TLS handshake failed (protocol or cipher)";
+
+	if (cc == CURLE_SSL_CACERT_BADFILE)
+		what = "cannot read the CA certificates (ca_file, ca_path)";
+	else if (strstr(detail, "expired"))
+		what = "TLS certificate expired";
+	else if (strstr(detail, "subject name") || strstr(detail, "hostname") ||
+		 strstr(detail, "does not match"))
+		what = "TLS certificate name mismatch";
+	else if (cc == CURLE_PEER_FAILED_VERIFICATION ||
+		 cc == CURLE_SSL_CERTPROBLEM)
+		what = "TLS certificate not trusted (a private CA? see ca_file)";
+	else if (cc == CURLE_SSL_PINNEDPUBKEYNOTMATCH)
+		what = "TLS public key does not match the pinned one";
+	last_tls.err = rc;
+	snprintf(last_tls.text, sizeof(last_tls.text), "%s: %s", what,
+		 detail[0] ? detail : curl_easy_strerror(cc));
+}
+
 static void note_failure(const struct xfer *x, const char *url, CURLcode cc,
 			 int rc)
 {
@@ -760,6 +802,8 @@ static void note_failure(const struct xfer *x, const char *url, CURLcode cc,
 
 	if (rc == 0)
 		return;
+	if (is_tls_failure(cc))
+		note_tls(cc, rc, x->errbuf);
 	http_redact(url, red, sizeof(red));
 	if (x->r.err && (rc == -EPROTO || rc == -ESTALE))
 		log_counted("verify", "http: %s: %s", red, http_reason(rc));
@@ -831,6 +875,10 @@ static CURL *easy_new(struct http *h, struct xfer *x)
 	curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
 	if (h->ca_file)
 		curl_easy_setopt(c, CURLOPT_CAINFO, h->ca_file);
+	if (h->ca_path)
+		curl_easy_setopt(c, CURLOPT_CAPATH, h->ca_path);
+	x->errbuf[0] = '\0';
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, x->errbuf);
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
 			 (long)(h->connect_timeout_s * 1000));
 	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
@@ -1134,11 +1182,15 @@ char *http_strip_secrets(const char *url)
 
 const char *http_reason(int err)
 {
+	if (err && err == last_tls.err)
+		return last_tls.text;
 	switch (err) {
+	case -EKEYREJECTED:
+		return "TLS certificate refused";
 	case -ENOENT:
 		return "not found (HTTP 404)";
 	case -EACCES:
-		return "access denied (HTTP 401/403, or TLS certificate refused)";
+		return "access denied (HTTP 401/403)";
 	case -ESTALE:
 		return "changed on the server (ETag mismatch)";
 	case -EPROTO:

@@ -6,7 +6,10 @@
  * sessions are shared through one curl share object, so transfers reuse
  * connections. At most `connections` transfers run at a time; callers beyond
  * that wait. Only fetch/ includes curl: errors come back as negative errno:
- *   -ENOENT  404/410          -EACCES  401/403, TLS certificate rejected
+ *   -ENOENT  404/410          -EACCES  401/403
+ *   -EKEYREJECTED  TLS: certificate not trusted, expired or for another
+ *            name, CA file unreadable (http_reason says which, in curl's
+ *            words too)
  *   -ESTALE  ETag changed (or 412 to our If-Match)
  *   -EPROTO  bad Content-Range / Content-Length, size differing from the
  *            expected one, body shorter than announced
@@ -58,8 +61,10 @@ struct http_opts {
 	double low_speed_time_s;
 	/* First backoff; default 0.2 s; doubles, with jitter, capped at 5 s. */
 	double backoff_base_s;
-	/* CA bundle used instead of the system one (tests), or NULL. */
+	/* CA bundle (file) and CA directory (hashed, as c_rehash makes) used
+	 * instead of the system ones, or NULL. */
 	const char *ca_file;
+	const char *ca_path;
 };
 
 struct http_stats {

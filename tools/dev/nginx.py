@@ -43,7 +43,8 @@ http {{
     keepalive_requests 1000000;
     keepalive_timeout 300s;
     server {{
-        listen 127.0.0.1:{port};
+        listen 127.0.0.1:{port}{ssl};
+        {tls}
         root {root};
         {limit}
         location / {{ autoindex off; }}
@@ -59,7 +60,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def write_config(root, state, port, autoindex, limit_rate):
+def write_config(root, state, port, autoindex, limit_rate, tls=None):
     for d in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
         os.makedirs(os.path.join(state, "tmp", d), exist_ok=True)
     locs = "".join("        location %s { autoindex on; }\n" % p for p in autoindex)
@@ -67,7 +68,9 @@ def write_config(root, state, port, autoindex, limit_rate):
         user="user root;" if os.geteuid() == 0 else "",
         state=state, port=port, root=os.path.abspath(root),
         limit="limit_rate %s;" % limit_rate if limit_rate else "",
-        autoindex=locs)
+        autoindex=locs,
+        ssl=" ssl" if tls else "",
+        tls=("ssl_certificate %s; ssl_certificate_key %s;" % tls) if tls else "")
     path = os.path.join(state, "nginx.conf")
     with open(path, "w") as f:
         f.write(conf)
@@ -91,14 +94,18 @@ def wait_ready(proc, port, timeout):
 class Nginx:
     """A running private nginx. stop() is idempotent."""
 
-    def __init__(self, root, state, autoindex=(), limit_rate=None, timeout=10):
+    def __init__(self, root, state, autoindex=(), limit_rate=None, timeout=10,
+                 tls=None):
+        """tls: (certificate file, key file) to serve HTTPS instead."""
         self.root = root
+        self.tls = tls
         self.state = os.path.abspath(state)
         os.makedirs(self.state, exist_ok=True)
         last_err = ""
         for _ in range(5):  # another process may grab the port in between
             self.port = free_port()
-            conf = write_config(root, self.state, self.port, autoindex, limit_rate)
+            conf = write_config(root, self.state, self.port, autoindex, limit_rate,
+                                tls)
             log = open(os.path.join(self.state, "stderr.log"), "ab")
             self.proc = subprocess.Popen(
                 [NGINX, "-p", self.state, "-e", self.state + "/error.log", "-c", conf],
@@ -115,7 +122,7 @@ class Nginx:
 
     @property
     def url(self):
-        return "http://127.0.0.1:%d" % self.port
+        return "%s://127.0.0.1:%d" % ("https" if self.tls else "http", self.port)
 
     def error_log(self):
         try:

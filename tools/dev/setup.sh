@@ -15,6 +15,8 @@ PKGS=(gcc libc6-dev pkg-config meson ninja-build
       nginx-light dataset-fashion-mnist python3-pil python3-numpy python3-pytest kmod)
 # The Prometheus endpoint (libmicrohttpd) and its test (a real Prometheus).
 PKGS+=(libmicrohttpd-dev prometheus python3-prometheus-client)
+# HTTPS tests: throwaway CA and certificates, openssl rehash.
+PKGS+=(python3-cryptography openssl)
 # PNG and WebP input.
 PKGS+=(libspng-dev libwebp-dev)
 [ "${1:-}" = "--bench" ] && PKGS+=(rclone)
