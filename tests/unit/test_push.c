@@ -123,6 +123,7 @@ static void mount_fs(void)
 	if (access("/dev/fuse", R_OK | W_OK) != 0)
 		cr_skip_test("no usable /dev/fuse: push needs a real mount");
 	se = fuse_session_new(&args, &t_ops, sizeof(t_ops), NULL);
+	fuse_opt_free_args(&args); /* the session may have grown them */
 	cr_assert_not_null(se);
 	if (fuse_session_mount(se, mnt) != 0) {
 		fuse_session_destroy(se);
