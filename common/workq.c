@@ -47,9 +47,18 @@ static struct workq_item *take(struct workq *q, bool *waited)
 	return it;
 }
 
+static _Thread_local void *worker_state;
+
+void *workq_worker_state(void)
+{
+	return worker_state;
+}
+
 static void *worker_main(void *arg)
 {
 	struct workq *q = arg;
+	if (q->o.worker_init)
+		worker_state = q->o.worker_init(q->o.ctx);
 	pthread_mutex_lock(&q->lock);
 	for (;;) {
 		struct workq_item *it;
@@ -68,6 +77,9 @@ static void *worker_main(void *arg)
 		}
 	}
 	pthread_mutex_unlock(&q->lock);
+	if (q->o.worker_fini)
+		q->o.worker_fini(q->o.ctx, worker_state);
+	worker_state = NULL;
 	return NULL;
 }
 

@@ -49,7 +49,12 @@ struct workq_opts {
 	size_t cap;       /* most items queued (not running); 0: no limit */
 	workq_fn run;     /* required */
 	workq_fn cancel;  /* optional: a submitted item dropped by CANCEL */
-	void *ctx;        /* passed to run and cancel, borrowed */
+	void *ctx;        /* passed to every callback, borrowed */
+	/* Optional per-worker state (e.g. a decoder context a thread must not
+	 * share): made by each worker as it starts, read in run with
+	 * workq_worker_state(), given to worker_fini as the worker exits. */
+	void *(*worker_init)(void *ctx);
+	void (*worker_fini)(void *ctx, void *state);
 };
 
 enum workq_wait { WORKQ_WAIT, WORKQ_NOWAIT };
@@ -83,6 +88,10 @@ int workq_pause(struct workq *q, double seconds);
 /* Stop taking items (see DESIGN) and join the workers. Idempotent; later
  * calls return at once. Must not be called from a worker. */
 void workq_shutdown(struct workq *q, enum workq_stop how);
+
+/* In a run callback: this worker's worker_init result (NULL without one,
+ * or outside a worker). */
+void *workq_worker_state(void);
 
 /* Has shutdown begun? For long run callbacks that can stop early. */
 bool workq_stopping(struct workq *q);

@@ -68,7 +68,8 @@ static void cancel(void *ud, struct workq_item *it)
 
 static struct workq *start(struct ctx *x, unsigned threads, size_t cap)
 {
-	struct workq_opts o = {threads, cap, run, cancel, x};
+	struct workq_opts o = {.threads = threads, .cap = cap, .run = run,
+			       .cancel = cancel, .ctx = x};
 	x->q = workq_new(&o);
 	cr_assert_not_null(x->q);
 	return x->q;
@@ -98,7 +99,7 @@ static void wait_running(struct ctx *x, int n)
 
 Test(workq, bad_options_are_einval)
 {
-	struct workq_opts o = {0, 0, run, NULL, NULL};
+	struct workq_opts o = {.threads = 0, .run = run};
 	errno = 0;
 	cr_assert_null(workq_new(&o));
 	cr_assert_eq(errno, EINVAL);
@@ -354,7 +355,7 @@ static void pause_run(void *ud, struct workq_item *it)
 
 static struct workq *pause_start(struct pctx *p, double seconds)
 {
-	struct workq_opts o = {2, 0, pause_run, NULL, p};
+	struct workq_opts o = {.threads = 2, .run = pause_run, .ctx = p};
 	p->seconds = seconds;
 	p->r = 1;
 	p->q = workq_new(&o);
@@ -397,4 +398,61 @@ Test(workq, pause_ends_early_on_submit_and_on_shutdown)
 	cr_assert_eq(p.r, -ESHUTDOWN);
 	cr_assert(p.took < 10, "pause ignored shutdown: %f s", p.took);
 	workq_free(p.q);
+}
+
+/* ---- per-worker state ---- */
+
+struct wctx {
+	atomic_int made, freed;
+	atomic_int mismatch; /* run saw another thread's state */
+};
+
+struct wstate {
+	pthread_t self;
+};
+
+static void *w_init(void *ctx)
+{
+	struct wctx *w = ctx;
+	struct wstate *s = xcalloc(1, sizeof(*s));
+	s->self = pthread_self();
+	w->made++;
+	return s;
+}
+
+static void w_fini(void *ctx, void *state)
+{
+	struct wctx *w = ctx;
+	cr_assert_not_null(state);
+	free(state);
+	w->freed++;
+}
+
+static void w_run(void *ctx, struct workq_item *it)
+{
+	struct wctx *w = ctx;
+	struct wstate *s = workq_worker_state();
+	(void)it;
+	if (!s || !pthread_equal(s->self, pthread_self()))
+		w->mismatch++;
+}
+
+Test(workq, each_worker_has_its_own_state)
+{
+	struct wctx w = {0};
+	struct workq_opts o = {.threads = 3, .run = w_run, .ctx = &w,
+			       .worker_init = w_init, .worker_fini = w_fini};
+	struct job j[50];
+	struct workq *q = workq_new(&o);
+
+	cr_assert_not_null(q);
+	cr_assert_null(workq_worker_state(), "state outside a worker");
+	for (int i = 0; i < 50; i++) {
+		memset(&j[i], 0, sizeof(j[i]));
+		cr_assert_eq(workq_run(q, &j[i].it), 0);
+	}
+	workq_free(q);
+	cr_assert_eq(w.made, 3);
+	cr_assert_eq(w.freed, 3);
+	cr_assert_eq(w.mismatch, 0);
 }
