@@ -17,9 +17,12 @@ struct list_node {
 
 /* The element that embeds node `ptr` as member `member`. */
 #define list_entry(ptr, type, member)                                          \
-	((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+	((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 
-#define LIST_HEAD_INIT(name) {&(name), &(name)}
+#define LIST_HEAD_INIT(name)                                                   \
+	{                                                                      \
+		&(name), &(name)                                               \
+	}
 
 static inline void list_init(struct list_node *n)
 {

@@ -46,10 +46,10 @@ typedef void (*workq_fn)(void *ctx, struct workq_item *it);
 
 struct workq_opts {
 	unsigned threads; /* workers, at least 1 */
-	size_t cap;       /* most items queued (not running); 0: no limit */
-	workq_fn run;     /* required */
+	size_t cap;	  /* most items queued (not running); 0: no limit */
+	workq_fn run;	  /* required */
 	workq_fn cancel;  /* optional: a submitted item dropped by CANCEL */
-	void *ctx;        /* passed to every callback, borrowed */
+	void *ctx;	  /* passed to every callback, borrowed */
 	/* Optional per-worker state (e.g. a decoder context a thread must not
 	 * share): made by each worker as it starts, read in run with
 	 * workq_worker_state(), given to worker_fini as the worker exits. */

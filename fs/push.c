@@ -35,11 +35,11 @@ struct push {
 	/* Files of shard s: files[first[s]] .. files[first[s + 1] - 1]. */
 	uint32_t *first;
 	uint32_t *files;
-	atomic_uchar *touched; /* one per shard */
+	atomic_uchar *touched;	  /* one per shard */
 	struct shard_item *items; /* one per shard */
-	struct workq *wq; /* one worker: the pusher thread */
-	atomic_bool refused; /* the kernel takes no stores: push nothing */
-	char *buf; /* the worker's sample buffer */
+	struct workq *wq;	  /* one worker: the pusher thread */
+	atomic_bool refused;	  /* the kernel takes no stores: push nothing */
+	char *buf;		  /* the worker's sample buffer */
 	size_t cap;
 
 	_Atomic uint64_t n_shards, n_files, n_bytes, n_unknown;
@@ -161,8 +161,8 @@ struct push *push_new(struct fuse_session *se, const struct namespace *ns,
 	build_shard_files(p);
 	p->touched = xcalloc(nsh ? nsh : 1, sizeof(*p->touched));
 	p->items = xcalloc(nsh ? nsh : 1, sizeof(*p->items));
-	p->wq = workq_new(&(struct workq_opts){
-		.threads = 1, .run = push_one, .ctx = p});
+	p->wq = workq_new(
+		&(struct workq_opts){.threads = 1, .run = push_one, .ctx = p});
 	if (!p->wq) {
 		int e = errno;
 		push_release(p);

@@ -56,7 +56,7 @@ void outputs_free(struct outputs *o)
 
 static struct output *find(struct outputs *o, uint32_t sample)
 {
-	list_for_each(n, &o->lru) {
+	list_for_each (n, &o->lru) {
 		struct output *x = list_entry(n, struct output, lru);
 		if (x->sample == sample)
 			return x;
@@ -103,7 +103,7 @@ static void insert(struct outputs *o, struct output *x)
 {
 	if (o->ncached >= OUTPUTS_SLOTS) {
 		struct output *victim = NULL;
-		list_for_each(n, &o->lru) {
+		list_for_each (n, &o->lru) {
 			struct output *y = list_entry(n, struct output, lru);
 			if (y->refs == 0) {
 				victim = y;

@@ -32,7 +32,7 @@ struct output {
 	/* Private to outputs.c, guarded by the outputs lock. */
 	int refs;
 	struct list_node lru; /* on the LRU list while cached */
-	int cached;           /* 0: not on the list, freed at the last put */
+	int cached;	      /* 0: not on the list, freed at the last put */
 };
 
 struct outputs_stats {

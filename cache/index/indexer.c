@@ -34,7 +34,7 @@
 
 struct job_result {
 	struct workq_item item; /* queued for a worker */
-	struct index *ix; /* one shard (number 0) and its samples */
+	struct index *ix;	/* one shard (number 0) and its samples */
 	uint64_t size;
 	char etag[HTTP_ETAG_MAX];
 };

@@ -48,7 +48,7 @@ struct cref {
 
 struct wref {
 	struct store_writer *w;
-	double started;  /* when the stream began, for its rate */
+	double started; /* when the stream began, for its rate */
 	uint64_t avail; /* bytes readable through w */
 	unsigned users;
 	bool closing; /* worker is committing: no new users */
@@ -356,14 +356,16 @@ static ssize_t wait_slot(struct shards *sh, struct slot *s, struct req *q)
 
 	if (deadline_expired(&q->deadline))
 		return -ETIMEDOUT;
-	if (sh->range_after_s > 0 && !q->ranged) /* look again: a range GET may pay */
+	/* Look again soon: a range GET may pay. */
+	if (sh->range_after_s > 0 && !q->ranged)
 		until = deadline_min(until, deadline_in(RANGE_RECHECK_S));
 	q->waited = true;
 	s->waiters++;
 	r = cond_wait_until(&s->cond, &sh->lock, &until);
 	s->waiters--;
-	return r == -ETIMEDOUT && deadline_expired(&q->deadline) ? -ETIMEDOUT
-								  : AGAIN;
+	if (r == -ETIMEDOUT && deadline_expired(&q->deadline))
+		return -ETIMEDOUT;
+	return AGAIN;
 }
 
 /* NONE: look in the store (lock dropped), else queue a fetch. */
@@ -673,8 +675,8 @@ void shards_free(struct shards *sh)
 	pthread_mutex_lock(&sh->lock);
 	sh->stop = true; /* streams in progress stop at their next chunk */
 	pthread_mutex_unlock(&sh->lock);
-	if (sh->wq)
-		workq_shutdown(sh->wq, WORKQ_CANCEL); /* queued fetches dropped */
+	if (sh->wq) /* queued fetches are dropped */
+		workq_shutdown(sh->wq, WORKQ_CANCEL);
 	workq_free(sh->wq);
 	for (size_t i = 0; i < nshards(sh); i++) {
 		retire(sh, &sh->slots[i]);

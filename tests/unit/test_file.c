@@ -50,7 +50,8 @@ Test(file, sizes_around_the_growth_steps_read_exactly)
 		cr_assert_eq(len, sizes[k]);
 		cr_assert_eq(buf[len], '\0', "not NUL-terminated");
 		for (size_t i = 0; i < len; i++)
-			cr_assert_eq(buf[i], (char)('a' + i % 23), "byte %zu", i);
+			cr_assert_eq(buf[i], (char)('a' + i % 23), "byte %zu",
+				     i);
 		free(buf);
 	}
 }
@@ -78,7 +79,8 @@ Test(file, a_pipe_with_no_size_reads_to_eof_and_is_capped)
 
 	memset(chunk, 'x', sizeof(chunk));
 	cr_assert_eq(pipe(fds), 0);
-	cr_assert_eq(write(fds[1], chunk, sizeof(chunk)), (ssize_t)sizeof(chunk));
+	cr_assert_eq(write(fds[1], chunk, sizeof(chunk)),
+		     (ssize_t)sizeof(chunk));
 	close(fds[1]);
 	cr_assert_eq(file_read_fd(fds[0], 4096, &buf, &len), 0);
 	close(fds[0]);
@@ -86,7 +88,8 @@ Test(file, a_pipe_with_no_size_reads_to_eof_and_is_capped)
 	free(buf);
 
 	cr_assert_eq(pipe(fds), 0);
-	cr_assert_eq(write(fds[1], chunk, sizeof(chunk)), (ssize_t)sizeof(chunk));
+	cr_assert_eq(write(fds[1], chunk, sizeof(chunk)),
+		     (ssize_t)sizeof(chunk));
 	close(fds[1]);
 	cr_assert_eq(file_read_fd(fds[0], 500, &buf, &len), -EFBIG);
 	close(fds[0]);
@@ -113,7 +116,8 @@ Test(file, read_exact_fills_or_says_eio)
 	cr_assert_geq(fd, 0);
 	cr_assert_eq(file_read_exact(fd, got, 6), 0);
 	cr_assert_eq(memcmp(got, "abcdef", 6), 0);
-	cr_assert_eq(file_read_exact(fd, got, 6), -EIO, "only 4 bytes were left");
+	cr_assert_eq(file_read_exact(fd, got, 6), -EIO,
+		     "only 4 bytes were left");
 	close(fd);
 	cr_assert_eq(file_read_exact(-1, got, 1), -EBADF);
 }

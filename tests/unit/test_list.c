@@ -13,7 +13,7 @@ struct elem {
 static size_t values(struct list_node *head, int *out, size_t max)
 {
 	size_t n = 0;
-	list_for_each(it, head) {
+	list_for_each (it, head) {
 		if (n < max)
 			out[n] = list_entry(it, struct elem, link)->v;
 		n++;
@@ -94,7 +94,7 @@ Test(list, for_each_safe_allows_deleting_the_current_node)
 		e[i].v = i;
 		list_push_back(&h, &e[i].link);
 	}
-	list_for_each_safe(it, &h) {
+	list_for_each_safe (it, &h) {
 		if (list_entry(it, struct elem, link)->v % 2)
 			list_del(it);
 	}
@@ -125,7 +125,7 @@ Test(list, many_nodes_survive_random_removal)
 	}
 	cr_assert_eq(list_count(&h), left);
 	int prev = -1;
-	list_for_each(it, &h) {
+	list_for_each (it, &h) {
 		int v = list_entry(it, struct elem, link)->v;
 		cr_assert_gt(v, prev, "order broken");
 		prev = v;

@@ -44,9 +44,12 @@ Test(log, parse_level_names)
 		int r;
 		enum log_level l;
 	} cases[] = {
-		{"error", 0, LOG_LEVEL_ERROR}, {"warn", 0, LOG_LEVEL_WARN},
-		{"info", 0, LOG_LEVEL_INFO},   {"debug", 0, LOG_LEVEL_DEBUG},
-		{"DEBUG", -EINVAL, 0},         {"warning", -EINVAL, 0},
+		{"error", 0, LOG_LEVEL_ERROR},
+		{"warn", 0, LOG_LEVEL_WARN},
+		{"info", 0, LOG_LEVEL_INFO},
+		{"debug", 0, LOG_LEVEL_DEBUG},
+		{"DEBUG", -EINVAL, 0},
+		{"warning", -EINVAL, 0},
 		{"", -EINVAL, 0},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -38,7 +38,8 @@ static uint8_t *load(const char *name, size_t *len)
 	const char *dir = getenv("ECHOFS_TEST_DATA");
 	char path[512], *b;
 	if (!dir)
-		cr_skip_test("ECHOFS_TEST_DATA not set (run through meson test)");
+		cr_skip_test(
+			"ECHOFS_TEST_DATA not set (run through meson test)");
 	snprintf(path, sizeof(path), "%s/img/%s", dir, name);
 	cr_assert_eq(file_read_all(path, 64 << 20, &b, len), 0, "%s", path);
 	return (uint8_t *)b;
@@ -81,8 +82,10 @@ static void make_data(void)
 static void setup(void)
 {
 	char err[256];
-	struct http_opts ho = {.connections = 4, .retry_budget_s = 8,
-			       .backoff_base_s = 0.05, .low_speed_time_s = 3};
+	struct http_opts ho = {.connections = 4,
+			       .retry_budget_s = 8,
+			       .backoff_base_s = 0.05,
+			       .low_speed_time_s = 3};
 
 	snprintf(tdir, sizeof(tdir), "/tmp/echofs-outputs-XXXXXX");
 	cr_assert_not_null(mkdtemp(tdir));
@@ -119,8 +122,7 @@ static void stats(struct outputs *o, uint64_t hits, uint64_t misses,
 	struct outputs_stats st;
 	outputs_get_stats(o, &st);
 	cr_assert_eq(st.hits, hits, "hits %lu", (unsigned long)st.hits);
-	cr_assert_eq(st.misses, misses, "misses %lu",
-		     (unsigned long)st.misses);
+	cr_assert_eq(st.misses, misses, "misses %lu", (unsigned long)st.misses);
 	cr_assert_eq(st.rejected, rejected, "rejected %lu",
 		     (unsigned long)st.rejected);
 }
@@ -136,13 +138,12 @@ static void get_check(struct outputs *o, uint32_t sample)
 
 	cr_assert_eq(outputs_get(o, sample, &x), 0, "sample %u", sample);
 	cr_assert_eq(transform_apply(tc, &topts, img[sample % 2],
-				     img_len[sample % 2], 0, &ref, &reflen,
-				     why, sizeof(why)),
+				     img_len[sample % 2], 0, &ref, &reflen, why,
+				     sizeof(why)),
 		     0, "%s", why);
 	cr_assert_eq(x->sample, sample);
 	cr_assert_eq(x->len, reflen, "sample %u", sample);
-	cr_assert(memcmp(x->data, ref, reflen) == 0, "sample %u bytes",
-		  sample);
+	cr_assert(memcmp(x->data, ref, reflen) == 0, "sample %u bytes", sample);
 	free(ref);
 	transform_ctx_free(tc);
 	outputs_put(o, x);
@@ -169,10 +170,10 @@ Test(outputs, the_least_recently_used_goes_first)
 
 	for (uint32_t i = 0; i < n; i++) /* every slot filled */
 		get_check(o, i);
-	get_check(o, 0);     /* 0 is now the most recent; 1 the least */
-	get_check(o, n);     /* evicts 1 */
+	get_check(o, 0); /* 0 is now the most recent; 1 the least */
+	get_check(o, n); /* evicts 1 */
 	stats(o, 1, n + 1, 0);
-	get_check(o, 0);     /* still there */
+	get_check(o, 0); /* still there */
 	stats(o, 2, n + 1, 0);
 	cr_assert_eq(outputs_get(o, 1, &x), 0); /* gone: made again */
 	outputs_put(o, x);

@@ -18,15 +18,18 @@ static uint8_t *load(const char *name, size_t *len)
 	const char *dir = getenv("ECHOFS_TEST_DATA");
 	char path[512], *b;
 	if (!dir)
-		cr_skip_test("ECHOFS_TEST_DATA not set (run through meson test)");
+		cr_skip_test(
+			"ECHOFS_TEST_DATA not set (run through meson test)");
 	snprintf(path, sizeof(path), "%s/img/%s", dir, name);
 	cr_assert_eq(file_read_all(path, 64 << 20, &b, len), 0, "%s", path);
 	return (uint8_t *)b;
 }
 
-static const struct transform_opts jpeg_opts = {
-	.size = 64, .crop = 56, .random_crop = 1, .flip_prob_half = 1,
-	.format = TF_JPEG};
+static const struct transform_opts jpeg_opts = {.size = 64,
+						.crop = 56,
+						.random_crop = 1,
+						.flip_prob_half = 1,
+						.format = TF_JPEG};
 
 /* What transform_apply gives on its own context, for comparison. */
 static void direct(const struct transform_opts *o, const uint8_t *in,
@@ -101,9 +104,9 @@ Test(prep, prepare_then_augment_equals_apply)
 	char why[160] = "";
 
 	cr_assert_not_null(p);
-	cr_assert_eq(prep_prepare(p, in, len, &prepared, &plen, why,
-				  sizeof(why)),
-		     0, "%s", why);
+	cr_assert_eq(
+		prep_prepare(p, in, len, &prepared, &plen, why, sizeof(why)), 0,
+		"%s", why);
 	for (uint64_t rand = 10; rand < 14; rand++) {
 		cr_assert_eq(prep_augment(p, prepared, plen, rand, &aug, &alen,
 					  why, sizeof(why)),
@@ -177,7 +180,8 @@ Test(prep, many_callers_each_get_their_own_result, .timeout = 60)
 	cr_assert_not_null(p);
 	for (unsigned i = 0; i < CALLERS; i++) {
 		c[i] = (struct caller){.p = p, .in = in, .len = len, .id = i};
-		cr_assert_eq(pthread_create(&t[i], NULL, caller_main, &c[i]), 0);
+		cr_assert_eq(pthread_create(&t[i], NULL, caller_main, &c[i]),
+			     0);
 	}
 	for (unsigned i = 0; i < CALLERS; i++)
 		pthread_join(t[i], NULL);

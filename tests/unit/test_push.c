@@ -25,9 +25,9 @@
 #include "common/util.h"
 #include "fetch/format/index.h"
 #include "fetch/net/http.h"
+#include "fixtures.h"
 #include "fs/namespace.h"
 #include "fs/push.h"
-#include "fixtures.h"
 
 #define NSHARDS 3
 #define PER_SHARD 5
@@ -77,8 +77,7 @@ static void t_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	fuse_reply_entry(req, &e);
 }
 
-static void t_getattr(fuse_req_t req, fuse_ino_t ino,
-		      struct fuse_file_info *fi)
+static void t_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct stat a;
 	(void)fi;
@@ -173,8 +172,10 @@ static void make_shards(void)
 static void setup(void)
 {
 	char err[256];
-	struct http_opts ho = {.connections = 4, .retry_budget_s = 8,
-			       .backoff_base_s = 0.05, .low_speed_time_s = 3};
+	struct http_opts ho = {.connections = 4,
+			       .retry_budget_s = 8,
+			       .backoff_base_s = 0.05,
+			       .low_speed_time_s = 3};
 
 	snprintf(tdir, sizeof(tdir), "/tmp/echofs-push-XXXXXX");
 	cr_assert_not_null(mkdtemp(tdir));
@@ -249,8 +250,8 @@ static struct push_stats wait_pushed(struct push *p, uint64_t n)
 			return ps;
 		usleep(10000);
 	} while (now_mono() < until);
-	cr_assert_fail("push never pushed %lu shards (at %lu)", (unsigned long)n,
-		 (unsigned long)ps.shards);
+	cr_assert_fail("push never pushed %lu shards (at %lu)",
+		       (unsigned long)n, (unsigned long)ps.shards);
 	return ps;
 }
 
@@ -267,7 +268,8 @@ static int read_back(int s, int k)
 	cr_assert_geq(fd, 0, "%s: %s", p, strerror(errno));
 	got = pread(fd, buf, len[s][k] + 1, 0);
 	close(fd);
-	same = got == (ssize_t)len[s][k] && memcmp(buf, data[s][k], len[s][k]) == 0;
+	same = got == (ssize_t)len[s][k] &&
+	       memcmp(buf, data[s][k], len[s][k]) == 0;
 	free(buf);
 	return same ? 0 : -1;
 }
@@ -308,12 +310,14 @@ Test(push, only_the_touched_shards_files_and_only_known_inodes)
 
 	cr_assert_not_null(p);
 	for (int s = 0; s < NSHARDS; s++)
-		for (int k = 0; k < PER_SHARD - 1; k++) /* k = 4 never looked up */
+		for (int k = 0; k < PER_SHARD - 1;
+		     k++) /* k = 4 never looked up */
 			look(s, k);
 	for (int s = 0; s < NSHARDS; s++)
 		shards_prefetch(sh, (uint32_t)s);
 	for (int s = 0; s < NSHARDS; s++)
-		for (int i = 0; i < 500 && !shards_is_cached(sh, (uint32_t)s); i++)
+		for (int i = 0; i < 500 && !shards_is_cached(sh, (uint32_t)s);
+		     i++)
 			usleep(10000);
 	push_touch(p, 2);
 	push_touch(p, 2); /* once per shard */

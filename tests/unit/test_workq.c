@@ -19,12 +19,12 @@ struct ctx {
 	pthread_mutex_t m;
 	pthread_cond_t c;
 	int gate_open;
-	int running;        /* callbacks inside run now */
+	int running; /* callbacks inside run now */
 	int max_running;
 	int order[256];
 	int nrun;
 	int ncancelled;
-	int resubmits;      /* run puts its own item back this many times */
+	int resubmits; /* run puts its own item back this many times */
 	struct workq *q;
 };
 
@@ -68,8 +68,11 @@ static void cancel(void *ud, struct workq_item *it)
 
 static struct workq *start(struct ctx *x, unsigned threads, size_t cap)
 {
-	struct workq_opts o = {.threads = threads, .cap = cap, .run = run,
-			       .cancel = cancel, .ctx = x};
+	struct workq_opts o = {.threads = threads,
+			       .cap = cap,
+			       .run = run,
+			       .cancel = cancel,
+			       .ctx = x};
 	x->q = workq_new(&o);
 	cr_assert_not_null(x->q);
 	return x->q;
@@ -440,8 +443,11 @@ static void w_run(void *ctx, struct workq_item *it)
 Test(workq, each_worker_has_its_own_state)
 {
 	struct wctx w = {0};
-	struct workq_opts o = {.threads = 3, .run = w_run, .ctx = &w,
-			       .worker_init = w_init, .worker_fini = w_fini};
+	struct workq_opts o = {.threads = 3,
+			       .run = w_run,
+			       .ctx = &w,
+			       .worker_init = w_init,
+			       .worker_fini = w_fini};
 	struct job j[50];
 	struct workq *q = workq_new(&o);
 
