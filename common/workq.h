@@ -65,7 +65,8 @@ struct workq;
 /* Starts the workers. NULL with errno set (EINVAL, or pthread_create's). */
 struct workq *workq_new(const struct workq_opts *o);
 /* workq_shutdown(DRAIN) unless already shut down, then frees. Accepts NULL.
- * Must not be called from a worker. */
+ * Must not be called from a worker, nor while another thread may still be
+ * inside workq_submit or workq_run on this queue. */
 void workq_free(struct workq *q);
 
 void workq_item_init(struct workq_item *it);
