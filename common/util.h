@@ -26,7 +26,10 @@ int parse_size(const char *s, uint64_t *out);
 /* Monotonic clock in seconds. */
 double now_mono(void);
 
-/* 64-bit FNV-1a, for cache keys and hash tables (not for security). */
+/* 64-bit FNV-1a style hash, for cache keys and hash tables (not for
+ * security). Its offset basis is 1469598103934665603, FNV's with the last
+ * digit missing, so it does not match FNV-1a's published vectors; kept
+ * as is because cache file names on disk are made from it. */
 uint64_t hash64(const void *data, size_t len, uint64_t seed);
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))

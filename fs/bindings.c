@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "cache/echo/pool.h"
+#include "common/deadline.h"
 #include "common/util.h"
 #include "fs/namespace.h"
 
@@ -408,12 +409,8 @@ static void *reaper_main(void *arg)
 
 	pthread_mutex_lock(&b->lock);
 	while (!b->stop) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += REAP_EVERY_MS * 1000000L;
-		ts.tv_sec += ts.tv_nsec / 1000000000L;
-		ts.tv_nsec %= 1000000000L;
-		pthread_cond_timedwait(&b->cond, &b->lock, &ts);
+		struct deadline d = deadline_in(REAP_EVERY_MS / 1000.0);
+		cond_wait_until(&b->cond, &b->lock, &d);
 		size_t n = reap(b, batch, REAP_BATCH);
 		pthread_mutex_unlock(&b->lock);
 		for (size_t i = 0; i < n; i++)
@@ -441,7 +438,7 @@ struct bindings *bindings_new(struct pool *pool, const struct namespace *ns,
 	b->tsize = 1024;
 	b->table = xcalloc(b->tsize, sizeof(*b->table));
 	pthread_mutex_init(&b->lock, NULL);
-	pthread_cond_init(&b->cond, NULL);
+	cond_init_monotonic(&b->cond); /* the reaper's timed wait */
 	r = pthread_create(&b->reaper, NULL, reaper_main, b);
 	if (r) {
 		pthread_cond_destroy(&b->cond);

@@ -19,8 +19,10 @@ struct outputs;
 struct prep;
 
 /* The filesystem's state, passed as the session's userdata. Everything is
- * borrowed; the tree never changes, the counters are atomics, so handlers
- * take no lock of their own. */
+ * borrowed; the tree never changes and the counters are atomics, so
+ * handlers take no lock of their own except snap_lock, which guards the
+ * control files' cached renderings (held only to swap or reference one,
+ * never while rendering or replying). */
 struct fs_ctx {
 	const struct namespace *ns;
 	struct dataset *ds;

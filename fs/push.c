@@ -6,19 +6,25 @@
 
 #include <errno.h>
 #include <fuse_lowlevel.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cache/dataset.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "common/workq.h"
 #include "fs/namespace.h"
 
 #define RETRY_MS 50
 #define MAX_PUSH_FILE (16u << 20) /* larger files are read the usual way */
+
+/* One per shard: its place in the queue and, for the worker alone, how
+ * often it was found not cached yet. */
+struct shard_item {
+	struct workq_item it;
+	uint32_t waits;
+};
 
 struct push {
 	struct fuse_session *se;
@@ -28,14 +34,12 @@ struct push {
 	/* Files of shard s: files[first[s]] .. files[first[s + 1] - 1]. */
 	uint32_t *first;
 	uint32_t *files;
-	atomic_uchar *touched; /* one per shard */
-	pthread_t thread;
-
-	pthread_mutex_t lock; /* guards the queue and stop */
-	pthread_cond_t cond;
-	uint32_t *queue;      /* ring of nshards slots */
-	size_t head, len;
-	int stop;
+	atomic_uchar *touched;	  /* one per shard */
+	struct shard_item *items; /* one per shard */
+	struct workq *wq;	  /* one worker: the pusher thread */
+	atomic_bool refused;	  /* the kernel takes no stores: push nothing */
+	char *buf;		  /* the worker's sample buffer */
+	size_t cap;
 
 	_Atomic uint64_t n_shards, n_files, n_bytes, n_unknown;
 };
@@ -60,47 +64,16 @@ static void build_shard_files(struct push *p)
 	free(fill);
 }
 
+/* Each shard is queued at most once at a time (by its first touch, then
+ * only by the worker itself), so the queue needs no bound. */
 static void enqueue(struct push *p, uint32_t shard)
 {
-	pthread_mutex_lock(&p->lock);
-	if (p->len < p->nshards) {
-		p->queue[(p->head + p->len) % p->nshards] = shard;
-		p->len++;
-		pthread_cond_signal(&p->cond);
-	}
-	pthread_mutex_unlock(&p->lock);
-}
-
-/* Next shard, or -1 to stop. Waits up to RETRY_MS when `idle_wait`. */
-static int64_t dequeue(struct push *p, int idle_wait)
-{
-	int64_t s = -1;
-	pthread_mutex_lock(&p->lock);
-	if (idle_wait && !p->stop) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += RETRY_MS * 1000000L;
-		ts.tv_sec += ts.tv_nsec / 1000000000L;
-		ts.tv_nsec %= 1000000000L;
-		pthread_cond_timedwait(&p->cond, &p->lock, &ts);
-	}
-	while (!p->stop && p->len == 0)
-		pthread_cond_wait(&p->cond, &p->lock);
-	if (!p->stop) {
-		s = p->queue[p->head];
-		p->head = (p->head + 1) % p->nshards;
-		p->len--;
-	}
-	pthread_mutex_unlock(&p->lock);
-	return s;
+	workq_submit(p->wq, &p->items[shard].it, WORKQ_NOWAIT);
 }
 
 static int stopping(struct push *p)
 {
-	pthread_mutex_lock(&p->lock);
-	int s = p->stop;
-	pthread_mutex_unlock(&p->lock);
-	return s;
+	return workq_stopping(p->wq);
 }
 
 /* Push every file of a cached shard. Returns -ENOSYS when the kernel can't
@@ -140,35 +113,39 @@ static int push_shard(struct push *p, uint32_t shard, char **buf,
 	return 0;
 }
 
-static void *push_main(void *arg)
+/* The worker, for one queued shard. */
+static void push_one(void *ctx, struct workq_item *it)
 {
-	struct push *p = arg;
-	uint32_t *waits = xcalloc(p->nshards ? p->nshards : 1,
-				  sizeof(*waits));
-	size_t cap = 0;
-	char *buf = NULL;
-	int retrying = 0;
-	int64_t s;
+	struct push *p = ctx;
+	struct shard_item *si = list_entry(it, struct shard_item, it);
+	uint32_t s = (uint32_t)(si - p->items);
 
-	while ((s = dequeue(p, retrying)) >= 0) {
-		retrying = 0;
-		if (!dataset_is_cached(p->ds, (uint32_t)s)) {
-			/* Still arriving (or never to be cached): later. */
-			if (++waits[s] < PUSH_WAIT_S * 1000 / RETRY_MS) {
-				enqueue(p, (uint32_t)s);
-				retrying = 1;
-			}
-			continue;
+	if (atomic_load(&p->refused))
+		return;
+	if (!dataset_is_cached(p->ds, s)) {
+		/* Still arriving (or never to be cached): later, after a pause
+		 * that a newly touched shard cuts short. */
+		if (++si->waits < PUSH_WAIT_S * 1000 / RETRY_MS) {
+			enqueue(p, s);
+			workq_pause(p->wq, RETRY_MS / 1000.0);
 		}
-		if (push_shard(p, (uint32_t)s, &buf, &cap) == -ENOSYS) {
-			log_warn("kernel refuses page-cache stores; files of "
-				 "cold shards are read one request each");
-			break;
-		}
+		return;
 	}
-	free(buf);
-	free(waits);
-	return NULL;
+	if (push_shard(p, s, &p->buf, &p->cap) == -ENOSYS) {
+		atomic_store(&p->refused, true);
+		log_warn("kernel refuses page-cache stores; files of "
+			 "cold shards are read one request each");
+	}
+}
+
+static void push_release(struct push *p)
+{
+	free(p->buf);
+	free(p->items);
+	free((void *)p->touched);
+	free(p->files);
+	free(p->first);
+	free(p);
 }
 
 struct push *push_new(struct fuse_session *se, const struct namespace *ns,
@@ -176,7 +153,6 @@ struct push *push_new(struct fuse_session *se, const struct namespace *ns,
 {
 	struct push *p = xcalloc(1, sizeof(*p));
 	size_t nsh = dataset_ngroups(ds);
-	int r;
 
 	p->se = se;
 	p->ns = ns;
@@ -184,19 +160,13 @@ struct push *push_new(struct fuse_session *se, const struct namespace *ns,
 	p->nshards = nsh;
 	build_shard_files(p);
 	p->touched = xcalloc(nsh ? nsh : 1, sizeof(*p->touched));
-	p->queue = xcalloc(nsh ? nsh : 1, sizeof(*p->queue));
-	pthread_mutex_init(&p->lock, NULL);
-	pthread_cond_init(&p->cond, NULL);
-	r = pthread_create(&p->thread, NULL, push_main, p);
-	if (r) {
-		pthread_cond_destroy(&p->cond);
-		pthread_mutex_destroy(&p->lock);
-		free(p->queue);
-		free(p->touched);
-		free(p->files);
-		free(p->first);
-		free(p);
-		errno = r;
+	p->items = xcalloc(nsh ? nsh : 1, sizeof(*p->items));
+	p->wq = workq_new(
+		&(struct workq_opts){.threads = 1, .run = push_one, .ctx = p});
+	if (!p->wq) {
+		int e = errno;
+		push_release(p);
+		errno = e;
 		return NULL;
 	}
 	return p;
@@ -206,18 +176,11 @@ void push_free(struct push *p)
 {
 	if (!p)
 		return;
-	pthread_mutex_lock(&p->lock);
-	p->stop = 1;
-	pthread_cond_broadcast(&p->cond);
-	pthread_mutex_unlock(&p->lock);
-	pthread_join(p->thread, NULL);
-	pthread_cond_destroy(&p->cond);
-	pthread_mutex_destroy(&p->lock);
-	free(p->queue);
-	free((void *)p->touched);
-	free(p->files);
-	free(p->first);
-	free(p);
+	/* Queued shards are dropped; the one being pushed stops at its next
+	 * file (push_shard checks stopping). */
+	workq_shutdown(p->wq, WORKQ_CANCEL);
+	workq_free(p->wq);
+	push_release(p);
 }
 
 void push_touch(struct push *p, uint32_t shard)

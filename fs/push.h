@@ -13,7 +13,10 @@
  *   stores it at offset 0 of the file's inode. The kernel only accepts this
  *   for inodes it already knows (looked up or listed with READDIRPLUS, as
  *   ImageFolder does); other files are skipped and read the usual way.
- * - Locking: one mutex guards the queue; it is never held while reading a
+ * - The thread and its queue are a one-worker common/workq.h queue; a
+ *   shard put back waits with workq_pause (RETRY_MS, cut short when
+ *   another shard is touched), so the thread never spins.
+ * - Locking: only the work queue's mutex, never held while reading a
  *   sample or talking to the kernel. The per-shard "touched" flags are
  *   atomics so a read costs one atomic exchange.
  */

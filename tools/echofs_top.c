@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "common/util.h"
 
 #define PROG "echofs-top"
@@ -280,44 +281,6 @@ static int parse_text(struct sample *s, char *text)
 
 /* ---- reading ---- */
 
-/* The whole file into a NUL-terminated buffer (caller frees). Control
- * files may report any st_size, so read to EOF, capped. */
-static ssize_t slurp(int fd, char **out)
-{
-	size_t len = 0, cap = 0;
-	char *buf = NULL;
-
-	for (;;) {
-		if (cap - len < 4096) {
-			if (cap >= MAX_STATS_BYTES) {
-				free(buf);
-				return -EFBIG;
-			}
-			cap = cap ? cap * 2 : 65536;
-			char *nb = realloc(buf, cap + 1);
-			if (!nb) {
-				free(buf);
-				return -ENOMEM;
-			}
-			buf = nb;
-		}
-		ssize_t n = read(fd, buf + len, cap - len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			int e = errno;
-			free(buf);
-			return -e;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	buf[len] = '\0';
-	*out = buf;
-	return (ssize_t)len;
-}
-
 /* Read and parse MNT/.echofs/stats.prom into *s. Returns 0 or -errno;
  * -ENOENT / -ENOTDIR mean "not an echofs mount". */
 static int sample_read(const char *mnt, struct sample *s)
@@ -332,10 +295,12 @@ static int sample_read(const char *mnt, struct sample *s)
 	if (fd < 0)
 		return -errno;
 	s->t = now_mono();
-	ssize_t n = slurp(fd, &text);
+	/* Control files may report any st_size: read to EOF, capped. */
+	size_t len;
+	int rr = file_read_fd(fd, MAX_STATS_BYTES, &text, &len);
 	close(fd);
-	if (n < 0)
-		return (int)n;
+	if (rr < 0)
+		return rr;
 	int r = parse_text(s, text);
 	free(text);
 	if (r)

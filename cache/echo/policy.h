@@ -38,11 +38,16 @@
 #ifndef ECHOFS_ECHO_POLICY_H
 #define ECHOFS_ECHO_POLICY_H
 
-#include "cache/echo/pool.h" /* enum echo_mode */
-
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* How echoes are chosen (see above). Defined here, not in pool.h, so that
+ * the policy depends on nothing of the pool that uses it. */
+enum echo_mode {
+	ECHO_ADAPTIVE = 0,
+	ECHO_FIXED = 1,
+};
 
 #define ECHO_DEFAULT_WINDOW 16
 /* Largest E accepted: a sample is kept for at most ceil(E) serves. */

@@ -10,10 +10,12 @@
  *   shards_read. Each sample enters a shuffle buffer; when the buffer is
  *   full a random entry leaves it into its class's fresh queue.
  * - Memory: every sample held (shuffle buffer, fresh queues, echo
- *   candidates, taken by readers) counts against mem_size. Past it, fully
- *   used samples are dropped first, then the least useful echo candidates;
- *   if what is left is all fresh or taken, the streamer waits
- *   (back-pressure).
+ *   candidates, taken by readers, the one being read) counts against
+ *   mem_size. A fully used sample is freed as soon as its last reader
+ *   releases it, whatever the memory. Past mem_size the streamer evicts the
+ *   least useful echo candidate no reader holds (in fixed mode only while a
+ *   reader waits); if nothing can go (all fresh, buffered or taken), the
+ *   streamer waits (back-pressure).
  * - pool_take asks the policy for a sample of the class; when the policy
  *   says "wait" (no fresh sample ready and no echo allowed), the caller
  *   waits on a condition variable for fresh data, up to wait_s, and the
@@ -22,9 +24,9 @@
  *   enters exactly once, so it is served fresh exactly once; samples whose
  *   bytes can't be read (shard failed) are counted and skipped.
  * - Locking: one mutex guards the queues, the policy and the statistics;
- *   it is never held across shards_read. Lock order: pool lock, then the
- *   shards lock (inside shards_*) is never taken while holding the pool
- *   lock.
+ *   it is never held across shards_read or shards_prefetch, so the shards
+ *   lock (inside shards_*) is never taken while holding the pool lock: the
+ *   two locks have no order because they never nest.
  */
 #ifndef ECHOFS_POOL_H
 #define ECHOFS_POOL_H
@@ -32,15 +34,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cache/echo/policy.h" /* enum echo_mode */
+
 struct index;
 struct shards;
 
 #define POOL_NO_CLASS UINT32_MAX
-
-enum echo_mode {
-	ECHO_ADAPTIVE = 0,
-	ECHO_FIXED = 1,
-};
 
 struct pool_opts {
 	double echo;             /* E in [1, 1000]; 1 (or 0) means fresh only */

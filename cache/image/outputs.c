@@ -19,8 +19,8 @@ struct outputs {
 	struct shards *sh;
 	struct prep *prep;
 	pthread_mutex_t lock; /* guards everything below */
-	struct output *slot[OUTPUTS_SLOTS];
-	uint64_t clock;
+	struct list_node lru; /* cached outputs, least recently used first */
+	size_t ncached;
 	struct outputs_stats st;
 	uint8_t *failed; /* per sample: its image error is counted and logged */
 };
@@ -33,6 +33,7 @@ struct outputs *outputs_new(const struct index *ix, struct shards *sh,
 	o->sh = sh;
 	o->prep = prep;
 	o->failed = xcalloc(ix->nsamples ? ix->nsamples : 1, 1);
+	list_init(&o->lru);
 	pthread_mutex_init(&o->lock, NULL);
 	return o;
 }
@@ -47,10 +48,11 @@ static void output_free(struct output *x)
 
 void outputs_free(struct outputs *o)
 {
+	struct list_node *n;
 	if (!o)
 		return;
-	for (size_t i = 0; i < OUTPUTS_SLOTS; i++)
-		output_free(o->slot[i]);
+	while ((n = list_pop_front(&o->lru)) != NULL)
+		output_free(list_entry(n, struct output, lru));
 	pthread_mutex_destroy(&o->lock);
 	free(o->failed);
 	free(o);
@@ -58,9 +60,11 @@ void outputs_free(struct outputs *o)
 
 static struct output *find(struct outputs *o, uint32_t sample)
 {
-	for (size_t i = 0; i < OUTPUTS_SLOTS; i++)
-		if (o->slot[i] && o->slot[i]->sample == sample)
-			return o->slot[i];
+	list_for_each (n, &o->lru) {
+		struct output *x = list_entry(n, struct output, lru);
+		if (x->sample == sample)
+			return x;
+	}
 	return NULL;
 }
 
@@ -98,6 +102,7 @@ static int make(struct outputs *o, uint32_t sample, struct output **out,
 	}
 	x = xcalloc(1, sizeof(*x));
 	x->sample = sample;
+	list_init(&x->lru);
 	r = prep_apply(o->prep, raw, (size_t)s->size, 0, &x->data, &x->len, why,
 		       whylen);
 	free(raw);
@@ -111,26 +116,37 @@ static int make(struct outputs *o, uint32_t sample, struct output **out,
 	return 0;
 }
 
-/* Put x in the least recently used free slot; x stays uncached when every
- * slot is held. Caller holds the lock. */
+/* Cache x, evicting the least recently used output nobody holds when all
+ * OUTPUTS_SLOTS are taken; x stays uncached when every one is held.
+ * Caller holds the lock. */
 static void insert(struct outputs *o, struct output *x)
 {
-	size_t victim = OUTPUTS_SLOTS;
-	for (size_t i = 0; i < OUTPUTS_SLOTS; i++) {
-		if (!o->slot[i]) {
-			victim = i;
-			break;
+	if (o->ncached >= OUTPUTS_SLOTS) {
+		struct output *victim = NULL;
+		list_for_each (n, &o->lru) {
+			struct output *y = list_entry(n, struct output, lru);
+			if (y->refs == 0) {
+				victim = y;
+				break;
+			}
 		}
-		if (o->slot[i]->refs == 0 &&
-		    (victim == OUTPUTS_SLOTS || o->slot[i]->used < o->slot[victim]->used))
-			victim = i;
+		if (!victim)
+			return;
+		list_del(&victim->lru);
+		o->ncached--;
+		output_free(victim);
 	}
-	if (victim == OUTPUTS_SLOTS)
-		return;
-	if (o->slot[victim])
-		output_free(o->slot[victim]);
-	o->slot[victim] = x;
+	list_push_back(&o->lru, &x->lru);
+	o->ncached++;
 	x->cached = 1;
+}
+
+/* Caller holds the lock. A use: x becomes the most recently used. */
+static void hold(struct outputs *o, struct output *x)
+{
+	x->refs++;
+	if (x->cached)
+		list_move_back(&o->lru, &x->lru);
 }
 
 int outputs_get(struct outputs *o, uint32_t sample, struct output **out)
@@ -141,8 +157,7 @@ int outputs_get(struct outputs *o, uint32_t sample, struct output **out)
 	pthread_mutex_lock(&o->lock);
 	x = find(o, sample);
 	if (x) {
-		x->refs++;
-		x->used = ++o->clock;
+		hold(o, x);
 		o->st.hits++;
 		pthread_mutex_unlock(&o->lock);
 		*out = x;
@@ -167,8 +182,7 @@ int outputs_get(struct outputs *o, uint32_t sample, struct output **out)
 	} else {
 		insert(o, x);
 	}
-	x->refs++;
-	x->used = ++o->clock;
+	hold(o, x);
 	pthread_mutex_unlock(&o->lock);
 	*out = x;
 	return 0;

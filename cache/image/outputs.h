@@ -3,7 +3,8 @@
  * and the READs that follow transform each file once.
  *
  * DESIGN
- * - A small LRU of OUTPUTS_SLOTS files. A miss reads the sample from the
+ * - A small LRU of OUTPUTS_SLOTS files, kept on an intrusive list
+ *   (common/list.h) in order of use. A miss reads the sample from the
  *   shards and transforms it on the decode workers (cache/image/prep.h) without
  *   the lock; exact mounts are deterministic (centre crop, no flip), so a
  *   file evicted and made again has the same bytes and size.
@@ -16,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/list.h"
+
 struct index;
 struct shards;
 struct prep;
@@ -26,9 +29,10 @@ struct output {
 	uint32_t sample; /* number of the sample in the index */
 	uint8_t *data;
 	size_t len;
-	int refs;      /* guarded by the outputs lock */
-	uint64_t used; /* LRU clock, guarded by the outputs lock */
-	int cached;    /* 0: not in a slot, freed at the last put */
+	/* Private to outputs.c, guarded by the outputs lock. */
+	int refs;
+	struct list_node lru; /* on the LRU list while cached */
+	int cached;	      /* 0: not on the list, freed at the last put */
 };
 
 struct outputs_stats {

@@ -2,14 +2,15 @@
  * the tar scanner, caching each shard on the way.
  *
  * DESIGN
- * - `jobs` threads take URL numbers from a shared counter. Each job stats its
+ * - `jobs` workers (a common/workq.h queue holding one item per URL, in
+ *   list order) take the URLs. Each job stats its
  *   URL, streams it once into scan_feed (and, with a store, into a store
  *   writer) and collects the shard's samples in a private one-shard index.
  * - When every job is done, the private indexes are merged in URL order, so
  *   shard numbers equal list order and samples are grouped by shard.
- * - The first failure wins: it records the error, the counter stops handing
- *   out URLs and transfers in progress are cancelled by their sinks.
- * - Locking: one mutex guards the counter, the first error, the progress
+ * - The first failure wins: it records the error, the URLs still queued are
+ *   skipped and transfers in progress are cancelled by their sinks.
+ * - Locking: one mutex guards the first error, the progress
  *   count and the "cache failed" warning; it is never held across network
  *   I/O. The progress callback runs under a second mutex so calls are
  *   serialized and never concurrent. */
@@ -18,6 +19,7 @@
 #include "cache/store/store.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "common/workq.h"
 #include "fetch/net/http.h"
 #include "fetch/format/index.h"
 #include "fetch/format/scan.h"
@@ -31,7 +33,8 @@
 #include <string.h>
 
 struct job_result {
-	struct index *ix; /* one shard (number 0) and its samples */
+	struct workq_item item; /* queued for a worker */
+	struct index *ix;	/* one shard (number 0) and its samples */
 	uint64_t size;
 	char etag[HTTP_ETAG_MAX];
 };
@@ -46,7 +49,7 @@ struct build {
 	pthread_mutex_t lock;
 	pthread_mutex_t progress_lock;
 	/* Guarded by lock. */
-	size_t next, done;
+	size_t done;
 	unsigned long long bytes;
 	struct indexer_skips skipped; /* all shards */
 	bool failed, cache_warned;
@@ -236,18 +239,18 @@ static void index_one(struct build *b, size_t i)
 		report(b, res->size);
 }
 
-static void *job_main(void *arg)
+/* A worker took URL i's item: index it unless a job failed already. */
+static void job_run(void *ctx, struct workq_item *it)
 {
-	struct build *b = arg;
-	for (;;) {
-		size_t i;
-		pthread_mutex_lock(&b->lock);
-		i = b->failed ? b->list->n : b->next++;
-		pthread_mutex_unlock(&b->lock);
-		if (i >= b->list->n)
-			return NULL;
+	struct build *b = ctx;
+	size_t i = (size_t)(list_entry(it, struct job_result, item) - b->res);
+	bool failed;
+
+	pthread_mutex_lock(&b->lock);
+	failed = b->failed;
+	pthread_mutex_unlock(&b->lock);
+	if (!failed)
 		index_one(b, i);
-	}
 }
 
 /* Concatenate the per-shard indexes in URL order. */
@@ -274,21 +277,17 @@ static int merge(struct build *b, struct index **out)
 
 static void run_jobs(struct build *b, unsigned jobs)
 {
-	pthread_t *t;
-	unsigned started = 0;
+	struct workq *q;
 
 	if (jobs > b->list->n)
 		jobs = (unsigned)b->list->n;
-	t = xcalloc(jobs ? jobs : 1, sizeof(*t));
+	q = workq_new(&(struct workq_opts){
+		.threads = jobs, .run = job_run, .ctx = b});
 	/* If no thread can be started, the calling thread does all the work. */
-	for (; started < jobs; started++)
-		if (pthread_create(&t[started], NULL, job_main, b) != 0)
-			break;
-	if (started == 0)
-		job_main(b);
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(t[i], NULL);
-	free(t);
+	for (size_t i = 0; i < b->list->n; i++)
+		if (!q || workq_submit(q, &b->res[i].item, WORKQ_NOWAIT) != 0)
+			job_run(b, &b->res[i].item);
+	workq_free(q); /* drains: every URL indexed or skipped */
 }
 
 int indexer_build(struct http *h, struct store *st,

@@ -12,6 +12,7 @@
 
 #include "cache/index/indexer.h"
 #include "cache/store/store.h"
+#include "common/file.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/net/http.h"
@@ -22,50 +23,13 @@
 #define LIST_CAP (256u << 20)
 #define INDEX_CAP (1u << 30)
 
-/* Read a local file whole (NUL-terminated), at most cap bytes. */
-static int read_local(const char *path, size_t cap, char **out, size_t *len)
-{
-	FILE *f = fopen(path, "rbe");
-	size_t n = 0, sz = 65536;
-	char *buf;
-
-	if (!f)
-		return -errno;
-	buf = xmalloc(sz);
-	for (;;) {
-		if (n + 1 >= sz) {
-			if (sz >= cap) {
-				free(buf);
-				fclose(f);
-				return -EFBIG;
-			}
-			sz *= 2;
-			buf = xrealloc(buf, sz);
-		}
-		size_t r = fread(buf + n, 1, sz - n - 1, f);
-		if (r == 0)
-			break;
-		n += r;
-	}
-	int bad = ferror(f);
-	fclose(f);
-	if (bad) {
-		free(buf);
-		return -EIO;
-	}
-	buf[n] = '\0';
-	*out = buf;
-	*len = n;
-	return 0;
-}
-
 /* URL or local path into memory. */
 static int read_any(struct http *h, const char *where, size_t cap, char **out,
 		    size_t *len)
 {
 	if (shardlist_is_url(where))
 		return http_get_all(h, where, cap, out, len);
-	return read_local(where, cap, out, len);
+	return file_read_all(where, cap, out, len);
 }
 
 static const char *last_component(const char *s)

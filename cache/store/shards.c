@@ -21,8 +21,10 @@
 #include "cache/store/shards.h"
 
 #include "cache/store/store.h"
+#include "common/deadline.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "common/workq.h"
 #include "fetch/net/http.h"
 #include "fetch/format/index.h"
 
@@ -46,13 +48,14 @@ struct cref {
 
 struct wref {
 	struct store_writer *w;
-	double started;  /* when the stream began, for its rate */
+	double started; /* when the stream began, for its rate */
 	uint64_t avail; /* bytes readable through w */
 	unsigned users;
 	bool closing; /* worker is committing: no new users */
 };
 
 struct slot {
+	struct workq_item item; /* in the fetch queue while QUEUED */
 	enum state state;
 	struct cref *c;
 	struct wref *wr;
@@ -70,15 +73,11 @@ struct shards {
 	double retry_failed_s, read_timeout_s;
 	double range_after_s; /* 0: readers always wait for the stream */
 	unsigned max_pinned;
-	pthread_t *threads;
-	unsigned nthreads;
+	struct workq *wq; /* the fetch workers and their FIFO of slots */
 	/* Everything below is guarded by lock (lock order: this lock, then the
-	 * store's). */
+	 * store's or the work queue's). */
 	pthread_mutex_t lock;
-	pthread_cond_t work; /* queue not empty, or stop */
 	struct slot *slots;
-	uint32_t *queue; /* ring of nshards */
-	size_t qhead, qlen;
 	unsigned npinned, nfetching;
 	uint64_t use_clock;
 	bool stop;
@@ -96,13 +95,16 @@ static void wake(struct slot *s)
 		pthread_cond_broadcast(&s->cond);
 }
 
+/* Lock held. A slot is queued at most once (state QUEUED until a worker
+ * takes it), so the unbounded queue holds at most nshards items. */
 static void enqueue(struct shards *sh, uint32_t n)
 {
-	sh->queue[(sh->qhead + sh->qlen) % nshards(sh)] = n;
-	sh->qlen++;
-	sh->slots[n].state = QUEUED;
-	sh->slots[n].queued_at = now_mono();
-	pthread_cond_signal(&sh->work);
+	struct slot *s = &sh->slots[n];
+	/* Refused only once shards_free began: readers then see stop. */
+	if (workq_submit(sh->wq, &s->item, WORKQ_NOWAIT) != 0)
+		return;
+	s->state = QUEUED;
+	s->queued_at = now_mono();
 }
 
 /* With range_after_s set, a reader waiting for a stream switches to a range
@@ -338,27 +340,23 @@ static void fetch_one(struct shards *sh, uint32_t n)
 	pthread_mutex_unlock(&sh->lock);
 }
 
-static void *worker_main(void *arg)
+/* A fetch worker took a queued slot (run by the work queue). */
+static void fetch_slot(void *ctx, struct workq_item *it)
 {
-	struct shards *sh = arg;
+	struct shards *sh = ctx;
+	struct slot *s = list_entry(it, struct slot, item);
+	uint32_t n = (uint32_t)(s - sh->slots);
+
 	pthread_mutex_lock(&sh->lock);
-	while (!sh->stop) {
-		uint32_t n;
-		if (sh->qlen == 0) {
-			pthread_cond_wait(&sh->work, &sh->lock);
-			continue;
-		}
-		n = sh->queue[sh->qhead];
-		sh->qhead = (sh->qhead + 1) % nshards(sh);
-		sh->qlen--;
-		sh->slots[n].state = FETCHING;
-		sh->nfetching++;
+	if (sh->stop) {
+		s->state = NONE;
 		pthread_mutex_unlock(&sh->lock);
-		fetch_one(sh, n);
-		pthread_mutex_lock(&sh->lock);
+		return;
 	}
+	s->state = FETCHING;
+	sh->nfetching++;
 	pthread_mutex_unlock(&sh->lock);
-	return NULL;
+	fetch_one(sh, n);
 }
 
 /* ---- readers (each step: lock held on entry and exit) ---- */
@@ -368,33 +366,28 @@ struct req {
 	uint64_t off;
 	size_t len;
 	void *buf;
-	double deadline;
+	struct deadline deadline;
 	bool waited;
 	bool ranged; /* a range GET was tried for it already */
 };
 
 static ssize_t wait_slot(struct shards *sh, struct slot *s, struct req *q)
 {
-	struct timespec ts;
-	double d = q->deadline, left = d - now_mono();
+	struct deadline until = q->deadline;
 	int r;
 
-	if (left <= 0)
+	if (deadline_expired(&q->deadline))
 		return -ETIMEDOUT;
-	if (sh->range_after_s > 0 && left > RANGE_RECHECK_S && !q->ranged)
-		left = RANGE_RECHECK_S; /* look again: a range GET may pay */
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += (time_t)left;
-	ts.tv_nsec += (long)((left - (double)(time_t)left) * 1e9);
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
+	/* Look again soon: a range GET may pay. */
+	if (sh->range_after_s > 0 && !q->ranged)
+		until = deadline_min(until, deadline_in(RANGE_RECHECK_S));
 	q->waited = true;
 	s->waiters++;
-	r = pthread_cond_timedwait(&s->cond, &sh->lock, &ts);
+	r = cond_wait_until(&s->cond, &sh->lock, &until);
 	s->waiters--;
-	return r == ETIMEDOUT && now_mono() >= d ? -ETIMEDOUT : AGAIN;
+	if (r == -ETIMEDOUT && deadline_expired(&q->deadline))
+		return -ETIMEDOUT;
+	return AGAIN;
 }
 
 /* NONE: look in the store (lock dropped), else queue a fetch. */
@@ -577,7 +570,7 @@ static ssize_t step(struct shards *sh, struct req *q)
 ssize_t shards_read(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 		    void *buf)
 {
-	struct req q = {shard, off, len, buf, 0, false, false};
+	struct req q = {shard, off, len, buf, {{0, 0}}, false, false};
 	uint64_t size;
 	ssize_t r;
 
@@ -594,7 +587,7 @@ ssize_t shards_read(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 		return 0;
 	if (q.len > size - off)
 		q.len = (size_t)(size - off);
-	q.deadline = now_mono() + sh->read_timeout_s;
+	q.deadline = deadline_in(sh->read_timeout_s);
 	pthread_mutex_lock(&sh->lock);
 	do {
 		r = sh->stop ? -ECANCELED : step(sh, &q);
@@ -647,7 +640,7 @@ void shards_get_stats(struct shards *sh, struct shards_stats *out)
 		return;
 	pthread_mutex_lock(&sh->lock);
 	*out = sh->stats;
-	out->queued = sh->qlen;
+	out->queued = workq_pending(sh->wq);
 	out->active = sh->nfetching;
 	pthread_mutex_unlock(&sh->lock);
 }
@@ -656,12 +649,10 @@ void shards_get_stats(struct shards *sh, struct shards_stats *out)
 
 static void init_slots(struct shards *sh)
 {
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	for (size_t i = 0; i < nshards(sh); i++)
-		pthread_cond_init(&sh->slots[i].cond, &ca);
-	pthread_condattr_destroy(&ca);
+	for (size_t i = 0; i < nshards(sh); i++) {
+		workq_item_init(&sh->slots[i].item);
+		cond_init_monotonic(&sh->slots[i].cond);
+	}
 }
 
 struct shards *shards_new(const struct index *ix, struct http *h,
@@ -685,19 +676,15 @@ struct shards *shards_new(const struct index *ix, struct http *h,
 	sh->range_after_s = o && o->range_after_s > 0 ? o->range_after_s : 0;
 	sh->max_pinned = workers * 8 < 32 ? 32 : workers * 8;
 	sh->slots = xcalloc(ix->nshards ? ix->nshards : 1, sizeof(*sh->slots));
-	sh->queue = xcalloc(ix->nshards ? ix->nshards : 1, sizeof(*sh->queue));
 	pthread_mutex_init(&sh->lock, NULL);
-	pthread_cond_init(&sh->work, NULL);
 	init_slots(sh);
-	sh->threads = xcalloc(workers, sizeof(*sh->threads));
-	for (; sh->nthreads < workers; sh->nthreads++) {
-		int r = pthread_create(&sh->threads[sh->nthreads], NULL,
-				       worker_main, sh);
-		if (r) {
-			shards_free(sh);
-			errno = r;
-			return NULL;
-		}
+	sh->wq = workq_new(&(struct workq_opts){
+		.threads = workers, .run = fetch_slot, .ctx = sh});
+	if (!sh->wq) {
+		int e = errno;
+		shards_free(sh);
+		errno = e;
+		return NULL;
 	}
 	return sh;
 }
@@ -708,19 +695,16 @@ void shards_free(struct shards *sh)
 	if (!sh)
 		return;
 	pthread_mutex_lock(&sh->lock);
-	sh->stop = true;
-	pthread_cond_broadcast(&sh->work);
+	sh->stop = true; /* streams in progress stop at their next chunk */
 	pthread_mutex_unlock(&sh->lock);
-	for (unsigned i = 0; i < sh->nthreads; i++)
-		pthread_join(sh->threads[i], NULL);
+	if (sh->wq) /* queued fetches are dropped */
+		workq_shutdown(sh->wq, WORKQ_CANCEL);
+	workq_free(sh->wq);
 	for (size_t i = 0; i < nshards(sh); i++) {
 		retire(sh, &sh->slots[i]);
 		pthread_cond_destroy(&sh->slots[i].cond);
 	}
-	pthread_cond_destroy(&sh->work);
 	pthread_mutex_destroy(&sh->lock);
-	free(sh->threads);
 	free(sh->slots);
-	free(sh->queue);
 	free(sh);
 }

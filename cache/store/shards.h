@@ -3,7 +3,8 @@
  * there yet.
  *
  * DESIGN
- * - `workers` fetch threads take shard numbers from a FIFO queue. A read of a
+ * - `workers` fetch threads (a common/workq.h work queue) take shards from a
+ *   FIFO queue; shards_free drops what is still queued. A read of a
  *   shard that is not cached queues the whole shard (read-ahead: one
  *   sequential GET streamed into a store writer) and waits until the bytes it
  *   needs have arrived, then reads them back from the writer's file; later
@@ -27,7 +28,8 @@
  * - Locking: one mutex guards the per-shard state table and the queue; it is
  *   never held across network I/O or disk reads. It may be held while calling
  *   into the store (store_put, store_drop: short, no data I/O).
- *   Lock order: shards lock, then store lock (inside store_*), never reverse.
+ *   Lock order: shards lock, then store lock (inside store_*) or the work
+ *   queue's (queueing a fetch), never reverse; workers run without either.
  */
 #ifndef ECHOFS_SHARDS_H
 #define ECHOFS_SHARDS_H

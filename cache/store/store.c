@@ -14,9 +14,12 @@
  *
  * Locking: one mutex (s->lock) guards the LRU list, every entry's pins, fd,
  * flags, and the byte accounting. It is held for list work and for the
- * metadata calls that must agree with the list (open, unlink, rename of entry
- * files), never for data reads or writes. Block checksums are immutable once
- * an entry exists; the per-block "verified" flags are atomics.
+ * metadata calls that must agree with the list (opening and unlinking entry
+ * files), never for data reads or writes. The rename that publishes a new
+ * entry file (store_commit) runs before the lock is taken; under the lock
+ * right after, the new entry joins the list and supersedes any older entry
+ * whose file that rename replaced. Block checksums are immutable once an
+ * entry exists; the per-block "verified" flags are atomics.
  *
  * File descriptors: an entry's file is open only while it is pinned (opened by
  * the first store_get, closed by the last store_put), so a cache of thousands

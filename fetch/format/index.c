@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "common/util.h"
 
 #define INDEX_MAGIC "echofs-index 1"
@@ -469,23 +470,6 @@ int index_parse(const char *buf, size_t len, struct index **out, char *err,
 	return parse_owned(text, len, map, out, err, errlen);
 }
 
-static int read_all(int fd, char *buf, size_t len)
-{
-	size_t got = 0;
-
-	while (got < len) {
-		ssize_t n = read(fd, buf + got, len - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -EIO; /* shrank while we read it */
-		got += (size_t)n;
-	}
-	return 0;
-}
-
 int index_load(const char *path, struct index **out, char *err, size_t errlen)
 {
 	struct stat st;
@@ -509,7 +493,7 @@ int index_load(const char *path, struct index **out, char *err, size_t errlen)
 	else if (!(text = big_alloc((size_t)st.st_size + 1, &map)))
 		r = -ENOMEM;
 	else
-		r = read_all(fd, text, (size_t)st.st_size);
+		r = file_read_exact(fd, text, (size_t)st.st_size);
 	close(fd);
 	if (r) {
 		big_free(text, map);

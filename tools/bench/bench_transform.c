@@ -2,6 +2,7 @@
  * thread: decode (DCT-scaled) -> resize shorter side -> centre crop -> JPEG.
  * Used by tools/bench/bench_transform.sh; prints "echofs <images/s>" per run. */
 #include "cache/image/transform.h"
+#include "common/file.h"
 #include "common/util.h"
 
 #include <errno.h>
@@ -14,21 +15,16 @@ struct file {
 	size_t len;
 };
 
+#define MAX_IMAGE_FILE (256u << 20)
+
 static int load(const char *path, struct file *f)
 {
-	FILE *fp = fopen(path, "rb");
-	if (!fp)
-		return -errno;
-	fseek(fp, 0, SEEK_END);
-	long n = ftell(fp);
-	fseek(fp, 0, SEEK_SET);
-	f->data = n > 0 ? malloc((size_t)n) : NULL;
-	int ok = f->data && fread(f->data, 1, (size_t)n, fp) == (size_t)n;
-	fclose(fp);
-	if (!ok)
-		return -EIO;
-	f->len = (size_t)n;
-	return 0;
+	char *data;
+	int r = file_read_all(path, MAX_IMAGE_FILE, &data, &f->len);
+	if (r)
+		return r;
+	f->data = (uint8_t *)data;
+	return f->len ? 0 : -EIO;
 }
 
 /* One pass over all files; returns images/s, or -1 on a failed image. */

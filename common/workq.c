@@ -1,0 +1,258 @@
+/* workq.c - a bounded FIFO work queue and its worker threads (see the
+ * DESIGN note in workq.h). */
+#include "common/workq.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "common/deadline.h"
+#include "common/util.h"
+
+/* Item states (workq_item.state, guarded by the queue lock). */
+enum { IDLE = 0, QUEUED, RUNNING, DONE, CANCELLED };
+
+struct workq {
+	struct workq_opts o;
+	pthread_t *threads;
+	unsigned nthreads;
+	pthread_mutex_t lock; /* guards everything below and items' states */
+	pthread_cond_t work;  /* an item queued, or stop: idle workers */
+	pthread_cond_t room;  /* a slot freed, or stop: WAIT submitters */
+	pthread_cond_t poke;  /* an item queued, or stop: workq_pause */
+	struct list_node queue;
+	size_t nqueued;
+	unsigned npausing;
+	bool stop, joined;
+};
+
+void workq_item_init(struct workq_item *it)
+{
+	list_init(&it->link);
+	it->done_cv = NULL;
+	it->state = IDLE;
+}
+
+/* Lock held. Take the first item and note whether a caller waits for it. */
+static struct workq_item *take(struct workq *q, bool *waited)
+{
+	struct workq_item *it =
+		list_entry(list_pop_front(&q->queue), struct workq_item, link);
+	q->nqueued--;
+	if (q->o.cap)
+		pthread_cond_signal(&q->room);
+	*waited = it->done_cv != NULL;
+	/* A fire-and-forget item is the caller's again as run starts: run
+	 * may submit or free it. */
+	it->state = *waited ? RUNNING : IDLE;
+	return it;
+}
+
+static _Thread_local void *worker_state;
+
+void *workq_worker_state(void)
+{
+	return worker_state;
+}
+
+static void *worker_main(void *arg)
+{
+	struct workq *q = arg;
+	if (q->o.worker_init)
+		worker_state = q->o.worker_init(q->o.ctx);
+	pthread_mutex_lock(&q->lock);
+	for (;;) {
+		struct workq_item *it;
+		bool waited;
+		while (!q->stop && q->nqueued == 0)
+			pthread_cond_wait(&q->work, &q->lock);
+		if (q->nqueued == 0)
+			break; /* stopping and drained */
+		it = take(q, &waited);
+		pthread_mutex_unlock(&q->lock);
+		q->o.run(q->o.ctx, it);
+		pthread_mutex_lock(&q->lock);
+		if (waited) {
+			it->state = DONE;
+			pthread_cond_signal(it->done_cv);
+		}
+	}
+	pthread_mutex_unlock(&q->lock);
+	if (q->o.worker_fini)
+		q->o.worker_fini(q->o.ctx, worker_state);
+	worker_state = NULL;
+	return NULL;
+}
+
+/* Lock held. */
+static int enqueue(struct workq *q, struct workq_item *it, enum workq_wait w)
+{
+	if (it->state == QUEUED)
+		return -EBUSY;
+	while (!q->stop && q->o.cap && q->nqueued >= q->o.cap) {
+		if (w == WORKQ_NOWAIT)
+			return -EAGAIN;
+		pthread_cond_wait(&q->room, &q->lock);
+	}
+	if (q->stop)
+		return -ESHUTDOWN;
+	if (!it->link.next)
+		list_init(&it->link); /* zero-initialised item */
+	list_push_back(&q->queue, &it->link);
+	it->state = QUEUED;
+	q->nqueued++;
+	pthread_cond_signal(&q->work);
+	if (q->npausing)
+		pthread_cond_broadcast(&q->poke);
+	return 0;
+}
+
+int workq_submit(struct workq *q, struct workq_item *it, enum workq_wait w)
+{
+	int r;
+	pthread_mutex_lock(&q->lock);
+	it->done_cv = NULL;
+	r = enqueue(q, it, w);
+	pthread_mutex_unlock(&q->lock);
+	return r;
+}
+
+int workq_run(struct workq *q, struct workq_item *it)
+{
+	pthread_cond_t done; /* ours alone: signalled for this item only */
+	int r;
+
+	pthread_cond_init(&done, NULL);
+	pthread_mutex_lock(&q->lock);
+	it->done_cv = &done;
+	r = enqueue(q, it, WORKQ_WAIT);
+	while (r == 0 && it->state != DONE && it->state != CANCELLED)
+		pthread_cond_wait(&done, &q->lock);
+	if (r == 0 && it->state == CANCELLED)
+		r = -ECANCELED;
+	it->done_cv = NULL;
+	it->state = IDLE;
+	pthread_mutex_unlock(&q->lock);
+	pthread_cond_destroy(&done);
+	return r;
+}
+
+int workq_pause(struct workq *q, double seconds)
+{
+	struct deadline d = deadline_in(seconds);
+	int r = 0;
+
+	pthread_mutex_lock(&q->lock);
+	if (!q->stop) {
+		q->npausing++;
+		cond_wait_until(&q->poke, &q->lock, &d);
+		q->npausing--;
+	}
+	if (q->stop)
+		r = -ESHUTDOWN;
+	pthread_mutex_unlock(&q->lock);
+	return r;
+}
+
+/* Lock held. Unlink every queued item: workq_run callers learn it from
+ * their item's state; the others go to `dropped` for the cancel callback. */
+static void drop_queued(struct workq *q, struct list_node *dropped)
+{
+	struct list_node *n;
+	while ((n = list_pop_front(&q->queue)) != NULL) {
+		struct workq_item *it = list_entry(n, struct workq_item, link);
+		q->nqueued--;
+		if (it->done_cv) {
+			it->state = CANCELLED;
+			pthread_cond_signal(it->done_cv);
+		} else {
+			it->state = IDLE;
+			list_push_back(dropped, n);
+		}
+	}
+}
+
+void workq_shutdown(struct workq *q, enum workq_stop how)
+{
+	struct list_node dropped = LIST_HEAD_INIT(dropped);
+	struct list_node *n;
+
+	pthread_mutex_lock(&q->lock);
+	if (q->stop) {
+		pthread_mutex_unlock(&q->lock);
+		return;
+	}
+	q->stop = true;
+	if (how == WORKQ_CANCEL)
+		drop_queued(q, &dropped);
+	pthread_cond_broadcast(&q->work);
+	pthread_cond_broadcast(&q->room);
+	pthread_cond_broadcast(&q->poke);
+	pthread_mutex_unlock(&q->lock);
+	while ((n = list_pop_front(&dropped)) != NULL)
+		if (q->o.cancel)
+			q->o.cancel(q->o.ctx,
+				    list_entry(n, struct workq_item, link));
+	for (unsigned i = 0; i < q->nthreads; i++)
+		pthread_join(q->threads[i], NULL);
+	q->joined = true;
+}
+
+bool workq_stopping(struct workq *q)
+{
+	bool s;
+	pthread_mutex_lock(&q->lock);
+	s = q->stop;
+	pthread_mutex_unlock(&q->lock);
+	return s;
+}
+
+size_t workq_pending(struct workq *q)
+{
+	size_t n;
+	pthread_mutex_lock(&q->lock);
+	n = q->nqueued;
+	pthread_mutex_unlock(&q->lock);
+	return n;
+}
+
+struct workq *workq_new(const struct workq_opts *o)
+{
+	struct workq *q;
+
+	if (!o || !o->run || o->threads == 0) {
+		errno = EINVAL;
+		return NULL;
+	}
+	q = xcalloc(1, sizeof(*q));
+	q->o = *o;
+	list_init(&q->queue);
+	pthread_mutex_init(&q->lock, NULL);
+	pthread_cond_init(&q->work, NULL);
+	pthread_cond_init(&q->room, NULL);
+	cond_init_monotonic(&q->poke);
+	q->threads = xcalloc(o->threads, sizeof(*q->threads));
+	for (; q->nthreads < o->threads; q->nthreads++) {
+		int r = pthread_create(&q->threads[q->nthreads], NULL,
+				       worker_main, q);
+		if (r) {
+			workq_free(q);
+			errno = r;
+			return NULL;
+		}
+	}
+	return q;
+}
+
+void workq_free(struct workq *q)
+{
+	if (!q)
+		return;
+	if (!q->joined)
+		workq_shutdown(q, WORKQ_DRAIN);
+	pthread_cond_destroy(&q->poke);
+	pthread_cond_destroy(&q->room);
+	pthread_cond_destroy(&q->work);
+	pthread_mutex_destroy(&q->lock);
+	free(q->threads);
+	free(q);
+}
