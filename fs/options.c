@@ -21,6 +21,7 @@ struct raw_opts {
 	char *echo, *echo_mode, *echo_window, *mem_size, *seed;
 	char *size, *crop, *flip, *augment, *format, *quality, *echo_stage;
 	char *threads, *max_pixels;
+	char *read_timeout, *min_rate;
 	char *positional[3];
 	int npositional;
 	int foreground, debug, help, version;
@@ -52,6 +53,8 @@ static const struct fuse_opt opt_spec[] = {
 	RAW("echo_stage", echo_stage),
 	RAW("threads", threads),
 	RAW("max_pixels", max_pixels),
+	RAW("read_timeout", read_timeout),
+	RAW("min_rate", min_rate),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -138,6 +141,8 @@ static void raw_free(struct raw_opts *r)
 	free(r->echo_stage);
 	free(r->threads);
 	free(r->max_pixels);
+	free(r->read_timeout);
+	free(r->min_rate);
 	for (int i = 0; i < 3; i++)
 		free(r->positional[i]);
 	free(r->bad);
@@ -252,6 +257,34 @@ static int convert_prep(struct raw_opts *r, struct fs_options *o, char *err,
 	return 0;
 }
 
+/* read_timeout (seconds) and min_rate (bytes/s, K/M/G suffixes). */
+static int convert_timeouts(struct raw_opts *r, struct fs_options *o,
+			    char *err, size_t errlen)
+{
+	char *end = NULL;
+	uint64_t v;
+
+	if (r->read_timeout) {
+		errno = 0;
+		o->read_timeout_s = strtod(r->read_timeout, &end);
+		if (errno || end == r->read_timeout || *end ||
+		    !(o->read_timeout_s >= 0.1) || o->read_timeout_s > 86400) {
+			snprintf(err, errlen, "bad read_timeout '%s' (seconds, "
+				 "0.1 to 86400)", r->read_timeout);
+			return -EINVAL;
+		}
+	}
+	if (r->min_rate) {
+		if (parse_size(r->min_rate, &v) || v < 1 || v > (1ULL << 40)) {
+			snprintf(err, errlen, "bad min_rate '%s' (bytes/s, e.g. "
+				 "64K)", r->min_rate);
+			return -EINVAL;
+		}
+		o->min_rate = (double)v;
+	}
+	return 0;
+}
+
 /* Turn the raw strings into checked values. */
 static int convert(struct raw_opts *r, struct fs_options *o, char *err,
 		   size_t errlen)
@@ -282,6 +315,8 @@ static int convert(struct raw_opts *r, struct fs_options *o, char *err,
 	if (r->debug)
 		o->log_level = LOG_LEVEL_DEBUG;
 	int ret = convert_echo(r, o, err, errlen);
+	if (ret == 0)
+		ret = convert_timeouts(r, o, err, errlen);
 	return ret ? ret : convert_prep(r, o, err, errlen);
 }
 
@@ -303,6 +338,8 @@ int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 	o->log_level = LOG_LEVEL_INFO;
 	o->echo = 1.0;
 	o->echo_mode = ECHO_ADAPTIVE;
+	o->read_timeout_s = FS_DEFAULT_READ_TIMEOUT_S;
+	o->min_rate = FS_DEFAULT_MIN_RATE;
 	err[0] = '\0';
 
 	if (fuse_opt_parse(args, &r, opt_spec, opt_proc) != 0) {
@@ -394,6 +431,11 @@ void options_usage(FILE *f, const char *prog)
 "  -o connections=N     HTTP transfers in flight (default 8)\n"
 "  -o header_file=PATH  extra HTTP headers ('Name: value' lines), e.g.\n"
 "                       Authorization; read from the file, never from argv\n"
+"  -o read_timeout=S    a read waits at most S seconds for its data, then\n"
+"                       fails with ETIMEDOUT (default 30)\n"
+"  -o min_rate=RATE     slowest transfer worth waiting for, bytes/s averaged\n"
+"                       over 10 s, K/M suffixes (default 64K); slower ones\n"
+"                       are broken off and resumed, within a total deadline\n"
 "  -o log_level=LEVEL   error, warn, info (default) or debug\n"
 "  -o log_file=PATH     log here (default: stderr with -f, else syslog)\n"
 "  -o echo=E            data echoing: each open of <class>/<key> may return\n"
@@ -425,6 +467,9 @@ void options_usage(FILE *f, const char *prog)
 "\n"
 "The mount is read-only (ro,nosuid,nodev; an echo mount is rw for the kernel\n"
 "only so that MOUNTPOINT/.echofs/config can be written). Statistics:\n"
-"MOUNTPOINT/.echofs/stats (JSON) and .echofs/stats.prom (Prometheus).\n",
+"MOUNTPOINT/.echofs/stats (JSON) and .echofs/stats.prom (Prometheus).\n"
+"SIGTERM, SIGINT and SIGHUP unmount and exit 0 within 2 s, cancelling reads\n"
+"and transfers in progress. echofs refuses to mount over another FUSE mount,\n"
+"live or dead; clear it with: fusermount3 -u MOUNTPOINT\n",
 		prog);
 }

@@ -10,6 +10,8 @@
 
 #define FS_DEFAULT_CACHE_SIZE (10ULL << 30)
 #define FS_DEFAULT_CONNECTIONS 8
+#define FS_DEFAULT_READ_TIMEOUT_S 30.0
+#define FS_DEFAULT_MIN_RATE (64.0 * 1024)
 
 struct fuse_args;
 
@@ -37,6 +39,8 @@ struct fs_options {
 	int format;        /* enum transform_format */
 	int after_augment; /* echo_stage=after_augment */
 	uint64_t max_pixels;
+	double read_timeout_s; /* longest a read waits for its data */
+	double min_rate;       /* bytes/s below which a transfer is resumed */
 	int foreground;
 	int debug;
 	int show_help;

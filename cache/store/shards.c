@@ -558,6 +558,7 @@ ssize_t shards_read(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 	struct req q = {shard, off, len, buf, 0, false, false};
 	uint64_t size;
 	ssize_t r;
+	double old;
 
 	if (!sh)
 		return -EINVAL;
@@ -573,6 +574,8 @@ ssize_t shards_read(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 	if (q.len > size - off)
 		q.len = (size_t)(size - off);
 	q.deadline = now_mono() + sh->read_timeout_s;
+	/* range GETs made for this read end by its deadline too */
+	old = http_thread_deadline(q.deadline);
 	pthread_mutex_lock(&sh->lock);
 	do {
 		r = sh->stop ? -ECANCELED : step(sh, &q);
@@ -580,6 +583,7 @@ ssize_t shards_read(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 	if (r < 0)
 		sh->stats.read_errors++;
 	pthread_mutex_unlock(&sh->lock);
+	http_thread_deadline(old);
 	return r;
 }
 
@@ -678,6 +682,18 @@ struct shards *shards_new(const struct index *ix, struct http *h,
 		}
 	}
 	return sh;
+}
+
+void shards_cancel(struct shards *sh)
+{
+	if (!sh)
+		return;
+	pthread_mutex_lock(&sh->lock);
+	sh->stop = true;
+	pthread_cond_broadcast(&sh->work);
+	for (size_t i = 0; i < nshards(sh); i++)
+		pthread_cond_broadcast(&sh->slots[i].cond);
+	pthread_mutex_unlock(&sh->lock);
 }
 
 /* No read may be in progress. */
