@@ -270,6 +270,7 @@ static void app_cancel(void *ud)
 {
 	struct app *a = ud;
 
+	pool_cancel(a->pool);
 	shards_cancel(a->sh);
 	http_cancel(a->http);
 }

@@ -222,3 +222,23 @@ def test_signal_on_idle_mount_exits_0(nginx, tmp_path, sig):
             proc.kill()
             proc.wait()
         m.umount()
+
+
+def test_sigterm_during_blocked_echo_open_exits_0(trickle, tmp_path):
+    # The open waits in the echo pool (no sample of its class can arrive).
+    m, proc = foreground(trickle, tmp_path, "echo", opts={"echo": 2})
+    try:
+        reader = start_reader(first_file(m.mnt))
+        time.sleep(1.5)
+        assert reader.poll() is None, "the open should still be blocked"
+        proc.send_signal(signal.SIGTERM)
+        rc, dt = wait_exit(proc, 70)
+        assert rc == 0, "exit status %s" % rc
+        assert dt < STOP_S, "echofs took %.2f s to exit" % dt
+        assert helpers.mount_entry(m.mnt) is None, "still mounted"
+        assert reader.wait(10) != 0, "the blocked cat should fail"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        m.umount()
