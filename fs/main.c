@@ -316,7 +316,8 @@ static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 static int loop(struct app *a)
 {
 	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
-	int r, sig;
+	char type[64];
+	int r, sig, id;
 
 	fuse_loop_cfg_set_idle_threads(cfg, 16);
 	fuse_loop_cfg_set_max_threads(cfg, 64);
@@ -326,7 +327,10 @@ static int loop(struct app *a)
 	 * (the pusher, the echo streamer) ends before anything is freed. */
 	app_cancel(a);
 	sig = daemon_unwatch();
-	if (!daemon_mount_gone())
+	/* After a lazy unmount, unmount again only when nothing else was
+	 * mounted on the path since (it also frees libfuse's copy of it). */
+	if (!daemon_mount_gone() ||
+	    mounts_find(a->o.mountpoint, &id, type, sizeof(type)) == -ENOENT)
 		fuse_session_unmount(a->se);
 	if (sig)
 		log_info("unmounted %s after signal %d", a->o.mountpoint, sig);
