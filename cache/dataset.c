@@ -49,6 +49,7 @@ static struct http *open_http(const struct dataset_opts *o, double budget,
 		.header_file = o->header_file,
 		.ca_file = o->ca_file,
 		.ca_path = o->ca_path,
+		.min_rate = o->min_rate,
 		.retry_budget_s = budget,
 	};
 	return http_new(&ho, err, errlen);
@@ -116,7 +117,8 @@ int dataset_open(const struct dataset_opts *o, struct dataset **out, char *err,
 	 * more) stay free of whole-shard streams for readers' range GETs. */
 	unsigned c = o->connections;
 	struct shards_opts so = {.workers = c > 1 ? c - (c + 3) / 4 : 1,
-				 .range_after_s = o->range_after_s};
+				 .range_after_s = o->range_after_s,
+				 .read_timeout_s = o->read_timeout_s};
 	ds->sh = shards_new(ix, ds->http, ds->store, &so);
 	if (!ds->sh) {
 		r = -errno;
@@ -201,6 +203,14 @@ struct dataset *dataset_wrap(const struct index *ix, struct shards *sh)
 	ds->index_from = "given";
 	ds->total_bytes = sum_sizes(ix);
 	return ds;
+}
+
+void dataset_cancel(struct dataset *ds)
+{
+	if (!ds)
+		return;
+	shards_cancel(ds->sh);
+	http_cancel(ds->http);
 }
 
 void dataset_close(struct dataset *ds)

@@ -39,8 +39,11 @@ struct dataset_opts {
 	/* Retry budget of a request while the dataset opens (short, so a dead
 	 * server fails the mount soon) and once it is open. */
 	double boot_retry_budget_s, run_retry_budget_s;
-	/* See shards_opts.range_after_s. */
+	/* See shards_opts.range_after_s and read_timeout_s. */
 	double range_after_s;
+	double read_timeout_s;
+	/* Slowest body worth waiting for (http_opts.min_rate); 0: default. */
+	double min_rate;
 	int progress; /* show index-building progress on stderr */
 };
 
@@ -98,6 +101,10 @@ int dataset_check(const struct dataset_opts *o, struct dataset_check *out,
  * ix is required; sh may be NULL (then reads fail with -ENXIO and nothing
  * is cached). For tests and tools. Returns NULL with errno set. */
 struct dataset *dataset_wrap(const struct index *ix, struct shards *sh);
+/* Shutdown, first step, from any thread: reads waiting for data,
+ * shard streams, transfers and backoffs end now (with -ECANCELED). Accepts
+ * NULL. */
+void dataset_cancel(struct dataset *ds);
 /* Stops the fetch threads and frees what dataset_open made. No read may be
  * in progress. Accepts NULL. */
 void dataset_close(struct dataset *ds);

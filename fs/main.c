@@ -26,6 +26,7 @@
 #include "fs/control.h"
 #include "fs/daemon.h"
 #include "fs/metrics.h"
+#include "fs/mounts.h"
 #include "fs/namespace.h"
 #include "fs/ops.h"
 #include "fs/options.h"
@@ -204,6 +205,7 @@ static struct dataset_opts dataset_opts_of(const struct fs_options *o)
 		.connections = o->connections,
 		.header_file = o->header_file,
 		.ca_file = o->ca_file, .ca_path = o->ca_path,
+		.min_rate = o->min_rate, .read_timeout_s = o->read_timeout_s,
 		.boot_retry_budget_s = BOOT_RETRY_BUDGET_S,
 		.run_retry_budget_s = RUN_RETRY_BUDGET_S,
 		.range_after_s = RANGE_AFTER_S,
@@ -267,9 +269,22 @@ static void init_ctx(struct app *a)
 	a->fs.ctl = a->ctl;
 }
 
+/* Shutdown, first step (any thread): everything blocked below the FUSE
+ * handlers ends now: waiting reads, shard streams, transfers, backoffs. */
+static void app_cancel(void *ud)
+{
+	struct app *a = ud;
+
+	pool_cancel(a->pool);
+	dataset_cancel(a->ds);
+}
+
 static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 		    size_t errlen)
 {
+	char type[64];
+	int id, r;
+
 	a->se = fuse_session_new(args, &fs_ops, sizeof(fs_ops), &a->fs);
 	if (!a->se) {
 		snprintf(err, errlen, "libfuse rejected the options: %s",
@@ -286,15 +301,22 @@ static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 	if (a->o.metrics &&
 	    !(a->metrics = metrics_start(a->o.metrics, a->ctl, err, errlen)))
 		return -EINVAL;
-	if (fuse_set_signal_handlers(a->se) != 0) {
-		snprintf(err, errlen, "cannot install signal handlers");
-		return -EINVAL;
-	}
 	if (fuse_session_mount(a->se, a->o.mountpoint) != 0) {
 		snprintf(err, errlen, "cannot mount on %s (is /dev/fuse there, "
 			 "and fusermount3 installed?)", a->o.mountpoint);
-		fuse_remove_signal_handlers(a->se);
 		return -EIO;
+	}
+	if (mounts_find(a->o.mountpoint, &id, type, sizeof(type)) != 0) {
+		log_warn("%s not found in mountinfo: a lazy unmount will not "
+			 "stop echofs", a->o.mountpoint);
+		id = -1;
+	}
+	r = daemon_watch(a->se, id, app_cancel, a);
+	if (r) {
+		snprintf(err, errlen, "cannot watch for signals: %s",
+			 strerror(-r));
+		fuse_session_unmount(a->se);
+		return r;
 	}
 	return 0;
 }
@@ -302,15 +324,27 @@ static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 static int loop(struct app *a)
 {
 	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
-	int r;
+	char type[64];
+	int r, sig, id;
 
 	fuse_loop_cfg_set_idle_threads(cfg, 16);
 	fuse_loop_cfg_set_max_threads(cfg, 64);
 	r = fuse_session_loop_mt(a->se, cfg);
 	fuse_loop_cfg_destroy(cfg);
-	fuse_session_unmount(a->se);
-	fuse_remove_signal_handlers(a->se);
-	return r;
+	/* No new requests now; whatever ended the loop, work still blocked
+	 * (the pusher, the echo streamer) ends before anything is freed. */
+	app_cancel(a);
+	sig = daemon_unwatch();
+	/* After a lazy unmount, unmount again only when nothing else was
+	 * mounted on the path since (it also frees libfuse's copy of it). */
+	if (!daemon_mount_gone() ||
+	    mounts_find(a->o.mountpoint, &id, type, sizeof(type)) == -ENOENT)
+		fuse_session_unmount(a->se);
+	if (sig)
+		log_info("unmounted %s after signal %d", a->o.mountpoint, sig);
+	/* A signal (libfuse returns its number) is a clean stop, not an
+	 * error: systemd must not mark the unit failed. */
+	return r < 0 ? r : 0;
 }
 
 static void app_free(struct app *a)
@@ -436,7 +470,8 @@ static int setup(struct app *a, char *err, size_t errlen)
 {
 	int r;
 	if ((a->o.mountpoint &&
-	     (r = absolutize(&a->o.mountpoint, 1, err, errlen))) ||
+	     ((r = mounts_check_free(a->o.mountpoint, err, errlen)) ||
+	      (r = absolutize(&a->o.mountpoint, 1, err, errlen)))) ||
 	    (r = absolutize(&a->o.cache_dir, 0, err, errlen)))
 		return r;
 	if (a->o.header_file && (r = absolutize(&a->o.header_file, 0, err, errlen)))

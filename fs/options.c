@@ -24,6 +24,7 @@ struct raw_opts {
 	char *size, *crop, *flip, *augment, *format, *quality, *echo_stage;
 	char *threads, *max_pixels, *decode_mem;
 	char *metrics, *ca_file, *ca_path;
+	char *read_timeout, *min_rate;
 	char *positional[3];
 	int npositional;
 	int foreground, debug, help, version, check;
@@ -59,6 +60,8 @@ static const struct fuse_opt opt_spec[] = {
 	RAW("metrics", metrics),
 	RAW("ca_file", ca_file),
 	RAW("ca_path", ca_path),
+	RAW("read_timeout", read_timeout),
+	RAW("min_rate", min_rate),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -153,6 +156,8 @@ static void raw_free(struct raw_opts *r)
 	free(r->metrics);
 	free(r->ca_file);
 	free(r->ca_path);
+	free(r->read_timeout);
+	free(r->min_rate);
 	for (int i = 0; i < 3; i++)
 		free(r->positional[i]);
 	free(r->bad);
@@ -273,6 +278,34 @@ static int convert_prep(struct raw_opts *r, struct fs_options *o, char *err,
 	return 0;
 }
 
+/* read_timeout (seconds) and min_rate (bytes/s, K/M/G suffixes). */
+static int convert_timeouts(struct raw_opts *r, struct fs_options *o,
+			    char *err, size_t errlen)
+{
+	char *end = NULL;
+	uint64_t v;
+
+	if (r->read_timeout) {
+		errno = 0;
+		o->read_timeout_s = strtod(r->read_timeout, &end);
+		if (errno || end == r->read_timeout || *end ||
+		    !(o->read_timeout_s >= 0.1) || o->read_timeout_s > 86400) {
+			snprintf(err, errlen, "bad read_timeout '%s' (seconds, "
+				 "0.1 to 86400)", r->read_timeout);
+			return -EINVAL;
+		}
+	}
+	if (r->min_rate) {
+		if (parse_size(r->min_rate, &v) || v < 1 || v > (1ULL << 40)) {
+			snprintf(err, errlen, "bad min_rate '%s' (bytes/s, e.g. "
+				 "64K)", r->min_rate);
+			return -EINVAL;
+		}
+		o->min_rate = (double)v;
+	}
+	return 0;
+}
+
 /* Turn the raw strings into checked values. */
 static int convert(struct raw_opts *r, struct fs_options *o, char *err,
 		   size_t errlen)
@@ -305,6 +338,8 @@ static int convert(struct raw_opts *r, struct fs_options *o, char *err,
 	if (r->metrics && metrics_check_addr(r->metrics, err, errlen) != 0)
 		return -EINVAL;
 	int ret = convert_echo(r, o, err, errlen);
+	if (ret == 0)
+		ret = convert_timeouts(r, o, err, errlen);
 	return ret ? ret : convert_prep(r, o, err, errlen);
 }
 
@@ -372,6 +407,8 @@ int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 	o->log_level = LOG_LEVEL_INFO;
 	o->echo = 1.0;
 	o->echo_mode = ECHO_ADAPTIVE;
+	o->read_timeout_s = FS_DEFAULT_READ_TIMEOUT_S;
+	o->min_rate = FS_DEFAULT_MIN_RATE;
 	err[0] = '\0';
 
 	if (fuse_opt_parse(args, &r, opt_spec, opt_proc) != 0) {
@@ -474,6 +511,11 @@ void options_usage(FILE *f, const char *prog)
 "  -o connections=N     HTTP transfers in flight (default 8)\n"
 "  -o header_file=PATH  extra HTTP headers ('Name: value' lines), e.g.\n"
 "                       Authorization; read from the file, never from argv\n"
+"  -o read_timeout=S    a read waits at most S seconds for its data, then\n"
+"                       fails with ETIMEDOUT (default 30)\n"
+"  -o min_rate=RATE     slowest transfer worth waiting for, bytes/s averaged\n"
+"                       over 10 s, K/M suffixes (default 64K); slower ones\n"
+"                       are broken off and resumed, within a total deadline\n"
 "  -o log_level=LEVEL   error, warn, info (default) or debug\n"
 "  -o log_file=PATH     log here (default: stderr with -f, else syslog)\n"
 "  -o echo=E            data echoing: each open of <class>/<key> may return\n"
@@ -484,7 +526,10 @@ void options_usage(FILE *f, const char *prog)
 "  -o echo_window=N     never echo a sample served in the last N opens of\n"
 "                       its class (default 16)\n"
 "  -o mem_size=SIZE     memory for the echo pool (default 512M)\n"
-"  -o seed=N            seed of the stream order and echo choices (default 0)\n"
+"  -o seed=N            seed of the stream order and echo choices (default 0)\n",
+		prog);
+	/* In parts: C99 compilers need to take only 4095-byte strings. */
+	fputs(
 "  -o size=S            preprocess: resize so the shorter side is S\n"
 "  -o crop=C            preprocess: C x C crop (centre; random on echo mounts\n"
 "                       with augment=1)\n"
@@ -517,6 +562,9 @@ void options_usage(FILE *f, const char *prog)
 "\n"
 "The mount is read-only (ro,nosuid,nodev; an echo mount is rw for the kernel\n"
 "only so that MOUNTPOINT/.echofs/config can be written). Statistics:\n"
-"MOUNTPOINT/.echofs/stats (JSON) and .echofs/stats.prom (Prometheus).\n",
-		prog);
+"MOUNTPOINT/.echofs/stats (JSON) and .echofs/stats.prom (Prometheus).\n"
+"SIGTERM, SIGINT and SIGHUP unmount and exit 0 within 2 s, cancelling reads\n"
+"and transfers in progress. echofs refuses to mount over another FUSE mount,\n"
+"live or dead; clear it with: fusermount3 -u MOUNTPOINT\n",
+	      f);
 }

@@ -10,6 +10,8 @@
 
 #define FS_DEFAULT_CACHE_SIZE (10ULL << 30)
 #define FS_DEFAULT_CONNECTIONS 8
+#define FS_DEFAULT_READ_TIMEOUT_S 30.0
+#define FS_DEFAULT_MIN_RATE (64.0 * 1024)
 
 struct fuse_args;
 
@@ -43,6 +45,8 @@ struct fs_options {
 	uint64_t max_pixels;
 	char *metrics;     /* -o metrics=ADDR:PORT, owned, or NULL */
 	uint64_t decode_mem; /* 0: TRANSFORM_DEFAULT_DECODE_MEM */
+	double read_timeout_s; /* longest a read waits for its data */
+	double min_rate;       /* bytes/s below which a transfer is resumed */
 	int foreground;
 	int debug;
 	int show_help;

@@ -562,6 +562,18 @@ fail:
 	return NULL;
 }
 
+void pool_cancel(struct pool *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->stop = true;
+	for (uint32_t c = 0; c < p->ncls; c++)
+		pthread_cond_broadcast(&p->cls_cv[c]);
+	pthread_cond_broadcast(&p->room_cv);
+	pthread_mutex_unlock(&p->lock);
+}
+
 void pool_free(struct pool *p)
 {
 	if (!p)

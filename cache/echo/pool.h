@@ -95,6 +95,11 @@ struct pool *pool_new(const struct index *ix, struct shards *sh,
  * released. Accepts NULL. */
 void pool_free(struct pool *p);
 
+/* Shutdown, first step: readers waiting in pool_take (and later ones)
+ * return -ESHUTDOWN at once and the streamer stops; pool_free still frees.
+ * Any thread. Accepts NULL. */
+void pool_cancel(struct pool *p);
+
 /* Reserve a sample of class cls for one binding (a path looked up): fresh
  * if the policy can, else an echo. The policy's state (uses, window) moves
  * as if it were served, but the serve is not counted in the statistics

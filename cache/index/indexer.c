@@ -212,7 +212,12 @@ static int stream_shard(struct build *b, size_t i, struct job_result *res)
 		scan_for_each_skip(j.scan, log_skip, &l);
 	}
 	if (r == 0 && j.w) {
-		struct store_entry *e = store_commit(j.w);
+		/* store_commit frees the writer even when it fails: forget it
+		 * first so cache_failed does not abort it a second time. */
+		struct store_writer *w = j.w;
+		struct store_entry *e;
+		j.w = NULL;
+		e = store_commit(w);
 		if (!e)
 			cache_failed(&j, -errno);
 		store_put(e);

@@ -63,6 +63,8 @@ struct slot {
 	double queued_at; /* when it entered the queue */
 	uint64_t last_use;
 	unsigned waiters;
+	double tmo_at;	  /* when a read at tmo_off last timed out */
+	uint64_t tmo_off;
 	pthread_cond_t cond; /* state, avail or users changed */
 };
 
@@ -112,6 +114,10 @@ static void enqueue(struct shards *sh, uint32_t n)
  * the stream, after that long, would take over RANGE_ETA_S to reach them. */
 #define RANGE_ETA_S 2.0
 #define RANGE_RECHECK_S 0.25
+/* The kernel repeats a failed readahead as a synchronous read of the same
+ * bytes at once: fail that repeat at once, so that one read(2) waits
+ * read_timeout, not twice that. */
+#define TIMEOUT_REPEAT_S 1.0
 
 /* ---- pinned entries (lock held) ---- */
 
@@ -573,6 +579,8 @@ ssize_t shards_read(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 	struct req q = {shard, off, len, buf, {{0, 0}}, false, false};
 	uint64_t size;
 	ssize_t r;
+	double old;
+	struct slot *s;
 
 	if (!sh)
 		return -EINVAL;
@@ -588,13 +596,25 @@ ssize_t shards_read(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 	if (q.len > size - off)
 		q.len = (size_t)(size - off);
 	q.deadline = deadline_in(sh->read_timeout_s);
+	/* range GETs made for this read end by its deadline too */
+	old = http_thread_deadline(now_mono() + sh->read_timeout_s);
 	pthread_mutex_lock(&sh->lock);
-	do {
-		r = sh->stop ? -ECANCELED : step(sh, &q);
-	} while (r == AGAIN);
+	s = &sh->slots[shard];
+	if (s->tmo_at > 0 && s->tmo_off == off &&
+	    now_mono() - s->tmo_at < TIMEOUT_REPEAT_S)
+		r = -ETIMEDOUT;
+	else
+		do {
+			r = sh->stop ? -ECANCELED : step(sh, &q);
+		} while (r == AGAIN);
+	if (r == -ETIMEDOUT && q.waited) {
+		s->tmo_at = now_mono();
+		s->tmo_off = off;
+	}
 	if (r < 0)
 		sh->stats.read_errors++;
 	pthread_mutex_unlock(&sh->lock);
+	http_thread_deadline(old);
 	return r;
 }
 
@@ -687,6 +707,17 @@ struct shards *shards_new(const struct index *ix, struct http *h,
 		return NULL;
 	}
 	return sh;
+}
+
+void shards_cancel(struct shards *sh)
+{
+	if (!sh)
+		return;
+	pthread_mutex_lock(&sh->lock);
+	sh->stop = true;
+	for (size_t i = 0; i < nshards(sh); i++)
+		pthread_cond_broadcast(&sh->slots[i].cond);
+	pthread_mutex_unlock(&sh->lock);
 }
 
 /* No read may be in progress. */

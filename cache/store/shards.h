@@ -45,7 +45,8 @@ struct store;
 struct shards_opts {
 	unsigned workers;      /* fetch threads; 0 means 4 */
 	double retry_failed_s; /* how long a failed shard fails fast; 0 means 30 */
-	double read_timeout_s; /* longest a read waits for data; 0 means 120 */
+	double read_timeout_s; /* longest a read waits for data (range GETs
+				* included); 0 means 120 */
 	/* When > 0: a read that has waited this long for its shard's stream
 	 * (queued behind busy workers, or streaming too slowly to reach its
 	 * bytes within 2 s) fetches just its bytes with a range GET, counted
@@ -79,6 +80,11 @@ struct shards *shards_new(const struct index *ix, struct http *h,
  * no data at all ends at the http low-speed limit) and frees. No read may be
  * in progress. Accepts NULL. */
 void shards_free(struct shards *sh);
+
+/* Shutdown, first step: reads waiting or starting now return -ECANCELED,
+ * workers stop taking shards and their streams stop at the next chunk
+ * (cancel the http handle too, so a stalled one ends). Accepts NULL. */
+void shards_cancel(struct shards *sh);
 
 /* Read up to len bytes at off of shard `shard` into buf, blocking until they
  * are available. Returns the byte count (len unless past the shard's end) or

@@ -16,7 +16,16 @@
  * call still wants (struct want: next offset, end, size, ETag) survives the
  * attempts, so a broken body is resumed with a Range request from the next
  * byte and If-Match on the ETag: a changed object answers 412 (-ESTALE)
- * instead of mixing versions. Bytes reach the sink exactly once, in order. */
+ * instead of mixing versions. Bytes reach the sink exactly once, in order.
+ *
+ * Deadlines: a call ends by a total deadline fixed when it starts (connect,
+ * first byte, the body at min_rate, the retry budget; see call_deadline),
+ * whatever the resumes; the calling thread may shorten it
+ * (http_thread_deadline). While curl runs, on_progress enforces it, the
+ * min_rate floor over each rate window, and the stop flag of http_cancel, so
+ * a cancelled transfer ends within about a second (curl calls it at least
+ * once a second). Waits outside curl (slot, backoff) are timed waits on
+ * slot_cond / stop_cond, woken by http_cancel. */
 
 #include "fetch/net/http.h"
 
@@ -46,6 +55,8 @@
 #define BACKOFF_CAP_S 5.0
 #define RETRY_AFTER_MAX_S 3600
 #define NO_SIZE UINT64_MAX
+#define MIN_RATE_DEFAULT (64.0 * 1024)
+#define RATE_WINDOW_DEFAULT_S 10.0
 
 struct http {
 	double retry_budget_s;
@@ -60,6 +71,10 @@ struct http {
 	pthread_mutex_t slot_lock; /* guards slots_free; leaf lock */
 	pthread_cond_t slot_cond;
 	unsigned slots_free;
+	pthread_cond_t stop_cond; /* with slot_lock: backoff sleeps */
+	double min_rate;	  /* body bytes/s, averaged per window */
+	double rate_window_s;
+	_Atomic int stopping; /* http_cancel was called */
 	struct {
 		_Atomic uint64_t requests, bytes, retries, resumes;
 		_Atomic uint64_t errors_4xx, errors_5xx, errors_conn,
@@ -101,6 +116,12 @@ struct xfer {
 	struct resp r;
 	CURL *c;
 	char errbuf[CURL_ERROR_SIZE]; /* curl's own words on a failure */
+	double started;	  /* monotonic start of the call */
+	uint64_t pos0;	  /* w->pos when the call started */
+	double win_start; /* current rate window: start and dlnow then */
+	curl_off_t win_bytes;
+	int stop_err;	/* why on_progress stopped the transfer */
+	int stop_retry; /* ... and whether another attempt may help */
 };
 
 /* The last TLS failure of this thread's calls, for http_reason: curl's
@@ -110,6 +131,9 @@ static _Thread_local struct {
 	int err;
 	char text[CURL_ERROR_SIZE + 64];
 } last_tls;
+
+/* A caller's own bound on the calls its thread makes (0: none). */
+static _Thread_local double thread_deadline;
 
 #define STAT_ADD(h, field, n) atomic_fetch_add(&(h)->st.field, (uint64_t)(n))
 
@@ -372,7 +396,16 @@ struct http *http_new(const struct http_opts *o, char *err, size_t errlen)
 	for (size_t i = 0; i < ARRAY_SIZE(h->share_lock); i++)
 		pthread_mutex_init(&h->share_lock[i], NULL);
 	pthread_mutex_init(&h->slot_lock, NULL);
-	pthread_cond_init(&h->slot_cond, NULL);
+	{
+		pthread_condattr_t ca;
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&h->slot_cond, &ca);
+		pthread_cond_init(&h->stop_cond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
+	h->min_rate = or_default(o->min_rate, MIN_RATE_DEFAULT);
+	h->rate_window_s = or_default(o->rate_window_s, RATE_WINDOW_DEFAULT_S);
 	h->slots_free = o->connections ? o->connections : 8;
 	h->retry_budget_s = or_default(o->retry_budget_s, 30);
 	h->connect_timeout_s = or_default(o->connect_timeout_s, 5);
@@ -405,7 +438,26 @@ void http_free(struct http *h)
 		pthread_mutex_destroy(&h->share_lock[i]);
 	pthread_mutex_destroy(&h->slot_lock);
 	pthread_cond_destroy(&h->slot_cond);
+	pthread_cond_destroy(&h->stop_cond);
 	free(h);
+}
+
+void http_cancel(struct http *h)
+{
+	if (!h)
+		return;
+	pthread_mutex_lock(&h->slot_lock);
+	h->stopping = 1;
+	pthread_cond_broadcast(&h->slot_cond);
+	pthread_cond_broadcast(&h->stop_cond);
+	pthread_mutex_unlock(&h->slot_lock);
+}
+
+double http_thread_deadline(double until)
+{
+	double old = thread_deadline;
+	thread_deadline = until;
+	return old;
 }
 
 void http_get_stats(struct http *h, struct http_stats *out)
@@ -422,13 +474,42 @@ void http_get_stats(struct http *h, struct http_stats *out)
 
 /* ---- transfer slots ----------------------------------------------------- */
 
-static void slot_take(struct http *h)
+static void mono_abs(double until, struct timespec *ts)
 {
+	double s = until - now_mono();
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	if (s < 0)
+		s = 0;
+	if (s > 86400)
+		s = 86400;
+	ts->tv_sec += (time_t)s;
+	ts->tv_nsec += (long)((s - (double)(time_t)s) * 1e9);
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
+/* Returns 0 with a slot, -ECANCELED after http_cancel, -ETIMEDOUT at until. */
+static int slot_take(struct http *h, double until)
+{
+	struct timespec ts;
+	int r = 0;
+
+	mono_abs(until, &ts);
 	pthread_mutex_lock(&h->slot_lock);
-	while (h->slots_free == 0)
-		pthread_cond_wait(&h->slot_cond, &h->slot_lock);
-	h->slots_free--;
+	while (h->slots_free == 0 && !h->stopping && r == 0)
+		if (pthread_cond_timedwait(&h->slot_cond, &h->slot_lock,
+					   &ts) == ETIMEDOUT)
+			r = -ETIMEDOUT;
+	if (h->stopping)
+		r = -ECANCELED;
+	else if (h->slots_free > 0)
+		r = 0;
+	if (r == 0)
+		h->slots_free--;
 	pthread_mutex_unlock(&h->slot_lock);
+	return r;
 }
 
 static void slot_give(struct http *h)
@@ -716,6 +797,58 @@ static void set_range(CURL *c, const struct want *w)
 	curl_easy_setopt(c, CURLOPT_RANGE, range);
 }
 
+/* The call's total deadline: connect, first byte (one rate window), the
+ * retry budget, and the body at min_rate. The body's size counts once it is
+ * known (the end asked for, or the object's size); until then what arrived so
+ * far does, so the rate window keeps an unknown-size body moving. */
+static double call_deadline(const struct xfer *x)
+{
+	const struct http *h = x->h;
+	const struct want *w = x->w;
+	uint64_t last = w->end != NO_SIZE ? w->end : w->total;
+	uint64_t body = last != NO_SIZE && last > x->pos0 ? last - x->pos0
+							  : w->pos - x->pos0;
+	double d = x->started + h->connect_timeout_s + h->rate_window_s +
+		   h->retry_budget_s + (double)body / h->min_rate;
+
+	if (thread_deadline > 0 && thread_deadline < d)
+		d = thread_deadline;
+	return d;
+}
+
+/* curl calls this at least once a second, data or not: the one place that
+ * stops a transfer for shutdown, its deadline, or a body below min_rate. */
+static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow,
+		       curl_off_t ultotal, curl_off_t ulnow)
+{
+	struct xfer *x = ud;
+	double now = now_mono(), el = now - x->win_start;
+
+	(void)dltotal;
+	(void)ultotal;
+	(void)ulnow;
+	x->stop_retry = 0;
+	if (x->h->stopping) {
+		x->stop_err = -ECANCELED;
+		return 1;
+	}
+	if (now >= call_deadline(x)) {
+		x->stop_err = -ETIMEDOUT;
+		return 1;
+	}
+	if (el < x->h->rate_window_s)
+		return 0;
+	if ((double)(dlnow - x->win_bytes) < x->h->min_rate * el) {
+		STAT_ADD(x->h, errors_conn, 1);
+		x->stop_err = -ETIMEDOUT;
+		x->stop_retry = 1; /* resumed from the next byte */
+		return 1;
+	}
+	x->win_start = now;
+	x->win_bytes = dlnow;
+	return 0;
+}
+
 static CURLcode perform(struct xfer *x, const char *url, int trusted)
 {
 	struct curl_slist *hdrs = request_headers(x->h, x->w, trusted);
@@ -729,8 +862,15 @@ static CURLcode perform(struct xfer *x, const char *url, int trusted)
 	curl_easy_setopt(x->c, CURLOPT_URL, url);
 	curl_easy_setopt(x->c, CURLOPT_HTTPHEADER, hdrs);
 	set_range(x->c, x->w);
-	slot_take(x->h);
+	x->stop_err = slot_take(x->h, call_deadline(x));
+	x->stop_retry = 0;
+	if (x->stop_err) {
+		curl_slist_free_all(hdrs);
+		return CURLE_ABORTED_BY_CALLBACK;
+	}
 	STAT_ADD(x->h, requests, 1);
+	x->win_start = now_mono();
+	x->win_bytes = 0;
 	cc = curl_easy_perform(x->c);
 	slot_give(x->h);
 	curl_easy_setopt(x->c, CURLOPT_HTTPHEADER, NULL);
@@ -830,6 +970,11 @@ static int attempt(struct xfer *x, const char *url, int *retry, long *ra)
 		cc = perform(x, cur, same_origin(cur, url));
 		*ra = x->r.retry_after;
 		x->w->status = x->r.status;
+		if (cc == CURLE_ABORTED_BY_CALLBACK && x->stop_err) {
+			rc = x->stop_err; /* on_progress or slot_take */
+			*retry = x->stop_retry;
+			break;
+		}
 		if (x->r.done) {
 			rc = 0;
 			break;
@@ -893,6 +1038,9 @@ static CURL *easy_new(struct http *h, struct xfer *x)
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, x);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, x);
+	curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+	curl_easy_setopt(c, CURLOPT_XFERINFODATA, x);
 	if (x->w->head)
 		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
 	return c;
@@ -914,16 +1062,20 @@ static double backoff(const struct http *h, unsigned failures, uint64_t *seed)
 	return max * (double)(*seed >> 11) / (double)(1ULL << 53);
 }
 
-static void sleep_s(double s)
+/* Sleep s seconds unless http_cancel comes first (then -ECANCELED). */
+static int sleep_s(struct http *h, double s)
 {
+	double until = now_mono() + s;
 	struct timespec ts;
 
-	if (s <= 0)
-		return;
-	ts.tv_sec = (time_t)s;
-	ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
+	mono_abs(until, &ts);
+	pthread_mutex_lock(&h->slot_lock);
+	while (!h->stopping && now_mono() < until)
+		if (pthread_cond_timedwait(&h->stop_cond, &h->slot_lock,
+					   &ts) == ETIMEDOUT)
+			break;
+	pthread_mutex_unlock(&h->slot_lock);
+	return h->stopping ? -ECANCELED : 0;
 }
 
 static void note_retry(const char *url, int rc, double delay)
@@ -940,8 +1092,8 @@ static void note_retry(const char *url, int rc, double delay)
  * a body that moved forward restarts the budget and is resumed at once. */
 static int run(struct http *h, const char *url, struct want *w)
 {
-	struct xfer x = {.h = h, .w = w};
-	double start = now_mono();
+	struct xfer x = {.h = h, .w = w, .started = now_mono(), .pos0 = w->pos};
+	double start = x.started;
 	uint64_t seed = ((uint64_t)(start * 1e9) ^ (uintptr_t)&x) | 1;
 	unsigned failures = 0, resumes = 0;
 	int rc, retry;
@@ -954,9 +1106,17 @@ static int run(struct http *h, const char *url, struct want *w)
 		uint64_t before = w->pos;
 		double left, delay;
 
+		if (h->stopping) {
+			rc = -ECANCELED;
+			break;
+		}
 		rc = attempt(&x, url, &retry, &ra);
 		if (rc == 0 || !retry)
 			break;
+		if (now_mono() >= call_deadline(&x)) {
+			rc = -ETIMEDOUT; /* whatever the resumes */
+			break;
+		}
 		if (w->pos > before && resumes < MAX_RESUMES) {
 			resumes++;
 			STAT_ADD(h, resumes, 1);
@@ -965,6 +1125,8 @@ static int run(struct http *h, const char *url, struct want *w)
 			continue;
 		}
 		left = h->retry_budget_s - (now_mono() - start);
+		if (left > call_deadline(&x) - now_mono())
+			left = call_deadline(&x) - now_mono();
 		if (left <= 0)
 			break;
 		delay = ra >= 0 ? (double)ra : backoff(h, failures, &seed);
@@ -974,7 +1136,10 @@ static int run(struct http *h, const char *url, struct want *w)
 		failures++;
 		STAT_ADD(h, retries, 1);
 		note_retry(url, rc, delay);
-		sleep_s(delay);
+		if (sleep_s(h, delay)) {
+			rc = -ECANCELED;
+			break;
+		}
 	}
 	curl_easy_cleanup(x.c);
 	return rc;

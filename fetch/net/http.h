@@ -17,7 +17,9 @@
  *   -ELOOP   more than 5 redirects
  * (http_reason says which in words: strerror's "Too many levels of symbolic
  * links" would not.)
- *   -ETIMEDOUT  no progress within the low-speed limit, retries exhausted
+ *   -ETIMEDOUT  no progress within the low-speed limit, retries exhausted;
+ *               the call's total deadline passed (see http_opts.min_rate)
+ *   -ECANCELED  http_cancel was called
  *   -EIO     5xx/408/429/connection errors after retries, other statuses
  *            (e.g. 416 for a range past the end)
  *   -ECONNREFUSED / -EHOSTUNREACH  could not connect, retries exhausted
@@ -61,6 +63,13 @@ struct http_opts {
 	double low_speed_time_s;
 	/* First backoff; default 0.2 s; doubles, with jitter, capped at 5 s. */
 	double backoff_base_s;
+	/* Slowest body worth waiting for, in bytes/s averaged over each
+	 * rate_window_s (defaults 64 KiB/s and 10 s): a slower transfer is
+	 * broken off and resumed. Every call also ends by a total deadline set
+	 * when it starts: connect_timeout_s + rate_window_s + retry_budget_s +
+	 * its body size / min_rate, however often it resumes. */
+	double min_rate;
+	double rate_window_s;
 	/* CA bundle (file) and CA directory (hashed, as c_rehash makes) used
 	 * instead of the system ones, or NULL. */
 	const char *ca_file;
@@ -124,6 +133,16 @@ int http_get_all(struct http *h, const char *url, size_t cap, char **out,
 		 size_t *outlen);
 
 void http_get_stats(struct http *h, struct http_stats *out);
+
+/* Shutdown: every transfer in progress ends within about a second, waits
+ * for a slot or a backoff end at once, and later calls fail, all with
+ * -ECANCELED. Safe from any thread; there is no undo. Accepts NULL. */
+void http_cancel(struct http *h);
+
+/* Bound the calls this thread makes from now on by `until` (now_mono()
+ * seconds; 0: no bound of its own), e.g. a reader's read_timeout: past it a
+ * call fails with -ETIMEDOUT. Returns the previous bound, to restore. */
+double http_thread_deadline(double until);
 
 /* Copy url into buf without userinfo, query string and fragment (replaced by
  * "***" markers), truncated to fit. Returns buf. */

@@ -977,3 +977,114 @@ Test(http, concurrent_streams_share_few_connections)
 	cr_expect_eq(stats_of(h).requests, 8);
 	http_free(h);
 }
+
+/* ---- deadlines and cancellation ----------------------------------------- */
+
+static struct http *mk_rate(double budget, double window)
+{
+	struct http_opts o = {.connections = 4,
+			      .retry_budget_s = budget,
+			      .connect_timeout_s = 1,
+			      .backoff_base_s = 0.01,
+			      .min_rate = 64 * 1024,
+			      .rate_window_s = window};
+	char err[256] = "";
+	struct http *h = http_new(&o, err, sizeof(err));
+	cr_assert_not_null(h, "http_new: %s", err);
+	return h;
+}
+
+/* A body trickling at 2 KB/s never trips the 1 B/s low-speed limit and every
+ * resume used to restart the budget: 200 KB took 100 s. Now the call ends by
+ * its total deadline: 1 + 1 + 0.5 + 200000 / 65536 s. */
+Test(http, trickle_ends_by_the_total_deadline)
+{
+	NEED_SERVER();
+	struct http *h = mk_rate(0.5, 1);
+	unsigned char *buf = xmalloc(200000);
+	double t0 = now_mono(), dt;
+
+	set_faults("/big.bin=slow:2000");
+	cr_expect_eq(http_get_range(h, url("/big.bin"), NULL, 0, 200000, buf),
+		     -ETIMEDOUT);
+	dt = now_mono() - t0;
+	cr_expect_lt(dt, 7.5, "took %.2fs", dt);
+	cr_expect_geq(stats_of(h).errors_conn, 1);
+	free(buf);
+	http_free(h);
+}
+
+Test(http, thread_deadline_bounds_a_call)
+{
+	NEED_SERVER();
+	struct http *h = mk_rate(30, 10);
+	struct collect *c = collect_new();
+	double t0 = now_mono(), dt, old;
+
+	set_faults("/big.bin=stall:20");
+	old = http_thread_deadline(t0 + 1.0);
+	cr_expect_eq(
+		http_stream(h, url("/big.bin"), NULL, BIG_LEN, collect_sink, c),
+		-ETIMEDOUT);
+	http_thread_deadline(old);
+	dt = now_mono() - t0;
+	cr_expect_lt(dt, 3.0, "took %.2fs", dt);
+	collect_free(c);
+	http_free(h);
+}
+
+struct cancel_worker {
+	struct http *h;
+	const char *path;
+	int rc;
+	double ended;
+};
+
+static void *cancel_main(void *arg)
+{
+	struct cancel_worker *w = arg;
+	struct collect *c = collect_new();
+	w->rc = http_stream(w->h, url(w->path), NULL, BIG_LEN, collect_sink,
+			    c);
+	w->ended = now_mono();
+	collect_free(c);
+	return NULL;
+}
+
+/* One transfer stalled after its headers, one in a 20 s Retry-After backoff,
+ * two waiting for a connection slot: http_cancel ends them all within 2 s. */
+Test(http, cancel_ends_every_transfer_promptly)
+{
+	NEED_SERVER();
+	struct http_opts o = {.connections = 2,
+			      .retry_budget_s = 60,
+			      .backoff_base_s = 0.01};
+	char err[128];
+	struct http *h = http_new(&o, err, sizeof(err));
+	const char *paths[] = {"/big.bin", "/busy.bin", "/big.bin",
+			       "/big.bin"};
+	struct cancel_worker w[4];
+	pthread_t t[4];
+	double t0;
+
+	cr_assert_not_null(h);
+	write_file(g_root, "busy.bin", "x", 1);
+	set_faults("/big.bin=stall:30\n/busy.bin=status:503,retry_after=20");
+	for (int i = 0; i < 4; i++) {
+		w[i] = (struct cancel_worker){.h = h, .path = paths[i]};
+		cr_assert_eq(pthread_create(&t[i], NULL, cancel_main, &w[i]), 0);
+		usleep(100000);
+	}
+	usleep(700000);
+	t0 = now_mono();
+	http_cancel(h);
+	for (int i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		cr_expect_eq(w[i].rc, -ECANCELED, "worker %d: %d", i, w[i].rc);
+		cr_expect_lt(w[i].ended - t0, 2.0, "worker %d took %.2fs", i,
+			     w[i].ended - t0);
+	}
+	cr_expect_eq(http_get_range(h, url("/big.bin"), NULL, 0, 1, err),
+		     -ECANCELED);
+	http_free(h);
+}

@@ -74,6 +74,11 @@ Test(options, rejects_bad_values_with_a_reason)
 		{"seed=-3", "seed"},
 		{"decode_mem=1M", "decode_mem"},
 		{"decode_mem=lots", "decode_mem"},
+		{"read_timeout=0", "read_timeout"},
+		{"read_timeout=abc", "read_timeout"},
+		{"read_timeout=5s", "read_timeout"},
+		{"min_rate=0", "min_rate"},
+		{"min_rate=fast", "min_rate"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const char *argv[] = {"echofs", "-o", cases[i].opt, "http://h/a.tar",
@@ -111,6 +116,28 @@ Test(options, debug_implies_foreground_and_defaults_fill_in)
 	cr_assert_eq(o.connections, FS_DEFAULT_CONNECTIONS);
 	cr_assert_eq(o.cache_size, FS_DEFAULT_CACHE_SIZE);
 	cr_assert_not_null(o.cache_dir);
+	options_free(&o);
+	fuse_opt_free_args(&a);
+}
+
+Test(options, timeouts_parse_and_default)
+{
+	const char *argv[] = {"echofs", "-o", "read_timeout=2.5,min_rate=16K",
+			      "http://h/a.tar", "/mnt", NULL};
+	const char *plain[] = {"echofs", "http://h/a.tar", "/mnt", NULL};
+	struct fs_options o;
+	struct fuse_args a;
+	char err[256];
+
+	cr_assert_eq(parse(5, argv, &o, &a, err), 0, "%s", err);
+	cr_assert_float_eq(o.read_timeout_s, 2.5, 1e-9);
+	cr_assert_float_eq(o.min_rate, 16384.0, 1e-9);
+	cr_assert_not(has_arg(&a, "read_timeout"));
+	options_free(&o);
+	fuse_opt_free_args(&a);
+	cr_assert_eq(parse(3, plain, &o, &a, err), 0, "%s", err);
+	cr_assert_float_eq(o.read_timeout_s, FS_DEFAULT_READ_TIMEOUT_S, 1e-9);
+	cr_assert_float_eq(o.min_rate, FS_DEFAULT_MIN_RATE, 1e-9);
 	options_free(&o);
 	fuse_opt_free_args(&a);
 }

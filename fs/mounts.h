@@ -1,0 +1,24 @@
+/* mounts.h - what /proc/self/mountinfo says about a directory: whether a
+ * FUSE mount (live or dead) already sits on it, and whether our own mount is
+ * still attached. */
+#ifndef ECHOFS_MOUNTS_H
+#define ECHOFS_MOUNTS_H
+
+#include <stddef.h>
+
+/* The topmost mount whose mount point is exactly dir (an absolute path
+ * without symlinks): its mount ID and file system type ("fuse.echofs").
+ * Returns 0, -ENOENT when dir is no mount point, or another -errno. */
+int mounts_find(const char *dir, int *id, char *fstype, size_t typelen);
+
+/* 1 while the mount with this ID is attached, 0 once it is gone (unmounted,
+ * also lazily), -errno when mountinfo cannot be read. */
+int mounts_attached(int id);
+
+/* Mount hygiene before mounting on dir: 0 when dir is free of FUSE mounts;
+ * else -EBUSY (a live FUSE mount) or -ENOTCONN (a dead one: its daemon is
+ * gone) with a one-line message in err that says how to clear it. dir is
+ * checked as given, before any realpath (which fails on a dead mount). */
+int mounts_check_free(const char *dir, char *err, size_t errlen);
+
+#endif
