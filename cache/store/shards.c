@@ -667,8 +667,8 @@ static int read_sample(struct shards *sh, const struct req *q, size_t i,
 	if (smp->size > SIZE_MAX - 1 || !(buf = malloc(size + 1)))
 		return -ENOMEM;
 	for (unsigned attempt = 0; attempt < 2; attempt++) {
-		struct req m = {q->n, smp->offset, size, buf, q->deadline,
-				false, false};
+		struct req m = {.n = q->n, .off = smp->offset, .len = size,
+				.buf = buf, .deadline = q->deadline};
 		ssize_t r = size ? read_plain(sh, &m) : 0;
 		if (r < 0) {
 			free(buf);
@@ -702,8 +702,9 @@ static ssize_t read_checked(struct shards *sh, const struct req *q)
 					pos - sh->ix->samples[i].offset, piece,
 					out + (pos - q->off));
 		} else {
-			struct req g = {q->n, pos, piece, out + (pos - q->off),
-					q->deadline, false, false};
+			struct req g = {.n = q->n, .off = pos, .len = piece,
+					.buf = out + (pos - q->off),
+					.deadline = q->deadline};
 			r = read_plain(sh, &g);
 			if (r >= 0)
 				r = (size_t)r == piece ? 0 : -EIO;

@@ -13,9 +13,10 @@
 #include "fetch/format/index.h"
 
 #define VERIFY_KEEP 32
-#define VERIFY_KEEP_BYTES ((size_t)32 << 20)
-/* Larger members are checked on every read instead of kept. */
-#define VERIFY_KEEP_MAX ((size_t)8 << 20)
+#define VERIFY_KEEP_BYTES ((size_t)64 << 20)
+/* Larger members are checked on every read instead of kept (each read
+ * then costs the whole member: far beyond any image echofs can decode). */
+#define VERIFY_KEEP_MAX VERIFY_KEEP_BYTES
 
 struct kept {
 	size_t sample; /* VERIFY_NONE: empty */
@@ -77,11 +78,12 @@ static void build_order(struct verify *v)
 	}
 	for (size_t s = 0; s < ix->nshards; s++)
 		for (size_t k = v->first[s]; k < v->first[s + 1]; k++)
-			v->reach[k] = k > v->first[s] &&
-					      end_of(ix, v->reach[k - 1]) >
-						      end_of(ix, v->order[k])
-					      ? v->reach[k - 1]
-					      : v->order[k];
+			v->reach[k] =
+				k > v->first[s] &&
+						end_of(ix, v->reach[k - 1]) >
+							end_of(ix, v->order[k])
+					? v->reach[k - 1]
+					: v->order[k];
 }
 
 struct verify *verify_new(const struct index *ix)
@@ -134,7 +136,7 @@ size_t verify_find(const struct verify *v, uint32_t shard, uint64_t off,
 			hi = mid;
 	}
 	*end = lo < v->first[shard + 1] ? ix->samples[v->order[lo]].offset
-					 : UINT64_MAX;
+					: UINT64_MAX;
 	/* ...and of those before it, the one reaching furthest. */
 	if (lo > a && end_of(ix, v->reach[lo - 1]) > off) {
 		*end = end_of(ix, v->reach[lo - 1]);
@@ -150,8 +152,7 @@ int verify_sample_ok(const struct verify *v, size_t i, const void *buf,
 	return len == s->size && XXH3_64bits(buf, len) == s->sum;
 }
 
-int verify_copy(struct verify *v, size_t i, uint64_t rel, size_t len,
-		void *dst)
+int verify_copy(struct verify *v, size_t i, uint64_t rel, size_t len, void *dst)
 {
 	int r = -ENOENT;
 
@@ -228,8 +229,7 @@ struct verify_stream *verify_stream_new(void)
 	return vs;
 }
 
-void verify_stream_feed(struct verify_stream *vs, const void *data,
-			size_t len)
+void verify_stream_feed(struct verify_stream *vs, const void *data, size_t len)
 {
 	XXH3_64bits_update(vs->st, data, len);
 }

@@ -7,9 +7,10 @@
  *   sample numbers sorted by offset, built once (8 bytes per sample).
  * - Checked members are kept (bytes, at most VERIFY_KEEP of them and
  *   VERIFY_KEEP_BYTES in all, least recently used dropped) so that a file
- *   read in several FUSE requests is fetched and hashed once. They hold
- *   bytes that matched the index, so they stay right whatever happens to
- *   the shard's cache entry meanwhile.
+ *   read in several FUSE requests is fetched and hashed once; a member over
+ *   64 MiB is read and hashed whole at every read instead. Kept bytes
+ *   matched the index, so they stay right whatever happens to the shard's
+ *   cache entry meanwhile.
  * - Locking: one mutex guards the kept members; it is a leaf (nothing else
  *   is locked under it) and is held only for a lookup and a memcpy. */
 #ifndef ECHOFS_VERIFY_H
@@ -48,8 +49,7 @@ void verify_keep(struct verify *v, size_t i, void *buf, size_t len);
 
 /* Whole-shard checksum of a stream; NULL only on out of memory. */
 struct verify_stream *verify_stream_new(void);
-void verify_stream_feed(struct verify_stream *vs, const void *data,
-			size_t len);
+void verify_stream_feed(struct verify_stream *vs, const void *data, size_t len);
 /* Does what was fed match shard n's checksum? */
 int verify_stream_ok(const struct verify *v, const struct verify_stream *vs,
 		     uint32_t n);

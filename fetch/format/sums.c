@@ -20,10 +20,10 @@ struct member {
 struct sums {
 	struct tar_parser *tp;
 	XXH3_state_t *whole, *cur;
-	uint64_t pos;		/* bytes fed so far */
-	struct member *m;	/* in archive order */
-	size_t n, cap, next;	/* next: first member not yet hashed */
-	bool cur_open;		/* cur holds a partial hash of m[next] */
+	uint64_t pos;	     /* bytes fed so far */
+	struct member *m;    /* in archive order */
+	size_t n, cap, next; /* next: first member not yet hashed */
+	bool cur_open;	     /* cur holds a partial hash of m[next] */
 	int err;
 };
 
@@ -97,7 +97,8 @@ static void hash_members(struct sums *s, const uint8_t *p, uint64_t base,
 			XXH3_64bits_reset(s->cur);
 			s->cur_open = true;
 		}
-		XXH3_64bits_update(s->cur, p + (from - base), (size_t)(to - from));
+		XXH3_64bits_update(s->cur, p + (from - base),
+				   (size_t)(to - from));
 		if (to < m->off + m->size)
 			return; /* continues in the next chunk */
 		m->sum = XXH3_64bits_digest(s->cur);

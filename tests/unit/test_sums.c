@@ -56,8 +56,8 @@ static void check_chunked(const struct tarw *t, size_t chunk)
 		cr_expect_eq(s->sum,
 			     XXH3_64bits(t->buf + s->offset, (size_t)s->size),
 			     "chunk %zu sample %zu", chunk, i);
-		cr_expect_eq(s->sum, sums_of(t->buf + s->offset,
-					     (size_t)s->size));
+		cr_expect_eq(s->sum,
+			     sums_of(t->buf + s->offset, (size_t)s->size));
 	}
 	scan_free(sc);
 	sums_free(su);
@@ -66,8 +66,8 @@ static void check_chunked(const struct tarw *t, size_t chunk)
 
 Test(sums, every_chunking)
 {
-	static const size_t chunks[] = {1, 7, 511, 512, 513, 4096, 65536,
-					1 << 20};
+	static const size_t chunks[] = {1,   7,	   511,	  512,
+					513, 4096, 65536, 1 << 20};
 	struct tarw t = {0};
 
 	make_shard(&t);

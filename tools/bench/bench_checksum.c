@@ -60,7 +60,8 @@ int main(int argc, char **argv)
 		for (size_t a = 0; a < 2; a++) {
 			double r = rate(&algos[a], buf, sizes[s], secs);
 			printf("| %zu | %s | %.2f | %.0f |\n", sizes[s],
-			       algos[a].name, r / 1e9, (double)sizes[s] / r * 1e9);
+			       algos[a].name, r / 1e9,
+			       (double)sizes[s] / r * 1e9);
 		}
 	}
 	free(buf);
