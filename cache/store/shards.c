@@ -233,7 +233,8 @@ static void log_mismatch(struct shards *sh, uint32_t n, const char *sample,
 
 	http_redact(sh->ix->shards[n].url, red, sizeof(red));
 	log_warn("shard %u (%s): %s%s does not match the index's checksum: "
-		 "%s", n, red, sample ? "sample " : "whole shard",
+		 "%s",
+		 n, red, sample ? "sample " : "whole shard",
 		 sample ? sample : "",
 		 bad_copies >= 2 ? "second bad copy, failing it (EIO)"
 				 : "not served, fetching it again");
@@ -642,8 +643,7 @@ static void sample_mismatch(struct shards *sh, uint32_t n, size_t i,
 	if (s->state == CACHED && s->c) {
 		s->bad_copies++;
 		refetch(sh, s, n);
-	}
-	else if (s->state == FETCHING && s->wr)
+	} else if (s->state == FETCHING && s->wr)
 		s->wr->bad = true; /* readers wait for the next copy */
 	pthread_mutex_unlock(&sh->lock);
 	log_mismatch(sh, n, sh->ix->samples[i].key, attempt + 1);
@@ -667,8 +667,11 @@ static int read_sample(struct shards *sh, const struct req *q, size_t i,
 	if (smp->size > SIZE_MAX - 1 || !(buf = malloc(size + 1)))
 		return -ENOMEM;
 	for (unsigned attempt = 0; attempt < 2; attempt++) {
-		struct req m = {.n = q->n, .off = smp->offset, .len = size,
-				.buf = buf, .deadline = q->deadline};
+		struct req m = {.n = q->n,
+				.off = smp->offset,
+				.len = size,
+				.buf = buf,
+				.deadline = q->deadline};
 		ssize_t r = size ? read_plain(sh, &m) : 0;
 		if (r < 0) {
 			free(buf);
@@ -702,7 +705,9 @@ static ssize_t read_checked(struct shards *sh, const struct req *q)
 					pos - sh->ix->samples[i].offset, piece,
 					out + (pos - q->off));
 		} else {
-			struct req g = {.n = q->n, .off = pos, .len = piece,
+			struct req g = {.n = q->n,
+					.off = pos,
+					.len = piece,
 					.buf = out + (pos - q->off),
 					.deadline = q->deadline};
 			r = read_plain(sh, &g);

@@ -281,7 +281,7 @@ int index_add_sample(struct index *ix, uint32_t shard, uint64_t offset,
 
 struct parser {
 	struct index *ix;
-	int extra; /* fields after the format 1 ones: 1 for the sum in v2 */
+	int extra;   /* fields after the format 1 ones: 1 for the sum in v2 */
 	char *end;   /* the NUL after the text */
 	size_t line; /* 1-based number of the line being parsed */
 	const char *why;
@@ -352,7 +352,8 @@ static int parse_shard(struct parser *ps, char **f, size_t *fl, int n)
 	uint64_t size;
 
 	if (n != 4 + ps->extra)
-		return bad(ps, ps->extra ? "S needs 5 fields" : "S needs 4 fields");
+		return bad(ps,
+			   ps->extra ? "S needs 5 fields" : "S needs 4 fields");
 	if (fl[1] == 0 || fl[3] == 0)
 		return bad(ps, "empty URL or ETag");
 	if (parse_u64_n(f[2], fl[2], &size))
@@ -382,7 +383,8 @@ static int parse_sample(struct parser *ps, char **f, size_t *fl, int n)
 	uint64_t shard, off, size;
 
 	if (n != 7 + ps->extra)
-		return bad(ps, ps->extra ? "M needs 8 fields" : "M needs 7 fields");
+		return bad(ps,
+			   ps->extra ? "M needs 8 fields" : "M needs 7 fields");
 	if (parse_u64_n(f[1], fl[1], &shard) || shard >= ix->nshards)
 		return bad(ps, "bad or unknown shard number");
 	if (parse_u64_n(f[2], fl[2], &off) || parse_u64_n(f[3], fl[3], &size))

@@ -18,13 +18,13 @@
  * are comments. Loading 1.3 million samples takes well under a second.
  *
  * Strictness (index_parse and index_add_sample alike, so whatever is written
- * loads again): the first line is exactly "echofs-index 1" or "echofs-index 2"; no
- * empty lines; S has 4 fields, M 7 (format 2: 5 and 8); numbers are plain decimal; an M line names a shard
- * defined by an earlier S line and offset + size lies within that shard's
- * size; keys are relative paths without empty, "." or ".." components;
- * labels are one such component (no '/'); ext has no '.' or '/' (at most 15
- * bytes) and is lower-cased on the way in; URL, ETag, key, label and ext are
- * non-empty (an unknown ETag is written "-"). */
+ * loads again): the first line is exactly "echofs-index 1" or "echofs-index 2";
+ * no empty lines; S has 4 fields, M 7 (format 2: 5 and 8); numbers are plain
+ * decimal; an M line names a shard defined by an earlier S line and offset +
+ * size lies within that shard's size; keys are relative paths without empty,
+ * "." or ".." components; labels are one such component (no '/'); ext has no
+ * '.' or '/' (at most 15 bytes) and is lower-cased on the way in; URL, ETag,
+ * key, label and ext are non-empty (an unknown ETag is written "-"). */
 #ifndef ECHOFS_INDEX_H
 #define ECHOFS_INDEX_H
 
@@ -88,8 +88,8 @@ int index_parse(const char *buf, size_t len, struct index **out, char *err,
 /* Read and parse a local file. -errno on I/O failure, with a reason in err. */
 int index_load(const char *path, struct index **out, char *err, size_t errlen);
 
-/* Write in the format above (2 when has_sums, else 1). Returns 0, -EINVAL (a shard URL or ETag that
- * breaks the rules) or -EIO. */
+/* Write in the format above (2 when has_sums, else 1). Returns 0, -EINVAL (a
+ * shard URL or ETag that breaks the rules) or -EIO. */
 int index_write(const struct index *ix, FILE *f);
 /* Write to path atomically (temp file in the same directory, fsync, rename,
  * fsync of the directory; mode 0644). Returns 0 or -errno. */

@@ -49,8 +49,7 @@ static void check_find(const struct index *ix, const struct verify *v,
 			abort();
 		return;
 	}
-	if (ix->samples[got].shard != shard ||
-	    ix->samples[got].offset > off ||
+	if (ix->samples[got].shard != shard || ix->samples[got].offset > off ||
 	    end != ix->samples[got].offset + ix->samples[got].size ||
 	    end <= off)
 		abort();
@@ -111,7 +110,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		    s->offset > ix->shards[s->shard].size - s->size)
 			abort();
 	}
-	if (ix->has_sums != (size >= 14 && memcmp(data, "echofs-index 2", 14) == 0))
+	if (ix->has_sums !=
+	    (size >= 14 && memcmp(data, "echofs-index 2", 14) == 0))
 		abort();
 	check_lookup(ix);
 	t1 = write_text(ix, &l1);

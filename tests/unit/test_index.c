@@ -211,8 +211,7 @@ static const struct {
 	{HDR2 S0, "line 2: S needs 5 fields"},
 	{HDR2 S2 "M\t0\t0\t1\tl\tk\tjpg\n", "line 3: M needs 8 fields"},
 	{HDR S2, "line 2: S needs 4 fields"},
-	{HDR2 "S\tu\t10\t-\t00000000000000000\n",
-	 "line 2: bad shard checksum"},
+	{HDR2 "S\tu\t10\t-\t00000000000000000\n", "line 2: bad shard checksum"},
 	{HDR2 "S\tu\t10\t-\t000000000000000\n", "line 2: bad shard checksum"},
 	{HDR2 "S\tu\t10\t-\t00000000000000A0\n", "line 2: bad shard checksum"},
 	{HDR2 "S\tu\t10\t-\t0x00000000000000\n", "line 2: bad shard checksum"},
@@ -328,8 +327,8 @@ Test(index, many_samples)
  * byte; format 1 writes no checksum fields. */
 Test(index, v2_round_trip)
 {
-	static const char t[] = HDR2 S2 M2
-		"M\t0\t1\t2\tl\tk2\tjpg\t0000000000000000\n";
+	static const char t[] =
+		HDR2 S2 M2 "M\t0\t1\t2\tl\tk2\tjpg\t0000000000000000\n";
 	struct index *ix;
 	char err[128], *out = NULL;
 	size_t outlen = 0;

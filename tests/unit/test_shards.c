@@ -616,9 +616,9 @@ Test(shards, checksums_pass_in_pieces)
 		uint8_t *buf = xmalloc(m->size);
 		for (uint64_t at = 0; at < m->size; at += 4096) {
 			size_t n = m->size - at < 4096 ? m->size - at : 4096;
-			cr_assert_eq(shards_read(sh, 1, m->off + at, n,
-						 buf + at),
-				     (ssize_t)n);
+			cr_assert_eq(
+				shards_read(sh, 1, m->off + at, n, buf + at),
+				(ssize_t)n);
 		}
 		cr_assert(memcmp(buf, shard_data[1] + m->off, m->size) == 0);
 		free(buf);
@@ -628,7 +628,8 @@ Test(shards, checksums_pass_in_pieces)
 		uint64_t a = samples[1][2].off + 10;
 		uint64_t b = samples[1][3].off + 10;
 		uint8_t *buf = xmalloc(b - a);
-		cr_assert_eq(shards_read(sh, 1, a, b - a, buf), (ssize_t)(b - a));
+		cr_assert_eq(shards_read(sh, 1, a, b - a, buf),
+			     (ssize_t)(b - a));
 		cr_assert(memcmp(buf, shard_data[1] + a, b - a) == 0);
 		free(buf);
 	}
