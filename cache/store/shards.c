@@ -649,43 +649,58 @@ static void sample_mismatch(struct shards *sh, uint32_t n, size_t i,
 	log_mismatch(sh, n, sh->ix->samples[i].key, attempt + 1);
 }
 
+/* Sample i's whole member into buf (size bytes), checked; a mismatch drops
+ * the copy and reads once more. 0, -EIO (two bad copies) or -errno. */
+static int read_member(struct shards *sh, const struct req *q, size_t i,
+		       uint8_t *buf)
+{
+	const struct index_sample *smp = &sh->ix->samples[i];
+
+	for (unsigned attempt = 0; attempt < 2; attempt++) {
+		struct req m = {.n = q->n,
+				.off = smp->offset,
+				.len = (size_t)smp->size,
+				.buf = buf,
+				.deadline = q->deadline};
+		ssize_t r = m.len ? read_plain(sh, &m) : 0;
+		if (r < 0)
+			return (int)r;
+		if (verify_sample_ok(sh->vf, i, buf, (size_t)r))
+			return 0;
+		sample_mismatch(sh, q->n, i, attempt);
+	}
+	return -EIO;
+}
+
 /* len bytes at rel of sample i into dst, from checked bytes only: the whole
- * member is read (at most twice) and compared with the index first. */
+ * member is read and compared with the index first. A read of the whole
+ * member (most are: FUSE reads of small files, the pool, preprocessing)
+ * goes straight into dst; a part is served from a kept copy. */
 static int read_sample(struct shards *sh, const struct req *q, size_t i,
 		       uint64_t rel, size_t len, void *dst)
 {
-	const struct index_sample *smp = &sh->ix->samples[i];
-	size_t size = (size_t)smp->size;
+	size_t size = (size_t)sh->ix->samples[i].size;
 	uint8_t *buf;
+	int r;
 
+	if (rel == 0 && len == size)
+		return read_member(sh, q, i, dst); /* dst unused on error */
 	if (verify_copy(sh->vf, i, rel, len, dst) == 0) {
 		pthread_mutex_lock(&sh->lock);
 		sh->stats.hits++;
 		pthread_mutex_unlock(&sh->lock);
 		return 0;
 	}
-	if (smp->size > SIZE_MAX - 1 || !(buf = malloc(size + 1)))
+	if (size > SIZE_MAX - 1 || !(buf = malloc(size + 1)))
 		return -ENOMEM;
-	for (unsigned attempt = 0; attempt < 2; attempt++) {
-		struct req m = {.n = q->n,
-				.off = smp->offset,
-				.len = size,
-				.buf = buf,
-				.deadline = q->deadline};
-		ssize_t r = size ? read_plain(sh, &m) : 0;
-		if (r < 0) {
-			free(buf);
-			return (int)r;
-		}
-		if (verify_sample_ok(sh->vf, i, buf, (size_t)r)) {
-			memcpy(dst, buf + rel, len);
-			verify_keep(sh->vf, i, buf, size);
-			return 0;
-		}
-		sample_mismatch(sh, q->n, i, attempt);
+	r = read_member(sh, q, i, buf);
+	if (r) {
+		free(buf);
+		return r;
 	}
-	free(buf);
-	return -EIO;
+	memcpy(dst, buf + rel, len);
+	verify_keep(sh->vf, i, buf, size);
+	return 0;
 }
 
 /* q split at sample boundaries: sample bytes checked, the rest (tar
