@@ -212,3 +212,33 @@ def test_moved_members_without_etag(hostile, dataset, mounter, tmp_path, tmpfs):
     h.set_mode("moved")
     m = mounter(h.source, cache_dir=uncached(tmpfs), opts={"index": ix})
     assert_refused(m, dataset.ref_hashes("test"), step=13)
+
+
+def test_echo_and_prep_mounts_see_only_checked_bytes(hostile, dataset, mounter,
+                                                     tmp_path):
+    """The echo pool and preprocessing read through the same checks: against
+    a server lying from the start, they serve nothing wrong, count the
+    mismatches and do not hang."""
+    h = hostile()
+    ix = h.index_v2(str(tmp_path / "ix"))
+    h.set_mode("overwrite")
+    m = mounter(h.source, opts={"index": ix, "echo": 2, "seed": 3,
+                                "size": 24, "format": "ppm"})
+    t0 = time.monotonic()
+    served = 0
+    for cls in sorted(os.listdir(m.mnt))[:3]:
+        for name in sorted(os.listdir(m.path(cls)))[:2]:
+            if helpers.read_errno(m.path(cls, name)) == 0:
+                served += 1
+    assert time.monotonic() - t0 < 60, "reads took too long"
+    assert served > 0
+    # Let the pool's streamer go on past the overwrite.
+    deadline = time.monotonic() + 20
+    while m.stats()["errors"]["verify"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    s = m.stats()
+    assert s["errors"]["verify"] > 0, s["errors"]
+    # The pool decoded only samples that passed their checks (the changed
+    # ones are not JPEGs any more: decoding them would count as image
+    # errors).
+    assert s["errors"]["image"] == 0, s["errors"]
