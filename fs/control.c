@@ -222,7 +222,8 @@ static size_t errors(const struct control *c, const struct snapshot *s,
 	E("http_4xx", s->http.errors_4xx, "HTTP 4xx replies");
 	E("http_5xx", s->http.errors_5xx, "HTTP 5xx replies");
 	E("connection", s->http.errors_conn, "connect, TLS, reset or timeout");
-	E("verify", s->http.errors_verify, "ETag, length or range mismatches");
+	E("verify", s->http.errors_verify + s->sh.verify_errors,
+	  "ETag, length, range, encoding or checksum mismatches");
 	E("shard_failed", s->sh.failed_shards, "shard fetches that failed");
 	E("read", c->src.fc->read_errors, "reads that returned an error");
 	E("cache_corrupt", s->st.corrupt, "corrupt cache entries dropped");

@@ -18,6 +18,7 @@
 #include "fetch/net/http.h"
 #include "fetch/format/index.h"
 #include "fetch/format/scan.h"
+#include "fetch/format/sums.h"
 #include "fetch/net/shardlist.h"
 
 #define PROG "echofs-index"
@@ -181,7 +182,8 @@ static void warn_skip(void *ud, const char *reason, uint64_t n)
 		(unsigned long long)n, reason);
 }
 
-static int feed_file(int fd, struct scan *s, const char *path)
+static int feed_file(int fd, struct scan *s, struct sums *sums,
+		     const char *path)
 {
 	char *buf = malloc(READ_CHUNK);
 	ssize_t n;
@@ -196,7 +198,8 @@ static int feed_file(int fd, struct scan *s, const char *path)
 			r = fail("%s: %s", path, strerror(errno));
 			break;
 		}
-		if (scan_feed(s, buf, (size_t)n)) {
+		if (scan_feed(s, buf, (size_t)n) ||
+		    sums_feed(sums, buf, (size_t)n)) {
 			r = fail("%s: bad tar: %s", path, scan_error(s));
 			break;
 		}
@@ -210,8 +213,10 @@ static int feed_file(int fd, struct scan *s, const char *path)
 static int scan_local(struct index *ix, const struct opts *o, const char *path)
 {
 	struct skip_ctx ctx = {path};
+	struct sums *sums;
 	struct stat st;
 	struct scan *s;
+	uint32_t n;
 	char *url;
 	int fd, r;
 
@@ -228,13 +233,20 @@ static int scan_local(struct index *ix, const struct opts *o, const char *path)
 		return fail("%s: %s", path, strerror(errno));
 	}
 	/* ETag unknown for local files: written as "-". */
-	s = scan_new(ix, index_add_shard(ix, url, (uint64_t)st.st_size, ""));
+	n = index_add_shard(ix, url, (uint64_t)st.st_size, "");
+	s = scan_new(ix, n);
 	free(url);
-	r = feed_file(fd, s, path);
+	sums = sums_new();
+	r = sums ? feed_file(fd, s, sums, path) : fail("out of memory");
 	close(fd);
+	/* The sums come from the bytes the scanner saw: a mismatch here is a
+	 * bug, never the file's fault. */
+	if (!r && sums_fill(sums, ix, n))
+		r = fail("%s: checksums do not match the scan", path);
 	if (!r)
 		scan_for_each_skip(s, warn_skip, &ctx);
 	scan_free(s);
+	sums_free(sums);
 	return r;
 }
 
@@ -254,6 +266,7 @@ static int build_local(int n, char **paths, const struct opts *o,
 			return 1;
 		}
 	}
+	ix->has_sums = true;
 	*out = ix;
 	return 0;
 }

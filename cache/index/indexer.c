@@ -13,7 +13,9 @@
  * - Locking: one mutex guards the first error, the progress
  *   count and the "cache failed" warning; it is never held across network
  *   I/O. The progress callback runs under a second mutex so calls are
- *   serialized and never concurrent. */
+ *   serialized and never concurrent.
+ * - Checksums (index format 2) are computed from the same bytes the scanner
+ *   and the store get, as they stream (fetch/format/sums.c). */
 #include "cache/index/indexer.h"
 
 #include "cache/store/store.h"
@@ -23,6 +25,7 @@
 #include "fetch/net/http.h"
 #include "fetch/format/index.h"
 #include "fetch/format/scan.h"
+#include "fetch/format/sums.h"
 #include "fetch/net/shardlist.h"
 
 #include <errno.h>
@@ -62,6 +65,7 @@ struct shard_job {
 	struct build *b;
 	size_t i;
 	struct scan *scan;
+	struct sums *sums;
 	struct store_writer *w;
 	int scan_err;
 };
@@ -136,6 +140,8 @@ static int sink(void *ud, const void *data, size_t len)
 	if (stopped(j->b))
 		return -ECANCELED;
 	r = scan_feed(j->scan, data, len);
+	if (r == 0)
+		r = sums_feed(j->sums, data, len);
 	if (r) {
 		j->scan_err = r;
 		return r;
@@ -186,11 +192,17 @@ static void report(struct build *b, uint64_t size)
 static int stream_shard(struct build *b, size_t i, struct job_result *res)
 {
 	const char *url = b->list->urls[i];
-	struct shard_job j = {b, i, NULL, NULL, 0};
+	struct shard_job j = {b, i, NULL, NULL, NULL, 0};
 	int r;
 
 	index_add_shard(res->ix, url, res->size, res->etag);
 	j.scan = scan_new(res->ix, 0);
+	j.sums = sums_new();
+	if (!j.sums) {
+		scan_free(j.scan);
+		fail(b, i, -ENOMEM, NULL);
+		return -ENOMEM;
+	}
 	if (b->st) {
 		j.w = store_begin(b->st, url, res->etag, res->size);
 		if (!j.w)
@@ -199,6 +211,8 @@ static int stream_shard(struct build *b, size_t i, struct job_result *res)
 	r = http_stream(b->h, url, res->etag, res->size, sink, &j);
 	if (r == 0)
 		r = scan_finish(j.scan);
+	if (r == 0)
+		r = sums_fill(j.sums, res->ix, 0);
 	if (r == -EBADMSG) {
 		char why[300];
 		snprintf(why, sizeof(why), "malformed tar: %s",
@@ -225,6 +239,7 @@ static int stream_shard(struct build *b, size_t i, struct job_result *res)
 		store_abort(j.w);
 	}
 	scan_free(j.scan);
+	sums_free(j.sums);
 	return r;
 }
 
@@ -266,6 +281,7 @@ static int merge(struct build *b, struct index **out)
 		const struct index *p = b->res[i].ix;
 		uint32_t n = index_add_shard(ix, b->list->urls[i],
 					     b->res[i].size, b->res[i].etag);
+		ix->shards[n].sum = p->shards[0].sum;
 		for (size_t k = 0; k < p->nsamples; k++) {
 			const struct index_sample *s = &p->samples[k];
 			int r = index_add_sample(ix, n, s->offset, s->size,
@@ -274,8 +290,10 @@ static int merge(struct build *b, struct index **out)
 				index_free(ix);
 				return r;
 			}
+			ix->samples[ix->nsamples - 1].sum = s->sum;
 		}
 	}
+	ix->has_sums = true;
 	*out = ix;
 	return 0;
 }

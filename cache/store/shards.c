@@ -17,11 +17,22 @@
  * (corrupt) or unpinned (too many pins) is "retired" and released by its last
  * user. A worker finishing a writer first waits for its users to leave.
  * At most max_pinned entries stay pinned (least recently read ones are
- * unpinned) so the store can still evict what readers no longer use. */
+ * unpinned) so the store can still evict what readers no longer use.
+ *
+ * Checksums (index format 2, cache/store/verify.h): a read is split at
+ * sample boundaries; each sample's whole member is read once through the
+ * state machine above, hashed and compared with the index before any of it
+ * is served (then kept a while for the rest of the file). A mismatch drops
+ * the copy it came from (cache entry dropped and fetched again, a stream
+ * marked bad so nobody reads it further) and the member is read once more;
+ * a second mismatch is EIO. A stream is also hashed whole and committed to
+ * the store only if it matches; a shard whose copies failed twice in a row
+ * is marked FAILED. */
 #include "cache/store/shards.h"
 
 #include "cache/store/store.h"
 #include "common/deadline.h"
+#include "cache/store/verify.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "common/workq.h"
@@ -52,6 +63,7 @@ struct wref {
 	uint64_t avail; /* bytes readable through w */
 	unsigned users;
 	bool closing; /* worker is committing: no new users */
+	bool bad;     /* a sample read from it failed its checksum */
 };
 
 struct slot {
@@ -65,6 +77,7 @@ struct slot {
 	unsigned waiters;
 	double tmo_at;	  /* when a read at tmo_off last timed out */
 	uint64_t tmo_off;
+	unsigned bad_copies; /* checksum failures since the last good copy */
 	pthread_cond_t cond; /* state, avail or users changed */
 };
 
@@ -72,6 +85,7 @@ struct shards {
 	const struct index *ix;
 	struct http *h;
 	struct store *st;
+	struct verify *vf; /* NULL: the index has no checksums */
 	double retry_failed_s, read_timeout_s;
 	double range_after_s; /* 0: readers always wait for the stream */
 	unsigned max_pinned;
@@ -204,12 +218,44 @@ static void set_uncached(struct shards *sh, uint32_t n)
 	wake(s);
 }
 
+/* Lock held. A copy of shard n failed its checksum: counted, read again
+ * by the next reader (state NONE), or failed fast after two bad copies in
+ * a row. */
+static void bad_copy(struct shards *sh, uint32_t n)
+{
+	struct slot *s = &sh->slots[n];
+
+	sh->stats.verify_errors++;
+	if (++s->bad_copies >= 2) {
+		set_failed(sh, n);
+	} else {
+		s->state = NONE;
+		wake(s);
+	}
+}
+
+/* sample: the sample's key, or NULL for the whole shard. */
+static void log_mismatch(struct shards *sh, uint32_t n, const char *sample,
+			 unsigned bad_copies)
+{
+	char red[512];
+
+	http_redact(sh->ix->shards[n].url, red, sizeof(red));
+	log_warn("shard %u (%s): %s%s does not match the index's checksum: "
+		 "%s",
+		 n, red, sample ? "sample " : "whole shard",
+		 sample ? sample : "",
+		 bad_copies >= 2 ? "second bad copy, failing it (EIO)"
+				 : "not served, fetching it again");
+}
+
 /* ---- the worker ---- */
 
 struct sink_ctx {
 	struct shards *sh;
 	struct slot *s;
 	struct wref *wr;
+	struct verify_stream *vs; /* whole-shard checksum, or NULL */
 	int store_err; /* store_write failed: not the server's fault */
 };
 
@@ -217,6 +263,9 @@ static int sink(void *ud, const void *data, size_t len)
 {
 	struct sink_ctx *x = ud;
 	int r = store_write(x->wr->w, data, len);
+
+	if (x->vs)
+		verify_stream_feed(x->vs, data, len);
 	pthread_mutex_lock(&x->sh->lock);
 	if (x->sh->stop) {
 		r = -ECANCELED;
@@ -289,19 +338,29 @@ static void fetch_cached(struct shards *sh, uint32_t n, struct store_writer *w)
 	const struct index_shard *is = &sh->ix->shards[n];
 	struct slot *s = &sh->slots[n];
 	struct wref *wr = xcalloc(1, sizeof(*wr));
-	struct sink_ctx x = {sh, s, wr, 0};
+	struct sink_ctx x = {sh, s, wr, NULL, 0};
 	struct store_entry *e = NULL;
-	int r;
+	bool bad_sum = false;
+	int r = 0;
 
 	wr->w = w;
 	wr->started = now_mono();
 	pthread_mutex_lock(&sh->lock);
 	s->wr = wr;
 	pthread_mutex_unlock(&sh->lock);
-	r = http_stream(sh->h, is->url, is->etag, is->size, sink, &x);
+	if (sh->vf && !(x.vs = verify_stream_new()))
+		r = -ENOMEM; /* never commit what was not checked */
+	if (r == 0)
+		r = http_stream(sh->h, is->url, is->etag, is->size, sink, &x);
 	pthread_mutex_lock(&sh->lock);
 	close_writer(sh, s, wr);
 	pthread_mutex_unlock(&sh->lock);
+	/* The whole shard must match before its entry becomes visible. */
+	if (r == 0 && x.vs && !verify_stream_ok(sh->vf, x.vs, n)) {
+		bad_sum = true;
+		r = -EIO;
+	}
+	verify_stream_free(x.vs);
 	if (r == 0 && !(e = store_commit(w)))
 		x.store_err = -errno;
 	else if (r != 0)
@@ -311,16 +370,21 @@ static void fetch_cached(struct shards *sh, uint32_t n, struct store_writer *w)
 	sh->nfetching--;
 	if (e) {
 		sh->stats.fetched_shards++;
+		s->bad_copies = 0;
 		attach(sh, n, e);
 	} else if (sh->stop) {
 		s->state = NONE;
+	} else if (bad_sum) {
+		bad_copy(sh, n);
 	} else if (x.store_err) {
 		set_uncached(sh, n);
 	} else {
 		set_failed(sh, n);
 	}
 	pthread_mutex_unlock(&sh->lock);
-	if (!e && !x.store_err && r != -ECANCELED)
+	if (bad_sum)
+		log_mismatch(sh, n, NULL, s->bad_copies);
+	else if (!e && !x.store_err && r != -ECANCELED)
 		log_failure(sh, n, r);
 }
 
@@ -463,7 +527,7 @@ static ssize_t step_fetching(struct shards *sh, struct slot *s, struct req *q)
 	struct wref *wr = s->wr;
 	ssize_t r;
 
-	if (!wr || wr->closing || wr->avail < q->off + q->len)
+	if (!wr || wr->closing || wr->bad || wr->avail < q->off + q->len)
 		return wait_slot(sh, s, q);
 	wr->users++;
 	pthread_mutex_unlock(&sh->lock);
@@ -488,7 +552,8 @@ static ssize_t step_uncached(struct shards *sh, struct slot *s, struct req *q)
 		return AGAIN;
 	}
 	pthread_mutex_unlock(&sh->lock);
-	r = http_get_range(sh->h, is->url, is->etag, q->off, q->len, q->buf);
+	r = http_get_range_of(sh->h, is->url, is->etag, is->size, q->off,
+			      q->len, q->buf);
 	pthread_mutex_lock(&sh->lock);
 	sh->stats.range_reads++;
 	if (r == 0)
@@ -537,7 +602,8 @@ static ssize_t step_range(struct shards *sh, struct req *q)
 
 	q->ranged = true;
 	pthread_mutex_unlock(&sh->lock);
-	r = http_get_range(sh->h, is->url, is->etag, q->off, q->len, q->buf);
+	r = http_get_range_of(sh->h, is->url, is->etag, is->size, q->off,
+			      q->len, q->buf);
 	pthread_mutex_lock(&sh->lock);
 	if (r != 0)
 		return AGAIN;
@@ -573,6 +639,124 @@ static ssize_t step(struct shards *sh, struct req *q)
 	return -EINVAL;
 }
 
+/* The bytes of q as they come, through the state machine. */
+static ssize_t read_plain(struct shards *sh, struct req *q)
+{
+	ssize_t r;
+
+	pthread_mutex_lock(&sh->lock);
+	do {
+		r = sh->stop ? -ECANCELED : step(sh, q);
+	} while (r == AGAIN);
+	pthread_mutex_unlock(&sh->lock);
+	return r;
+}
+
+/* A sample's member did not match: drop the copy it most likely came from
+ * so that the next read gets another one. */
+static void sample_mismatch(struct shards *sh, uint32_t n, size_t i,
+			    unsigned attempt)
+{
+	struct slot *s = &sh->slots[n];
+
+	pthread_mutex_lock(&sh->lock);
+	sh->stats.verify_errors++;
+	if (s->state == CACHED && s->c) {
+		s->bad_copies++;
+		refetch(sh, s, n);
+	} else if (s->state == FETCHING && s->wr)
+		s->wr->bad = true; /* readers wait for the next copy */
+	pthread_mutex_unlock(&sh->lock);
+	log_mismatch(sh, n, sh->ix->samples[i].key, attempt + 1);
+}
+
+/* Sample i's whole member into buf (size bytes), checked; a mismatch drops
+ * the copy and reads once more. 0, -EIO (two bad copies) or -errno. */
+static int read_member(struct shards *sh, const struct req *q, size_t i,
+		       uint8_t *buf)
+{
+	const struct index_sample *smp = &sh->ix->samples[i];
+
+	for (unsigned attempt = 0; attempt < 2; attempt++) {
+		struct req m = {.n = q->n,
+				.off = smp->offset,
+				.len = (size_t)smp->size,
+				.buf = buf,
+				.deadline = q->deadline};
+		ssize_t r = m.len ? read_plain(sh, &m) : 0;
+		if (r < 0)
+			return (int)r;
+		if (verify_sample_ok(sh->vf, i, buf, (size_t)r))
+			return 0;
+		sample_mismatch(sh, q->n, i, attempt);
+	}
+	return -EIO;
+}
+
+/* len bytes at rel of sample i into dst, from checked bytes only: the whole
+ * member is read and compared with the index first. A read of the whole
+ * member (most are: FUSE reads of small files, the pool, preprocessing)
+ * goes straight into dst; a part is served from a kept copy. */
+static int read_sample(struct shards *sh, const struct req *q, size_t i,
+		       uint64_t rel, size_t len, void *dst)
+{
+	size_t size = (size_t)sh->ix->samples[i].size;
+	uint8_t *buf;
+	int r;
+
+	if (rel == 0 && len == size)
+		return read_member(sh, q, i, dst); /* dst unused on error */
+	if (verify_copy(sh->vf, i, rel, len, dst) == 0) {
+		pthread_mutex_lock(&sh->lock);
+		sh->stats.hits++;
+		pthread_mutex_unlock(&sh->lock);
+		return 0;
+	}
+	if (size > SIZE_MAX - 1 || !(buf = malloc(size + 1)))
+		return -ENOMEM;
+	r = read_member(sh, q, i, buf);
+	if (r) {
+		free(buf);
+		return r;
+	}
+	memcpy(dst, buf + rel, len);
+	verify_keep(sh->vf, i, buf, size);
+	return 0;
+}
+
+/* q split at sample boundaries: sample bytes checked, the rest (tar
+ * headers, other members) as they come. */
+static ssize_t read_checked(struct shards *sh, const struct req *q)
+{
+	uint64_t pos = q->off, end = q->off + q->len, stop;
+	uint8_t *out = q->buf;
+
+	while (pos < end) {
+		size_t i = verify_find(sh->vf, q->n, pos, &stop);
+		size_t piece = (size_t)((stop < end ? stop : end) - pos);
+		ssize_t r;
+
+		if (i != VERIFY_NONE) {
+			r = read_sample(sh, q, i,
+					pos - sh->ix->samples[i].offset, piece,
+					out + (pos - q->off));
+		} else {
+			struct req g = {.n = q->n,
+					.off = pos,
+					.len = piece,
+					.buf = out + (pos - q->off),
+					.deadline = q->deadline};
+			r = read_plain(sh, &g);
+			if (r >= 0)
+				r = (size_t)r == piece ? 0 : -EIO;
+		}
+		if (r < 0)
+			return r;
+		pos += piece;
+	}
+	return (ssize_t)q->len;
+}
+
 ssize_t shards_read(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 		    void *buf)
 {
@@ -581,6 +765,7 @@ ssize_t shards_read(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 	ssize_t r;
 	double old;
 	struct slot *s;
+	bool repeat;
 
 	if (!sh)
 		return -EINVAL;
@@ -598,16 +783,19 @@ ssize_t shards_read(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 	q.deadline = deadline_in(sh->read_timeout_s);
 	/* range GETs made for this read end by its deadline too */
 	old = http_thread_deadline(now_mono() + sh->read_timeout_s);
-	pthread_mutex_lock(&sh->lock);
 	s = &sh->slots[shard];
-	if (s->tmo_at > 0 && s->tmo_off == off &&
-	    now_mono() - s->tmo_at < TIMEOUT_REPEAT_S)
+	/* The kernel repeats a read that timed out at once: fail the repeat
+	 * at once too, so one read(2) waits read_timeout once, not twice. */
+	pthread_mutex_lock(&sh->lock);
+	repeat = s->tmo_at > 0 && s->tmo_off == off &&
+		 now_mono() - s->tmo_at < TIMEOUT_REPEAT_S;
+	pthread_mutex_unlock(&sh->lock);
+	if (repeat)
 		r = -ETIMEDOUT;
 	else
-		do {
-			r = sh->stop ? -ECANCELED : step(sh, &q);
-		} while (r == AGAIN);
-	if (r == -ETIMEDOUT && q.waited) {
+		r = sh->vf ? read_checked(sh, &q) : read_plain(sh, &q);
+	pthread_mutex_lock(&sh->lock);
+	if (r == -ETIMEDOUT && !repeat) {
 		s->tmo_at = now_mono();
 		s->tmo_off = off;
 	}
@@ -689,6 +877,15 @@ struct shards *shards_new(const struct index *ix, struct http *h,
 	sh->ix = ix;
 	sh->h = h;
 	sh->st = st;
+	sh->vf = verify_new(ix);
+	if (!sh->vf && ix->has_sums) {
+		free(sh);
+		return NULL; /* errno from verify_new */
+	}
+	if (!ix->has_sums)
+		log_warn("the index has no checksums (format 1): shard bytes "
+			 "are checked only by size and ETag; rebuild it with "
+			 "echofs-index for end-to-end checks");
 	sh->retry_failed_s =
 		o && o->retry_failed_s > 0 ? o->retry_failed_s : 30;
 	sh->read_timeout_s =
@@ -736,6 +933,7 @@ void shards_free(struct shards *sh)
 		pthread_cond_destroy(&sh->slots[i].cond);
 	}
 	pthread_mutex_destroy(&sh->lock);
+	verify_free(sh->vf);
 	free(sh->slots);
 	free(sh);
 }

@@ -20,12 +20,14 @@
 #include "common/file.h"
 #include "common/util.h"
 
-#define INDEX_MAGIC "echofs-index 1"
+#define INDEX_MAGIC_V1 "echofs-index 1"
+#define INDEX_MAGIC_V2 "echofs-index 2"
+#define SUM_HEX 16
 #define ARENA_BLOCK (64 * 1024)
 /* Far above any real index (1.3 M samples are ~100 MB); a guard against
  * reading something that is not an index. */
 #define INDEX_FILE_MAX ((size_t)4 << 30)
-#define MAX_FIELDS 7
+#define MAX_FIELDS 8
 
 struct arena_block {
 	struct arena_block *next;
@@ -175,6 +177,7 @@ uint32_t index_add_shard(struct index *ix, const char *url, uint64_t size,
 	s->url = arena_strdup(ix->arena, url);
 	s->size = size;
 	s->etag = arena_strdup(ix->arena, etag ? etag : "");
+	s->sum = 0;
 	return (uint32_t)ix->nshards++;
 }
 
@@ -278,12 +281,14 @@ int index_add_sample(struct index *ix, uint32_t shard, uint64_t offset,
 	s->label = intern(ix, label, true);
 	s->ext = intern(ix, lext, false);
 	s->key = arena_strdup(ix->arena, key);
+	s->sum = 0;
 	ix->nsamples++;
 	return 0;
 }
 
 struct parser {
 	struct index *ix;
+	int extra;   /* fields after the format 1 ones: 1 for the sum in v2 */
 	char *end;   /* the NUL after the text */
 	size_t line; /* 1-based number of the line being parsed */
 	const char *why;
@@ -324,14 +329,38 @@ static int split(struct parser *ps, char *s, char **f, size_t *fl, char **next)
 	}
 }
 
+/* Exactly SUM_HEX lower-case hex digits: one spelling per value, so a file
+ * that loads is written back byte for byte. */
+static int parse_sum(const char *s, size_t len, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	if (len != SUM_HEX)
+		return -1;
+	for (size_t i = 0; i < len; i++) {
+		char c = s[i];
+		unsigned d;
+		if (c >= '0' && c <= '9')
+			d = (unsigned)(c - '0');
+		else if (c >= 'a' && c <= 'f')
+			d = (unsigned)(c - 'a' + 10);
+		else
+			return -1;
+		v = v << 4 | d;
+	}
+	*out = v;
+	return 0;
+}
+
 static int parse_shard(struct parser *ps, char **f, size_t *fl, int n)
 {
 	struct index *ix = ps->ix;
 	struct index_shard *s;
 	uint64_t size;
 
-	if (n != 4)
-		return bad(ps, "S needs 4 fields");
+	if (n != 4 + ps->extra)
+		return bad(ps,
+			   ps->extra ? "S needs 5 fields" : "S needs 4 fields");
 	if (fl[1] == 0 || fl[3] == 0)
 		return bad(ps, "empty URL or ETag");
 	if (parse_u64_n(f[2], fl[2], &size))
@@ -343,7 +372,11 @@ static int parse_shard(struct parser *ps, char **f, size_t *fl, int n)
 		ix->shards = xrealloc(ix->shards,
 				      ix->cap_shards * sizeof(*ix->shards));
 	}
-	s = &ix->shards[ix->nshards++];
+	s = &ix->shards[ix->nshards];
+	s->sum = 0;
+	if (ps->extra && parse_sum(f[4], fl[4], &s->sum))
+		return bad(ps, "bad shard checksum");
+	ix->nshards++;
 	s->url = f[1];
 	s->size = size;
 	s->etag = strcmp(f[3], "-") == 0 ? "" : f[3];
@@ -356,8 +389,9 @@ static int parse_sample(struct parser *ps, char **f, size_t *fl, int n)
 	struct index_sample *s = &ix->samples[ix->nsamples];
 	uint64_t shard, off, size;
 
-	if (n != 7)
-		return bad(ps, "M needs 7 fields");
+	if (n != 7 + ps->extra)
+		return bad(ps,
+			   ps->extra ? "M needs 8 fields" : "M needs 7 fields");
 	if (parse_u64_n(f[1], fl[1], &shard) || shard >= ix->nshards)
 		return bad(ps, "bad or unknown shard number");
 	if (parse_u64_n(f[2], fl[2], &off) || parse_u64_n(f[3], fl[3], &size))
@@ -370,6 +404,9 @@ static int parse_sample(struct parser *ps, char **f, size_t *fl, int n)
 		return bad(ps, "bad key");
 	if (!ext_ok(f[6], fl[6]))
 		return bad(ps, "bad extension");
+	s->sum = 0;
+	if (ps->extra && parse_sum(f[7], fl[7], &s->sum))
+		return bad(ps, "bad sample checksum");
 	lower(f[6]);
 	s->shard = (uint32_t)shard;
 	s->offset = off;
@@ -421,19 +458,23 @@ static int parse_owned(char *text, size_t len, size_t map, struct index **out,
 		       char *err, size_t errlen)
 {
 	struct parser ps = {.end = text + len, .line = 1};
-	size_t mlen = strlen(INDEX_MAGIC);
+	size_t mlen = strlen(INDEX_MAGIC_V2);
 	char *p = text;
 
 	*out = NULL;
-	if (len < mlen || memcmp(text, INDEX_MAGIC, mlen) != 0 ||
+	if (len >= mlen && memcmp(text, INDEX_MAGIC_V2, mlen) == 0)
+		ps.extra = 1;
+	if (len < mlen ||
+	    (!ps.extra && memcmp(text, INDEX_MAGIC_V1, mlen) != 0) ||
 	    (len > mlen && text[mlen] != '\n')) {
 		snprintf(err, errlen,
-			 "line 1: not an echofs index (want \"%s\")",
-			 INDEX_MAGIC);
+			 "line 1: not an echofs index (want \"%s\" or \"%s\")",
+			 INDEX_MAGIC_V2, INDEX_MAGIC_V1);
 		big_free(text, map);
 		return -EBADMSG;
 	}
 	ps.ix = index_new();
+	ps.ix->has_sums = ps.extra == 1;
 	ps.ix->arena->text = text;
 	ps.ix->arena->text_map = map;
 	if (alloc_samples(ps.ix, count_lines(text, ps.end))) {
@@ -504,6 +545,15 @@ int index_load(const char *path, struct index **out, char *err, size_t errlen)
 	return parse_owned(text, (size_t)st.st_size, map, out, err, errlen);
 }
 
+/* The end of an S or M line: the sum in format 2. */
+static void write_sum(FILE *f, const struct index *ix, uint64_t sum)
+{
+	if (ix->has_sums)
+		fprintf(f, "\t%016llx\n", (unsigned long long)sum);
+	else
+		fputc('\n', f);
+}
+
 int index_write(const struct index *ix, FILE *f)
 {
 	size_t i;
@@ -513,18 +563,20 @@ int index_write(const struct index *ix, FILE *f)
 		if (!s->url[0] || !text_ok(s->url) || !text_ok(s->etag))
 			return -EINVAL;
 	}
-	fprintf(f, "%s\n", INDEX_MAGIC);
+	fprintf(f, "%s\n", ix->has_sums ? INDEX_MAGIC_V2 : INDEX_MAGIC_V1);
 	for (i = 0; i < ix->nshards; i++) {
 		const struct index_shard *s = &ix->shards[i];
-		fprintf(f, "S\t%s\t%llu\t%s\n", s->url,
+		fprintf(f, "S\t%s\t%llu\t%s", s->url,
 			(unsigned long long)s->size,
 			s->etag[0] ? s->etag : "-");
+		write_sum(f, ix, s->sum);
 	}
 	for (i = 0; i < ix->nsamples; i++) {
 		const struct index_sample *s = &ix->samples[i];
-		fprintf(f, "M\t%u\t%llu\t%llu\t%s\t%s\t%s\n", s->shard,
+		fprintf(f, "M\t%u\t%llu\t%llu\t%s\t%s\t%s", s->shard,
 			(unsigned long long)s->offset,
 			(unsigned long long)s->size, s->label, s->key, s->ext);
+		write_sum(f, ix, s->sum);
 	}
 	if (fflush(f) || ferror(f))
 		return -EIO;

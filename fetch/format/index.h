@@ -1,10 +1,15 @@
-/* index.h - the dataset index: shards (URL, size, ETag) and samples (key,
- * label, image member offset and size), in memory and as a text file.
+/* index.h - the dataset index: shards (URL, size, ETag, checksum) and
+ * samples (key, label, image member offset, size and checksum), in memory
+ * and as a text file.
  *
- * File format (UTF-8 text, tab-separated, one record a line):
- *   echofs-index 1
- *   S <url> <size> <etag or "-">                    one per shard, in order
- *   M <shard#> <offset> <size> <label> <key> <ext>  one per sample
+ * File format 2 (UTF-8 text, tab-separated, one record a line):
+ *   echofs-index 2
+ *   S <url> <size> <etag or "-"> <sum>                    one per shard
+ *   M <shard#> <offset> <size> <label> <key> <ext> <sum>  one per sample
+ * <sum> is the XXH3-64 (xxhash, seed 0) of the whole shard (S) or of the
+ * image member's bytes (M), exactly 16 lower-case hex digits. Format 1
+ * ("echofs-index 1") is the same without the <sum> fields; it still loads
+ * (has_sums false: bytes are then checked only by size and ETag).
  * Shard numbers count S lines from 0. <key> is the WebDataset key (member name
  * up to the first dot of its last component, directory part included), <ext>
  * the image member's extension without the dot (e.g. "jpg"), <label> the class
@@ -13,16 +18,17 @@
  * are comments. Loading 1.3 million samples takes well under a second.
  *
  * Strictness (index_parse and index_add_sample alike, so whatever is written
- * loads again): the first line is exactly "echofs-index 1"; no empty lines;
- * S has 4 fields, M 7; numbers are plain decimal; an M line names a shard
- * defined by an earlier S line and offset + size lies within that shard's
- * size; keys are relative paths without empty, "." or ".." components;
- * labels are one such component (no '/'); ext has no '.' or '/' (at most 15
- * bytes) and is lower-cased on the way in; URL, ETag, key, label and ext are
- * non-empty (an unknown ETag is written "-"). */
+ * loads again): the first line is exactly "echofs-index 1" or "echofs-index 2";
+ * no empty lines; S has 4 fields, M 7 (format 2: 5 and 8); numbers are plain
+ * decimal; an M line names a shard defined by an earlier S line and offset +
+ * size lies within that shard's size; keys are relative paths without empty,
+ * "." or ".." components; labels are one such component (no '/'); ext has no
+ * '.' or '/' (at most 15 bytes) and is lower-cased on the way in; URL, ETag,
+ * key, label and ext are non-empty (an unknown ETag is written "-"). */
 #ifndef ECHOFS_INDEX_H
 #define ECHOFS_INDEX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,6 +37,7 @@ struct index_shard {
 	const char *url; /* owned by the index */
 	uint64_t size;
 	const char *etag; /* owned by the index; "" if unknown */
+	uint64_t sum;	  /* XXH3-64 of the shard (when has_sums) */
 };
 
 struct index_sample {
@@ -40,6 +47,7 @@ struct index_sample {
 	const char *label; /* owned by the index */
 	const char *key;   /* owned by the index */
 	const char *ext;   /* owned by the index, lower case, no dot */
+	uint64_t sum;	   /* XXH3-64 of the image data (when has_sums) */
 };
 
 struct index {
@@ -47,6 +55,10 @@ struct index {
 	size_t nshards;
 	struct index_sample *samples;
 	size_t nsamples;
+	/* Every shard and sample carries its sum (format 2). Whoever builds
+	 * an index sets it once all sums are filled in; index_write then
+	 * writes format 2. */
+	bool has_sums;
 	/* private: string storage */
 	struct index_arena *arena;
 	size_t cap_shards, cap_samples;
@@ -81,8 +93,8 @@ int index_parse(const char *buf, size_t len, struct index **out, char *err,
 /* Read and parse a local file. -errno on I/O failure, with a reason in err. */
 int index_load(const char *path, struct index **out, char *err, size_t errlen);
 
-/* Write in the format above. Returns 0, -EINVAL (a shard URL or ETag that
- * breaks the rules) or -EIO. */
+/* Write in the format above (2 when has_sums, else 1). Returns 0, -EINVAL (a
+ * shard URL or ETag that breaks the rules) or -EIO. */
 int index_write(const struct index *ix, FILE *f);
 /* Write to path atomically (temp file in the same directory, fsync, rename,
  * fsync of the directory; mode 0644). Returns 0 or -errno. */

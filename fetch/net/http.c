@@ -103,6 +103,7 @@ struct resp {
 	int has_cr;
 	char etag[HTTP_ETAG_MAX];
 	int etag_bad;	  /* present but unusable (too long) */
+	int encoded;	  /* a Content-Encoding other than identity */
 	long retry_after; /* seconds; -1 when absent or not in seconds form */
 	uint64_t skip;	  /* bytes of a 200 body before want.pos */
 	int accept;	  /* validated 200/206: body goes to the sink */
@@ -564,6 +565,10 @@ static void parse_header(struct resp *r, const char *name, size_t nlen,
 			memcpy(r->etag, v, vlen);
 			r->etag[vlen] = '\0';
 		}
+	} else if (IS("content-encoding")) {
+		/* We ask for identity: anything else is not the object's
+		 * bytes (curl decodes nothing unless told to). */
+		r->encoded = !(vlen == 8 && strncasecmp(v, "identity", 8) == 0);
 	} else if (IS("retry-after")) {
 		if (parse_u64_n(v, vlen, &u) == 0)
 			r->retry_after = u > RETRY_AFTER_MAX_S
@@ -620,6 +625,19 @@ static int check_full(struct want *w, struct resp *r)
 	return 0;
 }
 
+/* A 200/206 whose body is encoded (gzip...): never the object's bytes. */
+static int refuse_encoding(struct xfer *x)
+{
+	const char *url = NULL;
+	char red[512];
+
+	STAT_ADD(x->h, errors_verify, 1);
+	curl_easy_getinfo(x->c, CURLINFO_EFFECTIVE_URL, &url);
+	log_warn("http: %s: refusing a Content-Encoding other than identity",
+		 http_redact(url ? url : "?", red, sizeof(red)));
+	return -EIO;
+}
+
 /* All headers of a final response are in: decide whether its body is ours. */
 static int check_headers(struct xfer *x)
 {
@@ -629,6 +647,8 @@ static int check_headers(struct xfer *x)
 
 	if (r->status != 200 && r->status != 206)
 		return 0; /* xlate() judges the status after the transfer */
+	if (r->encoded)
+		return refuse_encoding(x);
 	rc = check_etag(w, r);
 	if (rc == 0 && w->head) {
 		if (r->has_clen)
@@ -755,9 +775,14 @@ static int same_origin(const char *a, const char *b)
 static struct curl_slist *request_headers(struct http *h, const struct want *w,
 					  int trusted)
 {
-	struct curl_slist *l = NULL, *next;
+	struct curl_slist *l, *next;
 	char line[HTTP_ETAG_MAX + 16];
 
+	/* Bytes exactly as stored: the index's sizes and checksums are of
+	 * those. */
+	l = curl_slist_append(NULL, "Accept-Encoding: identity");
+	if (!l)
+		return NULL;
 	for (const struct curl_slist *e = h->extra; trusted && e; e = e->next) {
 		next = curl_slist_append(l, e->data);
 		if (!next)
@@ -854,8 +879,7 @@ static CURLcode perform(struct xfer *x, const char *url, int trusted)
 	struct curl_slist *hdrs = request_headers(x->h, x->w, trusted);
 	CURLcode cc;
 
-	if (!hdrs &&
-	    ((trusted && x->h->extra) || (!x->w->head && x->w->etag[0] == '"')))
+	if (!hdrs)
 		return CURLE_OUT_OF_MEMORY;
 	memset(&x->r, 0, sizeof(x->r));
 	x->r.retry_after = -1;
@@ -1216,10 +1240,16 @@ static int buf_sink(void *ud, const void *data, size_t len)
 int http_get_range(struct http *h, const char *url, const char *etag,
 		   uint64_t off, size_t len, void *buf)
 {
+	return http_get_range_of(h, url, etag, UINT64_MAX, off, len, buf);
+}
+
+int http_get_range_of(struct http *h, const char *url, const char *etag,
+		      uint64_t total, uint64_t off, size_t len, void *buf)
+{
 	struct into_buf b = {.buf = buf};
 	struct want w = {.pos = off,
 			 .end = off + len,
-			 .total = NO_SIZE,
+			 .total = total,
 			 .sink = buf_sink,
 			 .ud = &b};
 

@@ -33,6 +33,8 @@
  * that an https->http downgrade is refused; header_file headers go only to
  * the scheme://host:port of the URL the caller gave, never to a redirect
  * target elsewhere.
+ * Requests carry "Accept-Encoding: identity"; a 200/206 with any other
+ * Content-Encoding is -EIO (counted in errors_verify, logged), never data.
  * Credentials (URL userinfo, query strings, header_file contents) never
  * reach logs or error text: use http_redact for any URL shown to a user. */
 #ifndef ECHOFS_HTTP_H
@@ -126,6 +128,11 @@ int http_stream(struct http *h, const char *url, const char *etag,
  * verified through Content-Range; a 200 full body is skipped to off). */
 int http_get_range(struct http *h, const char *url, const char *etag,
 		   uint64_t off, size_t len, void *buf);
+/* The same for an object of known size `total` (UINT64_MAX: unknown): a
+ * reply for an object of another size (Content-Range total, or a 200's
+ * length) is -EPROTO even when no ETag can tell the versions apart. */
+int http_get_range_of(struct http *h, const char *url, const char *etag,
+		      uint64_t total, uint64_t off, size_t len, void *buf);
 
 /* Whole object into a malloc'd, NUL-terminated buffer of at most cap bytes
  * (-EFBIG beyond). Caller frees *out. */

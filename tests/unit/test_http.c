@@ -1088,3 +1088,27 @@ Test(http, cancel_ends_every_transfer_promptly)
 		     -ECANCELED);
 	http_free(h);
 }
+
+/* Range reads of an object of known size: a reply for another size (its
+ * Content-Range total) is refused even without an ETag; every request asks
+ * for the bytes as stored. */
+Test(http, range_total_and_identity_encoding)
+{
+	NEED_SERVER();
+	struct http *h = mk(1, NULL);
+	unsigned char buf[100];
+	char out[4096];
+
+	cr_expect_eq(http_get_range_of(h, url("/big.bin"), NULL, BIG_LEN, 1000,
+				       sizeof(buf), buf),
+		     0);
+	cr_expect(memcmp(buf, g_big + 1000, sizeof(buf)) == 0);
+	cr_expect_eq(http_get_range_of(h, url("/big.bin"), NULL, BIG_LEN + 512,
+				       1000, sizeof(buf), buf),
+		     -EPROTO);
+	cr_expect_eq(stats_of(h).errors_verify, 1);
+	cr_assert_eq(ctl("GET", "/_last_headers", "", out, sizeof(out)), 200);
+	cr_expect_not_null(strstr(out, "\"Accept-Encoding\": \"identity\""),
+			   "%s", out);
+	http_free(h);
+}

@@ -173,13 +173,17 @@ Test(index, write_rejects_bad_shard_fields)
 
 #define HDR "echofs-index 1\n"
 #define S0 "S\thttp://h/a.tar\t1000\t-\n"
+#define HDR2 "echofs-index 2\n"
+#define S2 "S\thttp://h/a.tar\t1000\t-\t0123456789abcdef\n"
+#define M2 "M\t0\t0\t1\tl\tk\tjpg\tfedcba9876543210\n"
 
 static const struct {
 	const char *text;
 	const char *err; /* NULL: accepted */
 } parse_cases[] = {
 	{"", "line 1: not an echofs index"},
-	{"echofs-index 2\n", "line 1: not an echofs index"},
+	{"echofs-index 3\n", "line 1: not an echofs index"},
+	{"echofs-index 2 \n", "line 1: not an echofs index"},
 	{"echofs-index 1 \n", "line 1: not an echofs index"},
 	{"echofs-index 1", NULL},
 	{HDR, NULL},
@@ -199,7 +203,22 @@ static const struct {
 	{HDR S0 "M\t99999999999999999999\t0\t1\tl\tk\tjpg\n",
 	 "line 3: bad or unknown shard number"},
 	{HDR S0 "M\t0\t0\t1\tl\tk\n", "line 3: M needs 7 fields"},
-	{HDR S0 "M\t0\t0\t1\tl\tk\tjpg\tx\n", "line 3: too many fields"},
+	{HDR S0 "M\t0\t0\t1\tl\tk\tjpg\tx\n", "line 3: M needs 7 fields"},
+	{HDR S0 "M\t0\t0\t1\tl\tk\tjpg\tx\ty\n", "line 3: too many fields"},
+	/* Format 2: a checksum closes S and M lines. */
+	{HDR2 S2, NULL},
+	{HDR2 S2 M2, NULL},
+	{HDR2 S0, "line 2: S needs 5 fields"},
+	{HDR2 S2 "M\t0\t0\t1\tl\tk\tjpg\n", "line 3: M needs 8 fields"},
+	{HDR S2, "line 2: S needs 4 fields"},
+	{HDR2 "S\tu\t10\t-\t00000000000000000\n", "line 2: bad shard checksum"},
+	{HDR2 "S\tu\t10\t-\t000000000000000\n", "line 2: bad shard checksum"},
+	{HDR2 "S\tu\t10\t-\t00000000000000A0\n", "line 2: bad shard checksum"},
+	{HDR2 "S\tu\t10\t-\t0x00000000000000\n", "line 2: bad shard checksum"},
+	{HDR2 S2 "M\t0\t0\t1\tl\tk\tjpg\t-\n", "line 3: bad sample checksum"},
+	{HDR2 S2 "M\t0\t0\t1\tl\tk\tjpg\t\n", "line 3: bad sample checksum"},
+	{HDR2 S2 "M\t0\t0\t1\tl\tk\tjpg\t0123456789abcdeg\n",
+	 "line 3: bad sample checksum"},
 	{HDR S0 "M\t0\t 0\t1\tl\tk\tjpg\n", "line 3: bad offset or size"},
 	{HDR S0 "M\t0\t0\t+1\tl\tk\tjpg\n", "line 3: bad offset or size"},
 	{HDR S0 "M\t0\t\t1\tl\tk\tjpg\n", "line 3: bad offset or size"},
@@ -302,4 +321,48 @@ Test(index, many_samples)
 	free(text);
 	index_free(ix);
 	index_free(back);
+}
+
+/* Format 2 keeps every checksum, and what it writes loads back byte for
+ * byte; format 1 writes no checksum fields. */
+Test(index, v2_round_trip)
+{
+	static const char t[] =
+		HDR2 S2 M2 "M\t0\t1\t2\tl\tk2\tjpg\t0000000000000000\n";
+	struct index *ix;
+	char err[128], *out = NULL;
+	size_t outlen = 0;
+	FILE *f;
+
+	cr_assert_eq(index_parse(t, sizeof(t) - 1, &ix, err, sizeof(err)), 0,
+		     "%s", err);
+	cr_expect(ix->has_sums);
+	cr_expect_eq(ix->shards[0].sum, 0x0123456789abcdefULL);
+	cr_expect_eq(ix->samples[0].sum, 0xfedcba9876543210ULL);
+	cr_expect_eq(ix->samples[1].sum, 0);
+	f = open_memstream(&out, &outlen);
+	cr_assert_eq(index_write(ix, f), 0);
+	fclose(f);
+	cr_expect_str_eq(out, t);
+	free(out);
+	ix->has_sums = false;
+	f = open_memstream(&out, &outlen);
+	cr_assert_eq(index_write(ix, f), 0);
+	fclose(f);
+	cr_expect_str_eq(out, HDR "S\thttp://h/a.tar\t1000\t-\n"
+				  "M\t0\t0\t1\tl\tk\tjpg\n"
+				  "M\t0\t1\t2\tl\tk2\tjpg\n");
+	free(out);
+	index_free(ix);
+}
+
+Test(index, v1_has_no_sums)
+{
+	static const char t[] = HDR S0 "M\t0\t0\t1\tl\tk\tjpg\n";
+	struct index *ix;
+	char err[128];
+
+	cr_assert_eq(index_parse(t, sizeof(t) - 1, &ix, err, sizeof(err)), 0);
+	cr_expect_not(ix->has_sums);
+	index_free(ix);
 }

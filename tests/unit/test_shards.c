@@ -6,6 +6,7 @@
 #include "common/util.h"
 #include "fetch/net/http.h"
 #include "fetch/format/index.h"
+#include "fetch/format/sums.h"
 #include "fixtures.h"
 
 #include <criterion/criterion.h>
@@ -565,6 +566,154 @@ Test(shards, slow_streams_let_readers_take_range_gets)
 	/* Streaming either shard whole at 200 kB/s takes well over 5 s. */
 	cr_assert_lt(now_mono() - t0, 5.0);
 	cr_assert_eq(ss.read_errors, 0);
+	shards_free(sh);
+	store_close(st);
+	index_free(ix);
+}
+
+/* ---- checksums (index format 2) ---- */
+
+/* make_index with samples and checksums of the served bytes; the sample
+ * (bad_s, bad_k) gets a wrong sum, and shard bad_shard a wrong whole sum
+ * (-1: none). */
+static struct index *make_index_v2(int bad_s, int bad_k, int bad_shard)
+{
+	struct index *ix = make_index();
+
+	for (int s = 0; s < NSHARDS; s++) {
+		ix->shards[s].sum = sums_of(shard_data[s], shard_len[s]) ^
+				    (s == bad_shard ? 1 : 0);
+		for (int k = 0; k < PER_SHARD; k++) {
+			const struct sample *m = &samples[s][k];
+			char key[32];
+			snprintf(key, sizeof(key), "s%d_%04d", s, k);
+			cr_assert_eq(index_add_sample(ix, (uint32_t)s, m->off,
+						      m->size, "3", key, "jpg"),
+				     0);
+			ix->samples[ix->nsamples - 1].sum =
+				sums_of(shard_data[s] + m->off, m->size) ^
+				(s == bad_s && k == bad_k ? 1 : 0);
+		}
+	}
+	ix->has_sums = true;
+	return ix;
+}
+
+/* Reads in 4 KiB pieces, as FUSE would: every byte right, no error. */
+Test(shards, checksums_pass_in_pieces)
+{
+	struct index *ix;
+	struct store *st;
+	struct shards *sh;
+	struct shards_stats ss;
+
+	fx_server_start(&srv, root, tdir, NULL);
+	ix = make_index_v2(-1, -1, -1);
+	st = open_store(1ULL << 30);
+	sh = shards_new(ix, h, st, NULL);
+	for (int k = 0; k < PER_SHARD; k++) {
+		const struct sample *m = &samples[1][k];
+		uint8_t *buf = xmalloc(m->size);
+		for (uint64_t at = 0; at < m->size; at += 4096) {
+			size_t n = m->size - at < 4096 ? m->size - at : 4096;
+			cr_assert_eq(
+				shards_read(sh, 1, m->off + at, n, buf + at),
+				(ssize_t)n);
+		}
+		cr_assert(memcmp(buf, shard_data[1] + m->off, m->size) == 0);
+		free(buf);
+	}
+	/* A read across two samples and the headers between them. */
+	{
+		uint64_t a = samples[1][2].off + 10;
+		uint64_t b = samples[1][3].off + 10;
+		uint8_t *buf = xmalloc(b - a);
+		cr_assert_eq(shards_read(sh, 1, a, b - a, buf),
+			     (ssize_t)(b - a));
+		cr_assert(memcmp(buf, shard_data[1] + a, b - a) == 0);
+		free(buf);
+	}
+	wait_cached(sh, 1);
+	shards_get_stats(sh, &ss);
+	cr_assert_eq(ss.verify_errors, 0);
+	shards_free(sh);
+	store_close(st);
+	index_free(ix);
+}
+
+/* A sample whose bytes do not match: EIO after one more copy, counted;
+ * the shard's other samples are still served. */
+Test(shards, sample_mismatch_is_eio_after_one_refetch)
+{
+	struct index *ix;
+	struct store *st;
+	struct shards *sh;
+	struct shards_stats ss;
+	const struct sample *m = &samples[2][5];
+	uint8_t *buf = xmalloc(m->size);
+
+	fx_server_start(&srv, root, tdir, NULL);
+	ix = make_index_v2(2, 5, -1);
+	st = open_store(1ULL << 30);
+	sh = shards_new(ix, h, st, NULL);
+	check_sample(sh, 2, 4);
+	wait_cached(sh, 2);
+	cr_assert_eq(shards_read(sh, 2, m->off, m->size, buf), -EIO);
+	shards_get_stats(sh, &ss);
+	cr_assert_eq(ss.verify_errors, 2);
+	cr_assert_eq(srv_requests("/s2.tar"), 2, "fetched once more");
+	check_sample(sh, 2, 6);
+	free(buf);
+	shards_free(sh);
+	store_close(st);
+	index_free(ix);
+}
+
+/* The same without a store: range reads, each checked. */
+Test(shards, sample_mismatch_in_range_mode)
+{
+	struct index *ix;
+	struct shards *sh;
+	struct shards_stats ss;
+	const struct sample *m = &samples[0][3];
+	uint8_t *buf = xmalloc(m->size);
+
+	fx_server_start(&srv, root, tdir, NULL);
+	ix = make_index_v2(0, 3, -1);
+	sh = shards_new(ix, h, NULL, NULL);
+	cr_assert_eq(shards_read(sh, 0, m->off + 1, 100, buf), -EIO);
+	check_sample(sh, 0, 2);
+	shards_get_stats(sh, &ss);
+	cr_assert_eq(ss.verify_errors, 2);
+	free(buf);
+	shards_free(sh);
+	index_free(ix);
+}
+
+/* A stream whose whole-shard sum is wrong never becomes a cache entry. */
+Test(shards, whole_shard_mismatch_not_committed)
+{
+	struct index *ix;
+	struct store *st;
+	struct shards *sh;
+	struct shards_stats ss;
+	struct store_entry *e;
+
+	fx_server_start(&srv, root, tdir, NULL);
+	ix = make_index_v2(-1, -1, 3);
+	st = open_store(1ULL << 30);
+	sh = shards_new(ix, h, st, NULL);
+	check_sample(sh, 3, 0); /* from the stream, checked by its own sum */
+	for (int i = 0; i < 500; i++) {
+		shards_get_stats(sh, &ss);
+		if (ss.verify_errors)
+			break;
+		usleep(10000);
+	}
+	cr_assert_geq(ss.verify_errors, 1);
+	cr_assert_eq(ss.fetched_shards, 0);
+	e = store_get(st, ix->shards[3].url, "", shard_len[3]);
+	cr_assert_null(e, "a shard that failed its checksum was cached");
 	shards_free(sh);
 	store_close(st);
 	index_free(ix);

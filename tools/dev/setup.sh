@@ -12,6 +12,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 PKGS=(gcc libc6-dev pkg-config meson ninja-build
       libfuse3-dev fuse3 libcurl4-openssl-dev libturbojpeg0-dev
       libjpeg62-turbo-dev zlib1g-dev libcriterion-dev clang
+      libxxhash-dev
       nginx-light dataset-fashion-mnist python3-pil python3-numpy python3-pytest kmod)
 # The Prometheus endpoint (libmicrohttpd) and its test (a real Prometheus).
 PKGS+=(libmicrohttpd-dev prometheus python3-prometheus-client)
