@@ -11,7 +11,8 @@ BUILD_DIR=${BUILD_DIR:-build}
 PKGS=(gcc libc6-dev pkg-config meson ninja-build
       libfuse3-dev fuse3 libcurl4-openssl-dev libturbojpeg0-dev
       libjpeg62-turbo-dev zlib1g-dev libcriterion-dev clang
-      nginx-light dataset-fashion-mnist python3-pil python3-numpy python3-pytest kmod)
+      nginx-light dataset-fashion-mnist python3-pil python3-numpy python3-pytest kmod
+      libssl-dev python3-botocore)
 [ "${1:-}" = "--bench" ] && PKGS+=(rclone)
 
 say() { echo "setup: $*"; }
