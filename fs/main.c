@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/net/http.h"
+#include "fetch/net/s3.h"
 #include "fetch/format/index.h"
 #include "fs/bindings.h"
 #include "fs/control.h"
@@ -45,6 +46,7 @@
 struct app {
 	struct fs_options o;
 	struct http *http;
+	struct s3 *s3; /* s3:// addressing and signing, or NULL */
 	struct store *store;
 	struct index *ix;
 	struct namespace *ns;
@@ -76,13 +78,14 @@ static void fuse_log_to_ours(enum fuse_log_level level, const char *fmt,
 		"libfuse: %s", msg);
 }
 
-static struct http *open_http(const struct fs_options *o, double budget,
-			      char *err, size_t errlen)
+static struct http *open_http(const struct fs_options *o, struct s3 *s3,
+			      double budget, char *err, size_t errlen)
 {
 	struct http_opts ho = {
 		.connections = o->connections,
 		.header_file = o->header_file,
 		.retry_budget_s = budget,
+		.auth = s3 ? s3_http_auth(s3) : NULL,
 	};
 	return http_new(&ho, err, errlen);
 }
@@ -179,6 +182,17 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 	return 0;
 }
 
+/* A failed mount's line ends with S3's own reason when there was one. */
+static void append_s3_reason(struct app *a, char *err, size_t errlen)
+{
+	char why[320];
+	size_t n = strlen(err);
+
+	if (a->s3 && s3_last_error(a->s3, why, sizeof(why))[0] &&
+	    !strstr(err, why))
+		snprintf(err + n, errlen - n, " (%s)", why);
+}
+
 /* Everything before the mount: HTTP, cache, index, tree, shard readers. */
 static int prepare(struct app *a, char *err, size_t errlen)
 {
@@ -191,7 +205,18 @@ static int prepare(struct app *a, char *err, size_t errlen)
 	char serr[512];
 	int r;
 
-	a->http = open_http(&a->o, BOOT_RETRY_BUDGET_S, err, errlen);
+	if (a->o.s3) {
+		struct s3_opts so = {
+			.endpoint = a->o.endpoint, .region = a->o.region,
+			.profile = a->o.profile, .path_style = a->o.path_style,
+			.requester_pays = a->o.requester_pays,
+			.no_sign = a->o.no_sign,
+		};
+		a->s3 = s3_new(&so, err, errlen);
+		if (!a->s3)
+			return -EINVAL;
+	}
+	a->http = open_http(&a->o, a->s3, BOOT_RETRY_BUDGET_S, err, errlen);
 	if (!a->http)
 		return -EINVAL;
 	a->store = store_open(a->o.cache_dir, a->o.cache_size, serr, sizeof(serr));
@@ -204,7 +229,7 @@ static int prepare(struct app *a, char *err, size_t errlen)
 	log_info("index from %s: %zu shards, %zu samples", info.index_from,
 		 a->ix->nshards, a->ix->nsamples);
 	http_free(a->http);
-	a->http = open_http(&a->o, RUN_RETRY_BUDGET_S, err, errlen);
+	a->http = open_http(&a->o, a->s3, RUN_RETRY_BUDGET_S, err, errlen);
 	if (!a->http)
 		return -EINVAL;
 	static const char *const exts[] = {NULL, "jpg", "ppm"};
@@ -320,6 +345,7 @@ static void app_free(struct app *a)
 	index_free(a->ix);
 	store_close(a->store);
 	http_free(a->http);
+	s3_free(a->s3);
 	options_free(&a->o);
 }
 
@@ -407,6 +433,7 @@ int main(int argc, char **argv)
 	}
 	if (prepare(&a, err, sizeof(err)) != 0 ||
 	    mount_fs(&a, &args, err, sizeof(err)) != 0) {
+		append_s3_reason(&a, err, sizeof(err));
 		if (a.o.log_file)
 			log_error("%s", err);
 		daemon_fail(err);

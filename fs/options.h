@@ -37,6 +37,11 @@ struct fs_options {
 	int format;        /* enum transform_format */
 	int after_augment; /* echo_stage=after_augment */
 	uint64_t max_pixels;
+	/* s3:// sources (fetch/net/s3.h); s3 is 1 when SOURCE or index= is
+	 * an s3:// URL or any of these is given */
+	int s3;
+	char *endpoint, *region, *profile; /* owned or NULL */
+	int path_style, requester_pays, no_sign;
 	int foreground;
 	int debug;
 	int show_help;

@@ -1,0 +1,244 @@
+"""test_s3.py - s3:// sources against a real S3 API server (s3rver from npm,
+installed by tools/dev/setup.sh into tests/s3/node_modules) behind a
+verifying gateway (tests/s3/gateway.py) that recomputes every request's
+SigV4 signature with botocore and answers 403 like AWS. Every echofs request
+must pass it; a wrong secret must fail the mount with S3's reason."""
+
+import json
+import os
+import socket
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import helpers
+
+botocore = pytest.importorskip("botocore", reason="python3-botocore is not installed")
+import botocore.config  # noqa: E402
+import botocore.session  # noqa: E402
+
+S3DIR = os.path.join(helpers.REPO, "tests", "s3")
+S3RVER = os.path.join(S3DIR, "node_modules", "s3rver", "bin", "s3rver.js")
+GATEWAY = os.path.join(S3DIR, "gateway.py")
+AK, SK = "AKIAECHOFSTEST000001", "echofs/test+secret/key0000000000000000001"
+AK_TOKEN, SK_TOKEN, TOKEN = ("ASIAECHOFSTEST000002", "session/secret+key2",
+                             "FwoGZXIvYXdzEechofs//session+token==")
+MANY = 5000
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc, what, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("%s exited with %s" % (what, proc.returncode))
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("%s did not start" % what)
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def client(url):
+    return botocore.session.get_session().create_client(
+        "s3", region_name="us-east-1", endpoint_url=url,
+        aws_access_key_id="S3RVER", aws_secret_access_key="S3RVER",
+        config=botocore.config.Config(s3={"addressing_style": "path"},
+                                      max_pool_connections=16))
+
+
+def upload(dataset, c):
+    c.create_bucket(Bucket="dset")
+    c.create_bucket(Bucket="many")
+    shards = dataset.shards("test")
+    for path in shards:
+        with open(path, "rb") as f:
+            data = f.read()
+        c.put_object(Bucket="dset", Key="test/" + os.path.basename(path), Body=data)
+        c.put_object(Bucket="many", Key="big/" + os.path.basename(path), Body=data)
+    # 5,000 keys under one prefix (five ListObjectsV2 pages), of which only
+    # the shards end in .tar; the others sort before, between and after them
+    names = ["big/%s-%04d.json" % (p, i) for i in range(MANY - len(shards))
+             for p in ["a", "test-000004x", "zz"][i % 3:i % 3 + 1]]
+    with ThreadPoolExecutor(16) as ex:
+        list(ex.map(lambda k: c.put_object(Bucket="many", Key=k, Body=b"{}"), names))
+
+
+class S3Stack:
+    def __init__(self, work, dataset):
+        self.work = work
+        self.keys = os.path.join(work, "keys.json")
+        self.log = os.path.join(work, "gateway.log")
+        self.set_keys({AK: {"secret": SK},
+                       AK_TOKEN: {"secret": SK_TOKEN, "token": TOKEN}})
+        self.s3port = free_port()
+        env = dict(os.environ, NODE_OPTIONS="--openssl-legacy-provider")
+        self.s3rver = subprocess.Popen(
+            ["node", S3RVER, "-d", os.path.join(work, "data"), "-a", "127.0.0.1",
+             "-p", str(self.s3port), "--silent"], env=env,
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "s3rver.err"), "w"))
+        self.gateway = None
+        wait_port(self.s3port, self.s3rver, "s3rver")
+        self.s3url = "http://127.0.0.1:%d" % self.s3port
+        upload(dataset, client(self.s3url))
+        self.port = free_port()
+        self.gateway = subprocess.Popen(
+            [helpers.PYTHON, GATEWAY, "--upstream", self.s3url, "--keys", self.keys,
+             "--port", str(self.port), "--log", self.log],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "gw.err"), "w"))
+        wait_port(self.port, self.gateway, "gateway")
+        self.url = "http://127.0.0.1:%d" % self.port
+
+    def set_keys(self, keys):
+        with open(self.keys + ".tmp", "w") as f:
+            json.dump(keys, f)
+        os.rename(self.keys + ".tmp", self.keys)
+
+    def requests(self):
+        """gateway log lines since the last call"""
+        try:
+            with open(self.log) as f:
+                lines = [json.loads(x) for x in f]
+        except FileNotFoundError:
+            lines = []
+        open(self.log, "w").close()
+        return lines
+
+    def stop(self):
+        for p in (self.gateway, self.s3rver):
+            if p:
+                stop(p)
+
+
+@pytest.fixture(scope="module")
+def s3(dataset, tmp_path_factory):
+    if not os.path.exists(S3RVER):
+        pytest.skip("s3rver is not installed (tools/dev/setup.sh installs it "
+                    "into tests/s3/node_modules)")
+    st = S3Stack(str(tmp_path_factory.mktemp("s3")), dataset)
+    try:
+        yield st
+    finally:
+        st.stop()
+
+
+@pytest.fixture
+def aws_env(monkeypatch, tmp_path):
+    """A clean AWS environment: no real files, no instance metadata."""
+    for k in list(os.environ):
+        if k.startswith("AWS_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", AK)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SK)
+    return monkeypatch
+
+
+TEST_SRC = "s3://dset/test/test-{000000..%06d}.tar" % (helpers.TEST_SHARDS - 1)
+
+
+def check_tree(m, dataset):
+    got = helpers.walk(m.mnt)
+    want = dataset.ref_hashes("test")
+    assert set(got) == set(want)
+    bad = [p for p in want if got[p] != want[p]]
+    assert not bad, "%d files differ, e.g. %s" % (len(bad), bad[:3])
+
+
+def test_brace_source_every_request_signed(s3, dataset, aws_env, mounter):
+    s3.requests()
+    m = mounter(TEST_SRC, opts={"endpoint": s3.url})
+    check_tree(m, dataset)
+    seen = s3.requests()
+    assert len(seen) >= helpers.TEST_SHARDS
+    assert all(r["verdict"] == "ok" or r["path"].endswith(".echofs-index")
+               for r in seen), [r for r in seen if r["verdict"] != "ok"][:3]
+    assert all(r["verdict"] == "ok" for r in seen), seen[:3]
+
+
+def test_session_token_sent_and_checked(s3, dataset, aws_env, mounter):
+    aws_env.setenv("AWS_ACCESS_KEY_ID", AK_TOKEN)
+    aws_env.setenv("AWS_SECRET_ACCESS_KEY", SK_TOKEN)
+    aws_env.setenv("AWS_SESSION_TOKEN", TOKEN)
+    s3.requests()
+    m = mounter(TEST_SRC, opts={"endpoint": s3.url})
+    check_tree(m, dataset)
+    seen = s3.requests()
+    assert seen and all(r["verdict"] == "ok" and r["token"] for r in seen)
+
+
+def test_prefix_glob_source(s3, dataset, aws_env, mounter):
+    m = mounter("s3://dset/test/*.tar", opts={"endpoint": s3.url})
+    check_tree(m, dataset)
+
+
+def test_listing_5000_keys_over_pages(s3, dataset, aws_env, mounter):
+    s3.requests()
+    m = mounter("s3://many/big/", opts={"endpoint": s3.url})
+    check_tree(m, dataset)
+    lists = [r for r in s3.requests() if "list-type=2" in r["path"]]
+    assert len(lists) >= MANY // 1000, lists
+    assert sum("continuation-token=" in r["path"] for r in lists) >= MANY // 1000 - 1
+    assert "listed %d shards" % helpers.TEST_SHARDS in m.log()
+
+
+def failed_mount(mounter, source, opts):
+    m = mounter(source, opts=opts, check=False)
+    assert m.result.returncode != 0
+    assert not m.mounted
+    err = m.result.stderr.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def test_wrong_secret_fails_mount(s3, aws_env, mounter):
+    aws_env.setenv("AWS_SECRET_ACCESS_KEY", SK + "x")
+    err = failed_mount(mounter, TEST_SRC, {"endpoint": s3.url})
+    assert "SignatureDoesNotMatch" in err and "wrong secret key" in err, err
+    assert SK not in err
+
+
+def test_unknown_key_and_unsigned(s3, aws_env, mounter):
+    aws_env.setenv("AWS_ACCESS_KEY_ID", "AKIAUNKNOWN000000000")
+    err = failed_mount(mounter, TEST_SRC, {"endpoint": s3.url})
+    assert "InvalidAccessKeyId" in err, err
+    err = failed_mount(mounter, TEST_SRC, {"endpoint": s3.url, "no_sign": "1"})
+    assert "AccessDenied" in err, err
+
+
+def test_no_such_bucket_and_key(s3, aws_env, mounter):
+    err = failed_mount(mounter, "s3://nobucket/x/", {"endpoint": s3.url})
+    assert "NoSuchBucket" in err, err
+    err = failed_mount(mounter, "s3://dset/test/missing-{0..1}.tar",
+                       {"endpoint": s3.url})
+    assert "NoSuchKey" in err or "404" in err, err
+
+
+def test_no_credentials_names_sources(s3, aws_env, mounter):
+    aws_env.delenv("AWS_ACCESS_KEY_ID")
+    aws_env.delenv("AWS_SECRET_ACCESS_KEY")
+    err = failed_mount(mounter, TEST_SRC, {"endpoint": s3.url})
+    assert "no AWS credentials found" in err
+    for src in ("environment", "profile default", "web identity",
+                "container credentials", "instance metadata"):
+        assert src in err, err
