@@ -4,12 +4,16 @@ verifying gateway (tests/s3/gateway.py) that recomputes every request's
 SigV4 signature with botocore and answers 403 like AWS. Every echofs request
 must pass it; a wrong secret must fail the mount with S3's reason."""
 
+import http.server
 import json
 import os
 import socket
+import socketserver
 import subprocess
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -242,3 +246,217 @@ def test_no_credentials_names_sources(s3, aws_env, mounter):
     for src in ("environment", "profile default", "web identity",
                 "container credentials", "instance metadata"):
         assert src in err, err
+
+
+# ---- credential sources: loopback stand-ins for IMDSv2, ECS and STS ----
+
+class Issuer:
+    """Hands out fresh session credentials that expire after `life` seconds
+    and registers each set with the gateway (which then refuses it with
+    ExpiredToken once it has expired)."""
+
+    def __init__(self, s3, life=3600):
+        self.s3 = s3
+        self.life = life
+        self.lock = threading.Lock()
+        self.n = 0
+        self.keys = {AK: {"secret": SK},
+                     AK_TOKEN: {"secret": SK_TOKEN, "token": TOKEN}}
+
+    def issue(self, kind):
+        with self.lock:
+            self.n += 1
+            ak = "ASIA%s%012d" % (kind.upper()[:4].ljust(4, "X"), self.n)
+            exp = time.time() + self.life
+            k = {"secret": "sec/%s+%d" % (kind, self.n),
+                 "token": "tok/%s/%d==" % (kind, self.n), "expires": exp}
+            self.keys[ak] = k
+            self.s3.set_keys(self.keys)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(exp))
+        return ak, k["secret"], k["token"], stamp
+
+
+class StandIn(http.server.BaseHTTPRequestHandler):
+    """IMDSv2 (/latest/...), ECS (/ecs/creds) and STS (/sts/) in one."""
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def reply(self, status, body, ctype="application/json"):
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def creds_json(self, kind, token_name):
+        ak, sk, tok, exp = self.server.issuer.issue(kind)
+        return json.dumps({"Code": "Success", "AccessKeyId": ak,
+                           "SecretAccessKey": sk, token_name: tok,
+                           "Expiration": exp})
+
+    def do_PUT(self):
+        if (self.path == "/latest/api/token" and
+                self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")):
+            return self.reply(200, "imds-session-token", "text/plain")
+        self.reply(403, "")
+
+    def do_GET(self):
+        srv = self.server
+        if self.path.startswith("/latest/"):
+            if self.headers.get("X-aws-ec2-metadata-token") != "imds-session-token":
+                return self.reply(401, "")
+            if self.path == "/latest/meta-data/iam/security-credentials/":
+                return self.reply(200, "echofs-role", "text/plain")
+            if self.path == "/latest/meta-data/iam/security-credentials/echofs-role":
+                return self.reply(200, self.creds_json("imds", "Token"))
+        elif self.path == "/ecs/creds":
+            if self.headers.get("Authorization") != srv.ecs_auth:
+                return self.reply(403, "")
+            return self.reply(200, self.creds_json("ecs", "Token"))
+        elif self.path.startswith("/sts/"):
+            q = parse_qs(urlsplit(self.path).query)
+            with open(srv.web_token_file) as f:
+                want = f.read().strip()
+            if (q.get("Action") != ["AssumeRoleWithWebIdentity"] or
+                    q.get("WebIdentityToken") != [want] or
+                    q.get("RoleArn") != ["arn:aws:iam::123456789012:role/echofs"]):
+                return self.reply(403, "<ErrorResponse/>", "text/xml")
+            ak, sk, tok, exp = srv.issuer.issue("sts")
+            return self.reply(200, (
+                "<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult>"
+                "<Credentials><SessionToken>%s</SessionToken><SecretAccessKey>%s"
+                "</SecretAccessKey><Expiration>%s</Expiration><AccessKeyId>%s"
+                "</AccessKeyId></Credentials></AssumeRoleWithWebIdentityResult>"
+                "</AssumeRoleWithWebIdentityResponse>" % (tok, sk, exp, ak)),
+                "text/xml")
+        self.reply(404, "")
+
+
+@pytest.fixture
+def standin(s3, tmp_path):
+    srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), StandIn)
+    srv.daemon_threads = True
+    srv.issuer = Issuer(s3)
+    srv.ecs_auth = "ecs-auth-token-value"
+    srv.web_token_file = str(tmp_path / "web-identity-token")
+    with open(srv.web_token_file, "w") as f:
+        f.write("eyJhbGciOi.web.identity\n")
+    srv.url = "http://127.0.0.1:%d" % srv.server_address[1]
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def use_imds(env, standin):
+    env.setenv("AWS_EC2_METADATA_DISABLED", "false")
+    env.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", standin.url + "/")
+
+
+def use_ecs(env, standin, tmp_path):
+    env.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", standin.url + "/ecs/creds")
+    tok = tmp_path / "ecs-token"
+    tok.write_text(standin.ecs_auth)
+    tok.chmod(0o600)
+    env.setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", str(tok))
+
+
+def use_web_identity(env, standin):
+    env.setenv("AWS_WEB_IDENTITY_TOKEN_FILE", standin.web_token_file)
+    env.setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/echofs")
+    env.setenv("AWS_ENDPOINT_URL_STS", standin.url + "/sts")
+
+
+def akids(s3):
+    seen = s3.requests()
+    assert seen and all(r["verdict"] == "ok" for r in seen), \
+        [r for r in seen if r["verdict"] != "ok"][:3]
+    return {r["akid"] for r in seen}
+
+
+@pytest.mark.parametrize("source", ["imds", "ecs", "web_identity"])
+def test_remote_credential_source(s3, dataset, aws_env, standin, mounter,
+                                  tmp_path, source):
+    aws_env.delenv("AWS_ACCESS_KEY_ID")
+    aws_env.delenv("AWS_SECRET_ACCESS_KEY")
+    {"imds": lambda: use_imds(aws_env, standin),
+     "ecs": lambda: use_ecs(aws_env, standin, tmp_path),
+     "web_identity": lambda: use_web_identity(aws_env, standin)}[source]()
+    s3.requests()
+    m = mounter(TEST_SRC, opts={"endpoint": s3.url})
+    check_tree(m, dataset)
+    ids = akids(s3)
+    prefix = {"imds": "ASIAIMDS", "ecs": "ASIAECSX", "web_identity": "ASIASTSX"}
+    assert ids and all(i.startswith(prefix[source]) for i in ids), ids
+    log = m.log()
+    for secret in ("sec/", "tok/", standin.ecs_auth, "web.identity"):
+        assert secret not in log
+
+
+def test_precedence_order(s3, aws_env, standin, mounter, tmp_path):
+    """environment > profile > web identity > ECS > instance metadata"""
+    use_imds(aws_env, standin)
+    use_ecs(aws_env, standin, tmp_path)
+    use_web_identity(aws_env, standin)
+    creds = tmp_path / "credentials"
+    creds.write_text("[default]\naws_access_key_id = %s\n"
+                     "aws_secret_access_key = %s\naws_session_token = %s\n"
+                     % (AK_TOKEN, SK_TOKEN, TOKEN))
+    creds.chmod(0o600)
+    aws_env.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    src = "s3://dset/test/test-000000.tar"
+    order = [(lambda: None, AK),
+             (lambda: (aws_env.delenv("AWS_ACCESS_KEY_ID"),
+                       aws_env.delenv("AWS_SECRET_ACCESS_KEY")), AK_TOKEN),
+             (lambda: aws_env.setenv("AWS_SHARED_CREDENTIALS_FILE",
+                                     str(tmp_path / "none")), "ASIASTSX"),
+             (lambda: aws_env.delenv("AWS_WEB_IDENTITY_TOKEN_FILE"), "ASIAECSX"),
+             (lambda: aws_env.delenv("AWS_CONTAINER_CREDENTIALS_FULL_URI"),
+              "ASIAIMDS")]
+    for i, (change, want) in enumerate(order):
+        change()
+        s3.requests()
+        m = mounter(src, opts={"endpoint": s3.url}, name="p%d" % i)
+        ids = akids(s3)
+        assert all(x.startswith(want) for x in ids), (want, ids)
+        m.umount()
+
+
+def test_group_readable_credentials_file_refused(s3, aws_env, mounter, tmp_path):
+    aws_env.delenv("AWS_ACCESS_KEY_ID")
+    aws_env.delenv("AWS_SECRET_ACCESS_KEY")
+    creds = tmp_path / "credentials"
+    creds.write_text("[default]\naws_access_key_id = %s\n"
+                     "aws_secret_access_key = %s\n" % (AK, SK))
+    creds.chmod(0o640)
+    aws_env.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    err = failed_mount(mounter, TEST_SRC, {"endpoint": s3.url})
+    assert "too open" in err and "chmod 600" in err, err
+
+
+def test_expiring_credentials_refreshed_during_reads(s3, dataset, aws_env,
+                                                     standin, mounter):
+    """Credentials that live 30 s, reads for 75 s through a cache too small
+    to hold the data (so shards are fetched again and again): no read
+    fails, and requests go out under several successive keys."""
+    aws_env.delenv("AWS_ACCESS_KEY_ID")
+    aws_env.delenv("AWS_SECRET_ACCESS_KEY")
+    use_imds(aws_env, standin)
+    standin.issuer.life = 30
+    s3.requests()
+    m = mounter(TEST_SRC, opts={"endpoint": s3.url, "cache_size": "1M"})
+    want = dataset.ref_hashes("test")
+    paths = sorted(want)
+    deadline = time.monotonic() + 75
+    reads = 0
+    while time.monotonic() < deadline:
+        p = paths[reads * 97 % len(paths)]
+        assert helpers.sha256_file(m.path(p)) == want[p], p
+        reads += 1
+    ids = akids(s3)
+    assert len(ids) >= 3, ids
+    assert reads > 100

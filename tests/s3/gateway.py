@@ -116,6 +116,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         line = json.dumps({"method": self.command, "path": self.path,
                            "verdict": verdict[1] if verdict else "ok",
                            "token": "x-amz-security-token" in self.headers,
+                           "akid": (AUTH_RE.match(self.headers.get(
+                               "Authorization", "")) or [None, None])[1],
                            "range": self.headers.get("Range"),
                            "time": time.time()})
         with self.server.log_lock, open(cfg.log, "a") as f:
