@@ -732,10 +732,12 @@ static int walk_chain(struct aws_creds *c, struct aws_creds_value *v, char *err,
 static double refresh_in(time_t fetched, time_t expires)
 {
 	double life = difftime(expires, fetched), ahead = REFRESH_AHEAD_S;
+	double in;
 
 	if (ahead > life / 2)
 		ahead = life / 2;
-	return difftime(expires, time(NULL)) - ahead;
+	in = difftime(expires, time(NULL)) - ahead;
+	return in < 1 ? 1 : in; /* short-lived credentials: no busy loop */
 }
 
 /* Waits s seconds or until stopped; returns 1 when stopped. */

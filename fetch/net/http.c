@@ -105,6 +105,8 @@ struct xfer {
 	struct resp r;
 	CURL *c;
 	int sign; /* the URL came from auth.map_url: sign its requests */
+	int auth_again;	  /* auth.failed asked for another attempt */
+	int auth_retried; /* ... and it was granted (once per call) */
 	size_t errlen; /* start of a non-2xx body, for auth.failed */
 	char errbody[ERROR_BODY_MAX + 1];
 };
@@ -823,9 +825,11 @@ static int attempt(struct xfer *x, const char *url, int *retry, long *ra)
 		cc = perform(x, cur, same_origin(cur, url));
 		*ra = x->r.retry_after;
 		x->w->status = x->r.status;
+		x->auth_again = 0;
 		if (x->sign && x->r.status >= 300 && x->h->auth.failed)
-			x->h->auth.failed(x->h->auth.ud, cur, x->r.status,
-					  x->errbody, x->errlen);
+			x->auth_again = x->h->auth.failed(
+				x->h->auth.ud, cur, x->r.status, x->errbody,
+				x->errlen);
 		if (x->r.done) {
 			rc = 0;
 			break;
@@ -846,6 +850,10 @@ static int attempt(struct xfer *x, const char *url, int *retry, long *ra)
 		rc = xlate(x->h, x->c, cc, x->r.status, retry);
 		if (rc == 0)
 			rc = check_complete(x->h, x->w);
+		if (rc && x->auth_again && !x->auth_retried) {
+			x->auth_retried = 1;
+			*retry = 1;
+		}
 		break;
 	}
 	free(cur);
@@ -927,8 +935,6 @@ static void note_retry(const char *url, int rc, double delay)
 		  http_redact(url, red, sizeof(red)), strerror(-rc), delay);
 }
 
-/* Attempts until success, a final error, or retry_budget_s without progress:
- * a body that moved forward restarts the budget and is resumed at once. */
 /* auth.map_url's URL for url (caller frees), or NULL: url as it is */
 static int map_url(struct http *h, const char *url, char **mapped)
 {
@@ -936,6 +942,8 @@ static int map_url(struct http *h, const char *url, char **mapped)
 	return h->auth.map_url ? h->auth.map_url(h->auth.ud, url, mapped) : 0;
 }
 
+/* Attempts until success, a final error, or retry_budget_s without progress:
+ * a body that moved forward restarts the budget and is resumed at once. */
 static int run(struct http *h, const char *given, struct want *w)
 {
 	struct xfer x;

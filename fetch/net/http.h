@@ -60,9 +60,11 @@ struct http_auth {
 		    size_t buflen);
 	/* Optional: a mapped request's final response was not 2xx; body
 	 * holds its first bytes (at most 4 KiB, NUL-terminated) so the hook
-	 * can log the service's own reason. */
-	void (*failed)(void *ud, const char *url, long status,
-		       const char *body, size_t len);
+	 * can log the service's own reason. Returns 1 to have the request
+	 * tried once more even if its status is final (e.g. after correcting
+	 * the clock for a signature); honoured once per call. */
+	int (*failed)(void *ud, const char *url, long status, const char *body,
+		      size_t len);
 	void *ud;
 };
 

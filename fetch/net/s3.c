@@ -11,10 +11,12 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #define BUCKET_MAX 255
 #define KEY_MAX 1024 /* S3's own limit */
@@ -28,6 +30,8 @@ struct s3 {
 	char region[64];
 	struct aws_creds *creds; /* NULL with no_sign */
 	struct http_auth auth;
+	_Atomic long
+		skew_s; /* server clock minus ours (RequestTimeTooSkewed) */
 	pthread_mutex_t err_lock; /* guards last_err; leaf lock */
 	char last_err[320];
 };
@@ -102,8 +106,27 @@ static int xml_field(const char *body, const char *tag, char *out,
 }
 
 /* http's failed hook: one line naming S3's reason (never a header). */
-static void on_failed(void *ud, const char *url, long status, const char *body,
-		      size_t len)
+/* RequestTimeTooSkewed names the server's time: sign with its clock from
+ * now on. Returns 1 when the correction changed (worth another attempt). */
+static int correct_skew(struct s3 *s, const char *body)
+{
+	char st[64];
+	struct tm tm = {0};
+	long skew, old;
+
+	if (xml_field(body, "ServerTime", st, sizeof(st)) ||
+	    !strptime(st, "%Y-%m-%dT%H:%M:%S", &tm))
+		return 0;
+	skew = (long)(timegm(&tm) - time(NULL));
+	old = atomic_exchange(&s->skew_s, skew);
+	log_warn("s3: the server's clock is %+ld s from ours: signing with "
+		 "the server's time",
+		 skew);
+	return labs(skew - old) > 60;
+}
+
+static int on_failed(void *ud, const char *url, long status, const char *body,
+		     size_t len)
 {
 	struct s3 *s = ud;
 	char code[64] = "", msg[256] = "", where[128] = "", red[512];
@@ -112,8 +135,10 @@ static void on_failed(void *ud, const char *url, long status, const char *body,
 
 	(void)len;
 	if (status >= 300 && status < 400 && status != 301)
-		return; /* redirects that http.c follows */
+		return 0; /* redirects that http.c follows */
 	xml_field(body, "Code", code, sizeof(code));
+	if (strcmp(code, "RequestTimeTooSkewed") == 0 && correct_skew(s, body))
+		return 1;
 	xml_field(body, "Message", msg, sizeof(msg));
 	if (xml_field(body, "Region", where, sizeof(where)) &&
 	    xml_field(body, "Endpoint", where, sizeof(where)))
@@ -139,6 +164,7 @@ log:
 		code[0] ? code : "(no error code)", why || msg[0] ? ": " : "",
 		why ? why : msg, where[0] ? " (server says: " : "", where,
 		where[0] ? ")" : "");
+	return 0;
 }
 
 const char *s3_last_error(struct s3 *s, char *buf, size_t buflen)
@@ -259,6 +285,7 @@ static int sign_into(struct s3 *s, const struct http_req_info *ri,
 			      .region = s->region,
 			      .headers = hs};
 	struct sigv4_result res;
+	char date[SIGV4_DATE_LEN + 1];
 	size_t at = 0;
 	int rc;
 
@@ -267,6 +294,8 @@ static int sign_into(struct s3 *s, const struct http_req_info *ri,
 	if (s->requester_pays)
 		hs[r.nheaders++] = (struct sigv4_header){"x-amz-request-payer",
 							 "requester"};
+	sigv4_now(date, atomic_load(&s->skew_s));
+	r.amz_date = date;
 	rc = sigv4_sign(&r, &c, &res);
 	if (rc == 0)
 		rc = put_line(buf, buflen, &at, "x-amz-date", res.amz_date);

@@ -460,3 +460,29 @@ def test_expiring_credentials_refreshed_during_reads(s3, dataset, aws_env,
     ids = akids(s3)
     assert len(ids) >= 3, ids
     assert reads > 100
+
+
+def test_clock_skew_corrected_from_server_time(s3, dataset, aws_env, mounter,
+                                               tmp_path):
+    """A server whose clock is an hour ahead answers RequestTimeTooSkewed
+    with its time; echofs signs with the server's clock from then on and
+    retries once: the mount works and every file is right."""
+    port = free_port()
+    log = str(tmp_path / "skew.log")
+    gw = subprocess.Popen(
+        [helpers.PYTHON, GATEWAY, "--upstream", s3.s3url, "--keys", s3.keys,
+         "--port", str(port), "--log", log, "--clock-offset", "3600"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port, gw, "skewed gateway")
+        m = mounter(TEST_SRC, opts={"endpoint": "http://127.0.0.1:%d" % port})
+        check_tree(m, dataset)
+        with open(log) as f:
+            verdicts = [json.loads(x)["verdict"] for x in f]
+        assert verdicts.count("RequestTimeTooSkewed") >= 1
+        assert verdicts[-1] == "ok" and verdicts.count("ok") >= helpers.TEST_SHARDS
+        assert "clock is +3600 s from ours" in m.log() or \
+            "clock is +3599 s from ours" in m.log() or \
+            "clock is +3601 s from ours" in m.log(), m.log()
+    finally:
+        stop(gw)

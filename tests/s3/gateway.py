@@ -8,6 +8,7 @@ checks no signature itself).
 
   gateway.py --upstream http://127.0.0.1:PORT --keys KEYS.json
              [--port 0] [--port-file F] [--allow-anonymous] [--log F]
+             [--clock-offset SECONDS]
 
 KEYS.json, read again for every request so a test can rotate keys:
   {"AKID": {"secret": "...", "token": "..." or null,
@@ -37,10 +38,10 @@ HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer",
        "upgrade", "proxy-authorization", "proxy-authenticate"}
 
 
-def error_xml(code, message):
+def error_xml(code, message, extra=""):
     return ('<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>%s</Code>'
-            "<Message>%s</Message><RequestId>gateway</RequestId></Error>"
-            % (code, message)).encode()
+            "<Message>%s</Message>%s<RequestId>gateway</RequestId></Error>"
+            % (code, message, extra)).encode()
 
 
 def expected_signature(method, host, raw_path, headers, signed, akid, secret,
@@ -89,9 +90,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
             t = calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%SZ"))
         except ValueError:
             return (403, "AccessDenied", "bad x-amz-date")
-        if abs(t - time.time()) > 900 or stamp[:8] != day:
+        now = time.time() + cfg.clock_offset
+        if abs(t - now) > 900 or stamp[:8] != day:
             return (403, "RequestTimeTooSkewed", "The difference between the "
-                    "request time and the current time is too large.")
+                    "request time and the current time is too large.",
+                    "<RequestTime>%s</RequestTime><ServerTime>%s</ServerTime>"
+                    "<MaxAllowedSkewMilliseconds>900000"
+                    "</MaxAllowedSkewMilliseconds>" % (
+                        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)),
+                        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))))
         token = self.headers.get("x-amz-security-token")
         if k.get("token") is not None:
             if token is None or "x-amz-security-token" not in signed:
@@ -99,7 +106,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if token != k["token"]:
                 return (403, "InvalidToken", "The provided token is malformed "
                         "or otherwise invalid.")
-        if k.get("expires") is not None and time.time() > k["expires"]:
+        if k.get("expires") is not None and now > k["expires"]:
             return (400, "ExpiredToken", "The provided token has expired.")
         want = expected_signature(self.command, self.headers.get("Host", ""),
                                   self.path, self.headers, signed, akid,
@@ -153,7 +160,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if v is None:
             self.relay()
             return
-        body = error_xml(v[1], v[2])
+        body = error_xml(*v[1:])
         self.send_response(v[0])
         self.send_header("Content-Type", "application/xml")
         self.send_header("Content-Length", str(len(body)))
@@ -176,6 +183,8 @@ def main():
     ap.add_argument("--port-file")
     ap.add_argument("--allow-anonymous", action="store_true")
     ap.add_argument("--log")
+    ap.add_argument("--clock-offset", type=float, default=0,
+                    help="seconds added to this server's clock")
     cfg = ap.parse_args()
     srv = Server(("127.0.0.1", cfg.port), Handler)
     srv.cfg = cfg
