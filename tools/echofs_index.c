@@ -48,6 +48,9 @@ static void usage(FILE *f)
 		"bash\n"
 		"brace ranges such as train-{000000..000146}.tar (quote "
 		"them).\n"
+		"s3://BUCKET/KEY URLs are signed with the AWS credential "
+		"chain; region\nand endpoint come from AWS_REGION, "
+		"AWS_ENDPOINT_URL(_S3) or the profile.\n"
 		"\n"
 		"  -o, --output FILE     write the index to FILE atomically "
 		"(default: stdout)\n"
@@ -302,7 +305,7 @@ static int build_remote(int n, char **args, const struct opts *o,
 	struct shardlist list = {0};
 	struct http *h = NULL;
 	struct s3 *s3 = NULL;
-	struct s3_opts so = {.no_sign = getenv("ECHOFS_S3_NO_SIGN") != NULL};
+	struct s3_opts so = {0};
 	char err[512];
 	int r;
 

@@ -486,3 +486,21 @@ def test_clock_skew_corrected_from_server_time(s3, dataset, aws_env, mounter,
             "clock is +3601 s from ours" in m.log(), m.log()
     finally:
         stop(gw)
+
+
+def test_echofs_index_on_s3_then_mount_with_it(s3, dataset, aws_env, mounter,
+                                               tmp_path):
+    aws_env.setenv("AWS_ENDPOINT_URL_S3", s3.url)
+    out = str(tmp_path / "test.echofs-index")
+    s3.requests()
+    r = subprocess.run([os.path.join(helpers.BUILD, "tools", "echofs-index"),
+                        "-o", out, TEST_SRC], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    with open(out) as f:
+        text = f.read()
+    assert "s3://dset/test/test-000000.tar" in text and SK not in text
+    assert all(x["verdict"] == "ok" for x in s3.requests())
+    m = mounter(TEST_SRC, opts={"index": out})  # endpoint from the environment
+    check_tree(m, dataset)
+    assert "index from option" in m.log()
