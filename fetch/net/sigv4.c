@@ -197,10 +197,11 @@ static int canonical_query(const struct url_parts *u, struct sb *b)
 {
 	struct qpair pairs[QUERY_PAIRS_MAX];
 	size_t n = 0;
-	const char *p = u->query, *end = u->query + u->query_len;
+	const char *p = u->query, *end;
 
 	if (!u->query || u->query_len == 0)
 		return 0;
+	end = u->query + u->query_len;
 	for (;;) {
 		const char *amp = memchr(p, '&', (size_t)(end - p));
 		const char *stop = amp ? amp : end, *eq;
