@@ -504,3 +504,23 @@ def test_echofs_index_on_s3_then_mount_with_it(s3, dataset, aws_env, mounter,
     m = mounter(TEST_SRC, opts={"index": out})  # endpoint from the environment
     check_tree(m, dataset)
     assert "index from option" in m.log()
+
+
+def test_wrong_region_names_the_right_one(s3, dataset, aws_env, mounter,
+                                          tmp_path):
+    port = free_port()
+    gw = subprocess.Popen(
+        [helpers.PYTHON, GATEWAY, "--upstream", s3.s3url, "--keys", s3.keys,
+         "--port", str(port), "--region", "eu-west-3"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port, gw, "gateway")
+        url = "http://127.0.0.1:%d" % port
+        err = failed_mount(mounter, TEST_SRC, {"endpoint": url})
+        assert "AuthorizationHeaderMalformed" in err and "wrong region" in err, err
+        assert "eu-west-3" in err, err
+        aws_env.setenv("AWS_REGION", "eu-west-3")
+        m = mounter(TEST_SRC, opts={"endpoint": url})
+        check_tree(m, dataset)
+    finally:
+        stop(gw)

@@ -8,7 +8,7 @@ checks no signature itself).
 
   gateway.py --upstream http://127.0.0.1:PORT --keys KEYS.json
              [--port 0] [--port-file F] [--allow-anonymous] [--log F]
-             [--clock-offset SECONDS]
+             [--clock-offset SECONDS] [--region REGION]
 
 KEYS.json, read again for every request so a test can rotate keys:
   {"AKID": {"secret": "...", "token": "..." or null,
@@ -76,6 +76,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return (400, "AuthorizationHeaderMalformed", "bad Authorization")
         akid, day, region, signed, sig = m.groups()
         signed = signed.split(";")
+        if cfg.region and region != cfg.region:
+            return (400, "AuthorizationHeaderMalformed", "The authorization "
+                    "header is malformed; the region '%s' is wrong; expecting "
+                    "'%s'" % (region, cfg.region),
+                    "<Region>%s</Region>" % cfg.region)
         with open(cfg.keys) as f:
             keys = json.load(f)
         if akid not in keys:
@@ -183,6 +188,7 @@ def main():
     ap.add_argument("--port-file")
     ap.add_argument("--allow-anonymous", action="store_true")
     ap.add_argument("--log")
+    ap.add_argument("--region", help="the only signing region accepted")
     ap.add_argument("--clock-offset", type=float, default=0,
                     help="seconds added to this server's clock")
     cfg = ap.parse_args()
