@@ -13,11 +13,13 @@
 #include "common/util.h"
 #include "fetch/format/index.h"
 #include "fetch/net/http.h"
+#include "fetch/net/s3.h"
 
 struct dataset {
 	const struct index *ix; /* owned when `own` */
 	struct shards *sh;	/* owned when `own`; may be NULL */
 	struct http *http;	/* owned; NULL for dataset_wrap */
+	struct s3 *s3;		/* owned; s3:// sources only */
 	struct store *store;	/* owned; NULL: no disk cache */
 	int own;
 	const char *index_from; /* static */
@@ -41,10 +43,40 @@ const char *dataset_net_version(void)
 	return http_version();
 }
 
-static struct http *open_http(const struct dataset_opts *o, double budget,
-			      char *err, size_t errlen)
+/* The S3 addressing and signing of an s3:// source; *out NULL for others.
+ * Returns 0 or -EINVAL with a reason (no credentials found...). */
+static int open_s3(const struct dataset_opts *o, struct s3 **out, char *err,
+		   size_t errlen)
+{
+	const struct dataset_s3_opts *d = &o->s3;
+	struct s3_opts so = {
+		.endpoint = d->endpoint, .region = d->region,
+		.profile = d->profile, .path_style = d->path_style,
+		.requester_pays = d->requester_pays, .no_sign = d->no_sign,
+	};
+
+	*out = NULL;
+	if (!d->on)
+		return 0;
+	*out = s3_new(&so, err, errlen);
+	return *out ? 0 : -EINVAL;
+}
+
+/* A failed open's line ends with S3's own reason when there was one. */
+static void append_s3_reason(struct s3 *s3, char *err, size_t errlen)
+{
+	char why[320];
+	size_t n = strlen(err);
+
+	if (s3 && s3_last_error(s3, why, sizeof(why))[0] && !strstr(err, why))
+		snprintf(err + n, errlen - n, " (%s)", why);
+}
+
+static struct http *open_http(const struct dataset_opts *o, struct s3 *s3,
+			      double budget, char *err, size_t errlen)
 {
 	struct http_opts ho = {
+		.auth = s3 ? s3_http_auth(s3) : NULL,
 		.connections = o->connections,
 		.header_file = o->header_file,
 		.ca_file = o->ca_file,
@@ -88,7 +120,7 @@ static int open_index(struct dataset *ds, const struct dataset_opts *o,
 	log_info("index from %s: %zu shards, %zu samples", info.index_from,
 		 (*ix)->nshards, (*ix)->nsamples);
 	http_free(ds->http);
-	ds->http = open_http(o, o->run_retry_budget_s, err, errlen);
+	ds->http = open_http(o, ds->s3, o->run_retry_budget_s, err, errlen);
 	return ds->http ? 0 : -EINVAL;
 }
 
@@ -101,7 +133,10 @@ int dataset_open(const struct dataset_opts *o, struct dataset **out, char *err,
 	int r;
 
 	ds->own = 1;
-	ds->http = open_http(o, o->boot_retry_budget_s, err, errlen);
+	r = open_s3(o, &ds->s3, err, errlen);
+	if (r)
+		goto fail;
+	ds->http = open_http(o, ds->s3, o->boot_retry_budget_s, err, errlen);
 	if (!ds->http) {
 		r = -EINVAL;
 		goto fail;
@@ -130,6 +165,7 @@ int dataset_open(const struct dataset_opts *o, struct dataset **out, char *err,
 	*out = ds;
 	return 0;
 fail:
+	append_s3_reason(ds->s3, err, errlen);
 	dataset_close(ds);
 	return r;
 }
@@ -170,12 +206,19 @@ int dataset_check(const struct dataset_opts *o, struct dataset_check *out,
 	};
 	struct resolve_info info;
 	struct index *ix = NULL;
-	struct http *h = open_http(o, o->boot_retry_budget_s, err, errlen);
+	struct http *h = NULL;
+	struct s3 *s3;
 	int r;
 
 	memset(out, 0, sizeof(*out));
-	if (!h)
+	r = open_s3(o, &s3, err, errlen);
+	if (r)
+		return r;
+	h = open_http(o, s3, o->boot_retry_budget_s, err, errlen);
+	if (!h) {
+		s3_free(s3);
 		return -EINVAL;
+	}
 	r = resolve_open(&ro, h, NULL, &ix, &info, err, errlen);
 	out->shards = info.nshards;
 	out->index_from = info.index_from;
@@ -184,8 +227,11 @@ int dataset_check(const struct dataset_opts *o, struct dataset_check *out,
 		r = time_shard(h, ix ? ix->shards[0].url : info.first_shard, out,
 			       err, errlen);
 	}
+	if (r)
+		append_s3_reason(s3, err, errlen);
 	index_free(ix);
 	http_free(h);
+	s3_free(s3);
 	return r;
 }
 
@@ -223,6 +269,7 @@ void dataset_close(struct dataset *ds)
 		index_free((struct index *)ds->ix);
 		store_close(ds->store);
 		http_free(ds->http);
+		s3_free(ds->s3); /* the client's signing hook points into it */
 	}
 	free(ds);
 }

@@ -27,6 +27,13 @@
 struct index;
 struct store;
 
+/* s3:// sources (fetch/net/s3.h): addressing, signing, credentials. */
+struct dataset_s3_opts {
+	int on; /* SOURCE or index= is s3://, or any option below is given */
+	const char *endpoint, *region, *profile; /* or NULL */
+	int path_style, requester_pays, no_sign;
+};
+
 struct dataset_opts {
 	const char *source;	 /* SOURCE: URL pattern or list file */
 	const char *index;	 /* index= option (URL or path), or NULL */
@@ -44,6 +51,7 @@ struct dataset_opts {
 	double read_timeout_s;
 	/* Slowest body worth waiting for (http_opts.min_rate); 0: default. */
 	double min_rate;
+	struct dataset_s3_opts s3;
 	int progress; /* show index-building progress on stderr */
 };
 

@@ -25,6 +25,7 @@ struct raw_opts {
 	char *threads, *max_pixels, *decode_mem;
 	char *metrics, *ca_file, *ca_path;
 	char *read_timeout, *min_rate;
+	char *endpoint, *region, *profile, *path_style, *requester_pays, *no_sign;
 	char *positional[3];
 	int npositional;
 	int foreground, debug, help, version, check;
@@ -62,6 +63,12 @@ static const struct fuse_opt opt_spec[] = {
 	RAW("ca_path", ca_path),
 	RAW("read_timeout", read_timeout),
 	RAW("min_rate", min_rate),
+	RAW("endpoint", endpoint),
+	RAW("region", region),
+	RAW("profile", profile),
+	RAW("path_style", path_style),
+	RAW("requester_pays", requester_pays),
+	RAW("no_sign", no_sign),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -136,6 +143,12 @@ static void raw_free(struct raw_opts *r)
 	free(r->index);
 	free(r->connections);
 	free(r->header_file);
+	free(r->endpoint);
+	free(r->region);
+	free(r->profile);
+	free(r->path_style);
+	free(r->requester_pays);
+	free(r->no_sign);
 	free(r->log_level);
 	free(r->log_file);
 	free(r->echo);
@@ -306,6 +319,35 @@ static int convert_timeouts(struct raw_opts *r, struct fs_options *o,
 	return 0;
 }
 
+/* A 0/1 switch; NULL leaves *out alone. */
+static int flag01(const char *name, const char *v, int *out, char *err,
+		  size_t errlen)
+{
+	if (!v)
+		return 0;
+	if (strcmp(v, "0") && strcmp(v, "1")) {
+		snprintf(err, errlen, "bad %s '%s' (0 or 1)", name, v);
+		return -EINVAL;
+	}
+	*out = v[0] == '1';
+	return 0;
+}
+
+static int convert_s3(struct raw_opts *r, struct fs_options *o, char *err,
+		      size_t errlen)
+{
+	if (flag01("path_style", r->path_style, &o->path_style, err, errlen) ||
+	    flag01("requester_pays", r->requester_pays, &o->requester_pays,
+		   err, errlen) ||
+	    flag01("no_sign", r->no_sign, &o->no_sign, err, errlen))
+		return -EINVAL;
+	o->s3 = r->endpoint || r->region || r->profile || r->path_style ||
+		r->requester_pays || r->no_sign ||
+		(r->npositional > 0 && !strncmp(r->positional[0], "s3://", 5)) ||
+		(r->index && !strncmp(r->index, "s3://", 5));
+	return 0;
+}
+
 /* Turn the raw strings into checked values. */
 static int convert(struct raw_opts *r, struct fs_options *o, char *err,
 		   size_t errlen)
@@ -340,6 +382,8 @@ static int convert(struct raw_opts *r, struct fs_options *o, char *err,
 	int ret = convert_echo(r, o, err, errlen);
 	if (ret == 0)
 		ret = convert_timeouts(r, o, err, errlen);
+	if (!ret)
+		ret = convert_s3(r, o, err, errlen);
 	return ret ? ret : convert_prep(r, o, err, errlen);
 }
 
@@ -446,6 +490,9 @@ int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 		take(&o->mountpoint, &r.positional[1]);
 	take(&o->index, &r.index);
 	take(&o->header_file, &r.header_file);
+	take(&o->endpoint, &r.endpoint);
+	take(&o->region, &r.region);
+	take(&o->profile, &r.profile);
 	take(&o->log_file, &r.log_file);
 	take(&o->metrics, &r.metrics);
 	take_ca(o, &r);
@@ -482,6 +529,9 @@ void options_free(struct fs_options *o)
 	free(o->cache_dir);
 	free(o->index);
 	free(o->header_file);
+	free(o->endpoint);
+	free(o->region);
+	free(o->profile);
 	free(o->log_file);
 	free(o->metrics);
 	free(o->ca_file);
@@ -499,7 +549,9 @@ void options_usage(FILE *f, const char *prog)
 "\n"
 "SOURCE  an http(s) URL of tar shards with bash-style brace ranges, e.g.\n"
 "        'http://host/ds/train-{000000..000059}.tar', or the path or URL of a\n"
-"        text file listing one shard URL a line\n"
+"        text file listing one shard URL a line; or s3://BUCKET/KEY with brace\n"
+"        ranges, s3://BUCKET/PREFIX/ (every .tar under PREFIX) or\n"
+"        s3://BUCKET/PREFIX/*.tar (listed with ListObjectsV2)\n"
 "\n"
 "options:\n"
 "  -o cache_dir=DIR     shard cache directory (default /var/cache/echofs for\n"
@@ -516,6 +568,16 @@ void options_usage(FILE *f, const char *prog)
 "  -o min_rate=RATE     slowest transfer worth waiting for, bytes/s averaged\n"
 "                       over 10 s, K/M suffixes (default 64K); slower ones\n"
 "                       are broken off and resumed, within a total deadline\n"
+"  -o endpoint=URL      S3-compatible endpoint (MinIO, Ceph, R2, GCS); default\n"
+"                       AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's\n"
+"                       endpoint_url, else AWS\n"
+"  -o region=REGION     S3 signing region (default AWS_REGION,\n"
+"                       AWS_DEFAULT_REGION, the profile's region, us-east-1)\n"
+"  -o profile=NAME      AWS profile (default AWS_PROFILE, else default)\n"
+"  -o path_style=1      S3 path-style URLs (host/bucket/key) instead of\n"
+"                       virtual-hosted (bucket.host/key)\n"
+"  -o requester_pays=1  send x-amz-request-payer: requester\n"
+"  -o no_sign=1         anonymous S3 requests (public buckets)\n"
 "  -o log_level=LEVEL   error, warn, info (default) or debug\n"
 "  -o log_file=PATH     log here (default: stderr with -f, else syslog)\n"
 "  -o echo=E            data echoing: each open of <class>/<key> may return\n"

@@ -47,6 +47,11 @@ struct fs_options {
 	uint64_t decode_mem; /* 0: TRANSFORM_DEFAULT_DECODE_MEM */
 	double read_timeout_s; /* longest a read waits for its data */
 	double min_rate;       /* bytes/s below which a transfer is resumed */
+	/* s3:// sources (fetch/net/s3.h); s3 is 1 when SOURCE or index= is
+	 * an s3:// URL or any of these is given */
+	int s3;
+	char *endpoint, *region, *profile; /* owned or NULL */
+	int path_style, requester_pays, no_sign;
 	int foreground;
 	int debug;
 	int show_help;

@@ -20,6 +20,7 @@
 #include "fetch/format/scan.h"
 #include "fetch/format/sums.h"
 #include "fetch/net/shardlist.h"
+#include "fetch/net/s3.h"
 
 #define PROG "echofs-index"
 #define MAX_SHARDS 1000000
@@ -48,6 +49,9 @@ static void usage(FILE *f)
 		"bash\n"
 		"brace ranges such as train-{000000..000146}.tar (quote "
 		"them).\n"
+		"s3://BUCKET/KEY URLs are signed with the AWS credential "
+		"chain; region\nand endpoint come from AWS_REGION, "
+		"AWS_ENDPOINT_URL(_S3) or the profile.\n"
 		"\n"
 		"  -o, --output FILE     write the index to FILE atomically "
 		"(default: stdout)\n"
@@ -313,6 +317,8 @@ static int build_remote(int n, char **args, const struct opts *o,
 			       .header_file = o->header_file};
 	struct shardlist list = {0};
 	struct http *h = NULL;
+	struct s3 *s3 = NULL;
+	struct s3_opts so = {0};
 	char err[512];
 	int r;
 
@@ -324,14 +330,24 @@ static int build_remote(int n, char **args, const struct opts *o,
 		shardlist_clear(&list);
 		return fail("cannot initialise libcurl");
 	}
+	/* s3:// shards: endpoint, region, profile and credentials from the
+	 * AWS environment and files, as the AWS CLI takes them */
+	for (size_t i = 0; i < list.n && !s3; i++)
+		if (s3_is_url(list.urls[i]) && !(s3 = s3_new(&so, err, sizeof(err)))) {
+			shardlist_clear(&list);
+			return fail("%s", err);
+		}
+	ho.auth = s3 ? s3_http_auth(s3) : NULL;
 	h = http_new(&ho, err, sizeof(err));
 	if (!h) {
 		shardlist_clear(&list);
+		s3_free(s3);
 		return fail("%s", err);
 	}
 	r = indexer_build(h, NULL, &list, o->jobs, progress, NULL, out, NULL, err,
 			  sizeof(err));
 	http_free(h);
+	s3_free(s3);
 	shardlist_clear(&list);
 	return r ? fail("%s", err) : 0;
 }

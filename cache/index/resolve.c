@@ -18,6 +18,7 @@
 #include "fetch/net/http.h"
 #include "fetch/format/index.h"
 #include "fetch/net/shardlist.h"
+#include "fetch/net/s3.h"
 
 #define MAX_SHARDS 10000000
 #define LIST_CAP (256u << 20)
@@ -55,6 +56,8 @@ static int shard_list(const struct resolve_opts *o, struct http *h,
 	size_t len, bad = 0;
 	int r;
 
+	if (s3_is_listing(o->source))
+		return s3_list_shards(h, o->source, MAX_SHARDS, l, err, errlen);
 	if (is_shard_pattern(o->source)) {
 		r = shardlist_expand(o->source, MAX_SHARDS, l);
 		if (r)
@@ -80,7 +83,7 @@ static int shard_list(const struct resolve_opts *o, struct http *h,
 	if (r)
 		snprintf(err, errlen, "bad shard list %s (line %zu): %s",
 			 http_redact(o->source, red, sizeof(red)), bad,
-			 r == -EPROTONOSUPPORT ? "not an http(s) URL"
+			 r == -EPROTONOSUPPORT ? "not an http(s) or s3 URL"
 			 : r == -ENODATA      ? "no shards listed"
 					      : strerror(-r));
 	return r;
@@ -90,7 +93,7 @@ int resolve_beside_index(const char *source, char *buf, size_t buflen)
 {
 	const char *comp = last_component(source);
 	size_t dirlen = (size_t)(comp - source), stem;
-	const char *brace = strchr(comp, '{'), *dot;
+	const char *brace = strpbrk(comp, "{*"), *dot; /* '*': s3 listing */
 
 	if (brace) {
 		stem = (size_t)(brace - comp);

@@ -66,6 +66,7 @@ struct http {
 	char *ca_file, *ca_path; /* NULL: the system's */
 	/* header_file lines; immutable after http_new */
 	struct curl_slist *extra;
+	struct http_auth auth; /* all NULL without hooks; immutable */
 	CURLSH *share;
 	pthread_mutex_t share_lock[CURL_LOCK_DATA_LAST];
 	pthread_mutex_t slot_lock; /* guards slots_free; leaf lock */
@@ -111,6 +112,9 @@ struct resp {
 	int err;	  /* verification or sink errno that stopped it */
 };
 
+#define AUTH_HEADERS_MAX 8192
+#define ERROR_BODY_MAX 4096
+
 struct xfer {
 	struct http *h;
 	struct want *w;
@@ -123,6 +127,11 @@ struct xfer {
 	curl_off_t win_bytes;
 	int stop_err;	/* why on_progress stopped the transfer */
 	int stop_retry; /* ... and whether another attempt may help */
+	int sign; /* the URL came from auth.map_url: sign its requests */
+	int auth_again;	  /* auth.failed asked for another attempt */
+	int auth_retried; /* ... and it was granted (once per call) */
+	size_t errlen; /* start of a non-2xx body, for auth.failed */
+	char errbody[ERROR_BODY_MAX + 1];
 };
 
 /* The last TLS failure of this thread's calls, for http_reason: curl's
@@ -414,6 +423,8 @@ struct http *http_new(const struct http_opts *o, char *err, size_t errlen)
 	h->backoff_base_s = or_default(o->backoff_base_s, 0.2);
 	h->ca_file = o->ca_file ? xstrdup(o->ca_file) : NULL;
 	h->ca_path = o->ca_path ? xstrdup(o->ca_path) : NULL;
+	if (o->auth)
+		h->auth = *o->auth;
 	if (make_share(h)) {
 		snprintf(err, errlen, "cannot set up curl connection sharing");
 		http_free(h);
@@ -702,6 +713,19 @@ static size_t on_header(char *buf, size_t size, size_t n, void *ud)
 
 /* ---- response body ------------------------------------------------------ */
 
+static void keep_error_body(struct xfer *x, const char *buf, size_t len)
+{
+	size_t room = ERROR_BODY_MAX - x->errlen;
+
+	if (!x->sign || x->r.status < 300)
+		return;
+	if (len > room)
+		len = room;
+	memcpy(x->errbody + x->errlen, buf, len);
+	x->errlen += len;
+	x->errbody[x->errlen] = '\0';
+}
+
 static size_t on_body(char *buf, size_t size, size_t n, void *ud)
 {
 	struct xfer *x = ud;
@@ -711,8 +735,10 @@ static size_t on_body(char *buf, size_t size, size_t n, void *ud)
 	int rc;
 
 	STAT_ADD(x->h, bytes, len);
-	if (!r->accept)
+	if (!r->accept) {
+		keep_error_body(x, buf, len);
 		return len; /* error or redirect body: not the object */
+	}
 	if (r->skip) {
 		size_t k = r->skip < left ? (size_t)r->skip : left;
 		buf += k;
@@ -804,19 +830,18 @@ oom:
 	return NULL;
 }
 
-static void set_range(CURL *c, const struct want *w)
+/* Sets the request's Range; range (48 bytes) gets "A-B" or "". */
+static void set_range(CURL *c, const struct want *w, char *range)
 {
-	char range[48];
-
+	range[0] = '\0';
 	if (w->head || (w->pos == 0 && w->end == NO_SIZE)) {
 		curl_easy_setopt(c, CURLOPT_RANGE, NULL);
 		return;
 	}
 	if (w->end == NO_SIZE)
-		snprintf(range, sizeof(range), "%llu-",
-			 (unsigned long long)w->pos);
+		snprintf(range, 48, "%llu-", (unsigned long long)w->pos);
 	else
-		snprintf(range, sizeof(range), "%llu-%llu",
+		snprintf(range, 48, "%llu-%llu",
 			 (unsigned long long)w->pos,
 			 (unsigned long long)(w->end - 1));
 	curl_easy_setopt(c, CURLOPT_RANGE, range);
@@ -874,18 +899,60 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow,
 	return 0;
 }
 
+/* The auth hook's lines for this request, appended to *l. */
+static int add_auth_headers(struct xfer *x, const char *url,
+			    const char *range, struct curl_slist **l)
+{
+	char rv[64], *buf = xmalloc(AUTH_HEADERS_MAX);
+	struct http_req_info ri = {.method = x->w->head ? "HEAD" : "GET",
+				   .url = url};
+	int rc;
+
+	if (range[0]) {
+		snprintf(rv, sizeof(rv), "bytes=%s", range);
+		ri.range = rv;
+	}
+	buf[0] = '\0';
+	rc = x->h->auth.sign(x->h->auth.ud, &ri, buf, AUTH_HEADERS_MAX);
+	for (char *p = buf, *nl; rc == 0 && *p; p = nl + 1) {
+		struct curl_slist *next;
+		nl = strchr(p, '\n');
+		if (!nl)
+			break;
+		*nl = '\0';
+		next = curl_slist_append(*l, p);
+		if (!next)
+			rc = -ENOMEM;
+		else
+			*l = next;
+	}
+	explicit_bzero(buf, AUTH_HEADERS_MAX); /* a session token */
+	free(buf);
+	return rc;
+}
+
 static CURLcode perform(struct xfer *x, const char *url, int trusted)
 {
 	struct curl_slist *hdrs = request_headers(x->h, x->w, trusted);
+	char range[48];
 	CURLcode cc;
 
 	if (!hdrs)
 		return CURLE_OUT_OF_MEMORY;
 	memset(&x->r, 0, sizeof(x->r));
 	x->r.retry_after = -1;
+	x->errlen = 0;
 	curl_easy_setopt(x->c, CURLOPT_URL, url);
+	set_range(x->c, x->w, range);
+	if (trusted && x->sign && x->h->auth.sign) {
+		int rc = add_auth_headers(x, url, range, &hdrs);
+		if (rc) {
+			curl_slist_free_all(hdrs);
+			x->r.err = rc;
+			return CURLE_ABORTED_BY_CALLBACK;
+		}
+	}
 	curl_easy_setopt(x->c, CURLOPT_HTTPHEADER, hdrs);
-	set_range(x->c, x->w);
 	x->stop_err = slot_take(x->h, call_deadline(x));
 	x->stop_retry = 0;
 	if (x->stop_err) {
@@ -999,6 +1066,11 @@ static int attempt(struct xfer *x, const char *url, int *retry, long *ra)
 			*retry = x->stop_retry;
 			break;
 		}
+		x->auth_again = 0;
+		if (x->sign && x->r.status >= 300 && x->h->auth.failed)
+			x->auth_again = x->h->auth.failed(
+				x->h->auth.ud, cur, x->r.status, x->errbody,
+				x->errlen);
 		if (x->r.done) {
 			rc = 0;
 			break;
@@ -1019,6 +1091,10 @@ static int attempt(struct xfer *x, const char *url, int *retry, long *ra)
 		rc = xlate(x->h, x->c, cc, x->r.status, retry);
 		if (rc == 0)
 			rc = check_complete(x->h, x->w);
+		if (rc && x->auth_again && !x->auth_retried) {
+			x->auth_retried = 1;
+			*retry = 1;
+		}
 		break;
 	}
 	note_failure(x, cur, cc, rc);
@@ -1112,20 +1188,40 @@ static void note_retry(const char *url, int rc, double delay)
 		  http_redact(url, red, sizeof(red)), strerror(-rc), delay);
 }
 
+/* auth.map_url's URL for url (caller frees), or NULL: url as it is */
+static int map_url(struct http *h, const char *url, char **mapped)
+{
+	*mapped = NULL;
+	return h->auth.map_url ? h->auth.map_url(h->auth.ud, url, mapped) : 0;
+}
+
 /* Attempts until success, a final error, or retry_budget_s without progress:
  * a body that moved forward restarts the budget and is resumed at once. */
-static int run(struct http *h, const char *url, struct want *w)
+static int run(struct http *h, const char *given, struct want *w)
 {
-	struct xfer x = {.h = h, .w = w, .started = now_mono(), .pos0 = w->pos};
-	double start = x.started;
+	struct xfer x;
+	double start = now_mono();
 	uint64_t seed = ((uint64_t)(start * 1e9) ^ (uintptr_t)&x) | 1;
 	unsigned failures = 0, resumes = 0;
-	int rc, retry;
+	char *mapped;
+	const char *url = given;
+	int rc = map_url(h, given, &mapped), retry;
 	long ra;
 
+	if (rc)
+		return rc;
+	url = mapped ? mapped : given;
+	memset(&x, 0, sizeof(x));
+	x.h = h;
+	x.w = w;
+	x.started = start;
+	x.pos0 = w->pos;
+	x.sign = mapped != NULL;
 	x.c = easy_new(h, &x);
-	if (!x.c)
+	if (!x.c) {
+		free(mapped);
 		return -ENOMEM;
+	}
 	for (;;) {
 		uint64_t before = w->pos;
 		double left, delay;
@@ -1166,6 +1262,7 @@ static int run(struct http *h, const char *url, struct want *w)
 		}
 	}
 	curl_easy_cleanup(x.c);
+	free(mapped);
 	return rc;
 }
 

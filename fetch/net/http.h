@@ -46,6 +46,37 @@
 
 #define HTTP_ETAG_MAX 128
 
+/* A request about to be sent, as an auth hook sees it. */
+struct http_req_info {
+	const char *method; /* "GET" or "HEAD" */
+	const char *url;    /* the http(s) URL requested (after map_url) */
+	const char *range;  /* the Range header's value, or NULL */
+};
+
+/* Hooks for sources whose URLs must be mapped and whose requests must be
+ * signed one by one (s3:// in fetch/net/s3.c; a bearer-token provider
+ * plugs in the same way). Called from many threads at once. */
+struct http_auth {
+	/* The http(s) URL to request for url (caller frees *out), or 0 with
+	 * *out left NULL: url is used as it is and nothing is signed. Called
+	 * once per call, before the first attempt. */
+	int (*map_url)(void *ud, const char *url, char **out);
+	/* "Name: value\n" lines for one request into buf (NUL-terminated).
+	 * Called for a mapped URL just before every request to its origin:
+	 * each retry and resume is signed anew; never for a redirect target
+	 * elsewhere. A negative errno fails the call. */
+	int (*sign)(void *ud, const struct http_req_info *req, char *buf,
+		    size_t buflen);
+	/* Optional: a mapped request's final response was not 2xx; body
+	 * holds its first bytes (at most 4 KiB, NUL-terminated) so the hook
+	 * can log the service's own reason. Returns 1 to have the request
+	 * tried once more even if its status is final (e.g. after correcting
+	 * the clock for a signature); honoured once per call. */
+	int (*failed)(void *ud, const char *url, long status, const char *body,
+		      size_t len);
+	void *ud;
+};
+
 struct http_opts {
 	unsigned connections; /* transfers in flight at most; 0 means 8 */
 	/* Extra "Name: value" header lines, or NULL. Blank lines and lines
@@ -76,6 +107,8 @@ struct http_opts {
 	 * instead of the system ones, or NULL. */
 	const char *ca_file;
 	const char *ca_path;
+	/* URL mapping and request signing (copied), or NULL */
+	const struct http_auth *auth;
 };
 
 struct http_stats {

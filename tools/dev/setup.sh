@@ -13,7 +13,10 @@ PKGS=(gcc libc6-dev pkg-config meson ninja-build
       libfuse3-dev fuse3 libcurl4-openssl-dev libturbojpeg0-dev
       libjpeg62-turbo-dev zlib1g-dev libcriterion-dev clang
       libxxhash-dev
-      nginx-light dataset-fashion-mnist python3-pil python3-numpy python3-pytest kmod)
+      nginx-light dataset-fashion-mnist python3-pil python3-numpy python3-pytest kmod
+      libssl-dev python3-botocore nodejs)
+# npm installs s3rver for the S3 tests; some nodejs builds bring their own
+command -v npm >/dev/null || PKGS+=(npm)
 # The Prometheus endpoint (libmicrohttpd) and its test (a real Prometheus).
 PKGS+=(libmicrohttpd-dev prometheus python3-prometheus-client)
 # HTTPS tests: throwaway CA and certificates, openssl rehash.
@@ -64,6 +67,17 @@ ensure_fuse() {
 	[ -e /dev/fuse ] || say "warning: /dev/fuse is missing; mounts will not work" >&2
 }
 
+# s3rver (a real S3 API server) for tests/integration/test_s3.py, kept in
+# tests/s3/node_modules (ignored by git); the tests skip without it.
+install_s3rver() {
+	local dir=tests/s3
+	[ -f "$dir/node_modules/s3rver/package.json" ] && return 0
+	command -v npm >/dev/null || { say "npm missing: S3 tests will skip" >&2; return 0; }
+	say "installing s3rver@3.7.1 into $dir/node_modules"
+	npm install --no-audit --no-fund --no-save --prefix "$dir" s3rver@3.7.1 \
+		>/dev/null 2>&1 || say "npm install s3rver failed: S3 tests will skip" >&2
+}
+
 build() {
 	local log
 	log=$(mktemp)
@@ -82,4 +96,5 @@ build() {
 
 install_packages
 ensure_fuse
+install_s3rver
 build

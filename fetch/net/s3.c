@@ -1,0 +1,456 @@
+/* s3.c - s3:// sources: addressing, per-request SigV4 signing through
+ * http's auth hooks, ListObjectsV2 listing and S3 error codes. */
+#include "fetch/net/s3.h"
+
+#include "common/log.h"
+#include "common/util.h"
+#include "fetch/net/aws_creds.h"
+#include "fetch/net/http.h"
+#include "fetch/net/shardlist.h"
+#include "fetch/net/sigv4.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#define BUCKET_MAX 255
+#define KEY_MAX 1024 /* S3's own limit */
+
+struct s3 {
+	char *scheme;	 /* "https://" */
+	char *authority; /* host[:port] */
+	char *base;	 /* endpoint path without trailing '/', often "" */
+	int host_is_ip;	 /* IP literal or localhost: no virtual hosting */
+	int path_style, requester_pays, no_sign;
+	char region[64];
+	struct aws_creds *creds; /* NULL with no_sign */
+	struct http_auth auth;
+	_Atomic long
+		skew_s; /* server clock minus ours (RequestTimeTooSkewed) */
+	pthread_mutex_t err_lock; /* guards last_err; leaf lock */
+	char last_err[320];
+};
+
+/* ---- error codes -------------------------------------------------------- */
+
+struct code_map {
+	const char *code;
+	int err;
+	const char *why;
+};
+
+static const struct code_map codes[] = {
+	{"AccessDenied", -EACCES,
+	 "access denied (check the policy or "
+	 "requester_pays=1)"},
+	{"AllAccessDisabled", -EACCES, "all access to this object is disabled"},
+	{"SignatureDoesNotMatch", -EACCES,
+	 "signature does not match: wrong secret key"},
+	{"InvalidAccessKeyId", -EACCES, "unknown access key id"},
+	{"ExpiredToken", -EACCES, "the session token has expired"},
+	{"InvalidToken", -EACCES, "the session token is malformed or invalid"},
+	{"TokenRefreshRequired", -EACCES,
+	 "the session token must be refreshed"},
+	{"RequestTimeTooSkewed", -EACCES,
+	 "the clock differs from the server's by more than 15 minutes"},
+	{"AuthorizationHeaderMalformed", -EINVAL,
+	 "wrong region for this bucket (set -o region=)"},
+	{"PermanentRedirect", -EINVAL, "the bucket is in another region"},
+	{"NoSuchBucket", -ENOENT, "no such bucket"},
+	{"NoSuchKey", -ENOENT, "no such key"},
+	{"InvalidBucketName", -EINVAL, "invalid bucket name"},
+	{"SlowDown", -EAGAIN, "throttled by the server (retried)"},
+	{"InternalError", -EIO, "server error (retried)"},
+};
+
+int s3_code_errno(const char *code, const char **why)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(codes); i++)
+		if (strcmp(code, codes[i].code) == 0) {
+			if (why)
+				*why = codes[i].why;
+			return codes[i].err;
+		}
+	if (why)
+		*why = NULL;
+	return -EIO;
+}
+
+/* The text of <tag>...</tag> in body, copied printable-only into out. */
+static int xml_field(const char *body, const char *tag, char *out,
+		     size_t outlen)
+{
+	char open[64], close[64];
+	const char *a, *b;
+	size_t n = 0;
+
+	snprintf(open, sizeof(open), "<%s>", tag);
+	snprintf(close, sizeof(close), "</%s>", tag);
+	a = strstr(body, open);
+	if (!a)
+		return -ENOENT;
+	a += strlen(open);
+	b = strstr(a, close);
+	if (!b)
+		return -ENOENT;
+	for (; a < b && n + 1 < outlen; a++)
+		if ((unsigned char)*a >= 0x20 && *a != 0x7f)
+			out[n++] = *a;
+	out[n] = '\0';
+	return 0;
+}
+
+/* http's failed hook: one line naming S3's reason (never a header). */
+/* RequestTimeTooSkewed names the server's time: sign with its clock from
+ * now on. Returns 1 when the correction changed (worth another attempt). */
+static int correct_skew(struct s3 *s, const char *body)
+{
+	char st[64];
+	struct tm tm = {0};
+	long skew, old;
+
+	if (xml_field(body, "ServerTime", st, sizeof(st)) ||
+	    !strptime(st, "%Y-%m-%dT%H:%M:%S", &tm))
+		return 0;
+	skew = (long)(timegm(&tm) - time(NULL));
+	old = atomic_exchange(&s->skew_s, skew);
+	log_warn("s3: the server's clock is %+ld s from ours: signing with "
+		 "the server's time",
+		 skew);
+	return labs(skew - old) > 60;
+}
+
+static int on_failed(void *ud, const char *url, long status, const char *body,
+		     size_t len)
+{
+	struct s3 *s = ud;
+	char code[64] = "", msg[256] = "", where[128] = "", red[512];
+	const char *why = NULL;
+	enum log_level lvl = LOG_LEVEL_WARN;
+
+	(void)len;
+	if (status >= 300 && status < 400 && status != 301)
+		return 0; /* redirects that http.c follows */
+	xml_field(body, "Code", code, sizeof(code));
+	if (strcmp(code, "RequestTimeTooSkewed") == 0 && correct_skew(s, body))
+		return 1;
+	xml_field(body, "Message", msg, sizeof(msg));
+	if (xml_field(body, "Region", where, sizeof(where)) &&
+	    xml_field(body, "Endpoint", where, sizeof(where)))
+		where[0] = '\0';
+	if (code[0])
+		s3_code_errno(code, &why);
+	if (!code[0] && status == 404)
+		why = "not found (no such key or bucket)";
+	if (status == 404 || status == 503 || status >= 500)
+		lvl = LOG_LEVEL_DEBUG; /* absent index; retried errors */
+	/* an index missing beside the shards is normal: not a reason */
+	if (status == 404 && strstr(url, ".echofs-index"))
+		goto log;
+	pthread_mutex_lock(&s->err_lock);
+	snprintf(s->last_err, sizeof(s->last_err), "S3 %s%s%s%s%s%s",
+		 code[0] ? code : "error", why || msg[0] ? ": " : "",
+		 why ? why : msg, where[0] ? " (server says: " : "", where,
+		 where[0] ? ")" : "");
+	pthread_mutex_unlock(&s->err_lock);
+log:
+	log_msg(lvl, "s3: %s: HTTP %ld %s%s%s%s%s%s",
+		http_redact(url, red, sizeof(red)), status,
+		code[0] ? code : "(no error code)", why || msg[0] ? ": " : "",
+		why ? why : msg, where[0] ? " (server says: " : "", where,
+		where[0] ? ")" : "");
+	return 0;
+}
+
+const char *s3_last_error(struct s3 *s, char *buf, size_t buflen)
+{
+	pthread_mutex_lock(&s->err_lock);
+	snprintf(buf, buflen, "%s", s->last_err);
+	pthread_mutex_unlock(&s->err_lock);
+	return buf;
+}
+
+/* ---- addressing --------------------------------------------------------- */
+
+static int bucket_char_ok(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+	       (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_';
+}
+
+/* Virtual hosting needs a DNS label-safe name (and no dot under TLS: the
+ * wildcard certificate covers one label). */
+static int virtual_ok(const struct s3 *s, const char *b, size_t n)
+{
+	if (s->path_style || s->host_is_ip || n < 3 || n > 63)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!((b[i] >= 'a' && b[i] <= 'z') ||
+		      (b[i] >= '0' && b[i] <= '9') || b[i] == '-' ||
+		      (b[i] == '.' && strcmp(s->scheme, "http://") == 0)))
+			return 0;
+	return b[0] != '-' && b[n - 1] != '-';
+}
+
+int s3_is_url(const char *s)
+{
+	size_t n;
+
+	if (!s || strncasecmp(s, "s3://", 5) != 0)
+		return 0;
+	n = strcspn(s + 5, "/?");
+	if (n == 0 || n > BUCKET_MAX)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!bucket_char_ok(s[5 + i]))
+			return 0;
+	return 1;
+}
+
+/* "scheme authority base" + bucket part + rest */
+static char *bucket_url(const struct s3 *s, const char *b, size_t bn,
+			const char *rest)
+{
+	size_t len = strlen(s->scheme) + strlen(s->authority) +
+		     strlen(s->base) + bn + strlen(rest) + 4;
+	char *u = xmalloc(len);
+
+	if (virtual_ok(s, b, bn))
+		snprintf(u, len, "%s%.*s.%s%s%s", s->scheme, (int)bn, b,
+			 s->authority, s->base, rest[0] == '?' ? "/" : "");
+	else
+		snprintf(u, len, "%s%s%s/%.*s", s->scheme, s->authority,
+			 s->base, (int)bn, b);
+	/* rest is "?query" or "/encoded-key" */
+	memcpy(u + strlen(u), rest, strlen(rest) + 1);
+	return u;
+}
+
+static int map_url(void *ud, const char *url, char **out)
+{
+	struct s3 *s = ud;
+	const char *b, *p;
+	size_t bn;
+	char *key;
+	long n;
+
+	*out = NULL;
+	if (!s3_is_url(url))
+		return 0;
+	b = url + 5;
+	bn = strcspn(b, "/?");
+	p = b + bn;
+	if (*p == '?' || *p == '\0') {
+		for (const char *c = p; *c; c++)
+			if ((unsigned char)*c <= 0x20 || *c == 0x7f)
+				return -EINVAL;
+		*out = bucket_url(s, b, bn, *p ? p : "/");
+		return 0;
+	}
+	if (strlen(p) > KEY_MAX + 1)
+		return -ENAMETOOLONG;
+	key = xmalloc(3 * KEY_MAX + 8);
+	n = sigv4_uri_encode(p, strlen(p), 1, key, 3 * KEY_MAX + 8);
+	if (n >= 0)
+		*out = bucket_url(s, b, bn, key);
+	free(key);
+	return n < 0 ? (int)n : 0;
+}
+
+/* ---- signing ------------------------------------------------------------ */
+
+static int put_line(char *buf, size_t buflen, size_t *at, const char *name,
+		    const char *value)
+{
+	int n = snprintf(buf + *at, buflen - *at, "%s: %s\n", name, value);
+
+	if (n < 0 || (size_t)n >= buflen - *at)
+		return -ENAMETOOLONG;
+	*at += (size_t)n;
+	return 0;
+}
+
+static int sign_into(struct s3 *s, const struct http_req_info *ri,
+		     const struct aws_creds_value *v, char *buf, size_t buflen)
+{
+	struct sigv4_header hs[2];
+	struct sigv4_creds c = {v->access_key, v->secret_key, v->token};
+	struct sigv4_req r = {.method = ri->method,
+			      .url = ri->url,
+			      .region = s->region,
+			      .headers = hs};
+	struct sigv4_result res;
+	char date[SIGV4_DATE_LEN + 1];
+	size_t at = 0;
+	int rc;
+
+	if (ri->range)
+		hs[r.nheaders++] = (struct sigv4_header){"range", ri->range};
+	if (s->requester_pays)
+		hs[r.nheaders++] = (struct sigv4_header){"x-amz-request-payer",
+							 "requester"};
+	sigv4_now(date, atomic_load(&s->skew_s));
+	r.amz_date = date;
+	rc = sigv4_sign(&r, &c, &res);
+	if (rc == 0)
+		rc = put_line(buf, buflen, &at, "x-amz-date", res.amz_date);
+	if (rc == 0)
+		rc = put_line(buf, buflen, &at, "x-amz-content-sha256",
+			      res.payload_hash);
+	if (rc == 0 && v->token[0])
+		rc = put_line(buf, buflen, &at, "x-amz-security-token",
+			      v->token);
+	if (rc == 0 && s->requester_pays)
+		rc = put_line(buf, buflen, &at, "x-amz-request-payer",
+			      "requester");
+	if (rc == 0)
+		rc = put_line(buf, buflen, &at, "Authorization",
+			      res.authorization);
+	explicit_bzero(&res, sizeof(res));
+	return rc;
+}
+
+static int sign(void *ud, const struct http_req_info *ri, char *buf,
+		size_t buflen)
+{
+	struct s3 *s = ud;
+	struct aws_creds_value *v;
+	int rc;
+
+	buf[0] = '\0';
+	if (s->no_sign) {
+		size_t at = 0;
+		return s->requester_pays
+			       ? put_line(buf, buflen, &at,
+					  "x-amz-request-payer", "requester")
+			       : 0;
+	}
+	v = xmalloc(sizeof(*v));
+	aws_creds_get(s->creds, v);
+	rc = sign_into(s, ri, v, buf, buflen);
+	explicit_bzero(v, sizeof(*v));
+	free(v);
+	return rc;
+}
+
+/* ---- set-up ------------------------------------------------------------- */
+
+static int is_ip_host(const char *a, size_t n)
+{
+	if (n && a[0] == '[')
+		return 1;
+	if (n >= 9 && strncasecmp(a, "localhost", 9) == 0 &&
+	    (n == 9 || a[9] == ':'))
+		return 1;
+	for (size_t i = 0; i < n && a[i] != ':'; i++)
+		if (!((a[i] >= '0' && a[i] <= '9') || a[i] == '.'))
+			return 0;
+	return 1;
+}
+
+static int set_endpoint(struct s3 *s, const char *ep, char *err, size_t errlen)
+{
+	const char *a;
+	size_t an, bl;
+
+	if (strncasecmp(ep, "https://", 8) == 0)
+		s->scheme = xstrdup("https://"), a = ep + 8;
+	else if (strncasecmp(ep, "http://", 7) == 0)
+		s->scheme = xstrdup("http://"), a = ep + 7;
+	else
+		goto bad;
+	an = strcspn(a, "/?#");
+	if (an == 0 || memchr(a, '@', an) || a[an] == '?' || a[an] == '#')
+		goto bad;
+	s->authority = xstrndup(a, an);
+	bl = strlen(a + an);
+	while (bl && a[an + bl - 1] == '/')
+		bl--;
+	s->base = xstrndup(a + an, bl);
+	s->host_is_ip = is_ip_host(a, an);
+	return 0;
+bad:
+	snprintf(err, errlen,
+		 "bad S3 endpoint (want http(s)://host[:port][/path], "
+		 "without user or query)");
+	return -EINVAL;
+}
+
+/* option, then the environment, then the profile */
+static void pick(const char *opt, const char *env1, const char *env2,
+		 const char *profile, const char *key, char *out, size_t outlen)
+{
+	const char *v = opt && opt[0] ? opt : NULL;
+
+	if (!v && env1 && getenv(env1) && getenv(env1)[0])
+		v = getenv(env1);
+	if (!v && env2 && getenv(env2) && getenv(env2)[0])
+		v = getenv(env2);
+	out[0] = '\0';
+	if (v)
+		snprintf(out, outlen, "%s", v);
+	else if (aws_profile_setting(profile, key, out, outlen) != 0)
+		out[0] = '\0';
+}
+
+struct s3 *s3_new(const struct s3_opts *o, char *err, size_t errlen)
+{
+	struct s3 *s = xcalloc(1, sizeof(*s));
+	char ep[1024];
+
+	pthread_mutex_init(&s->err_lock, NULL);
+	s->path_style = o->path_style;
+	s->requester_pays = o->requester_pays;
+	s->no_sign = o->no_sign;
+	pick(o->region, "AWS_REGION", "AWS_DEFAULT_REGION", o->profile,
+	     "region", s->region, sizeof(s->region));
+	if (!s->region[0])
+		snprintf(s->region, sizeof(s->region), "us-east-1");
+	pick(o->endpoint, "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", o->profile,
+	     "endpoint_url", ep, sizeof(ep));
+	if (!ep[0])
+		snprintf(ep, sizeof(ep), "https://s3.%s.amazonaws.com",
+			 s->region);
+	if (set_endpoint(s, ep, err, errlen))
+		goto fail;
+	for (const char *c = s->region; *c; c++)
+		if (!bucket_char_ok(*c) || *c == '.') {
+			snprintf(err, errlen, "bad S3 region");
+			goto fail;
+		}
+	if (!s->no_sign) {
+		s->creds = aws_creds_new(o->profile, err, errlen);
+		if (!s->creds)
+			goto fail;
+		log_info("s3: credentials from %s, region %s",
+			 aws_creds_source(s->creds), s->region);
+	}
+	s->auth = (struct http_auth){
+		.map_url = map_url, .sign = sign, .failed = on_failed, .ud = s};
+	return s;
+fail:
+	s3_free(s);
+	return NULL;
+}
+
+void s3_free(struct s3 *s)
+{
+	if (!s)
+		return;
+	aws_creds_free(s->creds);
+	free(s->scheme);
+	free(s->authority);
+	free(s->base);
+	pthread_mutex_destroy(&s->err_lock);
+	free(s);
+}
+
+const struct http_auth *s3_http_auth(struct s3 *s)
+{
+	return &s->auth;
+}

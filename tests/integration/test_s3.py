@@ -1,0 +1,526 @@
+"""test_s3.py - s3:// sources against a real S3 API server (s3rver from npm,
+installed by tools/dev/setup.sh into tests/s3/node_modules) behind a
+verifying gateway (tests/s3/gateway.py) that recomputes every request's
+SigV4 signature with botocore and answers 403 like AWS. Every echofs request
+must pass it; a wrong secret must fail the mount with S3's reason."""
+
+import http.server
+import json
+import os
+import socket
+import socketserver
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+import helpers
+
+botocore = pytest.importorskip("botocore", reason="python3-botocore is not installed")
+import botocore.config  # noqa: E402
+import botocore.session  # noqa: E402
+
+S3DIR = os.path.join(helpers.REPO, "tests", "s3")
+S3RVER = os.path.join(S3DIR, "node_modules", "s3rver", "bin", "s3rver.js")
+GATEWAY = os.path.join(S3DIR, "gateway.py")
+AK, SK = "AKIAECHOFSTEST000001", "echofs/test+secret/key0000000000000000001"
+AK_TOKEN, SK_TOKEN, TOKEN = ("ASIAECHOFSTEST000002", "session/secret+key2",
+                             "FwoGZXIvYXdzEechofs//session+token==")
+MANY = 5000
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc, what, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("%s exited with %s" % (what, proc.returncode))
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("%s did not start" % what)
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def client(url):
+    return botocore.session.get_session().create_client(
+        "s3", region_name="us-east-1", endpoint_url=url,
+        aws_access_key_id="S3RVER", aws_secret_access_key="S3RVER",
+        config=botocore.config.Config(s3={"addressing_style": "path"},
+                                      max_pool_connections=16))
+
+
+def upload(dataset, c):
+    c.create_bucket(Bucket="dset")
+    c.create_bucket(Bucket="many")
+    shards = dataset.shards("test")
+    for path in shards:
+        with open(path, "rb") as f:
+            data = f.read()
+        c.put_object(Bucket="dset", Key="test/" + os.path.basename(path), Body=data)
+        c.put_object(Bucket="many", Key="big/" + os.path.basename(path), Body=data)
+    # 5,000 keys under one prefix (five ListObjectsV2 pages), of which only
+    # the shards end in .tar; the others sort before, between and after them
+    names = ["big/%s-%04d.json" % (p, i) for i in range(MANY - len(shards))
+             for p in ["a", "test-000004x", "zz"][i % 3:i % 3 + 1]]
+    with ThreadPoolExecutor(16) as ex:
+        list(ex.map(lambda k: c.put_object(Bucket="many", Key=k, Body=b"{}"), names))
+
+
+class S3Stack:
+    def __init__(self, work, dataset):
+        self.work = work
+        self.keys = os.path.join(work, "keys.json")
+        self.log = os.path.join(work, "gateway.log")
+        self.set_keys({AK: {"secret": SK},
+                       AK_TOKEN: {"secret": SK_TOKEN, "token": TOKEN}})
+        self.s3port = free_port()
+        env = dict(os.environ, NODE_OPTIONS="--openssl-legacy-provider")
+        self.s3rver = subprocess.Popen(
+            ["node", S3RVER, "-d", os.path.join(work, "data"), "-a", "127.0.0.1",
+             "-p", str(self.s3port), "--silent"], env=env,
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "s3rver.err"), "w"))
+        self.gateway = None
+        wait_port(self.s3port, self.s3rver, "s3rver")
+        self.s3url = "http://127.0.0.1:%d" % self.s3port
+        upload(dataset, client(self.s3url))
+        self.port = free_port()
+        self.gateway = subprocess.Popen(
+            [helpers.PYTHON, GATEWAY, "--upstream", self.s3url, "--keys", self.keys,
+             "--port", str(self.port), "--log", self.log],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "gw.err"), "w"))
+        wait_port(self.port, self.gateway, "gateway")
+        self.url = "http://127.0.0.1:%d" % self.port
+
+    def set_keys(self, keys):
+        with open(self.keys + ".tmp", "w") as f:
+            json.dump(keys, f)
+        os.rename(self.keys + ".tmp", self.keys)
+
+    def requests(self):
+        """gateway log lines since the last call"""
+        try:
+            with open(self.log) as f:
+                lines = [json.loads(x) for x in f]
+        except FileNotFoundError:
+            lines = []
+        open(self.log, "w").close()
+        return lines
+
+    def stop(self):
+        for p in (self.gateway, self.s3rver):
+            if p:
+                stop(p)
+
+
+@pytest.fixture(scope="module")
+def s3(dataset, tmp_path_factory):
+    if not os.path.exists(S3RVER):
+        pytest.skip("s3rver is not installed (tools/dev/setup.sh installs it "
+                    "into tests/s3/node_modules)")
+    st = S3Stack(str(tmp_path_factory.mktemp("s3")), dataset)
+    try:
+        yield st
+    finally:
+        st.stop()
+
+
+@pytest.fixture
+def aws_env(monkeypatch, tmp_path):
+    """A clean AWS environment: no real files, no instance metadata."""
+    for k in list(os.environ):
+        if k.startswith("AWS_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", AK)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SK)
+    return monkeypatch
+
+
+TEST_SRC = "s3://dset/test/test-{000000..%06d}.tar" % (helpers.TEST_SHARDS - 1)
+
+
+def check_tree(m, dataset):
+    got = helpers.walk(m.mnt)
+    want = dataset.ref_hashes("test")
+    assert set(got) == set(want)
+    bad = [p for p in want if got[p] != want[p]]
+    assert not bad, "%d files differ, e.g. %s" % (len(bad), bad[:3])
+
+
+def test_brace_source_every_request_signed(s3, dataset, aws_env, mounter):
+    s3.requests()
+    m = mounter(TEST_SRC, opts={"endpoint": s3.url})
+    check_tree(m, dataset)
+    seen = s3.requests()
+    assert len(seen) >= helpers.TEST_SHARDS
+    assert all(r["verdict"] == "ok" or r["path"].endswith(".echofs-index")
+               for r in seen), [r for r in seen if r["verdict"] != "ok"][:3]
+    assert all(r["verdict"] == "ok" for r in seen), seen[:3]
+
+
+def test_session_token_sent_and_checked(s3, dataset, aws_env, mounter):
+    aws_env.setenv("AWS_ACCESS_KEY_ID", AK_TOKEN)
+    aws_env.setenv("AWS_SECRET_ACCESS_KEY", SK_TOKEN)
+    aws_env.setenv("AWS_SESSION_TOKEN", TOKEN)
+    s3.requests()
+    m = mounter(TEST_SRC, opts={"endpoint": s3.url})
+    check_tree(m, dataset)
+    seen = s3.requests()
+    assert seen and all(r["verdict"] == "ok" and r["token"] for r in seen)
+
+
+def test_prefix_glob_source(s3, dataset, aws_env, mounter):
+    m = mounter("s3://dset/test/*.tar", opts={"endpoint": s3.url})
+    check_tree(m, dataset)
+
+
+def test_listing_5000_keys_over_pages(s3, dataset, aws_env, mounter):
+    s3.requests()
+    m = mounter("s3://many/big/", opts={"endpoint": s3.url})
+    check_tree(m, dataset)
+    lists = [r for r in s3.requests() if "list-type=2" in r["path"]]
+    assert len(lists) >= MANY // 1000, lists
+    assert sum("continuation-token=" in r["path"] for r in lists) >= MANY // 1000 - 1
+    assert "listed %d shards" % helpers.TEST_SHARDS in m.log()
+
+
+def failed_mount(mounter, source, opts):
+    m = mounter(source, opts=opts, check=False)
+    assert m.result.returncode != 0
+    assert not m.mounted
+    err = m.result.stderr.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def test_wrong_secret_fails_mount(s3, aws_env, mounter):
+    aws_env.setenv("AWS_SECRET_ACCESS_KEY", SK + "x")
+    err = failed_mount(mounter, TEST_SRC, {"endpoint": s3.url})
+    assert "SignatureDoesNotMatch" in err and "wrong secret key" in err, err
+    assert SK not in err
+
+
+def test_unknown_key_and_unsigned(s3, aws_env, mounter):
+    aws_env.setenv("AWS_ACCESS_KEY_ID", "AKIAUNKNOWN000000000")
+    err = failed_mount(mounter, TEST_SRC, {"endpoint": s3.url})
+    assert "InvalidAccessKeyId" in err, err
+    err = failed_mount(mounter, TEST_SRC, {"endpoint": s3.url, "no_sign": "1"})
+    assert "AccessDenied" in err, err
+
+
+def test_no_such_bucket_and_key(s3, aws_env, mounter):
+    err = failed_mount(mounter, "s3://nobucket/x/", {"endpoint": s3.url})
+    assert "NoSuchBucket" in err, err
+    err = failed_mount(mounter, "s3://dset/test/missing-{0..1}.tar",
+                       {"endpoint": s3.url})
+    assert "NoSuchKey" in err or "404" in err, err
+
+
+def test_no_credentials_names_sources(s3, aws_env, mounter):
+    aws_env.delenv("AWS_ACCESS_KEY_ID")
+    aws_env.delenv("AWS_SECRET_ACCESS_KEY")
+    err = failed_mount(mounter, TEST_SRC, {"endpoint": s3.url})
+    assert "no AWS credentials found" in err
+    for src in ("environment", "profile default", "web identity",
+                "container credentials", "instance metadata"):
+        assert src in err, err
+
+
+# ---- credential sources: loopback stand-ins for IMDSv2, ECS and STS ----
+
+class Issuer:
+    """Hands out fresh session credentials that expire after `life` seconds
+    and registers each set with the gateway (which then refuses it with
+    ExpiredToken once it has expired)."""
+
+    def __init__(self, s3, life=3600):
+        self.s3 = s3
+        self.life = life
+        self.lock = threading.Lock()
+        self.n = 0
+        self.keys = {AK: {"secret": SK},
+                     AK_TOKEN: {"secret": SK_TOKEN, "token": TOKEN}}
+
+    def issue(self, kind):
+        with self.lock:
+            self.n += 1
+            ak = "ASIA%s%012d" % (kind.upper()[:4].ljust(4, "X"), self.n)
+            exp = time.time() + self.life
+            k = {"secret": "sec/%s+%d" % (kind, self.n),
+                 "token": "tok/%s/%d==" % (kind, self.n), "expires": exp}
+            self.keys[ak] = k
+            self.s3.set_keys(self.keys)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(exp))
+        return ak, k["secret"], k["token"], stamp
+
+
+class StandIn(http.server.BaseHTTPRequestHandler):
+    """IMDSv2 (/latest/...), ECS (/ecs/creds) and STS (/sts/) in one."""
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def reply(self, status, body, ctype="application/json"):
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def creds_json(self, kind, token_name):
+        ak, sk, tok, exp = self.server.issuer.issue(kind)
+        return json.dumps({"Code": "Success", "AccessKeyId": ak,
+                           "SecretAccessKey": sk, token_name: tok,
+                           "Expiration": exp})
+
+    def do_PUT(self):
+        if (self.path == "/latest/api/token" and
+                self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")):
+            return self.reply(200, "imds-session-token", "text/plain")
+        self.reply(403, "")
+
+    def do_GET(self):
+        srv = self.server
+        if self.path.startswith("/latest/"):
+            if self.headers.get("X-aws-ec2-metadata-token") != "imds-session-token":
+                return self.reply(401, "")
+            if self.path == "/latest/meta-data/iam/security-credentials/":
+                return self.reply(200, "echofs-role", "text/plain")
+            if self.path == "/latest/meta-data/iam/security-credentials/echofs-role":
+                return self.reply(200, self.creds_json("imds", "Token"))
+        elif self.path == "/ecs/creds":
+            if self.headers.get("Authorization") != srv.ecs_auth:
+                return self.reply(403, "")
+            return self.reply(200, self.creds_json("ecs", "Token"))
+        elif self.path.startswith("/sts/"):
+            q = parse_qs(urlsplit(self.path).query)
+            with open(srv.web_token_file) as f:
+                want = f.read().strip()
+            if (q.get("Action") != ["AssumeRoleWithWebIdentity"] or
+                    q.get("WebIdentityToken") != [want] or
+                    q.get("RoleArn") != ["arn:aws:iam::123456789012:role/echofs"]):
+                return self.reply(403, "<ErrorResponse/>", "text/xml")
+            ak, sk, tok, exp = srv.issuer.issue("sts")
+            return self.reply(200, (
+                "<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult>"
+                "<Credentials><SessionToken>%s</SessionToken><SecretAccessKey>%s"
+                "</SecretAccessKey><Expiration>%s</Expiration><AccessKeyId>%s"
+                "</AccessKeyId></Credentials></AssumeRoleWithWebIdentityResult>"
+                "</AssumeRoleWithWebIdentityResponse>" % (tok, sk, exp, ak)),
+                "text/xml")
+        self.reply(404, "")
+
+
+@pytest.fixture
+def standin(s3, tmp_path):
+    srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), StandIn)
+    srv.daemon_threads = True
+    srv.issuer = Issuer(s3)
+    srv.ecs_auth = "ecs-auth-token-value"
+    srv.web_token_file = str(tmp_path / "web-identity-token")
+    with open(srv.web_token_file, "w") as f:
+        f.write("eyJhbGciOi.web.identity\n")
+    srv.url = "http://127.0.0.1:%d" % srv.server_address[1]
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def use_imds(env, standin):
+    env.setenv("AWS_EC2_METADATA_DISABLED", "false")
+    env.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", standin.url + "/")
+
+
+def use_ecs(env, standin, tmp_path):
+    env.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", standin.url + "/ecs/creds")
+    tok = tmp_path / "ecs-token"
+    tok.write_text(standin.ecs_auth)
+    tok.chmod(0o600)
+    env.setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", str(tok))
+
+
+def use_web_identity(env, standin):
+    env.setenv("AWS_WEB_IDENTITY_TOKEN_FILE", standin.web_token_file)
+    env.setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/echofs")
+    env.setenv("AWS_ENDPOINT_URL_STS", standin.url + "/sts")
+
+
+def akids(s3):
+    seen = s3.requests()
+    assert seen and all(r["verdict"] == "ok" for r in seen), \
+        [r for r in seen if r["verdict"] != "ok"][:3]
+    return {r["akid"] for r in seen}
+
+
+@pytest.mark.parametrize("source", ["imds", "ecs", "web_identity"])
+def test_remote_credential_source(s3, dataset, aws_env, standin, mounter,
+                                  tmp_path, source):
+    aws_env.delenv("AWS_ACCESS_KEY_ID")
+    aws_env.delenv("AWS_SECRET_ACCESS_KEY")
+    {"imds": lambda: use_imds(aws_env, standin),
+     "ecs": lambda: use_ecs(aws_env, standin, tmp_path),
+     "web_identity": lambda: use_web_identity(aws_env, standin)}[source]()
+    s3.requests()
+    m = mounter(TEST_SRC, opts={"endpoint": s3.url})
+    check_tree(m, dataset)
+    ids = akids(s3)
+    prefix = {"imds": "ASIAIMDS", "ecs": "ASIAECSX", "web_identity": "ASIASTSX"}
+    assert ids and all(i.startswith(prefix[source]) for i in ids), ids
+    log = m.log()
+    for secret in ("sec/", "tok/", standin.ecs_auth, "web.identity"):
+        assert secret not in log
+
+
+def test_precedence_order(s3, aws_env, standin, mounter, tmp_path):
+    """environment > profile > web identity > ECS > instance metadata"""
+    use_imds(aws_env, standin)
+    use_ecs(aws_env, standin, tmp_path)
+    use_web_identity(aws_env, standin)
+    creds = tmp_path / "credentials"
+    creds.write_text("[default]\naws_access_key_id = %s\n"
+                     "aws_secret_access_key = %s\naws_session_token = %s\n"
+                     % (AK_TOKEN, SK_TOKEN, TOKEN))
+    creds.chmod(0o600)
+    aws_env.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    src = "s3://dset/test/test-000000.tar"
+    order = [(lambda: None, AK),
+             (lambda: (aws_env.delenv("AWS_ACCESS_KEY_ID"),
+                       aws_env.delenv("AWS_SECRET_ACCESS_KEY")), AK_TOKEN),
+             (lambda: aws_env.setenv("AWS_SHARED_CREDENTIALS_FILE",
+                                     str(tmp_path / "none")), "ASIASTSX"),
+             (lambda: aws_env.delenv("AWS_WEB_IDENTITY_TOKEN_FILE"), "ASIAECSX"),
+             (lambda: aws_env.delenv("AWS_CONTAINER_CREDENTIALS_FULL_URI"),
+              "ASIAIMDS")]
+    for i, (change, want) in enumerate(order):
+        change()
+        s3.requests()
+        m = mounter(src, opts={"endpoint": s3.url}, name="p%d" % i)
+        ids = akids(s3)
+        assert all(x.startswith(want) for x in ids), (want, ids)
+        m.umount()
+
+
+def test_group_readable_credentials_file_refused(s3, aws_env, mounter, tmp_path):
+    aws_env.delenv("AWS_ACCESS_KEY_ID")
+    aws_env.delenv("AWS_SECRET_ACCESS_KEY")
+    creds = tmp_path / "credentials"
+    creds.write_text("[default]\naws_access_key_id = %s\n"
+                     "aws_secret_access_key = %s\n" % (AK, SK))
+    creds.chmod(0o640)
+    aws_env.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    err = failed_mount(mounter, TEST_SRC, {"endpoint": s3.url})
+    assert "too open" in err and "chmod 600" in err, err
+
+
+def test_expiring_credentials_refreshed_during_reads(s3, dataset, aws_env,
+                                                     standin, mounter):
+    """Credentials that live 30 s, reads for 75 s through a cache too small
+    to hold the data (so shards are fetched again and again): no read
+    fails, and requests go out under several successive keys."""
+    aws_env.delenv("AWS_ACCESS_KEY_ID")
+    aws_env.delenv("AWS_SECRET_ACCESS_KEY")
+    use_imds(aws_env, standin)
+    standin.issuer.life = 30
+    s3.requests()
+    m = mounter(TEST_SRC, opts={"endpoint": s3.url, "cache_size": "1M"})
+    want = dataset.ref_hashes("test")
+    paths = sorted(want)
+    deadline = time.monotonic() + 75
+    reads = 0
+    while time.monotonic() < deadline:
+        p = paths[reads * 97 % len(paths)]
+        assert helpers.sha256_file(m.path(p)) == want[p], p
+        reads += 1
+    ids = akids(s3)
+    assert len(ids) >= 3, ids
+    assert reads > 100
+
+
+def test_clock_skew_corrected_from_server_time(s3, dataset, aws_env, mounter,
+                                               tmp_path):
+    """A server whose clock is an hour ahead answers RequestTimeTooSkewed
+    with its time; echofs signs with the server's clock from then on and
+    retries once: the mount works and every file is right."""
+    port = free_port()
+    log = str(tmp_path / "skew.log")
+    gw = subprocess.Popen(
+        [helpers.PYTHON, GATEWAY, "--upstream", s3.s3url, "--keys", s3.keys,
+         "--port", str(port), "--log", log, "--clock-offset", "3600"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port, gw, "skewed gateway")
+        m = mounter(TEST_SRC, opts={"endpoint": "http://127.0.0.1:%d" % port})
+        check_tree(m, dataset)
+        with open(log) as f:
+            verdicts = [json.loads(x)["verdict"] for x in f]
+        assert verdicts.count("RequestTimeTooSkewed") >= 1
+        assert verdicts[-1] == "ok" and verdicts.count("ok") >= helpers.TEST_SHARDS
+        assert "clock is +3600 s from ours" in m.log() or \
+            "clock is +3599 s from ours" in m.log() or \
+            "clock is +3601 s from ours" in m.log(), m.log()
+    finally:
+        stop(gw)
+
+
+def test_echofs_index_on_s3_then_mount_with_it(s3, dataset, aws_env, mounter,
+                                               tmp_path):
+    aws_env.setenv("AWS_ENDPOINT_URL_S3", s3.url)
+    out = str(tmp_path / "test.echofs-index")
+    s3.requests()
+    r = subprocess.run([os.path.join(helpers.BUILD, "tools", "echofs-index"),
+                        "-o", out, TEST_SRC], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    with open(out) as f:
+        text = f.read()
+    assert "s3://dset/test/test-000000.tar" in text and SK not in text
+    assert all(x["verdict"] == "ok" for x in s3.requests())
+    m = mounter(TEST_SRC, opts={"index": out})  # endpoint from the environment
+    check_tree(m, dataset)
+    assert "index from option" in m.log()
+
+
+def test_wrong_region_names_the_right_one(s3, dataset, aws_env, mounter,
+                                          tmp_path):
+    port = free_port()
+    gw = subprocess.Popen(
+        [helpers.PYTHON, GATEWAY, "--upstream", s3.s3url, "--keys", s3.keys,
+         "--port", str(port), "--region", "eu-west-3"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port, gw, "gateway")
+        url = "http://127.0.0.1:%d" % port
+        err = failed_mount(mounter, TEST_SRC, {"endpoint": url})
+        assert "AuthorizationHeaderMalformed" in err and "wrong region" in err, err
+        assert "eu-west-3" in err, err
+        aws_env.setenv("AWS_REGION", "eu-west-3")
+        m = mounter(TEST_SRC, opts={"endpoint": url})
+        check_tree(m, dataset)
+    finally:
+        stop(gw)

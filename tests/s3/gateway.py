@@ -1,0 +1,207 @@
+#!/usr/bin/python3
+"""gateway.py - a verifying S3 gateway for the tests: it recomputes every
+request's SigV4 signature with botocore (AWS's reference signer) and answers
+403 like AWS (SignatureDoesNotMatch, InvalidAccessKeyId, ExpiredToken,
+InvalidToken, RequestTimeTooSkewed, AccessDenied for unsigned requests)
+before passing a good request on to the S3 server behind it (s3rver, which
+checks no signature itself).
+
+  gateway.py --upstream http://127.0.0.1:PORT --keys KEYS.json
+             [--port 0] [--port-file F] [--allow-anonymous] [--log F]
+             [--clock-offset SECONDS] [--region REGION]
+
+KEYS.json, read again for every request so a test can rotate keys:
+  {"AKID": {"secret": "...", "token": "..." or null,
+            "expires": unix time or null}}
+Every request it saw is appended to --log as one JSON line (method, path,
+verdict, signed headers, whether a token was sent) for the tests."""
+
+import argparse
+import calendar
+import http.client
+import http.server
+import json
+import re
+import socketserver
+import threading
+import time
+from urllib.parse import urlsplit
+
+import botocore.auth
+import botocore.awsrequest
+import botocore.credentials
+
+AUTH_RE = re.compile(r"^AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/s3/"
+                     r"aws4_request, SignedHeaders=([a-z0-9;-]+), "
+                     r"Signature=([0-9a-f]{64})$")
+HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer",
+       "upgrade", "proxy-authorization", "proxy-authenticate"}
+
+
+def error_xml(code, message, extra=""):
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>%s</Code>'
+            "<Message>%s</Message>%s<RequestId>gateway</RequestId></Error>"
+            % (code, message, extra)).encode()
+
+
+def expected_signature(method, host, raw_path, headers, signed, akid, secret,
+                       token, stamp, region):
+    creds = botocore.credentials.Credentials(akid, secret, token)
+    auth = botocore.auth.S3SigV4Auth(creds, "s3", region)
+    hdrs = {name: headers.get(name, "") for name in signed}
+    req = botocore.awsrequest.AWSRequest(method=method,
+                                         url="http://%s%s" % (host, raw_path),
+                                         headers=hdrs)
+    req.context["timestamp"] = stamp
+    cr = auth.canonical_request(req)
+    return auth.signature(auth.string_to_sign(req, cr), req)
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def verdict(self):
+        """None when the request may pass, else (status, code, message)."""
+        cfg = self.server.cfg
+        auth = self.headers.get("Authorization")
+        if auth is None:
+            if cfg.allow_anonymous:
+                return None
+            return (403, "AccessDenied", "Anonymous access is forbidden")
+        m = AUTH_RE.match(auth)
+        if not m:
+            return (400, "AuthorizationHeaderMalformed", "bad Authorization")
+        akid, day, region, signed, sig = m.groups()
+        signed = signed.split(";")
+        if cfg.region and region != cfg.region:
+            return (400, "AuthorizationHeaderMalformed", "The authorization "
+                    "header is malformed; the region '%s' is wrong; expecting "
+                    "'%s'" % (region, cfg.region),
+                    "<Region>%s</Region>" % cfg.region)
+        with open(cfg.keys) as f:
+            keys = json.load(f)
+        if akid not in keys:
+            return (403, "InvalidAccessKeyId", "The AWS Access Key Id you "
+                    "provided does not exist in our records.")
+        k = keys[akid]
+        for must in ("host", "x-amz-date", "x-amz-content-sha256"):
+            if must not in signed:
+                return (403, "AccessDenied", "%s must be signed" % must)
+        stamp = self.headers.get("x-amz-date", "")
+        try:
+            t = calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%SZ"))
+        except ValueError:
+            return (403, "AccessDenied", "bad x-amz-date")
+        now = time.time() + cfg.clock_offset
+        if abs(t - now) > 900 or stamp[:8] != day:
+            return (403, "RequestTimeTooSkewed", "The difference between the "
+                    "request time and the current time is too large.",
+                    "<RequestTime>%s</RequestTime><ServerTime>%s</ServerTime>"
+                    "<MaxAllowedSkewMilliseconds>900000"
+                    "</MaxAllowedSkewMilliseconds>" % (
+                        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)),
+                        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))))
+        token = self.headers.get("x-amz-security-token")
+        if k.get("token") is not None:
+            if token is None or "x-amz-security-token" not in signed:
+                return (403, "InvalidToken", "session token missing")
+            if token != k["token"]:
+                return (403, "InvalidToken", "The provided token is malformed "
+                        "or otherwise invalid.")
+        if k.get("expires") is not None and now > k["expires"]:
+            return (400, "ExpiredToken", "The provided token has expired.")
+        want = expected_signature(self.command, self.headers.get("Host", ""),
+                                  self.path, self.headers, signed, akid,
+                                  k["secret"], token, stamp, region)
+        if want != sig:
+            return (403, "SignatureDoesNotMatch", "The request signature we "
+                    "calculated does not match the signature you provided.")
+        return None
+
+    def record(self, verdict):
+        cfg = self.server.cfg
+        if not cfg.log:
+            return
+        line = json.dumps({"method": self.command, "path": self.path,
+                           "verdict": verdict[1] if verdict else "ok",
+                           "token": "x-amz-security-token" in self.headers,
+                           "akid": (AUTH_RE.match(self.headers.get(
+                               "Authorization", "")) or [None, None])[1],
+                           "range": self.headers.get("Range"),
+                           "time": time.time()})
+        with self.server.log_lock, open(cfg.log, "a") as f:
+            f.write(line + "\n")
+
+    def relay(self):
+        up = urlsplit(self.server.cfg.upstream)
+        conn = http.client.HTTPConnection(up.hostname, up.port, timeout=60)
+        # s3rver checks signatures only against its own fixed key: what
+        # was verified here goes on anonymously, which s3rver accepts
+        hdrs = {k: v for k, v in self.headers.items()
+                if k.lower() not in HOP and k.lower() not in
+                ("authorization", "x-amz-security-token")}
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        conn.request(self.command, self.path, body=body, headers=hdrs)
+        r = conn.getresponse()
+        data = r.read()
+        self.send_response(r.status)
+        for k, v in r.getheaders():
+            if k.lower() not in HOP and k.lower() != "content-length":
+                self.send_header(k, v)
+        length = r.getheader("Content-Length") if self.command == "HEAD" else None
+        self.send_header("Content-Length", length or str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+        conn.close()
+
+    def handle_any(self):
+        v = self.verdict()
+        self.record(v)
+        if v is None:
+            self.relay()
+            return
+        body = error_xml(*v[1:])
+        self.send_response(v[0])
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = handle_any
+
+
+class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--upstream", required=True)
+    ap.add_argument("--keys", required=True)
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--port-file")
+    ap.add_argument("--allow-anonymous", action="store_true")
+    ap.add_argument("--log")
+    ap.add_argument("--region", help="the only signing region accepted")
+    ap.add_argument("--clock-offset", type=float, default=0,
+                    help="seconds added to this server's clock")
+    cfg = ap.parse_args()
+    srv = Server(("127.0.0.1", cfg.port), Handler)
+    srv.cfg = cfg
+    srv.log_lock = threading.Lock()
+    if cfg.port_file:
+        with open(cfg.port_file + ".tmp", "w") as f:
+            f.write(str(srv.server_address[1]))
+        import os
+        os.rename(cfg.port_file + ".tmp", cfg.port_file)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
