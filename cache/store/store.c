@@ -26,7 +26,9 @@
  *   writer from creation (under the directory lock) to rename; the start-up
  *   sweep removes only those whose lock it can take (writer gone).
  * - Pins: a pinned entry's descriptor holds flock(LOCK_SH); eviction takes
- *   LOCK_EX | LOCK_NB first, so no process evicts a file another one reads.
+ *   LOCK_EX | LOCK_NB first, so a file another process reads is evicted
+ *   only when nothing else frees enough (its reader keeps reading the
+ *   unlinked file; its blocks return when the reader lets go).
  * - Fetch once: a writer holds "<name>.lock" (flock, the lock file unlinked
  *   by its holder before release) from store_begin to commit or abort. A
  *   second writer of the same entry, in any process, waits for it (bounded by
@@ -34,11 +36,13 @@
  * - Eviction policy (segmented, scan resistant): an entry used again after
  *   it was written ("protected") outranks one that was not ("probation").
  *   Probation entries go newest first, so a sweep over more data than fits
- *   keeps the start of the sweep instead of flushing everything; protected
- *   entries go least recently used first, and first of all while they hold
- *   more than 3/4 of the cap (so a new working set can take over). Times are
- *   kept on the file itself, shared by every process: atime = when written
- *   (files are opened O_NOATIME), mtime = last use.
+ *   keeps the start of the sweep instead of flushing everything, except
+ *   that the FRESH_KEEP newest entries go last of them (other mounts a
+ *   little behind are about to read those); protected entries go least
+ *   recently used first, and first of all while they hold more than 3/4 of
+ *   the cap (so a new working set can take over). Times are kept on the
+ *   file itself, shared by every process: atime = when written (files are
+ *   opened O_NOATIME), mtime = last use.
  *
  * Locking inside a process: s->lock guards the hash table, every entry's
  * pins, fd, flags and times, and the byte accounting. It is held for table
@@ -621,9 +625,10 @@ static int rescan(struct store *s, bool sweep, uint64_t *tmp_bytes)
 
 /* ---- eviction (s->lock and the directory lock held) ---- */
 
-/* Evict one unpinned entry unless another process has it pinned. Returns
- * true when its bytes are gone from the directory. */
-static bool try_evict(struct store *s, struct store_entry *e)
+/* Evict one entry this process has not pinned. Unless `force`, not one that
+ * another process has pinned either. Returns true when its bytes are gone
+ * from the directory. */
+static bool try_evict(struct store *s, struct store_entry *e, bool force)
 {
 	struct stat sb;
 	int fd = open_entry_file(s, e->name);
@@ -633,7 +638,7 @@ static bool try_evict(struct store *s, struct store_entry *e)
 		return true;
 	}
 	if (fstat(fd, &sb) != 0 || sb.st_ino != e->ino || sb.st_dev != e->dev ||
-	    flock(fd, LOCK_EX | LOCK_NB) != 0) {
+	    (flock(fd, LOCK_EX | LOCK_NB) != 0 && !force)) {
 		close(fd); /* a new file, or pinned by another process */
 		return false;
 	}
@@ -660,65 +665,120 @@ static int cmp_oldest_use(const void *a, const void *b)
 	return c ? c : strcmp(x->name, y->name);
 }
 
-/* The eviction candidates, split by segment and sorted in eviction order;
- * *prot_bytes gets the bytes of every protected entry (pinned ones too). */
-static void candidates(struct store *s, struct store_entry ***prob, size_t *np,
-		       struct store_entry ***prot, size_t *nq,
-		       uint64_t *prot_bytes)
+/* The eviction candidates (unpinned entries), by segment, each sorted in
+ * eviction order. */
+struct victims {
+	struct store_entry **prob; /* newest written first */
+	struct store_entry **prot; /* least recently used first */
+	size_t np, nq;
+	size_t nfresh;	     /* prob[0..nfresh) are among the newest */
+	uint64_t prot_bytes; /* of every protected entry, pinned ones too */
+};
+
+/* Keep FRESH_KEEP newest entries until last: another mount reading the same
+ * shards a little behind this one needs them next (without this, a sweep's
+ * newest-first rule would evict exactly what the others are about to read).
+ */
+#define FRESH_KEEP 2
+
+/* The FRESH_KEEP-th newest write time of all live entries. */
+static struct timespec fresh_threshold(struct store *s)
+{
+	struct timespec top[FRESH_KEEP] = {{0, 0}};
+	for (size_t i = 0; i < s->nbuckets; i++)
+		for (struct store_entry *e = s->tab[i]; e; e = e->hnext) {
+			struct timespec t = e->ins;
+			if (!e->owns_file || e->dropped)
+				continue;
+			for (int k = 0; k < FRESH_KEEP; k++)
+				if (ts_cmp(t, top[k]) > 0) {
+					struct timespec x = top[k];
+					top[k] = t;
+					t = x;
+				}
+		}
+	return top[FRESH_KEEP - 1];
+}
+
+static void candidates(struct store *s, struct victims *v)
 {
 	size_t n = s->nentries ? s->nentries : 1;
-	*prob = xmalloc(n * sizeof(**prob));
-	*prot = xmalloc(n * sizeof(**prot));
-	*np = *nq = 0;
-	*prot_bytes = 0;
+	struct timespec fresh = fresh_threshold(s);
+
+	memset(v, 0, sizeof(*v));
+	v->prob = xmalloc(n * sizeof(*v->prob));
+	v->prot = xmalloc(n * sizeof(*v->prot));
 	for (size_t i = 0; i < s->nbuckets; i++)
 		for (struct store_entry *e = s->tab[i]; e; e = e->hnext) {
 			if (!e->owns_file || e->dropped)
 				continue;
 			if (is_protected(e))
-				*prot_bytes += e->file_bytes;
+				v->prot_bytes += e->file_bytes;
 			if (e->pins)
 				continue;
 			if (is_protected(e))
-				(*prot)[(*nq)++] = e;
+				v->prot[v->nq++] = e;
 			else
-				(*prob)[(*np)++] = e;
+				v->prob[v->np++] = e;
 		}
-	qsort(*prob, *np, sizeof(**prob), cmp_newest_ins);
-	qsort(*prot, *nq, sizeof(**prot), cmp_oldest_use);
+	qsort(v->prob, v->np, sizeof(*v->prob), cmp_newest_ins);
+	qsort(v->prot, v->nq, sizeof(*v->prot), cmp_oldest_use);
+	while (v->nfresh < v->np && ts_cmp(v->prob[v->nfresh]->ins, fresh) >= 0)
+		v->nfresh++;
+}
+
+/* The next victim: protected LRU while protected entries hold over 3/4 of
+ * the cap; then probation newest first, but the newest (fresh) ones last of
+ * the probation entries, oldest of them first; then protected LRU. *ip and
+ * *iq walk prob and prot. */
+static struct store_entry *next_victim(struct store *s, struct victims *v,
+				       size_t *ip, size_t *iq)
+{
+	if (*iq < v->nq && v->prot_bytes > s->st.cap / 4 * 3)
+		return v->prot[(*iq)++];
+	if (*ip < v->np - v->nfresh)
+		return v->prob[v->nfresh + (*ip)++];
+	if (*ip < v->np)
+		return v->prob[v->np - 1 - (*ip)++];
+	if (*iq < v->nq)
+		return v->prot[(*iq)++];
+	return NULL;
+}
+
+/* One pass over the candidates in eviction order. Returns true when `need`
+ * more bytes fit. */
+static bool evict_pass(struct store *s, uint64_t tmp_bytes, uint64_t need,
+		       bool force)
+{
+	struct victims v;
+	struct store_entry *e;
+	size_t ip = 0, iq = 0;
+
+	candidates(s, &v);
+	while (s->st.bytes + tmp_bytes + need > s->st.cap &&
+	       (e = next_victim(s, &v, &ip, &iq)) != NULL) {
+		uint64_t fb = e->file_bytes;
+		bool p = is_protected(e);
+		if (try_evict(s, e, force) && p)
+			v.prot_bytes -= fb;
+	}
+	free(v.prob);
+	free(v.prot);
+	return s->st.bytes + tmp_bytes + need <= s->st.cap;
 }
 
 /* Evict until `need` more bytes fit under the cap, counting `tmp_bytes` of
- * writers in progress. Order: protected LRU while protected entries hold
- * over 3/4 of the cap, then probation newest first, then protected LRU.
- * Returns 0 or -ENOSPC. */
+ * writers in progress. Entries other processes have pinned go only when
+ * nothing else frees enough: their readers keep reading the unlinked file
+ * (its blocks return when they let go), whereas refusing would leave the
+ * cache unusable to every mount while others hold old pins. Entries this
+ * process has pinned never go. Returns 0 or -ENOSPC. */
 static int evict_for(struct store *s, uint64_t tmp_bytes, uint64_t need)
 {
-	struct store_entry **prob, **prot;
-	size_t np, nq, ip = 0, iq = 0;
-	uint64_t prot_bytes, keep = s->st.cap / 4 * 3;
-
-	candidates(s, &prob, &np, &prot, &nq, &prot_bytes);
-	while (s->st.bytes + tmp_bytes + need > s->st.cap) {
-		struct store_entry *v;
-		uint64_t fb;
-		bool p;
-		if (iq < nq && prot_bytes > keep)
-			v = prot[iq++];
-		else if (ip < np)
-			v = prob[ip++];
-		else if (iq < nq)
-			v = prot[iq++];
-		else
-			break;
-		fb = v->file_bytes;
-		p = is_protected(v);
-		if (try_evict(s, v) && p)
-			prot_bytes -= fb;
-	}
-	free(prob);
-	free(prot);
-	return s->st.bytes + tmp_bytes + need > s->st.cap ? -ENOSPC : 0;
+	if (evict_pass(s, tmp_bytes, need, false) ||
+	    evict_pass(s, tmp_bytes, need, true))
+		return 0;
+	return -ENOSPC;
 }
 
 /* ---- open and close ---- */

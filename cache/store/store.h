@@ -14,8 +14,10 @@
  * until it is renamed, and store_open removes only temp files nobody holds;
  * the cap is kept over the whole directory (every admission rescans it under
  * a directory lock and counts other writers' temp files); an entry pinned
- * by any process is never evicted; and an entry being written by one process
- * is waited for, not written again, by the others ("<name>.lock").
+ * here is never evicted, and one pinned by another process only when nothing
+ * else frees enough (that process keeps reading the unlinked file); and an
+ * entry being written by one process is waited for, not written again, by
+ * the others ("<name>.lock").
  *
  * Eviction is scan resistant: entries used again since they were written are
  * kept before entries that were not, and among the latter the newest go

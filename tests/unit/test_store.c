@@ -275,9 +275,9 @@ Test(store, reopen_finds_entries)
 
 /* Eviction order: ops are letters; upper case adds an entry, lower case
  * reads it (a use, which protects it). The cap holds `fit` entries; `left`
- * lists the survivors. Entries never used again go newest first; used ones
- * least recently used first, and before the others while they fill over 3/4
- * of the cap. */
+ * lists the survivors. Entries never used again go newest first, except the
+ * two newest of all, which go last of them; used ones least recently used
+ * first, after the others, but first while they fill over 3/4 of the cap. */
 struct lru_case {
 	unsigned fit;
 	const char *ops;
@@ -286,10 +286,11 @@ struct lru_case {
 };
 
 static const struct lru_case lru_cases[] = {
-	{3, "ABC", "ABC", 0},	     {3, "ABCD", "ABD", 1},
-	{3, "ABCaD", "ABD", 1},	     {3, "ABCbaDE", "ABE", 2},
-	{2, "ABcCD", "AD", 2},	     {1, "ABCD", "D", 3},
+	{3, "ABC", "ABC", 0},	     {3, "ABCD", "BCD", 1},
+	{3, "ABCaD", "ACD", 1},	     {3, "ABCbaDE", "ABE", 2},
+	{2, "ABcCD", "CD", 2},	     {1, "ABCD", "D", 3},
 	{4, "ABCDdcbaE", "ABCE", 1}, {2, "ABabCDdEF", "DF", 4},
+	{5, "ABCDEF", "ABDEF", 1},   {5, "ABCDEFG", "ABEFG", 2},
 };
 
 static void url_of(char c, char *url, size_t n)
@@ -393,28 +394,35 @@ Test(store, reopen_keeps_eviction_order)
 	struct store_stats st;
 	uint64_t unit;
 
-	add_put(s, "http://h/A.tar", 1000, 1);
-	add_put(s, "http://h/B.tar", 1000, 2);
-	add_put(s, "http://h/C.tar", 1000, 3);
+	for (char c = 'A'; c <= 'E'; c++) {
+		char url[32];
+		url_of(c, url, sizeof(url));
+		add_put(s, url, 1000, (unsigned)c);
+	}
 	store_get_stats(s, &st);
-	unit = st.bytes / 3;
+	unit = st.bytes / 5;
 	store_close(s);
-	/* B was used again after it was written; A and C were not, C is the
-	 * newer of the two. */
-	set_times_of("http://h/A.tar", 2000, 2000);
-	set_times_of("http://h/B.tar", 1000, 5000);
+	/* Written in the order E A B C D; only E was used again since. */
+	set_times_of("http://h/A.tar", 1000, 1000);
+	set_times_of("http://h/B.tar", 2000, 2000);
 	set_times_of("http://h/C.tar", 3000, 3000);
-	/* Room for two: C goes. */
-	s = open_store(2 * unit + unit / 2);
+	set_times_of("http://h/D.tar", 4000, 4000);
+	set_times_of("http://h/E.tar", 500, 6000);
+	/* Room for four: the newest unused one but the two newest (C, D)
+	 * goes: B. */
+	s = open_store(4 * unit + unit / 2);
 	store_get_stats(s, &st);
-	cr_assert_eq(st.entries, 2);
+	cr_assert_eq(st.entries, 4);
 	cr_assert_eq(st.evictions, 1);
-	cr_assert_not(store_contains(s, "http://h/C.tar", "\"e\"", 1000));
-	/* Adding D evicts A, never used again, not the used B. */
-	add_put(s, "http://h/D.tar", 1000, 4);
+	cr_assert_not(store_contains(s, "http://h/B.tar", "\"e\"", 1000));
+	/* Adding F evicts A, never used again, not the used E. */
+	add_put(s, "http://h/F.tar", 1000, 6);
 	cr_assert_not(store_contains(s, "http://h/A.tar", "\"e\"", 1000));
-	cr_assert(store_contains(s, "http://h/B.tar", "\"e\"", 1000));
-	cr_assert(store_contains(s, "http://h/D.tar", "\"e\"", 1000));
+	for (char c = 'C'; c <= 'F'; c++) {
+		char url[32];
+		url_of(c, url, sizeof(url));
+		cr_assert(store_contains(s, url, "\"e\"", 1000), "%c gone", c);
+	}
 	store_close(s);
 }
 
@@ -1079,12 +1087,12 @@ Test(store, eviction_spares_entry_pinned_by_other_store)
 	store_close(a);
 }
 
-/* Two passes over 8 entries through a store that holds 3: plain LRU hits
+/* Two passes over 8 entries through a store that holds 6: plain LRU hits
  * nothing in the second pass; keeping part of the sweep hits that part. */
 Test(store, sweep_larger_than_cap_keeps_part)
 {
 	uint64_t unit = unit_of(1000);
-	struct store *s = open_store(3 * unit + unit / 2);
+	struct store *s = open_store(6 * unit + unit / 2);
 	unsigned hits = 0;
 
 	for (int pass = 0; pass < 2; pass++)
