@@ -79,6 +79,10 @@
 #define TMP_PREFIX ".tmp-"
 #define WAIT_POLL_NS 20000000L /* 20 ms between looks at a busy entry lock */
 #define DEFAULT_WAIT_S 120.0
+/* A lookup this soon after an entry was written is part of the same read
+ * (the shard layer re-pins what it unpinned to make room, other mounts take
+ * what they waited for), not a use again: it does not protect the entry. */
+#define DEFAULT_REUSE_GAP_S 1.0
 
 struct store_entry {
 	struct store *s;
@@ -122,9 +126,10 @@ struct store {
 	pthread_mutex_t lock;
 	char *shards_dir;
 	int dirfd;
-	double wait_s;	  /* longest wait for another writer of an entry */
-	int interrupted;  /* atomic: waits end with -ECANCELED */
-	uint64_t counter; /* atomic: temp file names */
+	double wait_s;	    /* longest wait for another writer of an entry */
+	double reuse_gap_s; /* see DEFAULT_REUSE_GAP_S */
+	int interrupted;    /* atomic: waits end with -ECANCELED */
+	uint64_t counter;   /* atomic: temp file names */
 	/* All below guarded by lock. The table holds every entry this process
 	 * knows, dropped ones included until their last put. */
 	struct store_entry **tab;
@@ -343,6 +348,11 @@ static int ts_cmp(struct timespec a, struct timespec b)
 	if (a.tv_nsec != b.tv_nsec)
 		return a.tv_nsec < b.tv_nsec ? -1 : 1;
 	return 0;
+}
+
+static double ts_seconds(struct timespec t)
+{
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 /* Used again since it was written. */
@@ -821,6 +831,7 @@ struct store *store_open(const char *dir, uint64_t cap, char *err,
 	snprintf(s->shards_dir, n, "%s/shards", dir);
 	s->st.cap = cap;
 	s->wait_s = DEFAULT_WAIT_S;
+	s->reuse_gap_s = DEFAULT_REUSE_GAP_S;
 	pthread_mutex_init(&s->lock, NULL);
 	table_grow(s);
 	if ((r = make_dir(dir)) != 0 || (r = make_dir(s->shards_dir)) != 0) {
@@ -863,6 +874,12 @@ void store_set_wait(struct store *s, double seconds)
 {
 	if (s && seconds >= 0)
 		s->wait_s = seconds;
+}
+
+void store_set_reuse_gap(struct store *s, double seconds)
+{
+	if (s && seconds >= 0)
+		s->reuse_gap_s = seconds;
 }
 
 void store_interrupt(struct store *s)
@@ -957,14 +974,17 @@ struct store_entry *store_get(struct store *s, const char *url,
 	}
 	if (e) {
 		e->pins++;
-		e->use = t[1] = now_real();
-		fd = e->fd;
+		t[1] = now_real();
+		if (ts_seconds(t[1]) - ts_seconds(e->ins) >= s->reuse_gap_s) {
+			e->use = t[1];
+			fd = e->fd;
+		}
 	}
 	pthread_mutex_unlock(&s->lock);
 	free(key);
 	/* A use: recorded on the file, where every process's eviction sees it
 	 * (the fd stays open while we hold the pin). */
-	if (e)
+	if (fd >= 0)
 		futimens(fd, t);
 	return e;
 }

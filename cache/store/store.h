@@ -19,10 +19,11 @@
  * entry being written by one process is waited for, not written again, by
  * the others ("<name>.lock").
  *
- * Eviction is scan resistant: entries used again since they were written are
- * kept before entries that were not, and among the latter the newest go
- * first, so a sweep over more data than fits keeps part of it instead of
- * none (plain LRU keeps none). Files in the directory that are not named like
+ * Eviction is scan resistant: entries used again since they were written
+ * (looked up at least a second later) are kept before entries that were not,
+ * and among the latter the newest go first (the two newest last), so a sweep
+ * over more data than fits keeps part of it instead of none (plain LRU keeps
+ * none). Files in the directory that are not named like
  * entries, temp or lock files are left alone.
  *
  * Thread safety: every function may be called from any thread. Entries handed
@@ -67,6 +68,9 @@ void store_close(struct store *s);
 /* How long store_begin waits for another writer of the same entry (default
  * 120 s); 0: not at all. */
 void store_set_wait(struct store *s, double seconds);
+/* A lookup within this many seconds after an entry was written does not
+ * count as a use again (default 1 s; see the eviction order above). */
+void store_set_reuse_gap(struct store *s, double seconds);
 /* End every present and future wait of store_begin with ECANCELED (for
  * shutdown). */
 void store_interrupt(struct store *s);

@@ -112,11 +112,13 @@ static void check_range(struct store_entry *e, uint64_t off, size_t len,
 	free(exp);
 }
 
+/* Lookups count as uses at once here (the tests run in microseconds). */
 static struct store *open_store(uint64_t cap)
 {
 	char err[256] = "";
 	struct store *s = store_open(tdir, cap, err, sizeof(err));
 	cr_assert_not_null(s, "store_open: %s", err);
+	store_set_reuse_gap(s, 0);
 	return s;
 }
 
@@ -1109,5 +1111,24 @@ Test(store, sweep_larger_than_cap_keeps_part)
 				add_put(s, url, 1000, (unsigned)i);
 		}
 	cr_assert_geq(hits, 2, "second pass hit %u of 8", hits);
+	store_close(s);
+}
+
+/* A lookup right after an entry was written (the reader of that very fetch
+ * coming back) is no use again: it does not protect the entry. */
+Test(store, lookup_soon_after_write_does_not_protect)
+{
+	uint64_t unit = unit_of(1000);
+	struct store *s = open_store(3 * unit + unit / 2);
+
+	store_set_reuse_gap(s, 1.0);
+	for (int i = 0; i < 3; i++)
+		add_put(s, abc[i], 1000, (unsigned)i);
+	store_put(store_get(s, abc[0], "\"e\"", 1000));
+	add_put(s, "http://h/D.tar", 1000, 4);
+	/* Never used again, older than the two newest: A goes. */
+	cr_assert_not(store_contains(s, abc[0], "\"e\"", 1000));
+	cr_assert(store_contains(s, abc[1], "\"e\"", 1000));
+	cr_assert(store_contains(s, abc[2], "\"e\"", 1000));
 	store_close(s);
 }
