@@ -165,7 +165,7 @@ def test_second_mount_keeps_first_mounts_downloads(dataset, slow_nginx, mounter,
     """A mount starting on a cache_dir where another mount is downloading
     leaves that download's temp file alone; the first mount finishes it into
     the cache (no cache_write error)."""
-    srv = slow_nginx("200k")
+    srv = slow_nginx("100k")
     cache_dir = os.path.join(str(tmp_path), "shared-cache")
     os.makedirs(cache_dir)
     opts = {"index": srv.test_index}
@@ -191,12 +191,13 @@ def test_second_mount_keeps_first_mounts_downloads(dataset, slow_nginx, mounter,
     assert before, "the first mount never started writing a temp file"
     mounter(source_of(srv.url, "test"), cache_dir=cache_dir, opts=opts,
             name="second")
-    after = tmp_files(cache_dir)
-    if not t.is_alive():
-        pytest.skip("the download ended before the second mount started: "
-                    "nothing to check (machine too slow to start a mount?)")
-    assert set(before) <= set(after), (
-        "the second mount's start-up removed %s" % sorted(set(before) - set(after)))
+    missing = set(before) - set(tmp_files(cache_dir))
+    if missing:
+        s = first.stats()
+        if s["shards_cached"] >= 1 and s["errors"]["cache_write"] == 0:
+            pytest.skip("the download ended (renamed into place) before the "
+                        "second mount started: nothing to check")
+    assert not missing, "the second mount's start-up removed %s" % sorted(missing)
     t.join(timeout=120)
     assert not t.is_alive(), "read did not finish"
     assert hashlib.sha256(result["data"]).hexdigest() == ref[target]
