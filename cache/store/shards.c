@@ -239,18 +239,15 @@ static struct store_writer *begin_writer(struct shards *sh,
 	struct store_writer *w;
 	if (!sh->st)
 		return NULL;
-	/* Unpin what no reader is using before the store picks what to evict:
-	 * entries kept pinned only because they were read lately would
-	 * otherwise be spared and the store's order (which keeps part of a
-	 * sweep larger than the cache) would not decide. Entries in use stay
-	 * pinned until their last reader lets go; give those a moment when
-	 * the store is still full. */
-	pthread_mutex_lock(&sh->lock);
-	unpin_some(sh, UINT32_MAX, true);
-	pthread_mutex_unlock(&sh->lock);
 	w = store_begin(sh->st, is->url, is->etag, is->size);
-	for (int i = 0; !w && errno == ENOSPC && i < 2; i++) {
-		nanosleep(&(struct timespec){0, 20000000L}, NULL);
+	/* Our own pins may be what keeps the store from evicting: drop them
+	 * and give readers still holding one a moment to let go. */
+	for (int i = 0; !w && errno == ENOSPC && i < 3; i++) {
+		pthread_mutex_lock(&sh->lock);
+		unpin_some(sh, UINT32_MAX, true);
+		pthread_mutex_unlock(&sh->lock);
+		if (i)
+			nanosleep(&(struct timespec){0, 20000000L}, NULL);
 		w = store_begin(sh->st, is->url, is->etag, is->size);
 	}
 	return w;

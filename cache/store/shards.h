@@ -22,9 +22,8 @@
  * - A cached shard's store entry stays pinned while readers use it, so a hit
  *   costs one pread (each block's checksum is checked once). At most
  *   max(32, 8 * workers) entries stay pinned; the least recently read ones are
- *   unpinned so the store can evict them, and all that no reader is using
- *   are unpinned before a new shard is admitted (so the store's eviction
- *   order, not the age of our pins, decides what goes).
+ *   unpinned so the store can evict them, and all are unpinned when the store
+ *   has no room for a new shard.
  * - Locking: one mutex guards the per-shard state table and the queue; it is
  *   never held across network I/O or disk reads. It may be held while calling
  *   into the store (store_put, store_drop: short, no data I/O).
