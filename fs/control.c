@@ -164,6 +164,8 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 	M("cache_bytes", 'g', s->st.bytes, "bytes in the disk cache");
 	M("cache_size", 'g', s->st.cap, "disk cache cap");
 	M("cache_evictions", 'c', s->st.evictions, "cache entries evicted");
+	M("cache_waits", 'c', s->st.waits,
+	  "shard fetches that waited for another mount's download");
 	M("uptime_s", 'g', s->uptime, "seconds since mount");
 	if (c->src.pool) {
 		M("echo", 'g', s->echo, "echo factor E in force");

@@ -401,6 +401,9 @@ static void fetch_one(struct shards *sh, uint32_t n)
 		fetch_cached(sh, n, w);
 		return;
 	}
+	/* Another mount sharing the cache fetched it while we waited. */
+	if (!e && sh->st && errno == EEXIST)
+		e = store_get(sh->st, is->url, is->etag, is->size);
 	pthread_mutex_lock(&sh->lock);
 	sh->nfetching--;
 	if (e)
@@ -821,7 +824,6 @@ void shards_prefetch(struct shards *sh, uint32_t shard)
 int shards_is_cached(struct shards *sh, uint32_t shard)
 {
 	const struct index_shard *is;
-	struct store_entry *e;
 	enum state st;
 	bool pinned;
 
@@ -833,12 +835,11 @@ int shards_is_cached(struct shards *sh, uint32_t shard)
 	pthread_mutex_unlock(&sh->lock);
 	if (pinned || !sh->st || (st != NONE && st != CACHED))
 		return pinned;
-	/* Not looked at yet (maybe an earlier mount cached it), or unpinned
-	 * and maybe evicted since. */
+	/* Not looked at yet (maybe an earlier or another mount cached it), or
+	 * unpinned and maybe evicted since. A query for statistics: it must
+	 * not pin, nor count as a use in the eviction order. */
 	is = &sh->ix->shards[shard];
-	e = store_get(sh->st, is->url, is->etag, is->size);
-	store_put(e);
-	return e != NULL;
+	return store_contains(sh->st, is->url, is->etag, is->size);
 }
 
 void shards_get_stats(struct shards *sh, struct shards_stats *out)
@@ -915,6 +916,7 @@ void shards_cancel(struct shards *sh)
 	for (size_t i = 0; i < nshards(sh); i++)
 		pthread_cond_broadcast(&sh->slots[i].cond);
 	pthread_mutex_unlock(&sh->lock);
+	store_interrupt(sh->st); /* a wait for another mount's fetch */
 }
 
 /* No read may be in progress. */
@@ -925,6 +927,8 @@ void shards_free(struct shards *sh)
 	pthread_mutex_lock(&sh->lock);
 	sh->stop = true; /* streams in progress stop at their next chunk */
 	pthread_mutex_unlock(&sh->lock);
+	/* A worker may be waiting for another mount's fetch of its shard. */
+	store_interrupt(sh->st);
 	if (sh->wq) /* queued fetches are dropped */
 		workq_shutdown(sh->wq, WORKQ_CANCEL);
 	workq_free(sh->wq);

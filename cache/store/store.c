@@ -1,5 +1,6 @@
-/* store.c - the on-disk shard cache: atomic, checksummed entry files with an
- * LRU size cap, found again by later mounts.
+/* store.c - the on-disk shard cache: atomic, checksummed entry files under a
+ * size cap, shared by any number of echofs processes and found again by later
+ * mounts.
  *
  * Entry file layout ("<dir>/shards/<16 hex of hash64(key)>.shard"):
  *   data        `size` bytes, the shard itself
@@ -12,22 +13,44 @@
  * The fixed tail sits at the very end so a file describes itself: it is read
  * from the end, checked, and the key compared before any byte is trusted.
  *
- * Locking: one mutex (s->lock) guards the LRU list, every entry's pins, fd,
- * flags, and the byte accounting. It is held for list work and for the
- * metadata calls that must agree with the list (opening and unlinking entry
- * files), never for data reads or writes. The rename that publishes a new
- * entry file (store_commit) runs before the lock is taken; under the lock
- * right after, the new entry joins the list and supersedes any older entry
- * whose file that rename replaced. Block checksums are immutable once an
- * entry exists; the per-block "verified" flags are atomics.
+ * DESIGN (sharing one directory between processes; see store.h)
+ * - The directory is the truth; each process keeps a hash table (keyed by the
+ *   entry name, i.e. the key's hash) of the entries it knows, refreshed from
+ *   the directory whenever it admits a new entry.
+ * - Directory lock: flock(LOCK_EX) on a fresh descriptor of the shards
+ *   directory (a fresh open file description, so threads of one process
+ *   exclude each other too). Held to sweep, to rescan + evict + create a temp
+ *   file, and to rename a finished entry into place, so every rescan sees
+ *   every byte on disk: entry files plus other writers' temp files, which are
+ *   allocated to their full size when created.
+ * - Temp files ".tmp-<pid>-<counter>-<random>" are flock(LOCK_EX)ed by their
+ *   writer from creation (under the directory lock) to rename; the start-up
+ *   sweep removes only those whose lock it can take (writer gone).
+ * - Pins: a pinned entry's descriptor holds flock(LOCK_SH); eviction takes
+ *   LOCK_EX | LOCK_NB first, so a file another process reads is evicted
+ *   only when nothing else frees enough (its reader keeps reading the
+ *   unlinked file; its blocks return when the reader lets go).
+ * - Fetch once: a writer holds "<name>.lock" (flock, the lock file unlinked
+ *   by its holder before release) from store_begin to commit or abort. A
+ *   second writer of the same entry, in any process, waits for it (bounded by
+ *   store_set_wait), then finds the finished file and gets EEXIST.
+ * - Eviction policy (segmented, scan resistant): an entry used again after
+ *   it was written ("protected") outranks one that was not ("probation").
+ *   Probation entries go newest first, so a sweep over more data than fits
+ *   keeps the start of the sweep instead of flushing everything, except
+ *   that the FRESH_KEEP newest entries go last of them (other mounts a
+ *   little behind are about to read those); protected entries go least
+ *   recently used first, and first of all while they hold more than 3/4 of
+ *   the cap (so a new working set can take over). Times are kept on the
+ *   file itself, shared by every process: atime = when written (files are
+ *   opened O_NOATIME), mtime = last use.
  *
- * File descriptors: an entry's file is open only while it is pinned (opened by
- * the first store_get, closed by the last store_put), so a cache of thousands
- * of entries costs descriptors only for those in use. Callers that read an
- * entry often should keep it pinned.
- *
- * Temp files ("<dir>/shards/.tmp-XXXXXX") left by a crash are removed by
- * store_open; two live mounts must therefore not share one cache dir. */
+ * Locking inside a process: s->lock guards the hash table, every entry's
+ * pins, fd, flags and times, and the byte accounting. It is held for table
+ * work and the metadata calls that must agree with it (open, unlink, flock
+ * with LOCK_NB), never for data reads or writes or any wait. Lock order:
+ * entry lock file, directory flock, s->lock. Block checksums are immutable
+ * once an entry exists; the per-block "verified" flags are atomics. */
 #include "cache/store/store.h"
 
 #include "common/log.h"
@@ -43,7 +66,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -52,23 +78,35 @@
 #define TAIL_SIZE (MAGIC_LEN + 8 + 8 + 4 + 4)
 #define KEY_MAX 16384
 #define NAME_LEN 22 /* 16 hex digits + ".shard" */
+#define LOCK_SUFFIX ".lock"
 #define TMP_PREFIX ".tmp-"
+#define WAIT_POLL_NS 20000000L /* 20 ms between looks at a busy entry lock */
+#define DEFAULT_WAIT_S 120.0
+/* A lookup this soon after an entry was written is part of the same read
+ * (the shard layer re-pins what it unpinned to make room, other mounts take
+ * what they waited for), not a use again: it does not protect the entry. */
+#define DEFAULT_REUSE_GAP_S 1.0
 
 struct store_entry {
 	struct store *s;
-	struct store_entry *prev, *next; /* LRU list; s->lock */
+	struct store_entry *hnext; /* hash chain; s->lock */
+	uint64_t hash;		   /* hash64(key): names the file */
 	char *key;
 	char name[NAME_LEN + 1];
 	uint64_t size;	     /* data bytes */
 	uint64_t file_bytes; /* data + footer */
 	uint32_t nblocks;
-	uint32_t *crcs;	       /* immutable */
-	uint8_t *verified;     /* per block; atomic loads/stores */
-	struct timespec mtime; /* only used to order entries at open */
-	int fd;		       /* open while pins > 0; s->lock */
-	unsigned pins;	       /* s->lock */
-	bool dropped;	/* corrupt: never returned, unlinked at last put */
+	uint32_t *crcs;		  /* immutable */
+	uint8_t *verified;	  /* per block; atomic loads/stores */
+	struct timespec ins, use; /* written, last used; s->lock */
+	dev_t dev;		  /* the file this entry describes */
+	ino_t ino;
+	int fd;		/* open (LOCK_SH) while pins > 0; s->lock */
+	unsigned pins;	/* s->lock */
+	bool dropped;	/* corrupt or gone: never returned again */
 	bool owns_file; /* the name on disk is still this entry's file */
+	bool seen;	/* rescan mark */
+	uint64_t born;	/* s->gen when it entered the table */
 };
 
 struct store_writer {
@@ -76,23 +114,30 @@ struct store_writer {
 	char *key;
 	char name[NAME_LEN + 1];
 	char *tmp_path;
+	uint64_t hash;
 	uint64_t size, file_bytes;
 	uint64_t written; /* atomic: read by store_writer_pread callers */
 	uint32_t nblocks;
 	uint32_t *crcs;
 	uint32_t cur_crc; /* running crc of the block being filled */
 	int fd;
-	int err; /* first write error, sticky */
+	int lockfd; /* "<name>.lock", flock(LOCK_EX) held */
+	int err;    /* first write error, sticky */
 };
 
 struct store {
 	pthread_mutex_t lock;
 	char *shards_dir;
 	int dirfd;
-	/* All below guarded by lock. mru..lru is the LRU list of every live
-	 * entry, dropped ones included until their last put. */
-	struct store_entry *mru, *lru;
-	uint64_t reserved; /* file bytes promised to writers in progress */
+	double wait_s;	    /* longest wait for another writer of an entry */
+	double reuse_gap_s; /* see DEFAULT_REUSE_GAP_S */
+	int interrupted;    /* atomic: waits end with -ECANCELED */
+	uint64_t counter;   /* atomic: temp file names */
+	/* All below guarded by lock. The table holds every entry this process
+	 * knows, dropped ones included until their last put. */
+	struct store_entry **tab;
+	size_t nbuckets, nentries;
+	uint64_t gen; /* rescans started */
 	struct store_stats st;
 };
 
@@ -193,30 +238,82 @@ static void name_for_key(const char *key, size_t keylen, char *name)
 		 hash64(key, keylen, 0));
 }
 
-/* ---- LRU list (s->lock held) ---- */
-
-static void lru_remove(struct store *s, struct store_entry *e)
+static void name_for_hash(uint64_t h, char *name)
 {
-	if (e->prev)
-		e->prev->next = e->next;
-	else
-		s->mru = e->next;
-	if (e->next)
-		e->next->prev = e->prev;
-	else
-		s->lru = e->prev;
-	e->prev = e->next = NULL;
+	snprintf(name, NAME_LEN + 1, "%016" PRIx64 ".shard", h);
 }
 
-static void lru_push_front(struct store *s, struct store_entry *e)
+/* ---- the hash table (s->lock held) ---- */
+
+static struct store_entry **bucket(struct store *s, uint64_t h)
 {
-	e->prev = NULL;
-	e->next = s->mru;
-	if (s->mru)
-		s->mru->prev = e;
-	else
-		s->lru = e;
-	s->mru = e;
+	return &s->tab[h & (s->nbuckets - 1)];
+}
+
+static void table_grow(struct store *s)
+{
+	size_t old = s->nbuckets;
+	struct store_entry **ot = s->tab;
+
+	s->nbuckets = old ? 2 * old : 64;
+	s->tab = xcalloc(s->nbuckets, sizeof(*s->tab));
+	for (size_t i = 0; i < old; i++) {
+		struct store_entry *e = ot[i], *next;
+		for (; e; e = next) {
+			struct store_entry **b = bucket(s, e->hash);
+			next = e->hnext;
+			e->hnext = *b;
+			*b = e;
+		}
+	}
+	free(ot);
+}
+
+static void table_insert(struct store *s, struct store_entry *e)
+{
+	struct store_entry **b;
+	if (s->nentries >= s->nbuckets)
+		table_grow(s);
+	b = bucket(s, e->hash);
+	e->hnext = *b;
+	*b = e;
+	s->nentries++;
+}
+
+static void table_remove(struct store *s, struct store_entry *e)
+{
+	struct store_entry **p = bucket(s, e->hash);
+	while (*p && *p != e)
+		p = &(*p)->hnext;
+	if (*p) {
+		*p = e->hnext;
+		s->nentries--;
+	}
+	e->hnext = NULL;
+}
+
+/* The live (not dropped) entry of key, in constant time. */
+static struct store_entry *find(struct store *s, const char *key, uint64_t h)
+{
+	if (!s->nbuckets)
+		return NULL;
+	for (struct store_entry *e = *bucket(s, h); e; e = e->hnext)
+		if (e->hash == h && !e->dropped && strcmp(e->key, key) == 0)
+			return e;
+	return NULL;
+}
+
+/* The entry, live or dropped, that describes the file (h, dev, ino). */
+static struct store_entry *find_file(struct store *s, uint64_t h, dev_t dev,
+				     ino_t ino)
+{
+	if (!s->nbuckets)
+		return NULL;
+	for (struct store_entry *e = *bucket(s, h); e; e = e->hnext)
+		if (e->hash == h && e->owns_file && e->dev == dev &&
+		    e->ino == ino)
+			return e;
+	return NULL;
 }
 
 static void entry_free(struct store_entry *e)
@@ -224,19 +321,26 @@ static void entry_free(struct store_entry *e)
 	if (!e)
 		return;
 	if (e->fd >= 0)
-		close(e->fd);
+		close(e->fd); /* releases its LOCK_SH */
 	free(e->key);
 	free(e->crcs);
 	free(e->verified);
 	free(e);
 }
 
-/* Forget an unpinned entry, removing its file if it still owns the name. */
-static void entry_destroy(struct store *s, struct store_entry *e)
+/* Forget an unpinned entry; `unlink_file`: remove its file too, if the name
+ * still holds that very file (another process may have put a new one
+ * there). */
+static void entry_destroy(struct store *s, struct store_entry *e,
+			  bool unlink_file)
 {
-	lru_remove(s, e);
+	struct stat sb;
+	table_remove(s, e);
 	if (e->owns_file) {
-		unlinkat(s->dirfd, e->name, 0);
+		if (unlink_file &&
+		    fstatat(s->dirfd, e->name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    sb.st_dev == e->dev && sb.st_ino == e->ino)
+			unlinkat(s->dirfd, e->name, 0);
 		s->st.bytes -= e->file_bytes;
 	}
 	if (!e->dropped)
@@ -244,32 +348,79 @@ static void entry_destroy(struct store *s, struct store_entry *e)
 	entry_free(e);
 }
 
-/* Evict unpinned entries, least recently used first, until `need` more bytes
- * fit under the cap. Returns 0 or -ENOSPC. */
-static int evict_for(struct store *s, uint64_t need)
+static int ts_cmp(struct timespec a, struct timespec b)
 {
-	struct store_entry *e = s->lru;
-	while (s->st.bytes + s->reserved + need > s->st.cap && e) {
-		struct store_entry *prev = e->prev;
-		if (e->pins == 0) {
-			entry_destroy(s, e);
-			s->st.evictions++;
-		}
-		e = prev;
-	}
-	return s->st.bytes + s->reserved + need > s->st.cap ? -ENOSPC : 0;
+	if (a.tv_sec != b.tv_sec)
+		return a.tv_sec < b.tv_sec ? -1 : 1;
+	if (a.tv_nsec != b.tv_nsec)
+		return a.tv_nsec < b.tv_nsec ? -1 : 1;
+	return 0;
 }
 
-/* ---- opening: scan existing entries ---- */
+static double ts_seconds(struct timespec t)
+{
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Used again since it was written. */
+static bool is_protected(const struct store_entry *e)
+{
+	return ts_cmp(e->use, e->ins) > 0;
+}
+
+static struct timespec now_real(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t);
+	return t;
+}
+
+/* Open an entry file for reading without touching its atime (which records
+ * when it was written). O_NOATIME needs ownership; fall back without it. */
+static int open_entry_file(struct store *s, const char *name)
+{
+	int fd = openat(s->dirfd, name,
+			O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOATIME);
+	if (fd < 0 && errno == EPERM)
+		fd = openat(s->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	return fd;
+}
+
+/* ---- the directory lock ---- */
+
+/* Returns a descriptor holding the lock, or -errno. */
+static int dir_lock(struct store *s)
+{
+	int fd = open(s->shards_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	while (flock(fd, LOCK_EX) != 0) {
+		if (errno != EINTR) {
+			int r = -errno;
+			close(fd);
+			return r;
+		}
+	}
+	return fd;
+}
+
+static void dir_unlock(int fd)
+{
+	if (fd >= 0)
+		close(fd);
+}
+
+/* ---- loading entry files ---- */
 
 static struct store_entry *entry_new(struct store *s, const char *key,
-				     const char *name, uint64_t size,
+				     uint64_t hash, uint64_t size,
 				     uint32_t *crcs)
 {
 	struct store_entry *e = xcalloc(1, sizeof(*e));
 	e->s = s;
 	e->key = xstrdup(key);
-	snprintf(e->name, sizeof(e->name), "%s", name);
+	e->hash = hash;
+	name_for_hash(hash, e->name);
 	e->size = size;
 	e->nblocks = blocks_for(size);
 	e->file_bytes = size + footer_bytes(e->nblocks, strlen(key));
@@ -319,6 +470,10 @@ out:
 	return crcs;
 }
 
+/* Read and check the entry file `name` (no lock held: this reads). Returns
+ * the entry, unpinned and not in the table, or NULL when the file is absent
+ * or not a valid entry (then it is removed: not ours, truncated or
+ * corrupt). */
 static struct store_entry *load_entry(struct store *s, const char *name)
 {
 	struct store_entry *e = NULL;
@@ -326,7 +481,7 @@ static struct store_entry *load_entry(struct store *s, const char *name)
 	uint64_t size = 0;
 	uint32_t *crcs = NULL;
 	char *key = NULL;
-	int fd = openat(s->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	int fd = open_entry_file(s, name);
 
 	if (fd < 0)
 		return NULL;
@@ -342,9 +497,29 @@ static struct store_entry *load_entry(struct store *s, const char *name)
 			    "corrupt; dropped at start-up", name);
 		return NULL;
 	}
-	e = entry_new(s, key, name, size, crcs);
-	e->mtime = sb.st_mtim;
+	e = entry_new(s, key, hash64(key, strlen(key), 0), size, crcs);
+	e->ins = sb.st_atim;
+	e->use = sb.st_mtim;
+	e->dev = sb.st_dev;
+	e->ino = sb.st_ino;
 	free(key);
+	return e;
+}
+
+/* s->lock held. Add a loaded entry unless the table already describes that
+ * file (another thread loaded it meanwhile). Returns the entry in the table.
+ */
+static struct store_entry *adopt(struct store *s, struct store_entry *e)
+{
+	struct store_entry *have = find_file(s, e->hash, e->dev, e->ino);
+	if (have) {
+		entry_free(e);
+		return have;
+	}
+	e->born = s->gen;
+	table_insert(s, e);
+	s->st.entries++;
+	s->st.bytes += e->file_bytes;
 	return e;
 }
 
@@ -359,63 +534,301 @@ static bool is_entry_name(const char *n)
 	return true;
 }
 
-static int cmp_mtime(const void *a, const void *b)
+static bool is_lock_name(const char *n)
+{
+	return strlen(n) == 16 + strlen(LOCK_SUFFIX) &&
+	       strcmp(n + 16, LOCK_SUFFIX) == 0;
+}
+
+/* Remove a temp or lock file whose owner is gone: nobody holds its flock. */
+static void remove_if_unlocked(struct store *s, const char *name)
+{
+	int fd = openat(s->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return;
+	if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+		unlinkat(s->dirfd, name, 0);
+	close(fd);
+}
+
+/* Directory lock held. One entry file seen by a rescan: refresh the entry
+ * that describes it, or load it. */
+static void rescan_entry(struct store *s, const char *name)
+{
+	struct stat sb;
+	struct store_entry *e;
+	uint64_t h = strtoull(name, NULL, 16);
+
+	if (fstatat(s->dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
+	    !S_ISREG(sb.st_mode))
+		return;
+	pthread_mutex_lock(&s->lock);
+	e = find_file(s, h, sb.st_dev, sb.st_ino);
+	if (e) {
+		e->seen = true;
+		e->ins = sb.st_atim; /* times other processes recorded */
+		if (ts_cmp(sb.st_mtim, e->use) > 0)
+			e->use = sb.st_mtim;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (!e && (e = load_entry(s, name)) != NULL) {
+		pthread_mutex_lock(&s->lock);
+		adopt(s, e)->seen = true;
+		pthread_mutex_unlock(&s->lock);
+	}
+}
+
+/* s->lock held. Entries known before the rescan started whose file was not
+ * seen: another process evicted them (never a pinned one: pins hold
+ * LOCK_SH) or replaced the file. */
+static void forget_unseen(struct store *s, uint64_t gen)
+{
+	for (size_t i = 0; i < s->nbuckets; i++) {
+		struct store_entry *e = s->tab[i], *next;
+		for (; e; e = next) {
+			next = e->hnext;
+			if (e->seen || !e->owns_file || e->born >= gen) {
+				e->seen = false;
+				continue;
+			}
+			if (e->pins == 0) {
+				entry_destroy(s, e, false);
+				continue;
+			}
+			e->owns_file = false;
+			s->st.bytes -= e->file_bytes;
+			if (!e->dropped) {
+				e->dropped = true;
+				s->st.entries--;
+			}
+		}
+	}
+}
+
+/* Directory lock held. Bring the table in line with the directory and
+ * return the bytes of temp files (writers in progress, ours included) in
+ * *tmp_bytes. With `sweep` (start-up), temp and lock files nobody holds are
+ * removed first: their writers are gone. */
+static int rescan(struct store *s, bool sweep, uint64_t *tmp_bytes)
+{
+	struct dirent *d;
+	uint64_t gen;
+	int fd = openat(s->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+
+	*tmp_bytes = 0;
+	if (!dir) {
+		int r = -errno;
+		if (fd >= 0)
+			close(fd);
+		return r;
+	}
+	pthread_mutex_lock(&s->lock);
+	gen = ++s->gen;
+	pthread_mutex_unlock(&s->lock);
+	while ((d = readdir(dir)) != NULL) {
+		struct stat sb;
+		bool tmp =
+			strncmp(d->d_name, TMP_PREFIX, strlen(TMP_PREFIX)) == 0;
+		if (sweep && (tmp || is_lock_name(d->d_name)))
+			remove_if_unlocked(s, d->d_name);
+		if (tmp &&
+		    fstatat(s->dirfd, d->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0)
+			*tmp_bytes += (uint64_t)sb.st_size;
+		else if (is_entry_name(d->d_name))
+			rescan_entry(s, d->d_name);
+	}
+	closedir(dir);
+	pthread_mutex_lock(&s->lock);
+	forget_unseen(s, gen);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+/* ---- eviction (s->lock and the directory lock held) ---- */
+
+/* Evict one entry this process has not pinned. Unless `force`, not one that
+ * another process has pinned either. Returns true when its bytes are gone
+ * from the directory. */
+static bool try_evict(struct store *s, struct store_entry *e, bool force)
+{
+	struct stat sb;
+	int fd = open_entry_file(s, e->name);
+
+	if (fd < 0) {
+		entry_destroy(s, e, false); /* already gone */
+		return true;
+	}
+	if (fstat(fd, &sb) != 0 || sb.st_ino != e->ino || sb.st_dev != e->dev ||
+	    (flock(fd, LOCK_EX | LOCK_NB) != 0 && !force)) {
+		close(fd); /* a new file, or pinned by another process */
+		return false;
+	}
+	unlinkat(s->dirfd, e->name, 0);
+	close(fd);
+	s->st.evictions++;
+	entry_destroy(s, e, false);
+	return true;
+}
+
+static int cmp_newest_ins(const void *a, const void *b)
 {
 	const struct store_entry *x = *(struct store_entry *const *)a;
 	const struct store_entry *y = *(struct store_entry *const *)b;
-	if (x->mtime.tv_sec != y->mtime.tv_sec)
-		return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
-	if (x->mtime.tv_nsec != y->mtime.tv_nsec)
-		return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : 1;
-	return strcmp(x->name, y->name);
+	int c = ts_cmp(y->ins, x->ins);
+	return c ? c : strcmp(x->name, y->name);
 }
 
-/* Load every valid entry, oldest first into the LRU list; remove temp files
- * left by a crash. Files with other names are not ours and are left alone. */
-static int scan_entries(struct store *s)
+static int cmp_oldest_use(const void *a, const void *b)
 {
-	struct store_entry **v = NULL, *e;
-	size_t n = 0, cap = 0;
-	struct dirent *d;
-	int fd = dup(s->dirfd);
-	DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
-
-	if (!dir) {
-		if (fd >= 0)
-			close(fd);
-		return -errno;
-	}
-	while ((d = readdir(dir)) != NULL) {
-		if (strncmp(d->d_name, TMP_PREFIX, strlen(TMP_PREFIX)) == 0) {
-			unlinkat(s->dirfd, d->d_name, 0);
-			continue;
-		}
-		if (!is_entry_name(d->d_name) ||
-		    !(e = load_entry(s, d->d_name)))
-			continue;
-		if (n == cap) {
-			cap = cap ? 2 * cap : 64;
-			v = xrealloc(v, cap * sizeof(*v));
-		}
-		v[n++] = e;
-	}
-	closedir(dir);
-	if (n)
-		qsort(v, n, sizeof(*v), cmp_mtime);
-	for (size_t i = 0; i < n; i++) {
-		lru_push_front(s, v[i]);
-		s->st.entries++;
-		s->st.bytes += v[i]->file_bytes;
-	}
-	free(v);
-	return 0;
+	const struct store_entry *x = *(struct store_entry *const *)a;
+	const struct store_entry *y = *(struct store_entry *const *)b;
+	int c = ts_cmp(x->use, y->use);
+	return c ? c : strcmp(x->name, y->name);
 }
+
+/* The eviction candidates (unpinned entries), by segment, each sorted in
+ * eviction order. */
+struct victims {
+	struct store_entry **prob; /* newest written first */
+	struct store_entry **prot; /* least recently used first */
+	size_t np, nq;
+	size_t nfresh;	     /* prob[0..nfresh) are among the newest */
+	uint64_t prot_bytes; /* of every protected entry, pinned ones too */
+};
+
+/* Keep FRESH_KEEP newest entries until last: another mount reading the same
+ * shards a little behind this one needs them next (without this, a sweep's
+ * newest-first rule would evict exactly what the others are about to read).
+ */
+#define FRESH_KEEP 2
+
+/* The FRESH_KEEP-th newest write time of all live entries. */
+static struct timespec fresh_threshold(struct store *s)
+{
+	struct timespec top[FRESH_KEEP] = {{0, 0}};
+	for (size_t i = 0; i < s->nbuckets; i++)
+		for (struct store_entry *e = s->tab[i]; e; e = e->hnext) {
+			struct timespec t = e->ins;
+			if (!e->owns_file || e->dropped)
+				continue;
+			for (int k = 0; k < FRESH_KEEP; k++)
+				if (ts_cmp(t, top[k]) > 0) {
+					struct timespec x = top[k];
+					top[k] = t;
+					t = x;
+				}
+		}
+	return top[FRESH_KEEP - 1];
+}
+
+static void candidates(struct store *s, struct victims *v)
+{
+	size_t n = s->nentries ? s->nentries : 1;
+	struct timespec fresh = fresh_threshold(s);
+
+	memset(v, 0, sizeof(*v));
+	v->prob = xmalloc(n * sizeof(*v->prob));
+	v->prot = xmalloc(n * sizeof(*v->prot));
+	for (size_t i = 0; i < s->nbuckets; i++)
+		for (struct store_entry *e = s->tab[i]; e; e = e->hnext) {
+			if (!e->owns_file || e->dropped)
+				continue;
+			if (is_protected(e))
+				v->prot_bytes += e->file_bytes;
+			if (e->pins)
+				continue;
+			if (is_protected(e))
+				v->prot[v->nq++] = e;
+			else
+				v->prob[v->np++] = e;
+		}
+	qsort(v->prob, v->np, sizeof(*v->prob), cmp_newest_ins);
+	qsort(v->prot, v->nq, sizeof(*v->prot), cmp_oldest_use);
+	while (v->nfresh < v->np && ts_cmp(v->prob[v->nfresh]->ins, fresh) >= 0)
+		v->nfresh++;
+}
+
+/* The next victim: protected LRU while protected entries hold over 3/4 of
+ * the cap; then probation newest first, but the newest (fresh) ones last of
+ * the probation entries, oldest of them first; then protected LRU. *ip and
+ * *iq walk prob and prot. */
+static struct store_entry *next_victim(struct store *s, struct victims *v,
+				       size_t *ip, size_t *iq)
+{
+	if (*iq < v->nq && v->prot_bytes > s->st.cap / 4 * 3)
+		return v->prot[(*iq)++];
+	if (*ip < v->np - v->nfresh)
+		return v->prob[v->nfresh + (*ip)++];
+	if (*ip < v->np)
+		return v->prob[v->np - 1 - (*ip)++];
+	if (*iq < v->nq)
+		return v->prot[(*iq)++];
+	return NULL;
+}
+
+/* One pass over the candidates in eviction order. Returns true when `need`
+ * more bytes fit. */
+static bool evict_pass(struct store *s, uint64_t tmp_bytes, uint64_t need,
+		       bool force)
+{
+	struct victims v;
+	struct store_entry *e;
+	size_t ip = 0, iq = 0;
+
+	candidates(s, &v);
+	while (s->st.bytes + tmp_bytes + need > s->st.cap &&
+	       (e = next_victim(s, &v, &ip, &iq)) != NULL) {
+		uint64_t fb = e->file_bytes;
+		bool p = is_protected(e);
+		if (try_evict(s, e, force) && p)
+			v.prot_bytes -= fb;
+	}
+	free(v.prob);
+	free(v.prot);
+	return s->st.bytes + tmp_bytes + need <= s->st.cap;
+}
+
+/* Evict until `need` more bytes fit under the cap, counting `tmp_bytes` of
+ * writers in progress. Entries other processes have pinned go only when
+ * nothing else frees enough: their readers keep reading the unlinked file
+ * (its blocks return when they let go), whereas refusing would leave the
+ * cache unusable to every mount while others hold old pins. Entries this
+ * process has pinned never go. Returns 0 or -ENOSPC. */
+static int evict_for(struct store *s, uint64_t tmp_bytes, uint64_t need)
+{
+	if (evict_pass(s, tmp_bytes, need, false) ||
+	    evict_pass(s, tmp_bytes, need, true))
+		return 0;
+	return -ENOSPC;
+}
+
+/* ---- open and close ---- */
 
 static int make_dir(const char *path)
 {
 	if (mkdir(path, 0700) == 0 || errno == EEXIST)
 		return 0;
 	return -errno;
+}
+
+/* Sweep, load every entry and evict down to the cap, under the directory
+ * lock. */
+static int open_scan(struct store *s)
+{
+	uint64_t tmp_bytes;
+	int lk = dir_lock(s), r;
+
+	if (lk < 0)
+		return lk;
+	r = rescan(s, true, &tmp_bytes);
+	if (r == 0) {
+		pthread_mutex_lock(&s->lock);
+		evict_for(s, tmp_bytes, 0);
+		pthread_mutex_unlock(&s->lock);
+	}
+	dir_unlock(lk);
+	return r;
 }
 
 struct store *store_open(const char *dir, uint64_t cap, char *err,
@@ -429,18 +842,20 @@ struct store *store_open(const char *dir, uint64_t cap, char *err,
 	s->shards_dir = xmalloc(n);
 	snprintf(s->shards_dir, n, "%s/shards", dir);
 	s->st.cap = cap;
+	s->wait_s = DEFAULT_WAIT_S;
+	s->reuse_gap_s = DEFAULT_REUSE_GAP_S;
 	pthread_mutex_init(&s->lock, NULL);
+	table_grow(s);
 	if ((r = make_dir(dir)) != 0 || (r = make_dir(s->shards_dir)) != 0) {
 		snprintf(err, errlen, "cache dir %s: %s", dir, strerror(-r));
 		goto fail;
 	}
 	s->dirfd = open(s->shards_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (s->dirfd < 0 || (r = scan_entries(s)) != 0) {
+	if (s->dirfd < 0 || (r = open_scan(s)) != 0) {
 		snprintf(err, errlen, "cache dir %s: %s", s->shards_dir,
 			 strerror(s->dirfd < 0 ? errno : -r));
 		goto fail;
 	}
-	evict_for(s, 0);
 	return s;
 fail:
 	store_close(s);
@@ -452,11 +867,14 @@ void store_close(struct store *s)
 {
 	if (!s)
 		return;
-	while (s->mru) {
-		struct store_entry *e = s->mru;
-		lru_remove(s, e);
-		entry_free(e);
+	for (size_t i = 0; i < s->nbuckets; i++) {
+		struct store_entry *e = s->tab[i], *next;
+		for (; e; e = next) {
+			next = e->hnext;
+			entry_free(e);
+		}
 	}
+	free(s->tab);
 	if (s->dirfd >= 0)
 		close(s->dirfd);
 	pthread_mutex_destroy(&s->lock);
@@ -464,31 +882,41 @@ void store_close(struct store *s)
 	free(s);
 }
 
-/* ---- readers ---- */
-
-/* A linear scan: entries number in the hundreds or thousands and lookups are
- * rare, since readers keep entries pinned while they use them. */
-static struct store_entry *find(struct store *s, const char *key)
+void store_set_wait(struct store *s, double seconds)
 {
-	char name[NAME_LEN + 1];
-	name_for_key(key, strlen(key), name);
-	for (struct store_entry *e = s->mru; e; e = e->next)
-		if (!e->dropped && strcmp(e->name, name) == 0 &&
-		    strcmp(e->key, key) == 0)
-			return e;
-	return NULL;
+	if (s && seconds >= 0)
+		s->wait_s = seconds;
 }
 
+void store_set_reuse_gap(struct store *s, double seconds)
+{
+	if (s && seconds >= 0)
+		s->reuse_gap_s = seconds;
+}
+
+void store_interrupt(struct store *s)
+{
+	if (s)
+		__atomic_store_n(&s->interrupted, 1, __ATOMIC_RELEASE);
+}
+
+/* ---- readers ---- */
+
 /* Open the file of an entry being pinned for the first time (s->lock held;
- * a metadata operation, not a data read). Returns 0 or -errno; on failure the
- * file is gone or replaced and the caller forgets the entry. */
+ * metadata only). The shared flock keeps other processes from evicting it;
+ * an evictor holds LOCK_EX only around its unlink, so this waits at most
+ * that long, and a file unlinked meanwhile has no links left. Returns 0 or
+ * -errno; on failure the caller forgets the entry. */
 static int entry_open(struct store *s, struct store_entry *e)
 {
 	struct stat sb;
-	int fd = openat(s->dirfd, e->name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	int fd = open_entry_file(s, e->name);
 	if (fd < 0)
 		return -errno;
-	if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != e->file_bytes) {
+	while (flock(fd, LOCK_SH) != 0 && errno == EINTR)
+		;
+	if (fstat(fd, &sb) != 0 || sb.st_nlink == 0 || sb.st_ino != e->ino ||
+	    sb.st_dev != e->dev || (uint64_t)sb.st_size != e->file_bytes) {
 		close(fd);
 		return -ESTALE;
 	}
@@ -496,37 +924,114 @@ static int entry_open(struct store *s, struct store_entry *e)
 	return 0;
 }
 
+/* The entry of key if its file is on disk (written by another process, or
+ * by an earlier mount and evicted from our table meanwhile): loaded and put
+ * in the table, unpinned. A file we dropped as corrupt is not taken back.
+ * No lock held. */
+static struct store_entry *discover(struct store *s, const char *key,
+				    uint64_t h)
+{
+	char name[NAME_LEN + 1];
+	struct store_entry *e, *known;
+	struct stat sb;
+
+	name_for_hash(h, name);
+	if (fstatat(s->dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+		return NULL;
+	pthread_mutex_lock(&s->lock);
+	known = find_file(s, h, sb.st_dev, sb.st_ino);
+	e = find(s, key, h);
+	pthread_mutex_unlock(&s->lock);
+	if (e || known)
+		return e;
+	if (!(e = load_entry(s, name)))
+		return NULL;
+	if (strcmp(e->key, key) != 0) { /* another key of the same hash */
+		entry_free(e);
+		return NULL;
+	}
+	pthread_mutex_lock(&s->lock);
+	e = adopt(s, e);
+	if (e->dropped)
+		e = NULL;
+	pthread_mutex_unlock(&s->lock);
+	return e;
+}
+
 struct store_entry *store_get(struct store *s, const char *url,
 			      const char *etag, uint64_t size)
 {
 	struct store_entry *e;
+	struct timespec t[2] = {{0, UTIME_OMIT}, {0, 0}};
+	uint64_t h;
 	char *key;
-	bool opened = false;
+	int fd = -1;
 
 	if (!s)
 		return NULL;
 	key = make_key(url, etag, size);
+	h = hash64(key, strlen(key), 0);
 	pthread_mutex_lock(&s->lock);
-	e = find(s, key);
-	if (e && e->pins == 0) {
-		if (entry_open(s, e) != 0) {
-			entry_destroy(s, e);
-			e = NULL;
-		} else {
-			opened = true;
-		}
+	e = find(s, key, h);
+	pthread_mutex_unlock(&s->lock);
+	if (!e)
+		discover(s, key, h);
+	pthread_mutex_lock(&s->lock);
+	e = find(s, key, h);
+	if (e && e->pins == 0 && entry_open(s, e) != 0) {
+		/* Gone or replaced: forget it. A damaged file is removed by the
+		 * next load or rescan, which checks it. */
+		entry_destroy(s, e, false);
+		e = NULL;
 	}
 	if (e) {
 		e->pins++;
-		lru_remove(s, e);
-		lru_push_front(s, e);
+		t[1] = now_real();
+		if (ts_seconds(t[1]) - ts_seconds(e->ins) >= s->reuse_gap_s) {
+			e->use = t[1];
+			fd = e->fd;
+		}
 	}
 	pthread_mutex_unlock(&s->lock);
 	free(key);
-	/* Record the use on disk so the next mount's LRU order keeps it. */
-	if (opened)
-		futimens(e->fd, NULL);
+	/* A use: recorded on the file, where every process's eviction sees it
+	 * (the fd stays open while we hold the pin). */
+	if (fd >= 0)
+		futimens(fd, t);
 	return e;
+}
+
+int store_contains(struct store *s, const char *url, const char *etag,
+		   uint64_t size)
+{
+	char name[NAME_LEN + 1];
+	struct store_entry *e;
+	struct stat sb;
+	uint64_t h;
+	char *key;
+	bool found;
+
+	if (!s)
+		return 0;
+	key = make_key(url, etag, size);
+	h = hash64(key, strlen(key), 0);
+	pthread_mutex_lock(&s->lock);
+	found = find(s, key, h) != NULL;
+	pthread_mutex_unlock(&s->lock);
+	free(key);
+	if (found)
+		return 1;
+	/* Maybe written by another process: its name is there (a stat, no
+	 * read), and it is not a file we dropped as corrupt. */
+	name_for_hash(h, name);
+	if (fstatat(s->dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
+	    !S_ISREG(sb.st_mode))
+		return 0;
+	pthread_mutex_lock(&s->lock);
+	e = find_file(s, h, sb.st_dev, sb.st_ino);
+	found = !e || !e->dropped;
+	pthread_mutex_unlock(&s->lock);
+	return found;
 }
 
 void store_put(struct store_entry *e)
@@ -540,7 +1045,7 @@ void store_put(struct store_entry *e)
 		close(e->fd);
 		e->fd = -1;
 		if (e->dropped)
-			entry_destroy(s, e);
+			entry_destroy(s, e, true);
 	}
 	pthread_mutex_unlock(&s->lock);
 }
@@ -651,43 +1156,138 @@ static void count_write_error(struct store *s, int err)
 		    s->shards_dir, strerror(-err));
 }
 
-static void unreserve(struct store *s, uint64_t n)
+static void lock_name(const char *name, char *out, size_t n)
 {
-	pthread_mutex_lock(&s->lock);
-	s->reserved -= n;
-	pthread_mutex_unlock(&s->lock);
+	snprintf(out, n, "%.16s" LOCK_SUFFIX, name);
 }
 
-/* Make room and promise the bytes to this writer. Returns 0 or -ENOSPC. */
-static int reserve(struct store *s, uint64_t n)
+/* Wait for flock(LOCK_EX) on fd, polling so the wait is bounded and can be
+ * interrupted. Returns 0, -EBUSY (deadline), -ECANCELED or -errno. */
+static int wait_flock(struct store *s, int fd, double deadline, bool *waited)
 {
-	int r;
-	pthread_mutex_lock(&s->lock);
-	r = n > s->st.cap ? -ENOSPC : evict_for(s, n);
-	if (r == 0)
-		s->reserved += n;
-	pthread_mutex_unlock(&s->lock);
-	return r;
+	while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		if (errno != EWOULDBLOCK && errno != EINTR)
+			return -errno;
+		*waited = true;
+		if (__atomic_load_n(&s->interrupted, __ATOMIC_ACQUIRE))
+			return -ECANCELED;
+		if (now_mono() >= deadline)
+			return -EBUSY;
+		nanosleep(&(struct timespec){0, WAIT_POLL_NS}, NULL);
+	}
+	return 0;
 }
 
-/* Create the temp file and claim its disk space up front, so a full disk is
- * found before the shard is streamed rather than half way through. */
+/* Take "<name>.lock": one writer of an entry at a time, across processes.
+ * Returns the descriptor holding the lock, or -errno. */
+static int entry_lock(struct store *s, const char *name, bool *waited)
+{
+	char ln[32];
+	double deadline = now_mono() + s->wait_s;
+
+	lock_name(name, ln, sizeof(ln));
+	for (;;) {
+		struct stat a, b;
+		int r, fd = openat(s->dirfd, ln,
+				   O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+				   0600);
+		if (fd < 0)
+			return -errno;
+		if ((r = wait_flock(s, fd, deadline, waited)) != 0) {
+			close(fd);
+			return r;
+		}
+		/* Its holder unlinks the file before letting go: a lock on an
+		 * unlinked file guards nothing, so open the name again. */
+		if (fstat(fd, &a) == 0 &&
+		    fstatat(s->dirfd, ln, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+			return fd;
+		close(fd);
+	}
+}
+
+static void entry_unlock(struct store *s, const char *name, int fd)
+{
+	char ln[32];
+	if (fd < 0)
+		return;
+	lock_name(name, ln, sizeof(ln));
+	unlinkat(s->dirfd, ln, 0);
+	close(fd);
+}
+
+/* Directory lock held. Create the temp file under a name no other writer,
+ * in this process or another, can pick; lock it (the mark of a live writer
+ * for other mounts' start-up sweeps) and claim its disk space up front, so
+ * a full disk is found before the shard is streamed and other mounts count
+ * the bytes at once. */
 static int create_tmp(struct store_writer *w)
 {
-	size_t n = strlen(w->s->shards_dir) + sizeof("/" TMP_PREFIX "XXXXXX");
+	struct store *s = w->s;
+	size_t n = strlen(s->shards_dir) + 80;
+	int fl;
 
 	w->tmp_path = xmalloc(n);
-	snprintf(w->tmp_path, n, "%s/" TMP_PREFIX "XXXXXX", w->s->shards_dir);
-	w->fd = mkostemp(w->tmp_path, O_CLOEXEC);
+	for (int i = 0; i < 16; i++) {
+		uint64_t c =
+			__atomic_add_fetch(&s->counter, 1, __ATOMIC_RELAXED);
+		uint32_t rnd;
+		if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) !=
+		    (ssize_t)sizeof(rnd))
+			rnd = (uint32_t)hash64(&c, sizeof(c),
+					       (uint64_t)time(NULL));
+		snprintf(w->tmp_path, n,
+			 "%s/" TMP_PREFIX "%ld-%" PRIu64 "-%08" PRIx32,
+			 s->shards_dir, (long)getpid(), c, rnd);
+		w->fd = open(w->tmp_path,
+			     O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+			     0600);
+		if (w->fd >= 0 || errno != EEXIST)
+			break;
+	}
 	if (w->fd < 0) {
+		int r = -errno;
 		free(w->tmp_path);
 		w->tmp_path = NULL;
-		return -errno;
+		return r;
 	}
-	if (fallocate(w->fd, 0, 0, (off_t)w->file_bytes) != 0 &&
-	    errno != EOPNOTSUPP && errno != ENOSYS)
+	/* Nobody else can hold it: it was just made under the directory lock.
+	 * O_NOATIME: reading our own bytes back must not move the atime that
+	 * will record when the entry was written. */
+	if (flock(w->fd, LOCK_EX | LOCK_NB) != 0)
 		return -errno;
-	return 0;
+	if ((fl = fcntl(w->fd, F_GETFL)) >= 0)
+		fcntl(w->fd, F_SETFL, fl | O_NOATIME);
+	if (fallocate(w->fd, 0, 0, (off_t)w->file_bytes) == 0)
+		return 0;
+	if (errno != EOPNOTSUPP && errno != ENOSYS)
+		return -errno;
+	/* No fallocate here: at least show the full size to other mounts. */
+	return ftruncate(w->fd, (off_t)w->file_bytes) == 0 ? 0 : -errno;
+}
+
+/* Room under the cap, counted over everything in the directory, then the
+ * temp file: all under the directory lock so that no two processes admit
+ * into the same room. */
+static int admit(struct store_writer *w)
+{
+	struct store *s = w->s;
+	uint64_t tmp_bytes;
+	int r, lk = dir_lock(s);
+
+	if (lk < 0)
+		return lk;
+	r = rescan(s, false, &tmp_bytes);
+	if (r == 0) {
+		pthread_mutex_lock(&s->lock);
+		r = evict_for(s, tmp_bytes, w->file_bytes);
+		pthread_mutex_unlock(&s->lock);
+		if (r == 0 && (r = create_tmp(w)) != 0)
+			count_write_error(s, r);
+	}
+	dir_unlock(lk);
+	return r;
 }
 
 static void writer_free(struct store_writer *w)
@@ -696,10 +1296,46 @@ static void writer_free(struct store_writer *w)
 		close(w->fd);
 	if (w->tmp_path)
 		unlink(w->tmp_path);
+	entry_unlock(w->s, w->name, w->lockfd);
 	free(w->tmp_path);
 	free(w->key);
 	free(w->crcs);
 	free(w);
+}
+
+/* Is the entry there already (complete, in memory or on disk)? */
+static bool present(struct store *s, const char *key, uint64_t h)
+{
+	bool found;
+	pthread_mutex_lock(&s->lock);
+	found = find(s, key, h) != NULL;
+	pthread_mutex_unlock(&s->lock);
+	return found || discover(s, key, h) != NULL;
+}
+
+/* Take the entry lock (waiting for another writer of it), look again, and
+ * admit. */
+static int begin_locked(struct store_writer *w)
+{
+	struct store *s = w->s;
+	bool waited = false;
+	int r = entry_lock(s, w->name, &waited);
+
+	if (waited) {
+		pthread_mutex_lock(&s->lock);
+		s->st.waits++;
+		pthread_mutex_unlock(&s->lock);
+	}
+	if (r < 0) {
+		if (r != -EBUSY && r != -ECANCELED)
+			count_write_error(s, r);
+		return r;
+	}
+	w->lockfd = r;
+	if (present(s, w->key, w->hash))
+		return -EEXIST;
+	w->crcs = malloc(w->nblocks ? 4ULL * w->nblocks : 1);
+	return w->crcs ? admit(w) : -ENOMEM;
 }
 
 struct store_writer *store_begin(struct store *s, const char *url,
@@ -714,25 +1350,22 @@ struct store_writer *store_begin(struct store *s, const char *url,
 	}
 	w = xcalloc(1, sizeof(*w));
 	w->s = s;
-	w->fd = -1;
+	w->fd = w->lockfd = -1;
 	w->key = make_key(url, etag, size);
-	name_for_key(w->key, strlen(w->key), w->name);
+	w->hash = hash64(w->key, strlen(w->key), 0);
+	name_for_hash(w->hash, w->name);
 	w->size = size;
 	w->nblocks = blocks_for(size);
 	w->file_bytes = size + footer_bytes(w->nblocks, strlen(w->key));
 	w->cur_crc = (uint32_t)crc32(0, NULL, 0);
-	if (strlen(w->key) > KEY_MAX) {
+	if (strlen(w->key) > KEY_MAX)
 		r = -ENAMETOOLONG;
-	} else if (w->nblocks == UINT32_MAX) {
+	else if (w->nblocks == UINT32_MAX)
 		r = -EFBIG;
-	} else if ((r = reserve(s, w->file_bytes)) == 0) {
-		w->crcs = malloc(w->nblocks ? 4ULL * w->nblocks : 1);
-		r = w->crcs ? create_tmp(w) : -ENOMEM;
-		if (r) {
-			count_write_error(s, r);
-			unreserve(s, w->file_bytes);
-		}
-	}
+	else if (w->file_bytes > s->st.cap)
+		r = -ENOSPC;
+	else
+		r = begin_locked(w);
 	if (r) {
 		writer_free(w);
 		errno = -r;
@@ -804,7 +1437,7 @@ ssize_t store_writer_pread(struct store_writer *w, void *buf, size_t len,
 	return r >= 0 && (size_t)r != len ? -EIO : r;
 }
 
-/* Footer bytes and tail, then durable: fsync file, rename, fsync dir. */
+/* Footer bytes and tail, then durable (fsync). */
 static int write_footer(struct store_writer *w)
 {
 	size_t klen = strlen(w->key);
@@ -828,40 +1461,72 @@ static int write_footer(struct store_writer *w)
 	free(f);
 	if (r == 0 && fsync(w->fd) != 0)
 		r = -errno;
-	if (r == 0 && renameat(AT_FDCWD, w->tmp_path, w->s->dirfd, w->name))
-		r = -errno;
-	if (r == 0) {
-		free(w->tmp_path);
-		w->tmp_path = NULL;
-		fsync(w->s->dirfd);
-	}
 	return r;
 }
 
-/* The rename replaced any older file of that name: older entries of the same
- * name no longer own a file (s->lock held). */
-static void supersede(struct store *s, const char *name)
+/* s->lock held. The rename replaced any older file of that name: entries
+ * of that name no longer own a file. */
+static void supersede(struct store *s, uint64_t h)
 {
-	struct store_entry *e = s->mru;
-	while (e) {
-		struct store_entry *next = e->next;
-		if (strcmp(e->name, name) == 0 && e->owns_file) {
-			e->owns_file = false;
-			s->st.bytes -= e->file_bytes;
-			if (!e->dropped) {
-				e->dropped = true;
-				s->st.entries--;
-			}
-			if (e->pins == 0)
-				entry_destroy(s, e);
+	struct store_entry *e = *bucket(s, h), *next;
+	for (; e; e = next) {
+		next = e->hnext;
+		if (e->hash != h || !e->owns_file)
+			continue;
+		e->owns_file = false;
+		s->st.bytes -= e->file_bytes;
+		if (!e->dropped) {
+			e->dropped = true;
+			s->st.entries--;
 		}
-		e = next;
+		if (e->pins == 0)
+			entry_destroy(s, e, false);
 	}
+}
+
+/* Under the directory lock (so a rescan sees the temp file or the entry,
+ * never neither): stamp the times (written = last used = now), rename into
+ * place, turn the writer's lock into a reader's pin, and enter it in the
+ * table. */
+static int publish(struct store_writer *w, struct store_entry *e)
+{
+	struct store *s = w->s;
+	struct timespec t[2];
+	struct stat sb;
+	int r = 0, lk = dir_lock(s);
+
+	if (lk < 0)
+		return lk;
+	t[0] = t[1] = now_real();
+	if (futimens(w->fd, t) != 0 || fstat(w->fd, &sb) != 0 ||
+	    renameat(AT_FDCWD, w->tmp_path, s->dirfd, w->name) != 0) {
+		r = -errno;
+		dir_unlock(lk);
+		return r;
+	}
+	free(w->tmp_path);
+	w->tmp_path = NULL;
+	flock(w->fd, LOCK_SH);
+	e->fd = w->fd; /* opened O_RDWR; now only read */
+	w->fd = -1;
+	e->ins = e->use = t[0];
+	e->dev = sb.st_dev;
+	e->ino = sb.st_ino;
+	e->pins = 1;
+	pthread_mutex_lock(&s->lock);
+	supersede(s, e->hash);
+	e->born = s->gen;
+	table_insert(s, e);
+	s->st.bytes += e->file_bytes;
+	s->st.entries++;
+	pthread_mutex_unlock(&s->lock);
+	dir_unlock(lk);
+	fsync(s->dirfd);
+	return 0;
 }
 
 struct store_entry *store_commit(struct store_writer *w)
 {
-	struct store *s;
 	struct store_entry *e;
 	int r;
 
@@ -869,37 +1534,27 @@ struct store_entry *store_commit(struct store_writer *w)
 		errno = EINVAL;
 		return NULL;
 	}
-	s = w->s;
 	r = w->err ? w->err : w->written != w->size ? -EPROTO : 0;
-	if (r == 0 && (r = write_footer(w)) != 0)
-		count_write_error(s, r);
-	if (r) {
-		store_abort(w);
-		errno = -r;
-		return NULL;
+	if (r == 0) {
+		e = entry_new(w->s, w->key, w->hash, w->size, w->crcs);
+		if ((r = write_footer(w)) == 0 && (r = publish(w, e)) == 0) {
+			w->crcs = NULL; /* now the entry's */
+			writer_free(w);
+			return e;
+		}
+		e->crcs = NULL;
+		entry_free(e);
+		count_write_error(w->s, r);
 	}
-	e = entry_new(s, w->key, w->name, w->size, w->crcs);
-	w->crcs = NULL;
-	e->fd = w->fd; /* opened O_RDWR by mkostemp; now only read */
-	w->fd = -1;
-	e->pins = 1;
-	pthread_mutex_lock(&s->lock);
-	supersede(s, e->name);
-	s->reserved -= w->file_bytes;
-	s->st.bytes += e->file_bytes;
-	s->st.entries++;
-	lru_push_front(s, e);
-	pthread_mutex_unlock(&s->lock);
-	writer_free(w);
-	return e;
+	store_abort(w);
+	errno = -r;
+	return NULL;
 }
 
 void store_abort(struct store_writer *w)
 {
-	if (!w)
-		return;
-	unreserve(w->s, w->file_bytes);
-	writer_free(w);
+	if (w)
+		writer_free(w);
 }
 
 void store_get_stats(struct store *s, struct store_stats *out)

@@ -1,6 +1,6 @@
 /* store.h - the on-disk shard cache: one file per shard version under
- * cache_dir, written atomically, checksummed per block, capped in size with
- * LRU eviction, and found again by later mounts.
+ * cache_dir, written atomically, checksummed per block, capped in size, and
+ * shared by any number of echofs processes at once and by later mounts.
  *
  * An entry is keyed by (url, etag, size): a changed remote object has another
  * key, so stale bytes are never served for it. Entry files are
@@ -8,10 +8,23 @@
  * CRC-32 per STORE_BLOCK bytes and a trailer naming the key,
  * so a file is self-describing and a corrupt or foreign file is detected.
  *
- * The exact file layout is described at the top of store.c. Temp files
- * ("<dir>/shards/.tmp-*") left by a crash are removed by store_open, so two
- * live processes must not share one cache dir. Files in the directory that are
- * not named like entries are left alone.
+ * Sharing (the DESIGN note at the top of store.c has the details): processes
+ * coordinate through flock(2) on files in the directory, never by guessing.
+ * A writer's temp file ("<dir>/shards/.tmp-<pid>-<n>-<random>") stays locked
+ * until it is renamed, and store_open removes only temp files nobody holds;
+ * the cap is kept over the whole directory (every admission rescans it under
+ * a directory lock and counts other writers' temp files); an entry pinned
+ * here is never evicted, and one pinned by another process only when nothing
+ * else frees enough (that process keeps reading the unlinked file); and an
+ * entry being written by one process is waited for, not written again, by
+ * the others ("<name>.lock").
+ *
+ * Eviction is scan resistant: entries used again since they were written
+ * (looked up at least a second later) are kept before entries that were not,
+ * and among the latter the newest go first (the two newest last), so a sweep
+ * over more data than fits keeps part of it instead of none (plain LRU keeps
+ * none). Files in the directory that are not named like
+ * entries, temp or lock files are left alone.
  *
  * Thread safety: every function may be called from any thread. Entries handed
  * out by store_get are pinned (never evicted or unlinked under a reader) until
@@ -29,50 +42,73 @@
 
 struct store_stats {
 	uint64_t entries;
-	uint64_t bytes;        /* on disk, data + footers */
+	uint64_t bytes; /* on disk, data + footers */
 	uint64_t cap;
 	uint64_t evictions;
 	uint64_t corrupt;      /* entries found corrupt and dropped */
-	uint64_t write_errors; /* entries that could not be written (disk full...) */
+	uint64_t write_errors; /* entries that could not be written (disk
+				  full...) */
+	uint64_t waits;	       /* writers that waited for another writer of
+				* the same entry (another mount's fetch) */
 };
 
 struct store;
 struct store_entry;
 struct store_writer;
 
-/* Creates dir (and dir/shards) with mode 0700 if missing, scans the existing
- * entries (LRU order by mtime) and evicts down to cap. Returns NULL with a
- * reason in err if the directory can't be created or used. */
+/* Creates dir (and dir/shards) with mode 0700 if missing, removes temp files
+ * whose writer is gone, loads the existing entries and evicts down to cap.
+ * Returns NULL with a reason in err if the directory can't be created or used.
+ */
 struct store *store_open(const char *dir, uint64_t cap, char *err,
 			 size_t errlen);
 /* Every entry must have been put and every writer finished. Accepts NULL. */
 void store_close(struct store *s);
 
-/* Look up a complete entry. NULL if absent. The entry is pinned and marked
- * most recently used; release it with store_put. */
+/* How long store_begin waits for another writer of the same entry (default
+ * 120 s); 0: not at all. */
+void store_set_wait(struct store *s, double seconds);
+/* A lookup within this many seconds after an entry was written does not
+ * count as a use again (default 1 s; see the eviction order above). */
+void store_set_reuse_gap(struct store *s, double seconds);
+/* End every present and future wait of store_begin with ECANCELED (for
+ * shutdown). */
+void store_interrupt(struct store *s);
+
+/* Look up a complete entry (also one another process wrote). NULL if
+ * absent. The entry is pinned and its use recorded (for every process's
+ * eviction order); release it with store_put. */
 struct store_entry *store_get(struct store *s, const char *url,
 			      const char *etag, uint64_t size);
 void store_put(struct store_entry *e);
+
+/* 1 if a complete entry of the key is in the store, else 0. Neither pins nor
+ * records a use nor reads the file: for statistics. Constant time. */
+int store_contains(struct store *s, const char *url, const char *etag,
+		   uint64_t size);
 
 /* Read from a pinned entry. Each block is checked against its checksum the
  * first time any of it is read. Returns bytes read (len unless past the end),
  * or -EBADMSG when a block is corrupt (the caller then calls store_drop and
  * fetches again), or -errno. */
-ssize_t store_pread(struct store_entry *e, void *buf, size_t len,
-		    uint64_t off);
+ssize_t store_pread(struct store_entry *e, void *buf, size_t len, uint64_t off);
 
 /* Mark a pinned entry corrupt: it is unlinked once unpinned and never
  * returned again. Does not release the caller's pin. */
 void store_drop(struct store_entry *e);
 
-/* Start writing an entry. Evicts unpinned entries to make room for size
- * bytes plus footer, and claims the disk space up front (fallocate) so a full
- * disk shows here rather than half way through. Returns NULL (errno set:
+/* Start writing an entry. If another writer (in any process) is writing the
+ * same entry, first waits for it to finish (see store_set_wait). Evicts
+ * unpinned entries to make room for size bytes plus footer, and claims the
+ * disk space up front (fallocate) so a full disk shows here rather than half
+ * way through. Returns NULL (errno set: EEXIST when the entry is complete in
+ * the store now, written by the writer waited for: store_get it; EBUSY when
+ * that writer took longer than the wait, ECANCELED after store_interrupt;
  * ENOSPC when it can't fit under the cap even after eviction, or is larger
  * than the cap, or the disk is full; EROFS, EACCES... from creating the file)
  * when the entry can't be written: the caller then serves without the cache.
- * Disk errors are counted in write_errors; "larger than the cap" is not. A
- * writer is used by one thread; store_writer_pread may be called from others. */
+ * Disk errors are counted in write_errors; the others are not. A writer is
+ * used by one thread; store_writer_pread may be called from others. */
 struct store_writer *store_begin(struct store *s, const char *url,
 				 const char *etag, uint64_t size);
 /* Append data. Returns 0 or -errno (e.g. -ENOSPC). */

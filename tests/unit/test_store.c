@@ -1,11 +1,18 @@
-/* test_store.c - unit tests for the on-disk shard store (cache/store/store.c). */
+/* test_store.c - unit tests for the on-disk shard store (cache/store/store.c).
+ */
 #include "cache/store/store.h"
+
+#include "cache/store/shards.h"
+#include "common/util.h"
+#include "fetch/format/index.h"
+#include "fetch/net/http.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,11 +112,13 @@ static void check_range(struct store_entry *e, uint64_t off, size_t len,
 	free(exp);
 }
 
+/* Lookups count as uses at once here (the tests run in microseconds). */
 static struct store *open_store(uint64_t cap)
 {
 	char err[256] = "";
 	struct store *s = store_open(tdir, cap, err, sizeof(err));
 	cr_assert_not_null(s, "store_open: %s", err);
+	store_set_reuse_gap(s, 0);
 	return s;
 }
 
@@ -266,8 +275,11 @@ Test(store, reopen_finds_entries)
 	store_close(s);
 }
 
-/* LRU: ops are letters; upper case adds an entry, lower case reads it (a
- * use). The cap holds `fit` entries; `left` lists the survivors. */
+/* Eviction order: ops are letters; upper case adds an entry, lower case
+ * reads it (a use, which protects it). The cap holds `fit` entries; `left`
+ * lists the survivors. Entries never used again go newest first, except the
+ * two newest of all, which go last of them; used ones least recently used
+ * first, after the others, but first while they fill over 3/4 of the cap. */
 struct lru_case {
 	unsigned fit;
 	const char *ops;
@@ -277,9 +289,10 @@ struct lru_case {
 
 static const struct lru_case lru_cases[] = {
 	{3, "ABC", "ABC", 0},	     {3, "ABCD", "BCD", 1},
-	{3, "ABCaD", "ACD", 1},	     {3, "ABCbaDE", "ADE", 2},
+	{3, "ABCaD", "ACD", 1},	     {3, "ABCbaDE", "ABE", 2},
 	{2, "ABcCD", "CD", 2},	     {1, "ABCD", "D", 3},
-	{4, "ABCDdcbaE", "ABCE", 1},
+	{4, "ABCDdcbaE", "ABCE", 1}, {2, "ABabCDdEF", "DF", 4},
+	{5, "ABCDEF", "ABDEF", 1},   {5, "ABCDEFG", "ABEFG", 2},
 };
 
 static void url_of(char c, char *url, size_t n)
@@ -342,9 +355,9 @@ Test(store, lru_eviction_table)
 	}
 }
 
-/* Set the mtime of the entry file holding url (found by the key in its
- * footer) to sec. */
-static void set_mtime_of(const char *url, time_t sec)
+/* Set the times of the entry file holding url (found by the key in its
+ * footer): atime records when it was written, mtime its last use. */
+static void set_times_of(const char *url, time_t written, time_t used)
 {
 	char path[128], fp[512];
 	struct dirent *d;
@@ -356,17 +369,19 @@ static void set_mtime_of(const char *url, time_t sec)
 	cr_assert_not_null(dir);
 	while ((d = readdir(dir)) != NULL) {
 		char blob[4096];
-		size_t n;
-		FILE *f;
+		ssize_t n;
+		int fd;
 		if (!strstr(d->d_name, ".shard"))
 			continue;
 		snprintf(fp, sizeof(fp), "%s/%s", path, d->d_name);
-		f = fopen(fp, "rb");
-		cr_assert_not_null(f);
-		n = fread(blob, 1, sizeof(blob), f);
-		fclose(f);
-		if (memmem(blob, n, url, strlen(url))) {
-			struct timespec ts[2] = {{sec, 0}, {sec, 0}};
+		/* O_NOATIME: reading must not move the times set so far. */
+		fd = open(fp, O_RDONLY | O_NOATIME);
+		cr_assert_geq(fd, 0);
+		n = read(fd, blob, sizeof(blob));
+		close(fd);
+		cr_assert_gt(n, 0);
+		if (memmem(blob, (size_t)n, url, strlen(url))) {
+			struct timespec ts[2] = {{written, 0}, {used, 0}};
 			cr_assert_eq(utimensat(AT_FDCWD, fp, ts, 0), 0);
 			found = 1;
 		}
@@ -375,33 +390,41 @@ static void set_mtime_of(const char *url, time_t sec)
 	cr_assert(found, "no file for %s", url);
 }
 
-Test(store, reopen_orders_by_mtime)
+Test(store, reopen_keeps_eviction_order)
 {
 	struct store *s = open_store(1ULL << 30);
 	struct store_stats st;
 	uint64_t unit;
 
-	add_put(s, "http://h/A.tar", 1000, 1);
-	add_put(s, "http://h/B.tar", 1000, 2);
-	add_put(s, "http://h/C.tar", 1000, 3);
+	for (char c = 'A'; c <= 'E'; c++) {
+		char url[32];
+		url_of(c, url, sizeof(url));
+		add_put(s, url, 1000, (unsigned)c);
+	}
 	store_get_stats(s, &st);
-	unit = st.bytes / 3;
+	unit = st.bytes / 5;
 	store_close(s);
-	/* B is the oldest file, then A, then C. */
-	set_mtime_of("http://h/A.tar", 2000);
-	set_mtime_of("http://h/B.tar", 1000);
-	set_mtime_of("http://h/C.tar", 3000);
-	/* Room for two: the oldest (B) goes. */
-	s = open_store(2 * unit + unit / 2);
+	/* Written in the order E A B C D; only E was used again since. */
+	set_times_of("http://h/A.tar", 1000, 1000);
+	set_times_of("http://h/B.tar", 2000, 2000);
+	set_times_of("http://h/C.tar", 3000, 3000);
+	set_times_of("http://h/D.tar", 4000, 4000);
+	set_times_of("http://h/E.tar", 500, 6000);
+	/* Room for four: the newest unused one but the two newest (C, D)
+	 * goes: B. */
+	s = open_store(4 * unit + unit / 2);
 	store_get_stats(s, &st);
-	cr_assert_eq(st.entries, 2);
+	cr_assert_eq(st.entries, 4);
 	cr_assert_eq(st.evictions, 1);
-	cr_assert_null(store_get(s, "http://h/B.tar", "\"e\"", 1000));
-	/* A is used now, so adding D evicts C. */
-	store_put(store_get(s, "http://h/A.tar", "\"e\"", 1000));
-	add_put(s, "http://h/D.tar", 1000, 4);
-	cr_assert_null(store_get(s, "http://h/C.tar", "\"e\"", 1000));
-	store_put(store_get(s, "http://h/A.tar", "\"e\"", 1000));
+	cr_assert_not(store_contains(s, "http://h/B.tar", "\"e\"", 1000));
+	/* Adding F evicts A, never used again, not the used E. */
+	add_put(s, "http://h/F.tar", 1000, 6);
+	cr_assert_not(store_contains(s, "http://h/A.tar", "\"e\"", 1000));
+	for (char c = 'C'; c <= 'F'; c++) {
+		char url[32];
+		url_of(c, url, sizeof(url));
+		cr_assert(store_contains(s, url, "\"e\"", 1000), "%c gone", c);
+	}
 	store_close(s);
 }
 
@@ -605,12 +628,12 @@ Test(store, same_key_rewritten_while_pinned)
 	again = store_get(s, "http://h/k.tar", "\"e\"", 5000);
 	cr_assert_not_null(again);
 	check_range(again, 0, 5000, 1, 5000);
-	/* And a plain second commit of a live key replaces it. */
-	neu = add(s, "http://h/k.tar", "\"e\"", 5000, 1);
-	cr_assert_not_null(neu);
+	/* A live key is not written twice: the writer is told it is there. */
+	errno = 0;
+	cr_assert_null(store_begin(s, "http://h/k.tar", "\"e\"", 5000));
+	cr_assert_eq(errno, EEXIST);
 	check_range(again, 0, 5000, 1, 5000);
 	store_put(again);
-	store_put(neu);
 	store_get_stats(s, &st);
 	cr_assert_eq(st.entries, 1);
 	cr_assert_eq(count_files(""), 1);
@@ -785,5 +808,327 @@ Test(store, concurrent_readers_and_writer)
 	store_get_stats(s, &st);
 	cr_assert_leq(st.bytes, st.cap);
 	cr_assert_geq(st.evictions, 9);
+	store_close(s);
+}
+
+/* ---- side effects, sharing, sweeps ---- */
+
+/* One entry's size on disk (data plus footer) for `size` data bytes. */
+static uint64_t unit_of(uint64_t size)
+{
+	struct store *s = open_store(1ULL << 30);
+	struct store_stats st;
+	add_put(s, "http://h/Z.tar", size, 1);
+	store_get_stats(s, &st);
+	store_close(s);
+	teardown();
+	setup();
+	return st.bytes;
+}
+
+static const char *const abc[] = {"http://h/A.tar", "http://h/B.tar",
+				  "http://h/C.tar"};
+
+/* Which of A, B, C is gone after D is added to a store that holds three,
+ * A being the most recently used. With `stats`, the shard statistics are
+ * read first, the way .echofs/stats renders them (shards_is_cached). */
+static char victim_after(bool stats, uint64_t unit)
+{
+	struct store *s = open_store(3 * unit + unit / 2);
+	struct index *ix = index_new();
+	char gone = 0;
+
+	for (int i = 0; i < 3; i++) {
+		index_add_shard(ix, abc[i], 1000, "\"e\"");
+		add_put(s, abc[i], 1000, (unsigned)i);
+	}
+	store_put(store_get(s, abc[0], "\"e\"", 1000));
+	if (stats) {
+		char err[256] = "";
+		struct http_opts ho = {.connections = 1};
+		struct http *h = http_new(&ho, err, sizeof(err));
+		struct shards_opts so = {.workers = 1};
+		struct shards *sh;
+		cr_assert_not_null(h, "http_new: %s", err);
+		sh = shards_new(ix, h, s, &so);
+		cr_assert_not_null(sh);
+		for (uint32_t i = 0; i < 3; i++)
+			cr_assert_eq(shards_is_cached(sh, i), 1);
+		shards_free(sh);
+		http_free(h);
+	}
+	add_put(s, "http://h/D.tar", 1000, 4);
+	for (int i = 0; i < 3; i++) {
+		struct store_entry *e = store_get(s, abc[i], "\"e\"", 1000);
+		if (!e)
+			gone = (char)('A' + i);
+		store_put(e);
+	}
+	store_close(s);
+	index_free(ix);
+	teardown();
+	setup();
+	return gone;
+}
+
+Test(store, stats_read_leaves_eviction_alone)
+{
+	uint64_t unit = unit_of(1000);
+	char plain = victim_after(false, unit);
+	char read = victim_after(true, unit);
+
+	cr_assert_neq(plain, 0, "nothing evicted");
+	cr_assert_eq(read, plain,
+		     "reading the stats made %c the victim instead of %c", read,
+		     plain);
+}
+
+Test(store, contains_touches_nothing)
+{
+	struct store *s = open_store(1ULL << 30);
+	struct store_entry *e;
+	struct stat a, b;
+	char path[512];
+
+	add_put(s, "http://h/A.tar", 1000, 1);
+	only_entry_path(path, sizeof(path));
+	cr_assert_eq(stat(path, &a), 0);
+	nanosleep(&(struct timespec){0, 20000000L}, NULL);
+	cr_assert_eq(store_contains(s, "http://h/A.tar", "\"e\"", 1000), 1);
+	cr_assert_eq(store_contains(s, "http://h/A.tar", "\"f\"", 1000), 0);
+	cr_assert_eq(store_contains(s, "http://h/B.tar", "\"e\"", 1000), 0);
+	cr_assert_eq(stat(path, &b), 0);
+	cr_assert(a.st_mtim.tv_sec == b.st_mtim.tv_sec &&
+			  a.st_mtim.tv_nsec == b.st_mtim.tv_nsec,
+		  "mtime moved");
+	cr_assert(a.st_atim.tv_sec == b.st_atim.tv_sec &&
+			  a.st_atim.tv_nsec == b.st_atim.tv_nsec,
+		  "atime moved");
+	/* A dropped (corrupt) entry is not contained, though its file is
+	 * still there while pinned. */
+	e = store_get(s, "http://h/A.tar", "\"e\"", 1000);
+	store_drop(e);
+	cr_assert_eq(store_contains(s, "http://h/A.tar", "\"e\"", 1000), 0);
+	store_put(e);
+	cr_assert_eq(store_contains(NULL, "http://h/A.tar", "\"e\"", 1000), 0);
+	store_close(s);
+}
+
+/* Two stores on one directory behave as two processes would: flock locks
+ * belong to open file descriptions, not to processes. */
+Test(store, second_open_keeps_live_writer_temp)
+{
+	struct store *a = open_store(1ULL << 30), *b;
+	struct store_writer *w = store_begin(a, "http://h/X.tar", "", 3000);
+	struct store_entry *e;
+	uint8_t buf[3000];
+
+	cr_assert_not_null(w);
+	fill(buf, sizeof(buf), 5, 0);
+	cr_assert_eq(store_write(w, buf, 1000), 0);
+	b = open_store(1ULL << 30);
+	cr_assert_eq(count_files(".tmp-"), 1,
+		     "another mount's start-up removed a live temp file");
+	cr_assert_eq(store_write(w, buf + 1000, 2000), 0);
+	e = store_commit(w);
+	cr_assert_not_null(e, "commit after another open: %s", strerror(errno));
+	store_put(e);
+	e = store_get(b, "http://h/X.tar", "", 3000);
+	cr_assert_not_null(e, "the other mount does not find the new entry");
+	check_range(e, 0, 3000, 5, 3000);
+	store_put(e);
+	store_close(b);
+	store_close(a);
+}
+
+/* Bytes of entry and temp files in the shards directory. */
+static uint64_t dir_bytes(void)
+{
+	char p[128], fp[512];
+	struct dirent *d;
+	struct stat sb;
+	uint64_t n = 0;
+	DIR *dir;
+
+	snprintf(p, sizeof(p), "%s/shards", tdir);
+	dir = opendir(p);
+	cr_assert_not_null(dir);
+	while ((d = readdir(dir)) != NULL) {
+		snprintf(fp, sizeof(fp), "%s/%s", p, d->d_name);
+		if (stat(fp, &sb) == 0 && S_ISREG(sb.st_mode))
+			n += (uint64_t)sb.st_size;
+	}
+	closedir(dir);
+	return n;
+}
+
+Test(store, cap_kept_across_stores)
+{
+	uint64_t unit = unit_of(1000), cap = 3 * unit + unit / 2;
+	struct store *a = open_store(cap), *b = open_store(cap);
+	const char *who = "aabbabab";
+
+	for (int i = 0; i < 8; i++) {
+		char url[32];
+		snprintf(url, sizeof(url), "http://h/%d.tar", i);
+		add_put(who[i] == 'a' ? a : b, url, 1000, (unsigned)i);
+		cr_assert_leq(dir_bytes(), cap,
+			      "after %d: %" PRIu64 " > cap %" PRIu64, i,
+			      dir_bytes(), cap);
+	}
+	cr_assert_eq(count_files(""), 3);
+	store_close(a);
+	store_close(b);
+}
+
+struct waiter {
+	struct store *s;
+	struct store_writer *w;
+	int err;
+	double took;
+};
+
+static void *begin_thread(void *arg)
+{
+	struct waiter *x = arg;
+	double t0 = now_mono();
+	errno = 0;
+	x->w = store_begin(x->s, "http://h/X.tar", "", 3000);
+	x->err = errno;
+	x->took = now_mono() - t0;
+	return NULL;
+}
+
+Test(store, second_writer_waits_and_finds_entry)
+{
+	struct store *a = open_store(1ULL << 30), *b = open_store(1ULL << 30);
+	struct store_writer *w = store_begin(a, "http://h/X.tar", "", 3000);
+	struct waiter x = {.s = b};
+	struct store_entry *e;
+	struct store_stats st;
+	uint8_t buf[3000];
+	pthread_t t;
+
+	cr_assert_not_null(w);
+	pthread_create(&t, NULL, begin_thread, &x);
+	nanosleep(&(struct timespec){0, 300000000L}, NULL);
+	fill(buf, sizeof(buf), 6, 0);
+	cr_assert_eq(store_write(w, buf, sizeof(buf)), 0);
+	e = store_commit(w);
+	cr_assert_not_null(e);
+	store_put(e);
+	pthread_join(t, NULL);
+	cr_assert_null(x.w, "the same shard was written twice");
+	cr_assert_eq(x.err, EEXIST, "errno %s", strerror(x.err));
+	cr_assert_geq(x.took, 0.25);
+	e = store_get(b, "http://h/X.tar", "", 3000);
+	cr_assert_not_null(e);
+	check_range(e, 0, 3000, 6, 3000);
+	store_put(e);
+	store_get_stats(b, &st);
+	cr_assert_eq(st.waits, 1);
+	cr_assert_eq(st.write_errors, 0);
+	cr_assert_eq(count_files(".tmp-"), 0);
+	store_close(a);
+	store_close(b);
+}
+
+Test(store, writer_wait_is_bounded_and_interruptible)
+{
+	struct store *a = open_store(1ULL << 30), *b = open_store(1ULL << 30);
+	struct store_writer *w = store_begin(a, "http://h/X.tar", "", 3000);
+	struct waiter x = {.s = b};
+	pthread_t t;
+
+	cr_assert_not_null(w);
+	store_set_wait(b, 0.3);
+	begin_thread(&x);
+	cr_assert_null(x.w);
+	cr_assert_eq(x.err, EBUSY, "errno %s", strerror(x.err));
+	cr_assert(x.took >= 0.25 && x.took < 5, "waited %.2f s", x.took);
+	store_set_wait(b, 60);
+	pthread_create(&t, NULL, begin_thread, &x);
+	nanosleep(&(struct timespec){0, 100000000L}, NULL);
+	store_interrupt(b);
+	pthread_join(t, NULL);
+	cr_assert_null(x.w);
+	cr_assert_eq(x.err, ECANCELED, "errno %s", strerror(x.err));
+	cr_assert_lt(x.took, 5);
+	store_abort(w);
+	/* The lock is free again: a writer of the entry goes ahead. */
+	w = store_begin(a, "http://h/X.tar", "", 3000);
+	cr_assert_not_null(w);
+	store_abort(w);
+	store_close(a);
+	store_close(b);
+}
+
+Test(store, eviction_spares_entry_pinned_by_other_store)
+{
+	uint64_t unit = unit_of(1000);
+	struct store *a = open_store(2 * unit + unit / 2), *b, *c;
+	struct store_entry *pa;
+
+	add_put(a, "http://h/A.tar", 1000, 1);
+	add_put(a, "http://h/B.tar", 1000, 2);
+	b = open_store(2 * unit + unit / 2);
+	/* B used again; A, pinned by a, is b's first choice to evict. */
+	store_put(store_get(a, "http://h/B.tar", "\"e\"", 1000));
+	pa = store_get(a, "http://h/A.tar", "\"e\"", 1000);
+	cr_assert_not_null(pa);
+	add_put(b, "http://h/C.tar", 1000, 3);
+	check_range(pa, 0, 1000, 1, 1000);
+	store_put(pa);
+	c = open_store(1ULL << 30);
+	cr_assert(store_contains(c, "http://h/A.tar", "\"e\"", 1000),
+		  "an entry pinned by another store was evicted");
+	cr_assert(store_contains(c, "http://h/C.tar", "\"e\"", 1000));
+	cr_assert_not(store_contains(c, "http://h/B.tar", "\"e\"", 1000));
+	store_close(c);
+	store_close(b);
+	store_close(a);
+}
+
+/* Two passes over 8 entries through a store that holds 6: plain LRU hits
+ * nothing in the second pass; keeping part of the sweep hits that part. */
+Test(store, sweep_larger_than_cap_keeps_part)
+{
+	uint64_t unit = unit_of(1000);
+	struct store *s = open_store(6 * unit + unit / 2);
+	unsigned hits = 0;
+
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 0; i < 8; i++) {
+			char url[32];
+			struct store_entry *e;
+			snprintf(url, sizeof(url), "http://h/%d.tar", i);
+			e = store_get(s, url, "\"e\"", 1000);
+			if (e && pass == 1)
+				hits++;
+			if (e)
+				store_put(e);
+			else
+				add_put(s, url, 1000, (unsigned)i);
+		}
+	cr_assert_geq(hits, 2, "second pass hit %u of 8", hits);
+	store_close(s);
+}
+
+/* A lookup right after an entry was written (the reader of that very fetch
+ * coming back) is no use again: it does not protect the entry. */
+Test(store, lookup_soon_after_write_does_not_protect)
+{
+	uint64_t unit = unit_of(1000);
+	struct store *s = open_store(3 * unit + unit / 2);
+
+	store_set_reuse_gap(s, 1.0);
+	for (int i = 0; i < 3; i++)
+		add_put(s, abc[i], 1000, (unsigned)i);
+	store_put(store_get(s, abc[0], "\"e\"", 1000));
+	add_put(s, "http://h/D.tar", 1000, 4);
+	/* Never used again, older than the two newest: A goes. */
+	cr_assert_not(store_contains(s, abc[0], "\"e\"", 1000));
+	cr_assert(store_contains(s, abc[1], "\"e\"", 1000));
+	cr_assert(store_contains(s, abc[2], "\"e\"", 1000));
 	store_close(s);
 }
