@@ -306,6 +306,7 @@ static int loop(struct app *a)
 static void app_free(struct app *a)
 {
 	push_free(a->push); /* it sends to the session */
+	pool_cancel_all(a->pool); /* parked lookups reply to the session */
 	if (a->se)
 		fuse_session_destroy(a->se);
 	if (a->ctl)
