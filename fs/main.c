@@ -152,6 +152,8 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 		.window = a->o.echo_window, .mem_size = a->o.mem_size,
 		.seed = a->o.seed,
 		.ingest = a->prep ? ingest_sample : NULL, .ingest_ud = a,
+		/* Twice the decode workers: one decoding, one queued each. */
+		.ingest_threads = 2 * prep_threads(a->prep),
 	};
 
 	for (size_t i = 0; i < a->ix->nsamples; i++)

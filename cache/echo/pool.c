@@ -155,6 +155,7 @@ struct pool {
 	uint32_t *want;	       /* readers waiting per class */
 	struct owed *owed;     /* per class */
 	uint8_t *is_owed;      /* per sample */
+	uint8_t *held;	       /* per sample: entries of it held (saturating) */
 	uint64_t nowed;
 	struct entry **iq;     /* read, waiting for an ingest thread (ring) */
 	unsigned iq_head, iq_len, iq_cap, ingesting;
@@ -190,6 +191,8 @@ static void unlock_pool(struct pool *p)
 
 static void free_entry(struct pool *p, struct entry *e)
 {
+	if (p->held[e->sample] && p->held[e->sample] < UINT8_MAX)
+		p->held[e->sample]--;
 	if (e->prev)
 		e->prev->next = e->next;
 	else
@@ -425,6 +428,8 @@ static struct entry *new_entry(uint32_t sample, uint32_t cls, uint64_t len)
 static void add_entry(struct pool *p, struct entry *e)
 {
 	p->bytes = p->bytes - e->reserved + e->len;
+	if (p->held[e->sample] < UINT8_MAX)
+		p->held[e->sample]++;
 	e->next = p->all;
 	if (p->all)
 		p->all->prev = e;
@@ -576,6 +581,13 @@ static int stream_sample(struct pool *p, uint32_t s, bool reread)
 		pthread_mutex_unlock(&p->lock);
 		return 0;
 	}
+	if (!reread && p->held[s]) {
+		/* Its previous pass's copy is still held (fresh or echoed):
+		 * this pass's serve waits until its class asks again. */
+		owe(p, s, cls);
+		pthread_mutex_unlock(&p->lock);
+		return 0;
+	}
 	if (!reread && p->waiters && !p->want[cls] && p->bytes &&
 	    p->bytes + m->size > p->o.mem_size) {
 		/* Memory is full and nobody asks for this class: give it back
@@ -658,9 +670,9 @@ static struct timespec deadline_after(double s)
 }
 
 /* Between passes (p->lock held): wait for the samples still being
- * ingested, flush the buffer, rest if the pass gave nothing (every shard
- * failing) while serving owed samples, start the next pass. False on
- * stop. */
+ * ingested, flush the buffer; a pass that gave nothing (every shard
+ * failing, or every sample owed or still held) rests and is walked again
+ * rather than counted; else the next pass starts. False on stop. */
 static bool next_pass(struct pool *p, int64_t added)
 {
 	while (!p->stop && p->ingesting)
@@ -672,7 +684,8 @@ static bool next_pass(struct pool *p, int64_t added)
 	}
 	if (p->stop)
 		return false;
-	begin_pass(p);
+	if (added > 0)
+		begin_pass(p); /* else walk the same pass again */
 	return true;
 }
 
@@ -803,6 +816,7 @@ static int group_samples(struct pool *p, const uint32_t *class_of)
 		return -EINVAL;
 	p->class_of = xmalloc((ix->nsamples + 1) * sizeof(uint32_t));
 	p->is_owed = xcalloc(ix->nsamples + 1, 1);
+	p->held = xcalloc(ix->nsamples + 1, 1);
 	p->shard_first = xcalloc(ix->nshards + 1, sizeof(uint32_t));
 	p->by_shard = xmalloc((ix->nsamples + 1) * sizeof(uint32_t));
 	p->order = xmalloc((ix->nshards + 1) * sizeof(uint32_t));
@@ -878,6 +892,7 @@ static void destroy(struct pool *p)
 	free(p->shuf_count);
 	free(p->class_of);
 	free(p->is_owed);
+	free(p->held);
 	free(p->by_shard);
 	free(p->shard_first);
 	free(p->order);

@@ -13,6 +13,9 @@
 #include "common/util.h"
 
 #define QUEUE_PER_WORKER 4
+/* Room for serve jobs (augment) beyond the bounded decode queue: a serve
+ * never waits behind queued decodes, only for a worker to finish one. */
+#define QUEUE_URGENT 64
 #define PREP_MAGIC 0x50524550u /* "PREP" */
 #define PREP_HEADER 16
 
@@ -37,7 +40,7 @@ struct prep {
 	pthread_mutex_t lock; /* guards the queue, stop and every job's done */
 	pthread_cond_t work, room, finished;
 	struct job **queue;
-	size_t head, len, cap;
+	size_t head, len, cap, bulk_cap; /* bulk jobs queue only up to bulk_cap */
 	bool stop;
 };
 
@@ -130,7 +133,7 @@ static void *worker_main(void *arg)
 		struct job *j = p->queue[p->head];
 		p->head = (p->head + 1) % p->cap;
 		p->len--;
-		pthread_cond_signal(&p->room);
+		pthread_cond_broadcast(&p->room);
 		pthread_mutex_unlock(&p->lock);
 		if (tc) {
 			run(p, tc, j);
@@ -147,18 +150,27 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-/* Queue j and wait for it. */
+/* Queue j and wait for it. An urgent job (a serve) goes to the front of
+ * the queue, in the room kept for it; others wait while bulk_cap are
+ * queued. */
 static int submit(struct prep *p, struct job *j, uint8_t **out,
 		  size_t *outlen, char *why, size_t whylen)
 {
+	bool urgent = j->kind == JOB_AUGMENT;
+
 	pthread_mutex_lock(&p->lock);
-	while (!p->stop && p->len == p->cap)
+	while (!p->stop && p->len >= (urgent ? p->cap : p->bulk_cap))
 		pthread_cond_wait(&p->room, &p->lock);
 	if (p->stop) {
 		pthread_mutex_unlock(&p->lock);
 		return -ESHUTDOWN;
 	}
-	p->queue[(p->head + p->len) % p->cap] = j;
+	if (urgent) {
+		p->head = (p->head + p->cap - 1) % p->cap;
+		p->queue[p->head] = j;
+	} else {
+		p->queue[(p->head + p->len) % p->cap] = j;
+	}
 	p->len++;
 	pthread_cond_signal(&p->work);
 	while (!j->done)
@@ -194,6 +206,11 @@ int prep_augment(struct prep *p, const void *prepared, size_t len,
 	return submit(p, &j, out, outlen, why, whylen);
 }
 
+unsigned prep_threads(const struct prep *p)
+{
+	return p ? p->nthreads : 0;
+}
+
 ssize_t prep_fixed_size(const struct prep *p)
 {
 	if (p->opts.format != TF_PPM || p->opts.crop == 0)
@@ -208,7 +225,8 @@ struct prep *prep_new(const struct transform_opts *opts, unsigned threads)
 
 	p->opts = *opts;
 	p->nthreads = (unsigned)(n > 0 ? (n > 64 ? 64 : n) : 1);
-	p->cap = (size_t)p->nthreads * QUEUE_PER_WORKER;
+	p->bulk_cap = (size_t)p->nthreads * QUEUE_PER_WORKER;
+	p->cap = p->bulk_cap + QUEUE_URGENT;
 	p->queue = xcalloc(p->cap, sizeof(*p->queue));
 	p->threads = xcalloc(p->nthreads, sizeof(*p->threads));
 	pthread_mutex_init(&p->lock, NULL);
