@@ -120,10 +120,10 @@ struct waiter {
 	struct waiter *prev, *next;
 };
 
-/* Sample numbers given back, per class. */
+/* Sample numbers given back, per class, oldest first (v[head..n)). */
 struct owed {
 	uint32_t *v;
-	size_t n, cap;
+	size_t head, n, cap;
 };
 
 struct pool {
@@ -305,6 +305,11 @@ static void owe(struct pool *p, uint32_t sample, uint32_t cls)
 {
 	struct owed *o = &p->owed[cls];
 
+	if (o->n == o->cap && o->head > 0) {
+		memmove(o->v, o->v + o->head, (o->n - o->head) * sizeof(*o->v));
+		o->n -= o->head;
+		o->head = 0;
+	}
 	if (o->n == o->cap) {
 		o->cap = o->cap ? o->cap * 2 : 64;
 		o->v = xrealloc(o->v, o->cap * sizeof(*o->v));
@@ -313,6 +318,34 @@ static void owe(struct pool *p, uint32_t sample, uint32_t cls)
 	p->is_owed[sample] = 1;
 	p->nowed++;
 	p->given_back++;
+}
+
+static bool owes(const struct pool *p, uint32_t cls)
+{
+	return p->owed[cls].n > p->owed[cls].head;
+}
+
+/* The oldest owed sample of cls whose previous copy is no longer held
+ * (held ones move to the back of the line), or any when the class starves
+ * (a reader waits: a small class may have all its samples inside the echo
+ * window). False if there is none. */
+static bool owed_pop(struct pool *p, uint32_t cls, bool any, uint32_t *out)
+{
+	struct owed *o = &p->owed[cls];
+
+	for (size_t k = o->n - o->head; k > 0; k--) {
+		uint32_t s = o->v[o->head++];
+		if (any || !p->held[s]) {
+			if (o->head == o->n)
+				o->head = o->n = 0;
+			*out = s;
+			return true;
+		}
+		p->nowed--; /* owe() counts it again */
+		p->given_back--;
+		owe(p, s, cls);
+	}
+	return false;
 }
 
 /* Give back one fresh sample of a class nobody waits for: from the
@@ -360,16 +393,13 @@ static bool pick_owed(struct pool *p, uint32_t *sample)
 
 	for (int round = 0; round < 2; round++) {
 		for (uint32_t c = 0; c < p->ncls; c++) {
-			struct owed *o = &p->owed[c];
 			bool empty = echo_policy_ready(p->ep, c) +
 					     p->shuf_count[c] == 0;
-			if (o->n == 0 ||
+			if (!owes(p, c) ||
 			    (round == 0 ? !p->want[c] : !(room && empty)))
 				continue;
-			size_t k = (size_t)echo_rng_below(&p->rng, o->n);
-			*sample = o->v[k];
-			o->v[k] = o->v[--o->n];
-			return true;
+			if (owed_pop(p, c, round == 0, sample))
+				return true;
 		}
 	}
 	return false;
@@ -566,7 +596,7 @@ static int read_sample(struct pool *p, uint32_t s, bool reread)
  * was read or given back, 0 if skipped, -ESHUTDOWN. */
 static int stream_sample(struct pool *p, uint32_t s, bool reread)
 {
-	const struct index_sample *m = &p->ix->samples[s];
+	const struct index_sample *m;
 	uint32_t cls = p->class_of[s];
 	int r;
 
@@ -576,15 +606,22 @@ static int stream_sample(struct pool *p, uint32_t s, bool reread)
 		pthread_mutex_unlock(&p->lock);
 		return 0;
 	}
+	if (!reread && (p->held[s] || owes(p, cls))) {
+		/* Its previous pass's copy is still held, or older samples of
+		 * its class are owed: those go first, this one waits in line. */
+		owe(p, s, cls);
+		p->given_back--; /* moved in line, not given back */
+		if (!owed_pop(p, cls, p->want[cls] > 0, &s)) {
+			pthread_mutex_unlock(&p->lock);
+			return 0;
+		}
+		reread = true;
+	}
+	m = &p->ix->samples[s];
 	if (m->size > POOL_SAMPLE_MAX) {
 		p->read_errors++;
-		pthread_mutex_unlock(&p->lock);
-		return 0;
-	}
-	if (!reread && p->held[s]) {
-		/* Its previous pass's copy is still held (fresh or echoed):
-		 * this pass's serve waits until its class asks again. */
-		owe(p, s, cls);
+		p->is_owed[s] = 0;
+		p->nowed -= reread;
 		pthread_mutex_unlock(&p->lock);
 		return 0;
 	}
@@ -673,11 +710,28 @@ static struct timespec deadline_after(double s)
  * ingested, flush the buffer; a pass that gave nothing (every shard
  * failing, or every sample owed or still held) rests and is walked again
  * rather than counted; else the next pass starts. False on stop. */
+static uint64_t fresh_total(const struct pool *p)
+{
+	uint64_t n = p->nshuf;
+
+	for (uint32_t c = 0; c < p->ncls; c++)
+		n += echo_policy_ready(p->ep, c);
+	return n;
+}
+
 static bool next_pass(struct pool *p, int64_t added)
 {
 	while (!p->stop && p->ingesting)
 		pthread_cond_wait(&p->iq_cv, &p->lock);
 	buffer_flush(p);
+	/* The next pass waits while this one's fresh samples are plenty and
+	 * nobody waits: it must not overtake them (fixed mode draws copies
+	 * of every pass alike). A waiting reader lets it start at once. */
+	while (!p->stop && p->waiters == 0 &&
+	       fresh_total(p) > p->o.shuffle_buffer) {
+		struct timespec dl = deadline_after(0.1);
+		pthread_cond_timedwait(&p->room_cv, &p->lock, &dl);
+	}
 	if (added == 0 && !p->stop) {
 		struct timespec dl = deadline_after(POOL_IDLE_S);
 		pthread_cond_timedwait(&p->room_cv, &p->lock, &dl);
