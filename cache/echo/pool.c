@@ -301,7 +301,9 @@ static bool evict_one(struct pool *p)
 
 /* ---- demand: giving back and re-reading (p->lock held) ---- */
 
-static void owe(struct pool *p, uint32_t sample, uint32_t cls)
+/* counted: the sample was counted in fresh_in_pass when it first came
+ * (is_owed 1); else it counts when it is read (is_owed 2). */
+static void owe(struct pool *p, uint32_t sample, uint32_t cls, bool counted)
 {
 	struct owed *o = &p->owed[cls];
 
@@ -315,7 +317,7 @@ static void owe(struct pool *p, uint32_t sample, uint32_t cls)
 		o->v = xrealloc(o->v, o->cap * sizeof(*o->v));
 	}
 	o->v[o->n++] = sample;
-	p->is_owed[sample] = 1;
+	p->is_owed[sample] = counted ? 1 : 2;
 	p->nowed++;
 	p->given_back++;
 }
@@ -343,7 +345,7 @@ static bool owed_pop(struct pool *p, uint32_t cls, bool any, uint32_t *out)
 		}
 		p->nowed--; /* owe() counts it again */
 		p->given_back--;
-		owe(p, s, cls);
+		owe(p, s, cls, p->is_owed[s] == 1);
 	}
 	return false;
 }
@@ -379,7 +381,7 @@ static bool give_back_one(struct pool *p)
 		return false;
 	e->attached = false;
 drop:
-	owe(p, e->sample, e->cls);
+	owe(p, e->sample, e->cls, true);
 	free_entry(p, e);
 	return true;
 }
@@ -465,6 +467,8 @@ static void add_entry(struct pool *p, struct entry *e)
 		p->all->prev = e;
 	p->all = e;
 	if (e->reread) {
+		if (p->is_owed[e->sample] == 2)
+			p->fresh_in_pass++;
 		p->is_owed[e->sample] = 0;
 		p->nowed--;
 		p->reread++;
@@ -609,7 +613,7 @@ static int stream_sample(struct pool *p, uint32_t s, bool reread)
 	if (!reread && (p->held[s] || owes(p, cls))) {
 		/* Its previous pass's copy is still held, or older samples of
 		 * its class are owed: those go first, this one waits in line. */
-		owe(p, s, cls);
+		owe(p, s, cls, false);
 		p->given_back--; /* moved in line, not given back */
 		if (!owed_pop(p, cls, p->want[cls] > 0, &s)) {
 			pthread_mutex_unlock(&p->lock);
@@ -629,7 +633,7 @@ static int stream_sample(struct pool *p, uint32_t s, bool reread)
 	    p->bytes + m->size > p->o.mem_size) {
 		/* Memory is full and nobody asks for this class: give it back
 		 * unread, so the stream reaches the classes asked for. */
-		owe(p, s, cls);
+		owe(p, s, cls, false);
 		pthread_mutex_unlock(&p->lock);
 		return 1;
 	}
