@@ -157,6 +157,7 @@ struct pool {
 	uint8_t *is_owed;      /* per sample */
 	uint8_t *held;	       /* per sample: entries of it held (saturating) */
 	uint64_t nowed;
+	uint32_t owed_next;    /* class the next owed pick starts at */
 	struct entry **iq;     /* read, waiting for an ingest thread (ring) */
 	unsigned iq_head, iq_len, iq_cap, ingesting;
 	struct waiter *whead, *wtail; /* parked, oldest first */
@@ -387,21 +388,25 @@ drop:
 }
 
 /* An owed sample to read again now: of a class someone waits for, else
- * (nobody waiting, memory under half full) of a class with nothing ready,
- * so the pipeline stays full ahead of demand. */
+ * (nobody waiting) any whose previous copy is gone, while it fits in
+ * memory: the owed line is the rest of the stream, kept ahead of demand. */
 static bool pick_owed(struct pool *p, uint32_t *sample)
 {
-	bool room = p->waiters == 0 && p->bytes < p->o.mem_size / 2;
-
 	for (int round = 0; round < 2; round++) {
-		for (uint32_t c = 0; c < p->ncls; c++) {
-			bool empty = echo_policy_ready(p->ep, c) +
-					     p->shuf_count[c] == 0;
-			if (!owes(p, c) ||
-			    (round == 0 ? !p->want[c] : !(room && empty)))
+		if (round == 1 && p->waiters)
+			break;
+		for (uint32_t k = 0; k < p->ncls; k++) {
+			uint32_t c = (p->owed_next + k) % p->ncls;
+			struct owed *o = &p->owed[c];
+			if (!owes(p, c) || (round == 0 && !p->want[c]))
 				continue;
-			if (owed_pop(p, c, round == 0, sample))
+			if (round == 1 && p->bytes +
+				p->ix->samples[o->v[o->head]].size > p->o.mem_size)
+				continue;
+			if (owed_pop(p, c, round == 0, sample)) {
+				p->owed_next = c + 1;
 				return true;
+			}
 		}
 	}
 	return false;
@@ -646,9 +651,12 @@ static int stream_sample(struct pool *p, uint32_t s, bool reread)
 	return r < 0 ? r : read_sample(p, s, reread);
 }
 
-/* Re-read the owed samples that are wanted now. 0 or -ESHUTDOWN. */
-static int reread_owed(struct pool *p)
+/* Re-read the owed samples that are wanted now. Returns how many, or
+ * -ESHUTDOWN. */
+static int64_t reread_owed(struct pool *p)
 {
+	int64_t n = 0;
+
 	for (;;) {
 		uint32_t s;
 		bool got;
@@ -656,10 +664,11 @@ static int reread_owed(struct pool *p)
 		got = p->nowed && pick_owed(p, &s);
 		pthread_mutex_unlock(&p->lock);
 		if (!got)
-			return 0;
+			return n;
 		int r = stream_sample(p, s, true);
 		if (r < 0)
 			return r;
+		n += r;
 	}
 }
 
@@ -681,9 +690,11 @@ static int64_t stream_shard(struct pool *p, size_t i)
 			shards_prefetch(p->sh, p->order[k]);
 	for (uint32_t j = p->shard_first[shard]; j < p->shard_first[shard + 1];
 	     j++) {
-		int r = reread_owed(p);
-		if (r == 0)
+		int64_t r = reread_owed(p);
+		if (r >= 0) {
+			added += r;
 			r = stream_sample(p, p->by_shard[j], false);
+		}
 		if (r < 0)
 			return r;
 		added += r;
@@ -760,8 +771,10 @@ static void *streamer_main(void *arg)
 				return NULL;
 			added += r;
 		}
-		if (reread_owed(p) < 0)
+		int64_t r = reread_owed(p);
+		if (r < 0)
 			return NULL;
+		added += r;
 		pthread_mutex_lock(&p->lock);
 		more = next_pass(p, added);
 		unlock_pool(p);

@@ -197,13 +197,50 @@ int prep_prepare(struct prep *p, const void *in, size_t len, uint8_t **out,
 	return submit(p, &j, out, outlen, why, whylen);
 }
 
+/* Each calling thread's own transform context for inline augments, freed
+ * when the thread exits. */
+static pthread_key_t ctx_key;
+static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
+
+static void ctx_destroy(void *tc)
+{
+	transform_ctx_free(tc);
+}
+
+static void ctx_key_make(void)
+{
+	pthread_key_create(&ctx_key, ctx_destroy);
+}
+
+static struct transform_ctx *thread_ctx(void)
+{
+	struct transform_ctx *tc;
+
+	pthread_once(&ctx_once, ctx_key_make);
+	tc = pthread_getspecific(ctx_key);
+	if (!tc && (tc = transform_ctx_new()) != NULL)
+		pthread_setspecific(ctx_key, tc);
+	return tc;
+}
+
 int prep_augment(struct prep *p, const void *prepared, size_t len,
 		 uint64_t rand, uint8_t **out, size_t *outlen, char *why,
 		 size_t whylen)
 {
 	struct job j = {.kind = JOB_AUGMENT, .in = prepared, .len = len,
 			.rand = rand};
-	return submit(p, &j, out, outlen, why, whylen);
+	struct transform_ctx *tc;
+
+	/* A PPM echo is a crop, a flip and a header: copies, cheaper than
+	 * the two thread switches of a worker job, so it runs here. */
+	if (p->opts.format != TF_PPM || !(tc = thread_ctx()))
+		return submit(p, &j, out, outlen, why, whylen);
+	run(p, tc, &j);
+	*out = j.out;
+	*outlen = j.outlen;
+	if (j.result && why)
+		snprintf(why, whylen, "%s", j.why[0] ? j.why : strerror(-j.result));
+	return j.result;
 }
 
 unsigned prep_threads(const struct prep *p)

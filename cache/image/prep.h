@@ -41,7 +41,10 @@ int prep_apply(struct prep *p, const void *in, size_t len, uint64_t rand,
 int prep_prepare(struct prep *p, const void *in, size_t len, uint8_t **out,
 		 size_t *outlen, char *why, size_t whylen);
 
-/* Crop, flip and encode (transform_augment) a prepared-image buffer. */
+/* Crop, flip and encode (transform_augment) a prepared-image buffer. With
+ * format=ppm this runs in the calling thread (copies only, no decode), with
+ * a transform context kept per thread; else on a worker, ahead of queued
+ * decodes. */
 int prep_augment(struct prep *p, const void *prepared, size_t len,
 		 uint64_t rand, uint8_t **out, size_t *outlen, char *why,
 		 size_t whylen);
