@@ -22,7 +22,10 @@
  * every lookup of a file goes to bindings.c (entry timeout 0), which binds
  * the path to a pool sample under an inode of its own; files are opened
  * for real, and READDIRPLUS returns their names without attributes so that
- * listing a directory binds nothing. .echofs/config can be written there. */
+ * listing a directory binds nothing. .echofs/config can be written there.
+ * An echo lookup that must wait for data is parked in the pool (no FUSE
+ * thread waits) and answered from the thread that makes a sample ready;
+ * an INTERRUPT answers it EINTR at once. */
 #include "fs/ops.h"
 
 #include <errno.h>
