@@ -164,26 +164,32 @@ int bindings_owns(const struct bindings *b, uint64_t ino)
 	return ino >= b->first_ino;
 }
 
-int bindings_lookup(struct bindings *b, uint32_t file, struct binding_attr *out)
+/* The path's current binding, counting one kernel lookup; 1 if there is
+ * none. */
+static int current(struct bindings *b, uint32_t file, struct binding_attr *out)
 {
-	struct pool_sample *s;
+	struct binding *x;
+
+	pthread_mutex_lock(&b->lock);
+	x = b->cur[file];
+	if (x) {
+		x->nlookup++;
+		fill(x, out);
+	}
+	pthread_mutex_unlock(&b->lock);
+	return x ? 0 : 1;
+}
+
+/* Bind path `file` to the taken sample s (made by the hook first). The
+ * sample is given back on failure or when another lookup won the race. */
+static int bind_sample(struct bindings *b, uint32_t file,
+		       struct pool_sample *s, struct binding_attr *out)
+{
+	uint8_t *made = NULL;
+	size_t outlen = s->len;
 	struct binding *x;
 	int r;
 
-	pthread_mutex_lock(&b->lock);
-	if ((x = b->cur[file])) {
-		x->nlookup++;
-		fill(x, out);
-		pthread_mutex_unlock(&b->lock);
-		return 0;
-	}
-	pthread_mutex_unlock(&b->lock);
-
-	r = pool_take(b->pool, b->ns->files[file].cls, &s);
-	if (r)
-		return r;
-	uint8_t *made = NULL;
-	size_t outlen = s->len;
 	if (b->make) {
 		pthread_mutex_lock(&b->lock);
 		uint64_t rand = hash64(&b->made, sizeof(b->made), b->first_ino);
@@ -195,17 +201,13 @@ int bindings_lookup(struct bindings *b, uint32_t file, struct binding_attr *out)
 			return r;
 		}
 	}
-
-	pthread_mutex_lock(&b->lock);
-	if ((x = b->cur[file])) {
+	if (current(b, file, out) == 0) {
 		/* Another lookup of this path won the race: use its binding. */
-		x->nlookup++;
-		fill(x, out);
-		pthread_mutex_unlock(&b->lock);
 		free(made);
 		pool_untake(b->pool, s);
 		return 0;
 	}
+	pthread_mutex_lock(&b->lock);
 	x = xcalloc(1, sizeof(*x));
 	x->ino = b->next_ino++;
 	x->file = file;
@@ -220,6 +222,61 @@ int bindings_lookup(struct bindings *b, uint32_t file, struct binding_attr *out)
 	fill(x, out);
 	pthread_mutex_unlock(&b->lock);
 	return 0;
+}
+
+int bindings_lookup(struct bindings *b, uint32_t file, struct binding_attr *out)
+{
+	struct pool_sample *s;
+	int r;
+
+	if (current(b, file, out) == 0)
+		return 0;
+	r = pool_take(b->pool, b->ns->files[file].cls, &s);
+	return r ? r : bind_sample(b, file, s, out);
+}
+
+/* A parked lookup. */
+struct parked {
+	struct bindings *b;
+	uint32_t file;
+	bindings_done_fn done;
+	void *ud;
+};
+
+static void parked_done(void *ud, int err, struct pool_sample *s)
+{
+	struct parked *pk = ud;
+	struct binding_attr attr = {0};
+
+	if (err == 0)
+		err = bind_sample(pk->b, pk->file, s, &attr);
+	pk->done(pk->ud, err, err ? NULL : &attr);
+	free(pk);
+}
+
+int bindings_lookup_async(struct bindings *b, uint32_t file, const void *tag,
+			  bindings_done_fn done, void *ud,
+			  struct binding_attr *out)
+{
+	struct pool_sample *s;
+	struct parked *pk;
+	int r;
+
+	if (current(b, file, out) == 0)
+		return 0;
+	pk = xmalloc(sizeof(*pk));
+	*pk = (struct parked){.b = b, .file = file, .done = done, .ud = ud};
+	r = pool_take_async(b->pool, b->ns->files[file].cls, tag, parked_done,
+			    pk, &s);
+	if (r == -EINPROGRESS)
+		return r; /* pk belongs to the pool until parked_done */
+	free(pk);
+	return r ? r : bind_sample(b, file, s, out);
+}
+
+int bindings_cancel(struct bindings *b, const void *tag)
+{
+	return b ? pool_cancel(b->pool, tag) : 0;
 }
 
 int bindings_getattr(struct bindings *b, uint64_t ino, struct binding_attr *out)
@@ -456,6 +513,7 @@ void bindings_free(struct bindings *b)
 {
 	if (!b)
 		return;
+	pool_cancel_all(b->pool); /* no parked lookup may outlive b */
 	pthread_mutex_lock(&b->lock);
 	b->stop = 1;
 	pthread_cond_broadcast(&b->cond);

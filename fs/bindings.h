@@ -4,8 +4,11 @@
  * coherent file, while the next use of the path gets another sample.
  *
  * DESIGN
- * - A lookup of a path returns its current binding, making one (pool_take,
- *   which may wait for data) when there is none. The binding stays current
+ * - A lookup of a path returns its current binding, making one (pool_take)
+ *   when there is none. bindings_lookup_async never waits: when the pool
+ *   has no sample yet the lookup is parked in the pool and finished (bound,
+ *   then the caller's done callback) by the thread that makes a sample
+ *   ready, or failed by the pool's timer or bindings_cancel. The binding stays current
  *   until it has been opened and every handle released; the next lookup
  *   then makes a new one with a new inode. Lookups are not cached by the
  *   kernel (entry timeout 0); attributes are (they never change).
@@ -60,7 +63,8 @@ typedef int (*bindings_make_fn)(void *ud, const uint8_t *data, size_t len,
 struct bindings *bindings_new(struct pool *pool, const struct namespace *ns,
 			      uint64_t first_ino, double expire_s,
 			      bindings_make_fn make, void *make_ud);
-/* Stops the reaper, gives every sample back, frees. Accepts NULL. */
+/* Fails parked lookups (-ESHUTDOWN), stops the reaper, gives every sample
+ * back, frees. Accepts NULL. */
 void bindings_free(struct bindings *b);
 
 /* 1 if ino is a binding inode (known or not). */
@@ -69,6 +73,22 @@ int bindings_owns(const struct bindings *b, uint64_t ino);
 /* Current binding of namespace file `file`, made if needed; counts one
  * kernel lookup. Returns 0 or a negative errno from pool_take. */
 int bindings_lookup(struct bindings *b, uint32_t file, struct binding_attr *out);
+
+/* Completion of a parked lookup: err 0 with attr (one kernel lookup
+ * counted), or -ETIMEDOUT / -EINTR / -ESHUTDOWN / -errno with attr NULL. */
+typedef void (*bindings_done_fn)(void *ud, int err,
+				 const struct binding_attr *attr);
+
+/* bindings_lookup without waiting: 0 with *out set now, -EINPROGRESS when
+ * parked (done(ud, ...) is then called exactly once, from another thread,
+ * maybe before this returns), or -errno. tag names the lookup for
+ * bindings_cancel. */
+int bindings_lookup_async(struct bindings *b, uint32_t file, const void *tag,
+			  bindings_done_fn done, void *ud,
+			  struct binding_attr *out);
+
+/* Fail the parked lookup named tag with -EINTR. 1 if it was parked. */
+int bindings_cancel(struct bindings *b, const void *tag);
 
 /* Attributes of a known binding inode: 0 or -ENOENT. */
 int bindings_getattr(struct bindings *b, uint64_t ino, struct binding_attr *out);

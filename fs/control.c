@@ -180,6 +180,15 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 		M("pool_bytes", 'g', s->pool.pool_bytes, "bytes held by the echo pool");
 		M("pool_samples", 'g', s->pool.pool_samples, "samples held by the echo pool");
 		M("pool_dropped", 'c', s->pool.dropped, "samples dropped to fit mem_size");
+		M("pool_given_back", 'c', s->pool.given_back,
+		  "fresh samples given back for classes nobody waited for");
+		M("pool_reread", 'c', s->pool.reread,
+		  "given-back samples read again when asked for");
+		M("pool_owed", 'g', s->pool.owed,
+		  "given-back samples still owed a fresh serve");
+		M("parked", 'g', s->pool.parked, "lookups waiting for a sample");
+		M("timeouts", 'c', s->pool.timeouts,
+		  "lookups that gave up waiting (ETIMEDOUT)");
 		M("bindings", 'g', s->bind.live, "path bindings the kernel knows");
 		M("bindings_expired", 'c', s->bind.expired,
 		  "bindings given back unopened (stat only)");

@@ -167,6 +167,8 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 		.window = a->o.echo_window, .mem_size = a->o.mem_size,
 		.seed = a->o.seed,
 		.ingest = a->prep ? ingest_sample : NULL, .ingest_ud = a,
+		/* Twice the decode workers: one decoding, one queued each. */
+		.ingest_threads = 2 * prep_threads(a->prep),
 	};
 
 	for (size_t i = 0; i < nsamples; i++)
@@ -279,7 +281,8 @@ static void app_cancel(void *ud)
 {
 	struct app *a = ud;
 
-	pool_cancel(a->pool);
+	pool_stop(a->pool);
+	pool_cancel_all(a->pool); /* parked lookups get their answer now */
 	dataset_cancel(a->ds);
 }
 
@@ -355,6 +358,7 @@ static void app_free(struct app *a)
 {
 	metrics_stop(a->metrics); /* it renders from the control */
 	push_free(a->push); /* it sends to the session */
+	pool_cancel_all(a->pool); /* parked lookups reply to the session */
 	if (a->se)
 		fuse_session_destroy(a->se);
 	if (a->ctl)

@@ -22,7 +22,10 @@
  * every lookup of a file goes to bindings.c (entry timeout 0), which binds
  * the path to a pool sample under an inode of its own; files are opened
  * for real, and READDIRPLUS returns their names without attributes so that
- * listing a directory binds nothing. .echofs/config can be written there. */
+ * listing a directory binds nothing. .echofs/config can be written there.
+ * An echo lookup that must wait for data is parked in the pool (no FUSE
+ * thread waits) and answered from the thread that makes a sample ready;
+ * an INTERRUPT answers it EINTR at once. */
 #include "fs/ops.h"
 
 #include <errno.h>
@@ -252,23 +255,59 @@ static int fill_entry(struct fs_ctx *fs, fuse_ino_t ino,
 	return fill_attr(fs, ino, &e->attr, refresh);
 }
 
-/* On an echo mount, a file's entry is its path's current binding. Returns
- * 1 when ino is not a file (the caller fills the entry), else 0 or -errno. */
-static int lookup_echo(struct fs_ctx *fs, fuse_ino_t ino,
-		       struct fuse_entry_param *e)
+/* Answer an echo lookup with binding ba (or error r). A lookup whose
+ * reply does not reach the kernel (interrupted, unmounted) was never
+ * counted there: it is forgotten here, or its binding would leak. */
+static void reply_echo_entry(fuse_req_t req, struct fs_ctx *fs, int r,
+			     const struct binding_attr *ba)
+{
+	struct fuse_entry_param e;
+
+	if (r == 0) {
+		r = fill_entry(fs, ba->ino, &e, 0);
+		e.entry_timeout = 0;
+		if (r)
+			bindings_forget(fs->bind, ba->ino, 1);
+	}
+	if (r)
+		fuse_reply_err(req, -r == ESHUTDOWN ? EIO : -r);
+	else if (fuse_reply_entry(req, &e) != 0)
+		bindings_forget(fs->bind, ba->ino, 1);
+}
+
+/* A parked echo lookup is answered (from the pool's threads). */
+static void lookup_echo_done(void *ud, int err, const struct binding_attr *ba)
+{
+	fuse_req_t req = ud;
+
+	reply_echo_entry(req, ctx_of(req), err, ba);
+}
+
+/* INTERRUPT for a lookup: answered EINTR at once if it is parked (libfuse
+ * keeps req alive while this runs, so it can name the parked lookup). */
+static void lookup_echo_interrupt(fuse_req_t req, void *data)
+{
+	bindings_cancel(data, req);
+}
+
+/* On an echo mount, a file's entry is its path's current binding. A lookup
+ * that must wait for data is parked and frees this FUSE thread; it is
+ * answered later by lookup_echo_done. An INTERRUPT arriving between the
+ * check below and the parking is not seen: that lookup waits its bound. */
+static void lookup_echo(fuse_req_t req, struct fs_ctx *fs, uint32_t num)
 {
 	struct binding_attr ba;
-	uint32_t num;
 	int r;
 
-	if (ns_kind_of(fs->ns, ino, &num) != NS_FILE)
-		return 1;
-	r = bindings_lookup(fs->bind, num, &ba);
-	if (r)
-		return r;
-	r = fill_entry(fs, ba.ino, e, 0);
-	e->entry_timeout = 0;
-	return r;
+	fuse_req_interrupt_func(req, lookup_echo_interrupt, fs->bind);
+	if (fuse_req_interrupted(req)) {
+		fuse_reply_err(req, EINTR);
+		return;
+	}
+	r = bindings_lookup_async(fs->bind, num, req, lookup_echo_done, req, &ba);
+	if (r == -EINPROGRESS)
+		return; /* req now belongs to the pool: do not touch it */
+	reply_echo_entry(req, fs, r, &ba);
 }
 
 static void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -276,6 +315,7 @@ static void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct fs_ctx *fs = ctx_of(req);
 	struct fuse_entry_param e;
 	fuse_ino_t ino = ns_lookup(fs->ns, parent, name);
+	uint32_t num;
 	int r;
 
 	if (!ino) {
@@ -285,9 +325,11 @@ static void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_entry(req, &e);
 		return;
 	}
-	r = fs->bind ? lookup_echo(fs, ino, &e) : 1;
-	if (r > 0)
-		r = fill_entry(fs, ino, &e, 1);
+	if (fs->bind && ns_kind_of(fs->ns, ino, &num) == NS_FILE) {
+		lookup_echo(req, fs, num);
+		return;
+	}
+	r = fill_entry(fs, ino, &e, 1);
 	if (r)
 		fuse_reply_err(req, errmap_reply(ERRMAP_LOOKUP, r));
 	else

@@ -473,6 +473,32 @@ struct echo_item *echo_policy_evict(struct echo_policy *ep,
 	return pick;
 }
 
+struct echo_item *echo_policy_give_back(struct echo_policy *ep, uint32_t cls)
+{
+	struct eclass *c;
+	struct echo_item *it = NULL;
+
+	if (cls >= ep->ncls || ep->cls[cls].nfresh == 0)
+		return NULL;
+	c = &ep->cls[cls];
+	if (c->flen) {
+		/* The newest: the FIFO order of the others is kept. */
+		it = c->fifo[(c->fhead + c->flen - 1) % c->fcap];
+		c->flen--;
+		it->state = ITEM_OUT;
+	} else {
+		for (size_t i = c->nbag; i-- > 0 && !it;)
+			if (c->bag[i]->uses == 0)
+				it = c->bag[i];
+		if (!it)
+			return NULL;
+		bag_remove(c, it);
+	}
+	c->nfresh--;
+	ep->items--;
+	return it;
+}
+
 /* ---- run-time changes ---- */
 
 /* Adaptive -> fixed: fresh samples join the bag; every sample gets copies

@@ -137,6 +137,12 @@ struct echo_item *echo_policy_evict(struct echo_policy *ep,
 						     void *ud),
 				    void *ud);
 
+/* Give back a never-served sample of class cls (the pool re-reads it when
+ * the class is asked for): it leaves the policy uncounted, as if it had not
+ * arrived yet. ECHO_ADAPTIVE takes the newest of the FIFO; ECHO_FIXED any
+ * never-served sample of the bag. NULL when the class has none. */
+struct echo_item *echo_policy_give_back(struct echo_policy *ep, uint32_t cls);
+
 /* Change E and the mode (samples already in the policy are re-filed: fixed
  * mode draws copies for them, net of the uses they already had). Returns 0
  * or -EINVAL (E < 1, > ECHO_MAX or not finite, unknown mode). */

@@ -2,38 +2,58 @@
  * memory and hands them to readers fresh or echoed (see pool.h).
  *
  * DESIGN
- * - Threads: one streamer thread (streamer_main) reads samples; readers call
- *   pool_take / pool_untake / pool_release from any thread.
+ * - Threads: one streamer thread (streamer_main) reads samples; with an
+ *   ingest hook, ingest_threads threads (ingest_main) run it on what was
+ *   read (a bounded queue of read samples between them); one timer thread
+ *   (timer_main) answers parked takes whose wait ran out. Readers call
+ *   pool_take(_async) / pool_untake / pool_release / pool_cancel from any
+ *   thread.
  * - Stream: each pass walks the shards in an order shuffled by the pool's
  *   seeded generator (a new order every pass, same seed -> same orders),
  *   prefetching POOL_PREFETCH shards ahead and reading each classed sample
  *   with shards_read into its own buffer. A sample enters the shuffle buffer
  *   (default POOL_SHUFFLE_DEFAULT samples); once it is full each new sample
  *   pushes a random one out into the policy (its class's fresh queue). At
- *   the end of a pass the buffer is flushed in random order, so pass N+1's
- *   samples never overtake pass N's: a pass serves each sample fresh once.
- *   A reader whose class has no fresh sample in the policy pulls a random
- *   sample of its class out of the buffer first: the buffer reorders, it
- *   never makes a reader stall or take an echo while a fresh one is there.
+ *   the end of a pass (after the samples still being ingested are in) the
+ *   buffer is flushed in random order, so pass N+1's samples never
+ *   overtake pass N's: a pass serves each sample fresh once. A reader whose
+ *   class has no fresh sample in the policy pulls a random sample of its
+ *   class out of the buffer first.
+ * - Demand: want[c] counts the readers waiting for class c (blocking or
+ *   parked). While anyone waits and memory is full, the streamer gives
+ *   back fresh samples of classes with want 0 (give_back_one: shuffle
+ *   buffer first, then the policy's never-served samples), and does not
+ *   read the unwanted samples it meets in the pass (they are given back
+ *   unread). Given-back sample numbers wait in owed[c] and are marked in
+ *   is_owed[]; before each pass sample the streamer re-reads owed samples
+ *   of wanted classes (and of empty classes while there is room), which go
+ *   straight to the policy. A later pass skips samples still owed.
  * - Memory: pool_bytes counts the data of every sample held (in the buffer,
- *   in the policy, taken by readers, and the one being read, reserved
- *   before the read). A sample fully used (retired by the policy) is freed
- *   as soon as its last reader releases it: fully used samples go first.
- *   Past mem_size the streamer evicts the least useful idle echo candidate
- *   (echo_policy_evict; in fixed mode only while a reader is waiting, since
- *   dropping a sample with copies left lowers the mean below E); when
- *   nothing can go (all fresh, buffered or taken) it waits on room_cv
- *   (back-pressure). A sample larger than mem_size is admitted only into an
- *   empty pool.
+ *   in the policy, taken by readers, and those being read or ingested,
+ *   reserved before the read at their raw size and corrected after the
+ *   hook). A sample fully used (retired by the policy) is freed as soon as
+ *   its last reader releases it. Past mem_size the streamer evicts the
+ *   least useful idle echo candidate (echo_policy_evict; in fixed mode only
+ *   while a reader is waiting, since dropping a sample with copies left
+ *   lowers the mean below E), then gives back unwanted fresh samples while
+ *   a reader waits; when nothing can go it waits on room_cv. A sample
+ *   larger than mem_size is admitted only into an empty pool.
+ * - Parked takes: struct waiter in the parked list (oldest first, which is
+ *   deadline order since wait_s is fixed). Whenever a sample of class c may
+ *   have become takeable (notify_class), parked takes of c are served in
+ *   order under the lock and moved to the done list; unlock_pool runs their
+ *   callbacks after dropping the lock.
  * - Locking: p->lock guards everything below it in struct pool, the policy
  *   and every entry's refs/attached/buffered fields. It is never held
- *   across shards_read or shards_prefetch (the shards lock is never taken
- *   under it). Condition variables: cls_cv[c] (fresh data or an echo may be
- *   ready in class c), room_cv (memory freed, a reader started waiting, or
- *   stop), idle_cv (the last caller left pool_take during pool_free).
- * - Shutdown: pool_free sets stop, wakes everyone (waiting readers return
- *   -ESHUTDOWN at once), waits for callers to leave pool_take, then joins the
- *   streamer, which may first finish the shards_read it is in.
+ *   across shards_read, shards_prefetch, the ingest hook or a done
+ *   callback. Condition variables (all on CLOCK_MONOTONIC): cls_cv[c]
+ *   (blocking takes of class c), room_cv (memory freed, a reader started
+ *   waiting, or stop), iq_cv (ingest queue changed), timer_cv (a take was
+ *   parked), idle_cv (the last caller left pool_take during pool_free).
+ * - Shutdown: pool_free sets stop, answers parked takes with -ESHUTDOWN,
+ *   wakes everyone (blocking readers return -ESHUTDOWN at once), waits for
+ *   callers to leave pool_take, then joins the threads; the streamer may
+ *   first finish the shards_read it is in.
  */
 #include "cache/echo/pool.h"
 
@@ -51,7 +71,7 @@
 #include <time.h>
 
 #define POOL_MEM_DEFAULT (512ULL << 20)
-#define POOL_WAIT_DEFAULT 60.0
+#define POOL_WAIT_DEFAULT 30.0
 /* 1024 samples: enough to mix the ~4 shards in flight at a few hundred
  * samples each, small enough that the first samples are ready quickly. */
 #define POOL_SHUFFLE_DEFAULT 1024
@@ -61,12 +81,18 @@
 #define POOL_SAMPLE_MAX (256ULL << 20)
 /* A pass that produced nothing (every shard failing) is retried after this. */
 #define POOL_IDLE_S 1.0
+#define POOL_INGEST_MAX 64
+/* Read samples queued for the ingest threads, per thread: enough that a
+ * thread finishing a decode finds the next one read. */
+#define POOL_IQ_PER_THREAD 2
 
 struct entry {
 	struct echo_item it; /* first: container_of is a cast */
 	uint32_t sample, cls;
 	size_t len;
 	uint8_t *data;
+	uint64_t reserved; /* bytes reserved while read and ingested */
+	bool reread;	   /* an owed sample read again: straight to the policy */
 	/* Under p->lock: */
 	unsigned refs;	/* readers holding it */
 	bool attached;	/* held by the policy */
@@ -82,6 +108,24 @@ struct ref {
 	bool committed; /* guarded by the pool lock */
 };
 
+/* A parked take. */
+struct waiter {
+	uint32_t cls;
+	const void *tag;
+	pool_done_fn done;
+	void *ud;
+	double t0, deadline; /* CLOCK_MONOTONIC seconds */
+	int err;
+	struct pool_sample *got;
+	struct waiter *prev, *next;
+};
+
+/* Sample numbers given back, per class, oldest first (v[head..n)). */
+struct owed {
+	uint32_t *v;
+	size_t head, n, cap;
+};
+
 struct pool {
 	/* Immutable after pool_new (or streamer-only). */
 	const struct index *ix;
@@ -92,12 +136,13 @@ struct pool {
 	uint32_t *by_shard;    /* classed sample numbers, grouped by shard */
 	uint32_t *shard_first; /* nshards + 1 offsets into by_shard */
 	uint32_t *order;       /* this pass's shard order (streamer) */
-	pthread_t thread;
-	bool started;
+	pthread_t thread, timer, *ingesters;
+	bool started, timer_started;
+	unsigned ningest;
 
 	pthread_mutex_t lock;
 	pthread_cond_t *cls_cv;
-	pthread_cond_t room_cv, idle_cv;
+	pthread_cond_t room_cv, idle_cv, iq_cv, timer_cv;
 	bool stop;
 	struct echo_policy *ep;
 	struct echo_rng rng;
@@ -107,17 +152,48 @@ struct pool {
 	struct entry *all;
 	uint64_t bytes, samples;
 	unsigned waiters, active;
+	uint32_t *want;	       /* readers waiting per class */
+	struct owed *owed;     /* per class */
+	uint8_t *is_owed;      /* per sample */
+	uint8_t *held;	       /* per sample: entries of it held (saturating) */
+	uint64_t nowed;
+	uint32_t owed_next;    /* class the next owed pick starts at */
+	struct entry **iq;     /* read, waiting for an ingest thread (ring) */
+	unsigned iq_head, iq_len, iq_cap, ingesting;
+	struct waiter *whead, *wtail; /* parked, oldest first */
+	struct waiter *done;	      /* answered, callbacks not run yet */
+	uint64_t nparked;
 	uint64_t pass, fresh_in_pass, dropped, read_errors, timeouts, rejected;
+	uint64_t given_back, reread;
 	/* Serves counted at pool_commit (readers opened them), unlike the
 	 * policy's own counts, which include reservations. */
 	uint64_t served_fresh, served_echo;
 	double stall_s;
 };
 
+static void notify_class(struct pool *p, uint32_t cls);
+
+/* Drop the lock, then run the callbacks of the takes answered under it. */
+static void unlock_pool(struct pool *p)
+{
+	struct waiter *w = p->done;
+
+	p->done = NULL;
+	pthread_mutex_unlock(&p->lock);
+	while (w) {
+		struct waiter *n = w->next;
+		w->done(w->ud, w->err, w->got);
+		free(w);
+		w = n;
+	}
+}
+
 /* ---- entries (p->lock held) ---- */
 
 static void free_entry(struct pool *p, struct entry *e)
 {
+	if (p->held[e->sample] && p->held[e->sample] < UINT8_MAX)
+		p->held[e->sample]--;
 	if (e->prev)
 		e->prev->next = e->next;
 	else
@@ -140,6 +216,13 @@ static void put_entry(struct pool *p, struct entry *e)
 	pthread_cond_signal(&p->room_cv);
 }
 
+static void attach(struct pool *p, struct entry *e)
+{
+	echo_policy_add(p->ep, &e->it, e->cls);
+	e->attached = true;
+	notify_class(p, e->cls);
+}
+
 /* From the shuffle buffer (slot j) into the policy. */
 static void unbuffer(struct pool *p, unsigned j)
 {
@@ -148,9 +231,7 @@ static void unbuffer(struct pool *p, unsigned j)
 	p->shuf[j] = p->shuf[--p->nshuf];
 	e->buffered = false;
 	p->shuf_count[e->cls]--;
-	echo_policy_add(p->ep, &e->it, e->cls);
-	e->attached = true;
-	pthread_cond_broadcast(&p->cls_cv[e->cls]);
+	attach(p, e);
 }
 
 static void buffer_push(struct pool *p, struct entry *e)
@@ -160,7 +241,7 @@ static void buffer_push(struct pool *p, struct entry *e)
 	e->buffered = true;
 	p->shuf[p->nshuf++] = e;
 	p->shuf_count[e->cls]++;
-	pthread_cond_broadcast(&p->cls_cv[e->cls]);
+	notify_class(p, e->cls);
 }
 
 static void buffer_flush(struct pool *p)
@@ -181,7 +262,12 @@ static bool buffer_pull(struct pool *p, uint32_t cls)
 		if (p->shuf[j]->cls != cls)
 			continue;
 		if (k-- == 0) {
-			unbuffer(p, j);
+			struct entry *e = p->shuf[j];
+			p->shuf[j] = p->shuf[--p->nshuf];
+			e->buffered = false;
+			p->shuf_count[cls]--;
+			echo_policy_add(p->ep, &e->it, cls);
+			e->attached = true;
 			return true;
 		}
 	}
@@ -214,6 +300,118 @@ static bool evict_one(struct pool *p)
 	return true;
 }
 
+/* ---- demand: giving back and re-reading (p->lock held) ---- */
+
+/* counted: the sample was counted in fresh_in_pass when it first came
+ * (is_owed 1); else it counts when it is read (is_owed 2). */
+static void owe(struct pool *p, uint32_t sample, uint32_t cls, bool counted)
+{
+	struct owed *o = &p->owed[cls];
+
+	if (o->n == o->cap && o->head > 0) {
+		memmove(o->v, o->v + o->head, (o->n - o->head) * sizeof(*o->v));
+		o->n -= o->head;
+		o->head = 0;
+	}
+	if (o->n == o->cap) {
+		o->cap = o->cap ? o->cap * 2 : 64;
+		o->v = xrealloc(o->v, o->cap * sizeof(*o->v));
+	}
+	o->v[o->n++] = sample;
+	p->is_owed[sample] = counted ? 1 : 2;
+	p->nowed++;
+	p->given_back++;
+}
+
+static bool owes(const struct pool *p, uint32_t cls)
+{
+	return p->owed[cls].n > p->owed[cls].head;
+}
+
+/* The oldest owed sample of cls whose previous copy is no longer held
+ * (held ones move to the back of the line), or any when the class starves
+ * (a reader waits: a small class may have all its samples inside the echo
+ * window). False if there is none. */
+static bool owed_pop(struct pool *p, uint32_t cls, bool any, uint32_t *out)
+{
+	struct owed *o = &p->owed[cls];
+
+	for (size_t k = o->n - o->head; k > 0; k--) {
+		uint32_t s = o->v[o->head++];
+		if (any || !p->held[s]) {
+			if (o->head == o->n)
+				o->head = o->n = 0;
+			*out = s;
+			return true;
+		}
+		p->nowed--; /* owe() counts it again */
+		p->given_back--;
+		owe(p, s, cls, p->is_owed[s] == 1);
+	}
+	return false;
+}
+
+/* Give back one fresh sample of a class nobody waits for: from the
+ * shuffle buffer, else the class with the most never-served samples. */
+static bool give_back_one(struct pool *p)
+{
+	uint32_t best = POOL_NO_CLASS;
+	uint64_t most = 0;
+	struct entry *e;
+
+	for (unsigned j = 0; j < p->nshuf; j++) {
+		e = p->shuf[j];
+		if (p->want[e->cls])
+			continue;
+		p->shuf[j] = p->shuf[--p->nshuf];
+		e->buffered = false;
+		p->shuf_count[e->cls]--;
+		goto drop;
+	}
+	for (uint32_t c = 0; c < p->ncls; c++) {
+		uint64_t n = echo_policy_ready(p->ep, c);
+		if (!p->want[c] && n > most) {
+			most = n;
+			best = c;
+		}
+	}
+	if (best == POOL_NO_CLASS)
+		return false;
+	e = (struct entry *)echo_policy_give_back(p->ep, best);
+	if (!e)
+		return false;
+	e->attached = false;
+drop:
+	owe(p, e->sample, e->cls, true);
+	free_entry(p, e);
+	return true;
+}
+
+/* An owed sample to read again now: of a class someone waits for, else
+ * (nobody waiting) any whose previous copy is gone, while it fits in
+ * memory: the owed line is the rest of the stream, kept ahead of demand. */
+static bool pick_owed(struct pool *p, uint32_t *sample)
+{
+	for (int round = 0; round < 2; round++) {
+		if (round == 1 && p->waiters)
+			break;
+		for (uint32_t k = 0; k < p->ncls; k++) {
+			uint32_t c = (p->owed_next + k) % p->ncls;
+			struct owed *o = &p->owed[c];
+			if (!owes(p, c) || (round == 0 && !p->want[c]))
+				continue;
+			if (round == 1 && p->bytes +
+				p->ix->samples[o->v[o->head]].size > p->o.mem_size)
+				continue;
+			if (owed_pop(p, c, round == 0, sample)) {
+				p->owed_next = c + 1;
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
 /* Wait until len more bytes fit under mem_size (or the pool is empty). */
 static int make_room(struct pool *p, uint64_t len)
 {
@@ -221,6 +419,8 @@ static int make_room(struct pool *p, uint64_t len)
 		if (p->bytes == 0 || p->bytes + len <= p->o.mem_size)
 			return 0;
 		if (evict_one(p))
+			continue;
+		if (p->waiters && give_back_one(p))
 			continue;
 		pthread_cond_wait(&p->room_cv, &p->lock);
 	}
@@ -251,6 +451,7 @@ static struct entry *new_entry(uint32_t sample, uint32_t cls, uint64_t len)
 	e->sample = sample;
 	e->cls = cls;
 	e->len = (size_t)len;
+	e->reserved = len;
 	e->data = malloc(len ? (size_t)len : 1);
 	if (!e->data) {
 		free(e);
@@ -259,27 +460,52 @@ static struct entry *new_entry(uint32_t sample, uint32_t cls, uint64_t len)
 	return e;
 }
 
-static void count_read_error(struct pool *p)
-{
-	pthread_mutex_lock(&p->lock);
-	p->read_errors++;
-	pthread_mutex_unlock(&p->lock);
-}
-
+/* A sample read (and ingested) joins the pool: a pass sample through the
+ * shuffle buffer, a re-read owed sample straight into the policy. */
 static void add_entry(struct pool *p, struct entry *e)
 {
+	p->bytes = p->bytes - e->reserved + e->len;
+	if (p->held[e->sample] < UINT8_MAX)
+		p->held[e->sample]++;
 	e->next = p->all;
 	if (p->all)
 		p->all->prev = e;
 	p->all = e;
+	if (e->reread) {
+		if (p->is_owed[e->sample] == 2)
+			p->fresh_in_pass++;
+		p->is_owed[e->sample] = 0;
+		p->nowed--;
+		p->reread++;
+		attach(p, e);
+		return;
+	}
 	p->fresh_in_pass++;
 	buffer_push(p, e);
 }
 
-/* Replace a read sample's bytes by what the ingest hook makes of them, then
- * buffer it; reserved is what was reserved for it. Returns 1, or 0 when the
- * hook refused it (counted in rejected). */
-static int ingest_sample(struct pool *p, struct entry *e, uint64_t reserved)
+/* A sample that could not be read or ingested (p->lock held). */
+static void drop_failed(struct pool *p, struct entry *e, uint64_t reserved,
+			uint32_t sample, bool rejected)
+{
+	p->bytes -= reserved;
+	p->samples--;
+	if (rejected)
+		p->rejected++;
+	else
+		p->read_errors++;
+	if (p->is_owed[sample]) {
+		p->is_owed[sample] = 0; /* it is lost for this pass */
+		p->nowed--;
+	}
+	pthread_cond_signal(&p->room_cv);
+	if (e)
+		free(e->data);
+	free(e);
+}
+
+/* Run the ingest hook on a read sample and add it (no lock held). */
+static void ingest_entry(struct pool *p, struct entry *e)
 {
 	uint8_t *out = NULL;
 	size_t outlen = 0;
@@ -291,61 +517,159 @@ static int ingest_sample(struct pool *p, struct entry *e, uint64_t reserved)
 	e->len = outlen;
 	pthread_mutex_lock(&p->lock);
 	if (r) {
-		p->bytes -= reserved;
-		p->samples--;
-		p->rejected++;
-		pthread_mutex_unlock(&p->lock);
 		free(out);
-		free(e);
-		return 0;
+		e->data = NULL;
+		drop_failed(p, e, e->reserved, e->sample, true);
+	} else {
+		add_entry(p, e);
 	}
-	p->bytes = p->bytes - reserved + outlen;
-	add_entry(p, e);
+	p->ingesting--;
+	pthread_cond_broadcast(&p->iq_cv);
+	unlock_pool(p);
+}
+
+static void *ingest_main(void *arg)
+{
+	struct pool *p = arg;
+
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		while (!p->stop && p->iq_len == 0)
+			pthread_cond_wait(&p->iq_cv, &p->lock);
+		if (p->iq_len == 0)
+			break;
+		struct entry *e = p->iq[p->iq_head];
+		p->iq_head = (p->iq_head + 1) % p->iq_cap;
+		p->iq_len--;
+		pthread_cond_broadcast(&p->iq_cv);
+		pthread_mutex_unlock(&p->lock);
+		ingest_entry(p, e);
+		pthread_mutex_lock(&p->lock);
+	}
 	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+/* Hand a read sample to the ingest threads (waits while the queue is
+ * full); without ingest threads, run the hook here. */
+static int queue_ingest(struct pool *p, struct entry *e)
+{
+	pthread_mutex_lock(&p->lock);
+	p->ingesting++;
+	if (p->ningest == 0) {
+		pthread_mutex_unlock(&p->lock);
+		ingest_entry(p, e);
+		return 1;
+	}
+	while (!p->stop && p->iq_len == p->iq_cap)
+		pthread_cond_wait(&p->iq_cv, &p->lock);
+	if (p->stop) {
+		p->ingesting--;
+		drop_failed(p, e, e->reserved, e->sample, false);
+		unlock_pool(p);
+		return -ESHUTDOWN;
+	}
+	p->iq[(p->iq_head + p->iq_len) % p->iq_cap] = e;
+	p->iq_len++;
+	pthread_cond_broadcast(&p->iq_cv);
+	unlock_pool(p);
 	return 1;
 }
 
-/* Reserve memory for sample s, read it (unlocked), buffer it. Returns 1 if
- * it was added, 0 if it was skipped (counted in read_errors), -ESHUTDOWN. */
-static int stream_sample(struct pool *p, uint32_t s)
+/* Read sample s (memory reserved), then ingest or add it. Returns 1, 0
+ * (skipped, counted) or -ESHUTDOWN. */
+static int read_sample(struct pool *p, uint32_t s, bool reread)
 {
 	const struct index_sample *m = &p->ix->samples[s];
-	struct entry *e;
+	struct entry *e = new_entry(s, p->class_of[s], m->size);
 	ssize_t n = -ENOMEM;
+	bool ok;
+
+	if (e) {
+		e->reread = reread;
+		n = shards_read(p->sh, m->shard, m->offset, e->len, e->data);
+	}
+	ok = e && n == (ssize_t)m->size;
+	if (ok && p->o.ingest)
+		return queue_ingest(p, e);
+	pthread_mutex_lock(&p->lock);
+	if (!ok)
+		drop_failed(p, e, m->size, s, false);
+	else
+		add_entry(p, e);
+	unlock_pool(p);
+	return ok ? 1 : 0;
+}
+
+/* Stream sample s of the pass, or an owed one (reread). Returns 1 if it
+ * was read or given back, 0 if skipped, -ESHUTDOWN. */
+static int stream_sample(struct pool *p, uint32_t s, bool reread)
+{
+	const struct index_sample *m;
+	uint32_t cls = p->class_of[s];
 	int r;
 
-	if (m->size > POOL_SAMPLE_MAX) {
-		count_read_error(p);
+	pthread_mutex_lock(&p->lock);
+	if (!reread && p->is_owed[s]) {
+		/* Still owed from an earlier pass: it is served once. */
+		pthread_mutex_unlock(&p->lock);
 		return 0;
 	}
-	pthread_mutex_lock(&p->lock);
+	if (!reread && (p->held[s] || owes(p, cls))) {
+		/* Its previous pass's copy is still held, or older samples of
+		 * its class are owed: those go first, this one waits in line. */
+		owe(p, s, cls, false);
+		p->given_back--; /* moved in line, not given back */
+		if (!owed_pop(p, cls, p->want[cls] > 0, &s)) {
+			pthread_mutex_unlock(&p->lock);
+			return 0;
+		}
+		reread = true;
+	}
+	m = &p->ix->samples[s];
+	if (m->size > POOL_SAMPLE_MAX) {
+		p->read_errors++;
+		p->is_owed[s] = 0;
+		p->nowed -= reread;
+		pthread_mutex_unlock(&p->lock);
+		return 0;
+	}
+	if (!reread && p->waiters && !p->want[cls] && p->bytes &&
+	    p->bytes + m->size > p->o.mem_size) {
+		/* Memory is full and nobody asks for this class: give it back
+		 * unread, so the stream reaches the classes asked for. */
+		owe(p, s, cls, false);
+		pthread_mutex_unlock(&p->lock);
+		return 1;
+	}
 	r = make_room(p, m->size);
 	if (r == 0) {
 		p->bytes += m->size; /* reserved while reading */
 		p->samples++;
 	}
-	pthread_mutex_unlock(&p->lock);
-	if (r < 0)
-		return r;
-	e = new_entry(s, p->class_of[s], m->size);
-	if (e)
-		n = shards_read(p->sh, m->shard, m->offset, e->len, e->data);
-	if (e && n == (ssize_t)e->len && p->o.ingest)
-		return ingest_sample(p, e, m->size);
-	pthread_mutex_lock(&p->lock);
-	if (!e || n != (ssize_t)e->len) {
-		p->bytes -= m->size;
-		p->samples--;
-		p->read_errors++;
+	unlock_pool(p);
+	return r < 0 ? r : read_sample(p, s, reread);
+}
+
+/* Re-read the owed samples that are wanted now. Returns how many, or
+ * -ESHUTDOWN. */
+static int64_t reread_owed(struct pool *p)
+{
+	int64_t n = 0;
+
+	for (;;) {
+		uint32_t s;
+		bool got;
+		pthread_mutex_lock(&p->lock);
+		got = p->nowed && pick_owed(p, &s);
 		pthread_mutex_unlock(&p->lock);
-		if (e)
-			free(e->data);
-		free(e);
-		return 0;
+		if (!got)
+			return n;
+		int r = stream_sample(p, s, true);
+		if (r < 0)
+			return r;
+		n += r;
 	}
-	add_entry(p, e);
-	pthread_mutex_unlock(&p->lock);
-	return 1;
 }
 
 static bool shard_has_samples(const struct pool *p, uint32_t shard)
@@ -366,7 +690,11 @@ static int64_t stream_shard(struct pool *p, size_t i)
 			shards_prefetch(p->sh, p->order[k]);
 	for (uint32_t j = p->shard_first[shard]; j < p->shard_first[shard + 1];
 	     j++) {
-		int r = stream_sample(p, p->by_shard[j]);
+		int64_t r = reread_owed(p);
+		if (r >= 0) {
+			added += r;
+			r = stream_sample(p, p->by_shard[j], false);
+		}
 		if (r < 0)
 			return r;
 		added += r;
@@ -374,14 +702,13 @@ static int64_t stream_shard(struct pool *p, size_t i)
 	return added;
 }
 
-static struct timespec deadline_after(double s)
+static struct timespec mono_ts(double t)
 {
 	struct timespec ts;
-	double whole = floor(s);
+	double whole = floor(t);
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += (time_t)whole;
-	ts.tv_nsec += (long)((s - whole) * 1e9);
+	ts.tv_sec = (time_t)whole;
+	ts.tv_nsec = (long)((t - whole) * 1e9);
 	if (ts.tv_nsec >= 1000000000L) {
 		ts.tv_sec++;
 		ts.tv_nsec -= 1000000000L;
@@ -389,18 +716,45 @@ static struct timespec deadline_after(double s)
 	return ts;
 }
 
-/* Between passes (p->lock held): flush the buffer, rest if the pass gave
- * nothing (every shard failing), start the next pass. False on stop. */
+static struct timespec deadline_after(double s)
+{
+	return mono_ts(now_mono() + s);
+}
+
+/* Between passes (p->lock held): wait for the samples still being
+ * ingested, flush the buffer; a pass that gave nothing (every shard
+ * failing, or every sample owed or still held) rests and is walked again
+ * rather than counted; else the next pass starts. False on stop. */
+static uint64_t fresh_total(const struct pool *p)
+{
+	uint64_t n = p->nshuf;
+
+	for (uint32_t c = 0; c < p->ncls; c++)
+		n += echo_policy_ready(p->ep, c);
+	return n;
+}
+
 static bool next_pass(struct pool *p, int64_t added)
 {
+	while (!p->stop && p->ingesting)
+		pthread_cond_wait(&p->iq_cv, &p->lock);
 	buffer_flush(p);
+	/* The next pass waits while this one's fresh samples are plenty and
+	 * nobody waits: it must not overtake them (fixed mode draws copies
+	 * of every pass alike). A waiting reader lets it start at once. */
+	while (!p->stop && p->waiters == 0 &&
+	       fresh_total(p) > p->o.shuffle_buffer) {
+		struct timespec dl = deadline_after(0.1);
+		pthread_cond_timedwait(&p->room_cv, &p->lock, &dl);
+	}
 	if (added == 0 && !p->stop) {
 		struct timespec dl = deadline_after(POOL_IDLE_S);
 		pthread_cond_timedwait(&p->room_cv, &p->lock, &dl);
 	}
 	if (p->stop)
 		return false;
-	begin_pass(p);
+	if (added > 0)
+		begin_pass(p); /* else walk the same pass again */
 	return true;
 }
 
@@ -417,10 +771,84 @@ static void *streamer_main(void *arg)
 				return NULL;
 			added += r;
 		}
+		int64_t r = reread_owed(p);
+		if (r < 0)
+			return NULL;
+		added += r;
 		pthread_mutex_lock(&p->lock);
 		more = next_pass(p, added);
-		pthread_mutex_unlock(&p->lock);
+		unlock_pool(p);
 	}
+	return NULL;
+}
+
+/* ---- parked takes ---- */
+
+static void unpark(struct pool *p, struct waiter *w, int err,
+		   struct pool_sample *got)
+{
+	if (w->prev)
+		w->prev->next = w->next;
+	else
+		p->whead = w->next;
+	if (w->next)
+		w->next->prev = w->prev;
+	else
+		p->wtail = w->prev;
+	p->nparked--;
+	p->waiters--;
+	p->want[w->cls]--;
+	p->stall_s += now_mono() - w->t0;
+	w->err = err;
+	w->got = got;
+	w->prev = NULL;
+	w->next = p->done;
+	p->done = w;
+}
+
+static int try_take(struct pool *p, uint32_t cls, struct echo_take *t);
+static struct pool_sample *hand_out(struct echo_take *t);
+
+/* Serve the parked takes of class cls that can be served now, oldest
+ * first; blocking takes are woken. */
+static void notify_class(struct pool *p, uint32_t cls)
+{
+	struct waiter *w = p->whead, *n;
+
+	pthread_cond_broadcast(&p->cls_cv[cls]);
+	for (; w; w = n) {
+		struct echo_take t;
+		n = w->next;
+		if (w->cls != cls)
+			continue;
+		if (try_take(p, cls, &t) != 0)
+			return;
+		unpark(p, w, 0, hand_out(&t));
+		n = p->whead; /* the list changed; start over */
+	}
+}
+
+static void *timer_main(void *arg)
+{
+	struct pool *p = arg;
+
+	pthread_mutex_lock(&p->lock);
+	while (!p->stop) {
+		if (!p->whead) {
+			pthread_cond_wait(&p->timer_cv, &p->lock);
+			continue;
+		}
+		struct timespec dl = mono_ts(p->whead->deadline);
+		pthread_cond_timedwait(&p->timer_cv, &p->lock, &dl);
+		double now = now_mono();
+		while (p->whead && p->whead->deadline <= now) {
+			p->timeouts++;
+			unpark(p, p->whead, -ETIMEDOUT, NULL);
+		}
+		unlock_pool(p);
+		pthread_mutex_lock(&p->lock);
+	}
+	pthread_mutex_unlock(&p->lock);
 	return NULL;
 }
 
@@ -441,6 +869,8 @@ static int settle_opts(struct pool_opts *o, const struct pool_opts *in)
 		o->shuffle_buffer = POOL_SHUFFLE_MAX;
 	if (o->wait_s == 0)
 		o->wait_s = POOL_WAIT_DEFAULT;
+	if (o->ingest_threads > POOL_INGEST_MAX)
+		o->ingest_threads = POOL_INGEST_MAX;
 	if (!isfinite(o->wait_s) || o->wait_s < 0 || o->wait_s > 1e7)
 		return -EINVAL;
 	return 0;
@@ -456,6 +886,8 @@ static int group_samples(struct pool *p, const uint32_t *class_of)
 	if (ix->nsamples >= UINT32_MAX || ix->nshards >= UINT32_MAX)
 		return -EINVAL;
 	p->class_of = xmalloc((ix->nsamples + 1) * sizeof(uint32_t));
+	p->is_owed = xcalloc(ix->nsamples + 1, 1);
+	p->held = xcalloc(ix->nsamples + 1, 1);
 	p->shard_first = xcalloc(ix->nshards + 1, sizeof(uint32_t));
 	p->by_shard = xmalloc((ix->nsamples + 1) * sizeof(uint32_t));
 	p->order = xmalloc((ix->nshards + 1) * sizeof(uint32_t));
@@ -493,7 +925,9 @@ static void init_sync(struct pool *p)
 	for (uint32_t c = 0; c < p->ncls; c++)
 		pthread_cond_init(&p->cls_cv[c], &ca);
 	pthread_cond_init(&p->room_cv, &ca);
-	pthread_cond_init(&p->idle_cv, NULL);
+	pthread_cond_init(&p->idle_cv, &ca);
+	pthread_cond_init(&p->iq_cv, &ca);
+	pthread_cond_init(&p->timer_cv, &ca);
 	pthread_condattr_destroy(&ca);
 }
 
@@ -501,22 +935,73 @@ static void destroy(struct pool *p)
 {
 	while (p->all)
 		free_entry(p, p->all);
+	while (p->iq && p->iq_len) {
+		struct entry *e = p->iq[p->iq_head];
+		p->iq_head = (p->iq_head + 1) % p->iq_cap;
+		p->iq_len--;
+		free(e->data);
+		free(e);
+	}
 	if (p->cls_cv) {
 		for (uint32_t c = 0; c < p->ncls; c++)
 			pthread_cond_destroy(&p->cls_cv[c]);
 		pthread_cond_destroy(&p->room_cv);
 		pthread_cond_destroy(&p->idle_cv);
+		pthread_cond_destroy(&p->iq_cv);
+		pthread_cond_destroy(&p->timer_cv);
 		pthread_mutex_destroy(&p->lock);
 	}
 	echo_policy_free(p->ep);
+	for (uint32_t c = 0; p->owed && c < p->ncls; c++)
+		free(p->owed[c].v);
+	free(p->owed);
+	free(p->want);
+	free(p->iq);
+	free(p->ingesters);
 	free(p->cls_cv);
 	free(p->shuf);
 	free(p->shuf_count);
 	free(p->class_of);
+	free(p->is_owed);
+	free(p->held);
 	free(p->by_shard);
 	free(p->shard_first);
 	free(p->order);
 	free(p);
+}
+
+/* The streamer, the timer and the ingest threads. 0 or -errno. */
+static int start_threads(struct pool *p)
+{
+	int r = -pthread_create(&p->thread, NULL, streamer_main, p);
+
+	if (r < 0)
+		return r;
+	p->started = true;
+	r = -pthread_create(&p->timer, NULL, timer_main, p);
+	if (r < 0)
+		return r;
+	p->timer_started = true;
+	for (unsigned i = 0; p->o.ingest && i < p->o.ingest_threads; i++) {
+		r = -pthread_create(&p->ingesters[i], NULL, ingest_main, p);
+		if (r < 0)
+			return r;
+		p->ningest++;
+	}
+	return 0;
+}
+
+static void alloc_state(struct pool *p)
+{
+	unsigned n = p->o.ingest_threads ? p->o.ingest_threads : 1;
+
+	p->shuf = xcalloc(p->o.shuffle_buffer, sizeof(*p->shuf));
+	p->shuf_count = xcalloc(p->ncls, sizeof(*p->shuf_count));
+	p->want = xcalloc(p->ncls, sizeof(*p->want));
+	p->owed = xcalloc(p->ncls, sizeof(*p->owed));
+	p->iq_cap = n * POOL_IQ_PER_THREAD;
+	p->iq = xcalloc(p->iq_cap, sizeof(*p->iq));
+	p->ingesters = xcalloc(n, sizeof(*p->ingesters));
 }
 
 struct pool *pool_new(const struct index *ix, struct shards *sh,
@@ -547,14 +1032,15 @@ struct pool *pool_new(const struct index *ix, struct shards *sh,
 		goto fail;
 	/* The stream's draws come from another sequence than the policy's. */
 	echo_rng_seed(&p->rng, p->o.seed ^ 0x5eed5eed5eed5eedULL);
-	p->shuf = xcalloc(p->o.shuffle_buffer, sizeof(*p->shuf));
-	p->shuf_count = xcalloc(nclasses, sizeof(*p->shuf_count));
+	alloc_state(p);
 	init_sync(p);
 	begin_pass(p);
-	r = -pthread_create(&p->thread, NULL, streamer_main, p);
-	if (r < 0)
-		goto fail;
-	p->started = true;
+	r = start_threads(p);
+	if (r < 0) {
+		pool_free(p);
+		errno = -r;
+		return NULL;
+	}
 	return p;
 fail:
 	destroy(p);
@@ -562,7 +1048,7 @@ fail:
 	return NULL;
 }
 
-void pool_cancel(struct pool *p)
+void pool_stop(struct pool *p)
 {
 	if (!p)
 		return;
@@ -578,16 +1064,24 @@ void pool_free(struct pool *p)
 {
 	if (!p)
 		return;
+	pool_cancel_all(p);
 	pthread_mutex_lock(&p->lock);
 	p->stop = true;
 	for (uint32_t c = 0; c < p->ncls; c++)
 		pthread_cond_broadcast(&p->cls_cv[c]);
 	pthread_cond_broadcast(&p->room_cv);
+	pthread_cond_broadcast(&p->iq_cv);
+	pthread_cond_broadcast(&p->timer_cv);
 	while (p->active)
 		pthread_cond_wait(&p->idle_cv, &p->lock);
 	pthread_mutex_unlock(&p->lock);
 	if (p->started)
 		pthread_join(p->thread, NULL);
+	if (p->timer_started)
+		pthread_join(p->timer, NULL);
+	for (unsigned i = 0; i < p->ningest; i++)
+		pthread_join(p->ingesters[i], NULL);
+	pool_cancel_all(p); /* parked after the first call */
 	destroy(p);
 }
 
@@ -601,11 +1095,22 @@ static bool wait_class(struct pool *p, uint32_t cls,
 	int r;
 
 	p->waiters++;
-	pthread_cond_signal(&p->room_cv); /* fixed mode may now evict */
+	p->want[cls]++;
+	pthread_cond_signal(&p->room_cv); /* memory may be given back now */
 	r = pthread_cond_timedwait(&p->cls_cv[cls], &p->lock, dl);
 	p->waiters--;
+	p->want[cls]--;
 	p->stall_s += now_mono() - t0;
 	return r == ETIMEDOUT;
+}
+
+/* One take of class cls if one is possible now (p->lock held). */
+static int try_take(struct pool *p, uint32_t cls, struct echo_take *t)
+{
+	/* A buffered sample of the class is ready: fresh before echo. */
+	if (echo_policy_ready(p->ep, cls) == 0)
+		buffer_pull(p, cls);
+	return echo_policy_take(p->ep, cls, t);
 }
 
 static int take_locked(struct pool *p, uint32_t cls, struct echo_take *t)
@@ -617,10 +1122,7 @@ static int take_locked(struct pool *p, uint32_t cls, struct echo_take *t)
 		int r;
 		if (p->stop)
 			return -ESHUTDOWN;
-		/* A buffered sample of the class is ready: fresh before echo. */
-		if (echo_policy_ready(p->ep, cls) == 0)
-			buffer_pull(p, cls);
-		r = echo_policy_take(p->ep, cls, t);
+		r = try_take(p, cls, t);
 		if (r != -EAGAIN)
 			return r;
 		if (late) {
@@ -666,12 +1168,87 @@ int pool_take(struct pool *p, uint32_t cls, struct pool_sample **out)
 		*out = hand_out(&t);
 		/* The class tick moved: a waiting echo may be allowed now. */
 		if (p->waiters)
-			pthread_cond_broadcast(&p->cls_cv[cls]);
+			notify_class(p, cls);
 	}
 	if (--p->active == 0 && p->stop)
 		pthread_cond_broadcast(&p->idle_cv);
-	pthread_mutex_unlock(&p->lock);
+	unlock_pool(p);
 	return r;
+}
+
+/* Park a take (p->lock held). */
+static void park(struct pool *p, uint32_t cls, const void *tag,
+		 pool_done_fn done, void *ud)
+{
+	struct waiter *w = xcalloc(1, sizeof(*w));
+
+	w->cls = cls;
+	w->tag = tag;
+	w->done = done;
+	w->ud = ud;
+	w->t0 = now_mono();
+	w->deadline = w->t0 + p->o.wait_s;
+	w->prev = p->wtail;
+	if (p->wtail)
+		p->wtail->next = w;
+	else
+		p->whead = w;
+	p->wtail = w;
+	p->nparked++;
+	p->waiters++;
+	p->want[cls]++;
+	pthread_cond_signal(&p->timer_cv);
+	pthread_cond_signal(&p->room_cv); /* memory may be given back now */
+}
+
+int pool_take_async(struct pool *p, uint32_t cls, const void *tag,
+		    pool_done_fn done, void *ud, struct pool_sample **out)
+{
+	struct echo_take t;
+	int r;
+
+	if (!p || !out || !done || !tag)
+		return -EINVAL;
+	*out = NULL;
+	if (cls >= p->ncls)
+		return -EINVAL;
+	pthread_mutex_lock(&p->lock);
+	r = p->stop ? -ESHUTDOWN : try_take(p, cls, &t);
+	if (r == 0) {
+		*out = hand_out(&t);
+		if (p->waiters)
+			notify_class(p, cls);
+	} else if (r == -EAGAIN) {
+		park(p, cls, tag, done, ud);
+		r = -EINPROGRESS;
+	}
+	unlock_pool(p);
+	return r;
+}
+
+int pool_cancel(struct pool *p, const void *tag)
+{
+	struct waiter *w;
+
+	if (!p)
+		return 0;
+	pthread_mutex_lock(&p->lock);
+	for (w = p->whead; w && w->tag != tag; w = w->next)
+		;
+	if (w)
+		unpark(p, w, -EINTR, NULL);
+	unlock_pool(p);
+	return w != NULL;
+}
+
+void pool_cancel_all(struct pool *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	while (p->whead)
+		unpark(p, p->whead, -ESHUTDOWN, NULL);
+	unlock_pool(p);
 }
 
 void pool_commit(struct pool *p, struct pool_sample *s)
@@ -699,9 +1276,9 @@ void pool_untake(struct pool *p, struct pool_sample *s)
 		return;
 	pthread_mutex_lock(&p->lock);
 	rf->e->attached = echo_policy_untake(p->ep, &rf->t);
-	pthread_cond_broadcast(&p->cls_cv[rf->e->cls]);
 	put_entry(p, rf->e);
-	pthread_mutex_unlock(&p->lock);
+	notify_class(p, rf->pub.cls);
+	unlock_pool(p);
 	free(rf);
 }
 
@@ -729,10 +1306,10 @@ int pool_set_echo(struct pool *p, double echo, enum echo_mode mode)
 	r = echo_policy_set(p->ep, echo, mode);
 	if (r == 0) {
 		for (uint32_t c = 0; c < p->ncls; c++)
-			pthread_cond_broadcast(&p->cls_cv[c]);
+			notify_class(p, c);
 		pthread_cond_signal(&p->room_cv);
 	}
-	pthread_mutex_unlock(&p->lock);
+	unlock_pool(p);
 	return r;
 }
 
@@ -760,6 +1337,10 @@ void pool_get_stats(struct pool *p, struct pool_stats *out)
 		.read_errors = p->read_errors,
 		.timeouts = p->timeouts,
 		.rejected = p->rejected,
+		.given_back = p->given_back,
+		.reread = p->reread,
+		.owed = p->nowed,
+		.parked = p->nparked,
 	};
 	pthread_mutex_unlock(&p->lock);
 }

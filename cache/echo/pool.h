@@ -7,26 +7,37 @@
  * - A streamer thread walks the shards of the current pass in a seeded
  *   random order (a new order each pass), asking cache/shards for a few
  *   shards ahead (shards_prefetch) and reading each sample's bytes with
- *   shards_read. Each sample enters a shuffle buffer; when the buffer is
- *   full a random entry leaves it into its class's fresh queue.
+ *   shards_read. With an ingest hook (decoding), ingest_threads threads run
+ *   the hook on what the streamer read, so every decode thread is busy.
+ *   Each sample enters a shuffle buffer; when the buffer is full a random
+ *   entry leaves it into its class's fresh queue.
+ * - Demand: the pool knows which classes readers wait for. When memory is
+ *   full and a reader waits, fresh samples of classes nobody waits for are
+ *   given back: their bytes are dropped and their sample numbers kept
+ *   (they are still owed a fresh serve); the stream skips the unwanted
+ *   samples it meets without reading them, and a class that is asked for
+ *   gets its given-back samples re-read (from the disk cache) first. So
+ *   any reader order (one class, class-sorted, cp -r) gets its samples.
  * - Memory: every sample held (shuffle buffer, fresh queues, echo
- *   candidates, taken by readers, the one being read) counts against
- *   mem_size. A fully used sample is freed as soon as its last reader
- *   releases it, whatever the memory. Past mem_size the streamer evicts the
- *   least useful echo candidate no reader holds (in fixed mode only while a
- *   reader waits); if nothing can go (all fresh, buffered or taken), the
- *   streamer waits (back-pressure).
- * - pool_take asks the policy for a sample of the class; when the policy
- *   says "wait" (no fresh sample ready and no echo allowed), the caller
- *   waits on a condition variable for fresh data, up to wait_s, and the
- *   time is counted as stall time.
+ *   candidates, taken by readers, being read or decoded) counts against
+ *   mem_size. Past it, fully used samples are dropped first, then the least
+ *   useful echo candidates, then (while someone waits) fresh samples of
+ *   unwanted classes are given back; if what is left is all wanted or
+ *   taken, the streamer waits (back-pressure).
+ * - pool_take_async asks the policy for a sample of the class; when the
+ *   policy says "wait", the request is parked (no thread waits for it) and
+ *   answered by whichever thread makes a sample of its class ready, by a
+ *   timer thread after wait_s (-ETIMEDOUT), or by pool_cancel (-EINTR).
+ *   The time parked counts as stall time. pool_take is the blocking form.
  * - Over one pass every sample of the index whose class is not NO_CLASS
- *   enters exactly once, so it is served fresh exactly once; samples whose
- *   bytes can't be read (shard failed) are counted and skipped.
+ *   enters exactly once, so it is served fresh exactly once; a given-back
+ *   sample keeps its fresh serve and is not streamed again by a later pass
+ *   until it has been served; samples whose bytes can't be read (shard
+ *   failed) are counted and skipped.
  * - Locking: one mutex guards the queues, the policy and the statistics;
- *   it is never held across shards_read or shards_prefetch, so the shards
- *   lock (inside shards_*) is never taken while holding the pool lock: the
- *   two locks have no order because they never nest.
+ *   it is never held across shards_read, the ingest hook or a completion
+ *   callback. Lock order: the pool lock is never held while the shards
+ *   lock (inside shards_*) or a caller's lock is taken.
  */
 #ifndef ECHOFS_POOL_H
 #define ECHOFS_POOL_H
@@ -49,7 +60,8 @@ struct pool_opts {
 	uint64_t mem_size;       /* bytes; 0 means 512 MiB */
 	uint64_t seed;
 	unsigned shuffle_buffer; /* samples; 0 picks 1024; at most 2^20 */
-	double wait_s;           /* longest pool_take waits; 0 means 60 s */
+	double wait_s;           /* longest a take waits; 0 means 30 s */
+	unsigned ingest_threads; /* threads running the ingest hook; 0 means 1 */
 	/* Optional: what the pool keeps of a sample, made from its bytes by
 	 * the streamer without the pool lock (a decoded and resized image,
 	 * or the final preprocessed bytes). Returns 0 with a malloc'd *out,
@@ -72,6 +84,10 @@ struct pool_stats {
 	uint64_t read_errors;   /* samples skipped because their bytes could not be read */
 	uint64_t timeouts;      /* pool_take calls that gave up after wait_s */
 	uint64_t rejected;      /* samples the ingest hook refused (bad images) */
+	uint64_t given_back;    /* fresh samples given back for unwanted classes */
+	uint64_t reread;        /* given-back samples read again when wanted */
+	uint64_t owed;          /* given-back samples still owed a fresh serve */
+	uint64_t parked;        /* takes waiting now */
 };
 
 /* A sample handed to a reader: immutable bytes, reference counted. */
@@ -97,8 +113,8 @@ void pool_free(struct pool *p);
 
 /* Shutdown, first step: readers waiting in pool_take (and later ones)
  * return -ESHUTDOWN at once and the streamer stops; pool_free still frees.
- * Any thread. Accepts NULL. */
-void pool_cancel(struct pool *p);
+ * Parked takes are answered by pool_cancel_all. Any thread. Accepts NULL. */
+void pool_stop(struct pool *p);
 
 /* Reserve a sample of class cls for one binding (a path looked up): fresh
  * if the policy can, else an echo. The policy's state (uses, window) moves
@@ -107,6 +123,29 @@ void pool_cancel(struct pool *p);
  * (release it with pool_release). Returns 0, -ETIMEDOUT, -EINVAL (bad
  * class) or -ESHUTDOWN (pool stopping). */
 int pool_take(struct pool *p, uint32_t cls, struct pool_sample **out);
+
+/* Completion of a parked take: err 0 with a reference in s (as from
+ * pool_take), or -ETIMEDOUT, -EINTR (pool_cancel) or -ESHUTDOWN with s
+ * NULL. Called exactly once, without the pool lock, from the thread that
+ * made the sample ready, the timer or the canceller. */
+typedef void (*pool_done_fn)(void *ud, int err, struct pool_sample *s);
+
+/* pool_take without blocking: 0 with *out when a sample is ready now;
+ * -EINPROGRESS when parked (done(ud, ...) will be called later; the caller
+ * must not touch what ud refers to after this returns unless done says
+ * so); -EINVAL or -ESHUTDOWN. tag (not NULL) names the take for
+ * pool_cancel. */
+int pool_take_async(struct pool *p, uint32_t cls, const void *tag,
+		    pool_done_fn done, void *ud, struct pool_sample **out);
+
+/* Answer the parked take named tag with -EINTR (its done runs in this
+ * thread). Returns 1 if it was still parked, 0 if not (already answered,
+ * or never parked). */
+int pool_cancel(struct pool *p, const void *tag);
+
+/* Answer every parked take with -ESHUTDOWN (before the session that would
+ * carry the replies goes away). Accepts NULL. */
+void pool_cancel_all(struct pool *p);
 
 /* The reserved sample was opened by a reader: count the serve (fresh or
  * echo). At most once per pool_take. */

@@ -14,6 +14,9 @@
 #include "common/util.h"
 
 #define QUEUE_PER_WORKER 4
+/* Room for serve jobs (augment) beyond the bounded decode queue: a serve
+ * never waits behind queued decodes, only for a worker to finish one. */
+#define QUEUE_URGENT 64
 #define PREP_MAGIC 0x50524550u /* "PREP" */
 #define PREP_HEADER 16
 
@@ -38,7 +41,7 @@ struct prep {
 	pthread_mutex_t lock; /* guards the queue, stop and every job's done */
 	pthread_cond_t work, room, finished;
 	struct job **queue;
-	size_t head, len, cap;
+	size_t head, len, cap, bulk_cap; /* bulk jobs queue only up to bulk_cap */
 	bool stop;
 	struct budget *mem; /* decode memory, shared by the workers */
 };
@@ -155,7 +158,7 @@ static void *worker_main(void *arg)
 		struct job *j = p->queue[p->head];
 		p->head = (p->head + 1) % p->cap;
 		p->len--;
-		pthread_cond_signal(&p->room);
+		pthread_cond_broadcast(&p->room);
 		pthread_mutex_unlock(&p->lock);
 		if (tc) {
 			run(p, tc, j);
@@ -172,18 +175,27 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-/* Queue j and wait for it. */
+/* Queue j and wait for it. An urgent job (a serve) goes to the front of
+ * the queue, in the room kept for it; others wait while bulk_cap are
+ * queued. */
 static int submit(struct prep *p, struct job *j, uint8_t **out,
 		  size_t *outlen, char *why, size_t whylen)
 {
+	bool urgent = j->kind == JOB_AUGMENT;
+
 	pthread_mutex_lock(&p->lock);
-	while (!p->stop && p->len == p->cap)
+	while (!p->stop && p->len >= (urgent ? p->cap : p->bulk_cap))
 		pthread_cond_wait(&p->room, &p->lock);
 	if (p->stop) {
 		pthread_mutex_unlock(&p->lock);
 		return -ESHUTDOWN;
 	}
-	p->queue[(p->head + p->len) % p->cap] = j;
+	if (urgent) {
+		p->head = (p->head + p->cap - 1) % p->cap;
+		p->queue[p->head] = j;
+	} else {
+		p->queue[(p->head + p->len) % p->cap] = j;
+	}
 	p->len++;
 	pthread_cond_signal(&p->work);
 	while (!j->done)
@@ -210,13 +222,55 @@ int prep_prepare(struct prep *p, const void *in, size_t len, uint8_t **out,
 	return submit(p, &j, out, outlen, why, whylen);
 }
 
+/* Each calling thread's own transform context for inline augments, freed
+ * when the thread exits. */
+static pthread_key_t ctx_key;
+static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
+
+static void ctx_destroy(void *tc)
+{
+	transform_ctx_free(tc);
+}
+
+static void ctx_key_make(void)
+{
+	pthread_key_create(&ctx_key, ctx_destroy);
+}
+
+static struct transform_ctx *thread_ctx(void)
+{
+	struct transform_ctx *tc;
+
+	pthread_once(&ctx_once, ctx_key_make);
+	tc = pthread_getspecific(ctx_key);
+	if (!tc && (tc = transform_ctx_new()) != NULL)
+		pthread_setspecific(ctx_key, tc);
+	return tc;
+}
+
 int prep_augment(struct prep *p, const void *prepared, size_t len,
 		 uint64_t rand, uint8_t **out, size_t *outlen, char *why,
 		 size_t whylen)
 {
 	struct job j = {.kind = JOB_AUGMENT, .in = prepared, .len = len,
 			.rand = rand};
-	return submit(p, &j, out, outlen, why, whylen);
+	struct transform_ctx *tc;
+
+	/* A PPM echo is a crop, a flip and a header: copies, cheaper than
+	 * the two thread switches of a worker job, so it runs here. */
+	if (p->opts.format != TF_PPM || !(tc = thread_ctx()))
+		return submit(p, &j, out, outlen, why, whylen);
+	run(p, tc, &j);
+	*out = j.out;
+	*outlen = j.outlen;
+	if (j.result && why)
+		snprintf(why, whylen, "%s", j.why[0] ? j.why : strerror(-j.result));
+	return j.result;
+}
+
+unsigned prep_threads(const struct prep *p)
+{
+	return p ? p->nthreads : 0;
 }
 
 ssize_t prep_fixed_size(const struct prep *p)
@@ -235,7 +289,8 @@ struct prep *prep_new(const struct transform_opts *opts, unsigned threads)
 	p->mem = budget_new(opts->decode_mem ? opts->decode_mem
 					     : TRANSFORM_DEFAULT_DECODE_MEM);
 	p->nthreads = (unsigned)(n > 0 ? (n > 64 ? 64 : n) : 1);
-	p->cap = (size_t)p->nthreads * QUEUE_PER_WORKER;
+	p->bulk_cap = (size_t)p->nthreads * QUEUE_PER_WORKER;
+	p->cap = p->bulk_cap + QUEUE_URGENT;
 	p->queue = xcalloc(p->cap, sizeof(*p->queue));
 	p->threads = xcalloc(p->nthreads, sizeof(*p->threads));
 	pthread_mutex_init(&p->lock, NULL);

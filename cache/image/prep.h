@@ -5,7 +5,10 @@
  * DESIGN
  * - Callers submit a job and wait for its result (the call blocks); a
  *   bounded FIFO queue (4 jobs per worker) holds jobs not yet started, and
- *   submitters wait while it is full. Workers take jobs in order.
+ *   submitters wait while it is full. Workers take jobs in order, except
+ *   that serve jobs (prep_augment, on the path of an echo open) go to the
+ *   front, in room kept for them beyond the bound: a serve never waits
+ *   behind the echo pool's queued decodes.
  * - A "prepared" image (decoded and resized, for echoing before augment) is
  *   one self-contained buffer: a 16-byte header (magic, width, height) and
  *   the RGB pixels, so the echo pool can hold it like any sample's bytes.
@@ -43,10 +46,16 @@ int prep_apply(struct prep *p, const void *in, size_t len, uint64_t rand,
 int prep_prepare(struct prep *p, const void *in, size_t len, uint8_t **out,
 		 size_t *outlen, char *why, size_t whylen);
 
-/* Crop, flip and encode (transform_augment) a prepared-image buffer. */
+/* Crop, flip and encode (transform_augment) a prepared-image buffer. With
+ * format=ppm this runs in the calling thread (copies only, no decode), with
+ * a transform context kept per thread; else on a worker, ahead of queued
+ * decodes. */
 int prep_augment(struct prep *p, const void *prepared, size_t len,
 		 uint64_t rand, uint8_t **out, size_t *outlen, char *why,
 		 size_t whylen);
+
+/* Number of worker threads. */
+unsigned prep_threads(const struct prep *p);
 
 /* The output size when it is known before any decoding (PPM with a crop),
  * else -ENOTSUP. */

@@ -566,3 +566,151 @@ Test(pool, unreadable_shard_is_counted_and_skipped)
 	cr_assert_geq(ps.read_errors, PER_SHARD - 1);
 	stack_close(&k);
 }
+
+/* ---- demand: a reader of one class only (issue 9) ---- */
+
+/* mem_size holds about three samples: without giving back samples of the
+ * classes nobody asks for, memory fills with classes 1 and 2 and a class-0
+ * reader times out. */
+Test(pool, class_only_reader_gets_every_sample_of_its_class)
+{
+	struct pool_opts po = {.echo = 1, .mem_size = 40000, .wait_s = 10,
+			       .shuffle_buffer = 4, .seed = 5};
+	bool seen[NSAMPLES] = {0};
+	struct pool_stats ps;
+	struct stack k;
+
+	stack_open(&k, NULL, &po, NULL);
+	for (uint32_t i = 0; i < per_class[0]; i++) {
+		struct pool_sample *s = take_ok(k.p, 0);
+		cr_assert(!seen[s->sample], "sample %u served twice", s->sample);
+		seen[s->sample] = true;
+		pool_release(k.p, s);
+	}
+	pool_get_stats(k.p, &ps);
+	cr_assert_eq(ps.fresh_served, per_class[0]);
+	cr_assert_eq(ps.timeouts, 0);
+	cr_assert_gt(ps.given_back, 0, "nothing was given back");
+	cr_assert_leq(ps.pool_bytes, 40000 + 22000);
+	/* The other classes still get their owed samples, each once. */
+	for (uint32_t c = 1; c < NCLS; c++)
+		for (uint32_t i = 0; i < per_class[c]; i++) {
+			struct pool_sample *s = take_ok(k.p, c);
+			cr_assert(!seen[s->sample], "sample %u twice", s->sample);
+			seen[s->sample] = true;
+			pool_release(k.p, s);
+		}
+	stack_close(&k);
+}
+
+/* ---- parked takes ---- */
+
+struct parked_take {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int calls, err;
+	struct pool_sample *s;
+};
+
+static void parked_init(struct parked_take *w)
+{
+	memset(w, 0, sizeof(*w));
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->cond, NULL);
+}
+
+static void parked_done(void *ud, int err, struct pool_sample *s)
+{
+	struct parked_take *w = ud;
+
+	pthread_mutex_lock(&w->lock);
+	w->calls++;
+	w->err = err;
+	w->s = s;
+	pthread_cond_broadcast(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+}
+
+/* Wait up to 20 s for the completion; returns the number of calls. */
+static int parked_wait(struct parked_take *w)
+{
+	double end = now_mono() + 20;
+
+	pthread_mutex_lock(&w->lock);
+	while (w->calls == 0 && now_mono() < end) {
+		pthread_mutex_unlock(&w->lock);
+		usleep(10000);
+		pthread_mutex_lock(&w->lock);
+	}
+	int n = w->calls;
+	pthread_mutex_unlock(&w->lock);
+	return n;
+}
+
+Test(pool, parked_take_is_answered_when_data_arrives)
+{
+	const char *faults[] = {"*.tar=stall:1,count=8", NULL};
+	struct pool_opts po = {.echo = 1, .wait_s = 20};
+	struct parked_take w;
+	struct pool_sample *s = NULL;
+	struct pool_stats ps;
+	struct stack k;
+
+	parked_init(&w);
+	stack_open(&k, faults, &po, NULL);
+	cr_assert_eq(pool_take_async(k.p, 0, &w, parked_done, &w, &s),
+		     -EINPROGRESS);
+	cr_assert_null(s);
+	pool_get_stats(k.p, &ps);
+	cr_assert_eq(ps.parked, 1);
+	cr_assert_eq(parked_wait(&w), 1);
+	cr_assert_eq(w.err, 0, "parked take: %s", strerror(-w.err));
+	check_bytes(w.s, 0);
+	pool_commit(k.p, w.s);
+	pool_release(k.p, w.s);
+	pool_get_stats(k.p, &ps);
+	cr_assert_eq(ps.parked, 0);
+	cr_assert_eq(ps.fresh_served, 1);
+	cr_assert_gt(ps.stall_s, 0.5, "parked time not counted: %g", ps.stall_s);
+	cr_assert_eq(pool_cancel(k.p, &w), 0, "answered takes cannot be cancelled");
+	stack_close(&k);
+}
+
+Test(pool, parked_take_cancel_timeout_and_shutdown)
+{
+	const char *faults[] = {"*.tar=stall:3", NULL};
+	struct shards_opts so = {.read_timeout_s = 2};
+	struct pool_opts po = {.echo = 2, .wait_s = 0.5};
+	struct parked_take a, b, c;
+	struct pool_sample *s = NULL;
+	struct pool_stats ps;
+	struct stack k;
+	double t0;
+
+	parked_init(&a);
+	parked_init(&b);
+	parked_init(&c);
+	stack_open(&k, faults, &po, &so);
+	cr_assert_eq(pool_take_async(k.p, 1, &a, parked_done, &a, &s), -EINPROGRESS);
+	cr_assert_eq(pool_cancel(k.p, &a), 1);
+	cr_assert_eq(a.calls, 1, "cancel answers in the caller's thread");
+	cr_assert_eq(a.err, -EINTR);
+	cr_assert_eq(pool_cancel(k.p, &a), 0);
+
+	t0 = now_mono();
+	cr_assert_eq(pool_take_async(k.p, 2, &b, parked_done, &b, &s), -EINPROGRESS);
+	cr_assert_eq(parked_wait(&b), 1);
+	cr_assert_eq(b.err, -ETIMEDOUT);
+	cr_assert_geq(now_mono() - t0, 0.45);
+	cr_assert_lt(now_mono() - t0, 3.0);
+	pool_get_stats(k.p, &ps);
+	cr_assert_eq(ps.timeouts, 1);
+	cr_assert_eq(ps.parked, 0);
+
+	cr_assert_eq(pool_take_async(k.p, 0, &c, parked_done, &c, &s), -EINPROGRESS);
+	pool_free(k.p);
+	k.p = NULL;
+	cr_assert_eq(c.calls, 1);
+	cr_assert_eq(c.err, -ESHUTDOWN);
+	stack_close(&k);
+}
