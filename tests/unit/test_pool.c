@@ -228,7 +228,9 @@ Test(pool, one_pass_serves_every_sample_fresh_once)
 	s = take_ok(k.p, 0);
 	pool_get_stats(k.p, &ps);
 	cr_assert_geq(ps.pass, 2, "pass %llu", (unsigned long long)ps.pass);
-	cr_assert_geq(ps.fresh_in_pass, 1);
+	/* Not >= 1: the streamer may have read this sample (counting it in
+	 * pass 1's figures) just before it moved the pass counter on (seen
+	 * once under ASan). */
 	cr_assert_leq(ps.fresh_in_pass, NCLASSED);
 	cr_assert_eq(ps.fresh_served, NCLASSED + 1);
 	cr_assert_eq(ps.effective_echo, 1.0);
