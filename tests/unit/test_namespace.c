@@ -176,3 +176,52 @@ Test(namespace, extension_override)
 	ns_free(ns);
 	unwrap(ix);
 }
+
+/* Many nodes: shards sorted by class (shard s holds class s only), 4
+ * shards over 2 ranks. Each rank shows only its samples, yet lists all 4
+ * class directories (empty where its part has none) with the same class
+ * numbers as every other rank; the two views are disjoint and cover all. */
+Test(namespace, rank_view_keeps_every_class)
+{
+	static const char *const labels[] = {"0", "1", "2", "3"};
+	struct index *ix = index_new();
+	uint32_t seen[16] = {0};
+	char key[16], err[128];
+
+	for (uint32_t s = 0; s < 4; s++) {
+		char url[32];
+		snprintf(url, sizeof(url), "http://h/%u.tar", s);
+		cr_assert_eq(index_add_shard(ix, url, 1 << 20, "\"e\""), s);
+		for (int i = 0; i < 4; i++) {
+			snprintf(key, sizeof(key), "k%u_%d", s, i);
+			cr_assert_eq(index_add_sample(ix, s, 512 * (i + 1), 10,
+						      labels[s], key, "jpg"), 0);
+		}
+	}
+	for (uint32_t rank = 0; rank < 2; rank++) {
+		struct dataset *ds = dataset_wrap(ix, NULL);
+		cr_assert_eq(dataset_set_part(ds, rank, 2, 0, err, sizeof(err)),
+			     0, "%s", err);
+		struct namespace *ns = ns_build(ds, NULL);
+		cr_assert_eq(ns->nclasses, 4, "rank %u", rank);
+		cr_assert_eq(ns->nfiles, 8, "rank %u", rank);
+		size_t empty = 0;
+		for (uint32_t c = 0; c < 4; c++) {
+			cr_assert_str_eq(ns->classes[c].name, labels[c]);
+			empty += ns->classes[c].count == 0;
+		}
+		cr_assert_eq(empty, 2, "rank %u: %zu empty classes", rank, empty);
+		for (size_t f = 0; f < ns->nfiles; f++) {
+			uint32_t smp = ns->files[f].sample;
+			cr_assert(dataset_in_view(ds, smp));
+			cr_assert_eq(ns_sample_class(ns, smp),
+				     ix->samples[smp].shard);
+			seen[smp]++;
+		}
+		ns_free(ns);
+		dataset_close(ds);
+	}
+	for (int i = 0; i < 16; i++)
+		cr_assert_eq(seen[i], 1, "sample %d shown %u times", i, seen[i]);
+	index_free(ix);
+}
