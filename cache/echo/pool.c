@@ -10,6 +10,8 @@
  *   thread.
  * - Stream: each pass walks the shards in an order shuffled by the pool's
  *   seeded generator (a new order every pass, same seed -> same orders),
+ *   only the shards with classed samples (a rank's part) or, with
+ *   repartition (o.world > 1), the part of (seed, pass - 1) (choose_part),
  *   prefetching POOL_PREFETCH shards ahead and reading each classed sample
  *   with shards_read into its own buffer. A sample enters the shuffle buffer
  *   (default POOL_SHUFFLE_DEFAULT samples); once it is full each new sample
