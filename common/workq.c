@@ -267,14 +267,13 @@ size_t workq_pending(struct workq *q)
 	return n;
 }
 
-struct workq *workq_new(const struct workq_opts *o)
+int workq_open(const struct workq_opts *o, struct workq **out)
 {
 	struct workq *q;
 
-	if (!o || !o->run || o->threads == 0) {
-		errno = EINVAL;
-		return NULL;
-	}
+	*out = NULL;
+	if (!o || !o->run || o->threads == 0)
+		return -EINVAL;
 	q = xcalloc(1, sizeof(*q));
 	q->o = *o;
 	list_init(&q->queue);
@@ -289,11 +288,11 @@ struct workq *workq_new(const struct workq_opts *o)
 				       worker_main, q);
 		if (r) {
 			workq_free(q);
-			errno = r;
-			return NULL;
+			return -r;
 		}
 	}
-	return q;
+	*out = q;
+	return 0;
 }
 
 void workq_free(struct workq *q)

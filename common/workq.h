@@ -68,8 +68,9 @@ enum workq_stop { WORKQ_DRAIN, WORKQ_CANCEL };
 
 struct workq;
 
-/* Starts the workers. NULL with errno set (EINVAL, or pthread_create's). */
-struct workq *workq_new(const struct workq_opts *o);
+/* Starts the workers. Returns 0 with *out set, or -EINVAL / pthread_create's
+ * -errno (*out NULL). */
+int workq_open(const struct workq_opts *o, struct workq **out);
 /* workq_shutdown(DRAIN) unless already shut down, then frees. Accepts NULL.
  * Must not be called from a worker, nor while another thread may still be
  * inside workq_submit or workq_run on this queue. */

@@ -261,31 +261,32 @@ ssize_t prep_fixed_size(const struct prep *p)
 	return transform_output_size(&p->opts, p->opts.crop, p->opts.crop);
 }
 
-struct prep *prep_new(const struct transform_opts *opts, unsigned threads)
+int prep_open(const struct transform_opts *opts, unsigned threads,
+	      struct prep **out)
 {
 	struct prep *p = xcalloc(1, sizeof(*p));
 	long n = threads ? (long)threads : sysconf(_SC_NPROCESSORS_ONLN);
 	int err;
 
+	*out = NULL;
 	p->opts = *opts;
 	p->mem = budget_new(opts->decode_mem ? opts->decode_mem
 					     : TRANSFORM_DEFAULT_DECODE_MEM);
 	p->nthreads = (unsigned)(n > 0 ? (n > 64 ? 64 : n) : 1);
-	p->wq = workq_new(&(struct workq_opts){
+	err = workq_open(&(struct workq_opts){
 		.threads = p->nthreads,
 		.cap = (size_t)p->nthreads * QUEUE_PER_WORKER,
 		.urgent = QUEUE_URGENT,
 		.run = worker_run,
 		.ctx = p,
 		.worker_init = worker_ctx_new,
-		.worker_fini = worker_ctx_free});
-	if (!p->wq) {
-		err = errno;
+		.worker_fini = worker_ctx_free}, &p->wq);
+	if (err) {
 		prep_free(p);
-		errno = err;
-		return NULL;
+		return err;
 	}
-	return p;
+	*out = p;
+	return 0;
 }
 
 void prep_free(struct prep *p)

@@ -31,9 +31,10 @@
 
 struct prep;
 
-/* opts is copied. threads 0 means the number of online CPUs. NULL with
- * errno set. */
-struct prep *prep_new(const struct transform_opts *opts, unsigned threads);
+/* opts is copied. threads 0 means the number of online CPUs. Returns 0 with
+ * *out set, or -errno (the workers could not start). */
+int prep_open(const struct transform_opts *opts, unsigned threads,
+	      struct prep **out);
 /* Stops the workers once the queue is empty. Accepts NULL. */
 void prep_free(struct prep *p);
 

@@ -73,7 +73,7 @@ static struct workq *start(struct ctx *x, unsigned threads, size_t cap)
 			       .run = run,
 			       .cancel = cancel,
 			       .ctx = x};
-	x->q = workq_new(&o);
+	workq_open(&o, &x->q);
 	cr_assert_not_null(x->q);
 	return x->q;
 }
@@ -103,13 +103,13 @@ static void wait_running(struct ctx *x, int n)
 Test(workq, bad_options_are_einval)
 {
 	struct workq_opts o = {.threads = 0, .run = run};
-	errno = 0;
-	cr_assert_null(workq_new(&o));
-	cr_assert_eq(errno, EINVAL);
+	struct workq *q = (struct workq *)1;
+	cr_assert_eq(workq_open(&o, &q), -EINVAL);
+	cr_assert_null(q);
 	o.threads = 1;
 	o.run = NULL;
-	cr_assert_null(workq_new(&o));
-	cr_assert_null(workq_new(NULL));
+	cr_assert_eq(workq_open(&o, &q), -EINVAL);
+	cr_assert_eq(workq_open(NULL, &q), -EINVAL);
 	workq_free(NULL);
 }
 
@@ -243,7 +243,7 @@ Test(workq, urgent_items_pass_a_full_queue_in_fifo_order)
 			       .run = run, .ctx = &x};
 
 	ctx_init(&x);
-	x.q = workq_new(&o);
+	workq_open(&o, &x.q);
 	cr_assert_not_null(x.q);
 	cr_assert_eq(workq_submit(x.q, &j[0].it, WORKQ_WAIT), 0);
 	wait_running(&x, 1);
@@ -420,7 +420,7 @@ static struct workq *pause_start(struct pctx *p, double seconds)
 	struct workq_opts o = {.threads = 2, .run = pause_run, .ctx = p};
 	p->seconds = seconds;
 	p->r = 1;
-	p->q = workq_new(&o);
+	workq_open(&o, &p->q);
 	cr_assert_not_null(p->q);
 	return p->q;
 }
@@ -508,7 +508,8 @@ Test(workq, each_worker_has_its_own_state)
 			       .worker_init = w_init,
 			       .worker_fini = w_fini};
 	struct job j[50];
-	struct workq *q = workq_new(&o);
+	struct workq *q;
+	workq_open(&o, &q);
 
 	cr_assert_not_null(q);
 	cr_assert_null(workq_worker_state(), "state outside a worker");
