@@ -41,12 +41,10 @@ static void make_shards(void)
 	unsigned seed = 12345;
 	for (int s = 0; s < NSHARDS; s++) {
 		struct tarw t = {0};
-		char name[64], path[160];
+		char name[64];
 		for (int k = 0; k < PER_SHARD; k++) {
 			size_t n = 1000 + (size_t)(rand_r(&seed) % 250000);
-			uint8_t *img = xmalloc(n);
-			for (size_t i = 0; i < n; i++)
-				img[i] = (uint8_t)rand_r(&seed);
+			uint8_t *img = fx_random_bytes(&seed, n);
 			snprintf(name, sizeof(name), "s%d_%04d.jpg", s, k);
 			samples[s][k].off = tarw_add(&t, name, img, n);
 			samples[s][k].size = n;
@@ -54,11 +52,7 @@ static void make_shards(void)
 			tarw_add(&t, name, "3\n", 2);
 			free(img);
 		}
-		tarw_end(&t);
-		shard_data[s] = t.buf;
-		shard_len[s] = t.len;
-		snprintf(path, sizeof(path), "%s/s%d.tar", root, s);
-		fx_write_file(path, t.buf, t.len);
+		fx_shard_finish(&t, root, s, &shard_data[s], &shard_len[s]);
 	}
 }
 
@@ -70,11 +64,7 @@ static void setup(void)
 			       .backoff_base_s = 0.05,
 			       .low_speed_time_s = 3};
 
-	snprintf(tdir, sizeof(tdir), "/tmp/echofs-shards-XXXXXX");
-	cr_assert_not_null(mkdtemp(tdir));
-	snprintf(root, sizeof(root), "%s/www", tdir);
-	snprintf(cdir, sizeof(cdir), "%s/cache", tdir);
-	cr_assert_eq(mkdir(root, 0700), 0);
+	fx_tree_make("shards", tdir, root, cdir);
 	make_shards();
 	cr_assert_eq(http_global_init(), 0);
 	h = http_new(&ho, err, sizeof(err));
