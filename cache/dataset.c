@@ -146,8 +146,8 @@ int dataset_open(const struct dataset_opts *o, struct dataset **out, char *err,
 		r = -EINVAL;
 		goto fail;
 	}
-	ds->store = store_open(o->cache_dir, o->cache_size, serr, sizeof(serr));
-	if (!ds->store)
+	if (store_open(o->cache_dir, o->cache_size, &ds->store, serr,
+		       sizeof(serr)))
 		log_warn("serving without a disk cache: %s", serr);
 	r = open_index(ds, o, &ix, err, errlen);
 	ds->ix = ix;
@@ -159,11 +159,10 @@ int dataset_open(const struct dataset_opts *o, struct dataset **out, char *err,
 	struct shards_opts so = {.workers = c > 1 ? c - (c + 3) / 4 : 1,
 				 .range_after_s = o->range_after_s,
 				 .read_timeout_s = o->read_timeout_s};
-	ds->sh = shards_new(ix, ds->http, ds->store, &so);
-	if (!ds->sh) {
-		r = -errno;
+	r = shards_open(ix, ds->http, ds->store, &so, &ds->sh);
+	if (r) {
 		snprintf(err, errlen, "cannot start the fetchers: %s",
-			 strerror(errno));
+			 strerror(-r));
 		goto fail;
 	}
 	ds->total_bytes = sum_sizes(ix);

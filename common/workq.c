@@ -18,9 +18,13 @@ struct workq {
 	pthread_mutex_t lock; /* guards everything below and items' states */
 	pthread_cond_t work;  /* an item queued, or stop: idle workers */
 	pthread_cond_t room;  /* a slot freed, or stop: WAIT submitters */
+	pthread_cond_t room_urgent; /* the same for workq_run_first callers */
 	pthread_cond_t poke;  /* an item queued, or stop: workq_pause */
 	struct list_node queue;
 	size_t nqueued;
+	size_t nurgent;		  /* urgent items queued (all at the front) */
+	struct list_node *urgent_tail; /* the last of them, NULL when none */
+	unsigned nroom_urgent;	  /* workq_run_first callers waiting for room */
 	unsigned npausing;
 	bool stop, joined;
 };
@@ -30,6 +34,7 @@ void workq_item_init(struct workq_item *it)
 	list_init(&it->link);
 	it->done_cv = NULL;
 	it->state = IDLE;
+	it->urgent = false;
 }
 
 /* Lock held. Take the first item and note whether a caller waits for it. */
@@ -38,8 +43,13 @@ static struct workq_item *take(struct workq *q, bool *waited)
 	struct workq_item *it =
 		list_entry(list_pop_front(&q->queue), struct workq_item, link);
 	q->nqueued--;
-	if (q->o.cap)
+	if (it->urgent && --q->nurgent == 0)
+		q->urgent_tail = NULL;
+	if (q->o.cap) {
 		pthread_cond_signal(&q->room);
+		if (q->nroom_urgent)
+			pthread_cond_signal(&q->room_urgent);
+	}
 	*waited = it->done_cv != NULL;
 	/* A fire-and-forget item is the caller's again as run starts: run
 	 * may submit or free it. */
@@ -83,21 +93,50 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-/* Lock held. */
-static int enqueue(struct workq *q, struct workq_item *it, enum workq_wait w)
+/* Lock held. Wait for room: cap for ordinary items, cap + urgent for
+ * urgent ones (on their own condition, so a freed slot that only an urgent
+ * caller may take is not spent waking an ordinary one). */
+static int wait_room(struct workq *q, bool urgent, enum workq_wait w)
 {
-	if (it->state == QUEUED)
-		return -EBUSY;
-	while (!q->stop && q->o.cap && q->nqueued >= q->o.cap) {
+	size_t most = q->o.cap + (urgent ? q->o.urgent : 0);
+
+	while (!q->stop && q->o.cap && q->nqueued >= most) {
 		if (w == WORKQ_NOWAIT)
 			return -EAGAIN;
-		pthread_cond_wait(&q->room, &q->lock);
+		if (!urgent) {
+			pthread_cond_wait(&q->room, &q->lock);
+			continue;
+		}
+		q->nroom_urgent++;
+		pthread_cond_wait(&q->room_urgent, &q->lock);
+		q->nroom_urgent--;
 	}
-	if (q->stop)
-		return -ESHUTDOWN;
+	return q->stop ? -ESHUTDOWN : 0;
+}
+
+/* Lock held. Ordinary items at the back; urgent ones after the last urgent
+ * item queued (or at the front). */
+static int enqueue(struct workq *q, struct workq_item *it, bool urgent,
+		   enum workq_wait w)
+{
+	int r;
+
+	if (it->state == QUEUED)
+		return -EBUSY;
+	if ((r = wait_room(q, urgent, w)) != 0)
+		return r;
 	if (!it->link.next)
 		list_init(&it->link); /* zero-initialised item */
-	list_push_back(&q->queue, &it->link);
+	it->urgent = urgent;
+	if (!urgent) {
+		list_push_back(&q->queue, &it->link);
+	} else {
+		struct list_node *prev = q->urgent_tail ? q->urgent_tail
+							: &q->queue;
+		list_insert_between(&it->link, prev, prev->next);
+		q->urgent_tail = &it->link;
+		q->nurgent++;
+	}
 	it->state = QUEUED;
 	q->nqueued++;
 	pthread_cond_signal(&q->work);
@@ -111,12 +150,12 @@ int workq_submit(struct workq *q, struct workq_item *it, enum workq_wait w)
 	int r;
 	pthread_mutex_lock(&q->lock);
 	it->done_cv = NULL;
-	r = enqueue(q, it, w);
+	r = enqueue(q, it, false, w);
 	pthread_mutex_unlock(&q->lock);
 	return r;
 }
 
-int workq_run(struct workq *q, struct workq_item *it)
+static int run_and_wait(struct workq *q, struct workq_item *it, bool urgent)
 {
 	pthread_cond_t done; /* ours alone: signalled for this item only */
 	int r;
@@ -124,7 +163,7 @@ int workq_run(struct workq *q, struct workq_item *it)
 	pthread_cond_init(&done, NULL);
 	pthread_mutex_lock(&q->lock);
 	it->done_cv = &done;
-	r = enqueue(q, it, WORKQ_WAIT);
+	r = enqueue(q, it, urgent, WORKQ_WAIT);
 	while (r == 0 && it->state != DONE && it->state != CANCELLED)
 		pthread_cond_wait(&done, &q->lock);
 	if (r == 0 && it->state == CANCELLED)
@@ -134,6 +173,16 @@ int workq_run(struct workq *q, struct workq_item *it)
 	pthread_mutex_unlock(&q->lock);
 	pthread_cond_destroy(&done);
 	return r;
+}
+
+int workq_run(struct workq *q, struct workq_item *it)
+{
+	return run_and_wait(q, it, false);
+}
+
+int workq_run_first(struct workq *q, struct workq_item *it)
+{
+	return run_and_wait(q, it, true);
 }
 
 int workq_pause(struct workq *q, double seconds)
@@ -161,6 +210,8 @@ static void drop_queued(struct workq *q, struct list_node *dropped)
 	while ((n = list_pop_front(&q->queue)) != NULL) {
 		struct workq_item *it = list_entry(n, struct workq_item, link);
 		q->nqueued--;
+		if (it->urgent && --q->nurgent == 0)
+			q->urgent_tail = NULL;
 		if (it->done_cv) {
 			it->state = CANCELLED;
 			pthread_cond_signal(it->done_cv);
@@ -186,6 +237,7 @@ void workq_shutdown(struct workq *q, enum workq_stop how)
 		drop_queued(q, &dropped);
 	pthread_cond_broadcast(&q->work);
 	pthread_cond_broadcast(&q->room);
+	pthread_cond_broadcast(&q->room_urgent);
 	pthread_cond_broadcast(&q->poke);
 	pthread_mutex_unlock(&q->lock);
 	while ((n = list_pop_front(&dropped)) != NULL)
@@ -215,20 +267,20 @@ size_t workq_pending(struct workq *q)
 	return n;
 }
 
-struct workq *workq_new(const struct workq_opts *o)
+int workq_open(const struct workq_opts *o, struct workq **out)
 {
 	struct workq *q;
 
-	if (!o || !o->run || o->threads == 0) {
-		errno = EINVAL;
-		return NULL;
-	}
+	*out = NULL;
+	if (!o || !o->run || o->threads == 0)
+		return -EINVAL;
 	q = xcalloc(1, sizeof(*q));
 	q->o = *o;
 	list_init(&q->queue);
 	pthread_mutex_init(&q->lock, NULL);
 	pthread_cond_init(&q->work, NULL);
 	pthread_cond_init(&q->room, NULL);
+	pthread_cond_init(&q->room_urgent, NULL);
 	cond_init_monotonic(&q->poke);
 	q->threads = xcalloc(o->threads, sizeof(*q->threads));
 	for (; q->nthreads < o->threads; q->nthreads++) {
@@ -236,11 +288,11 @@ struct workq *workq_new(const struct workq_opts *o)
 				       worker_main, q);
 		if (r) {
 			workq_free(q);
-			errno = r;
-			return NULL;
+			return -r;
 		}
 	}
-	return q;
+	*out = q;
+	return 0;
 }
 
 void workq_free(struct workq *q)
@@ -250,6 +302,7 @@ void workq_free(struct workq *q)
 	if (!q->joined)
 		workq_shutdown(q, WORKQ_DRAIN);
 	pthread_cond_destroy(&q->poke);
+	pthread_cond_destroy(&q->room_urgent);
 	pthread_cond_destroy(&q->room);
 	pthread_cond_destroy(&q->work);
 	pthread_mutex_destroy(&q->lock);

@@ -15,6 +15,10 @@
  *   Each workq_run caller waits on its own condition variable, signalled
  *   for its item alone: a finished item never wakes other submitters. A
  *   submitter waiting for room is woken by one signal per freed slot.
+ * - Urgent items (workq_run_first, e.g. an echo serve among queued image
+ *   decodes) go ahead of every ordinary item, FIFO among themselves, in
+ *   `urgent` slots kept beyond cap: an urgent item waits only for a worker,
+ *   never behind the ordinary queue.
  * - workq_shutdown: no new items; WORKQ_DRAIN runs what is queued,
  *   WORKQ_CANCEL drops it (cancel callback for submitted items, -ECANCELED
  *   for workq_run callers). Either way it returns once every worker has
@@ -40,6 +44,7 @@ struct workq_item {
 	struct list_node link;
 	pthread_cond_t *done_cv; /* the workq_run caller's, or NULL */
 	int state;
+	bool urgent; /* queued by workq_run_first */
 };
 
 typedef void (*workq_fn)(void *ctx, struct workq_item *it);
@@ -47,6 +52,7 @@ typedef void (*workq_fn)(void *ctx, struct workq_item *it);
 struct workq_opts {
 	unsigned threads; /* workers, at least 1 */
 	size_t cap;	  /* most items queued (not running); 0: no limit */
+	size_t urgent;	  /* with cap: extra slots for workq_run_first */
 	workq_fn run;	  /* required */
 	workq_fn cancel;  /* optional: a submitted item dropped by CANCEL */
 	void *ctx;	  /* passed to every callback, borrowed */
@@ -62,8 +68,9 @@ enum workq_stop { WORKQ_DRAIN, WORKQ_CANCEL };
 
 struct workq;
 
-/* Starts the workers. NULL with errno set (EINVAL, or pthread_create's). */
-struct workq *workq_new(const struct workq_opts *o);
+/* Starts the workers. Returns 0 with *out set, or -EINVAL / pthread_create's
+ * -errno (*out NULL). */
+int workq_open(const struct workq_opts *o, struct workq **out);
 /* workq_shutdown(DRAIN) unless already shut down, then frees. Accepts NULL.
  * Must not be called from a worker, nor while another thread may still be
  * inside workq_submit or workq_run on this queue. */
@@ -80,6 +87,11 @@ int workq_submit(struct workq *q, struct workq_item *it, enum workq_wait w);
  * 0, -ESHUTDOWN (never queued) or -ECANCELED (dropped unrun). Not from a
  * worker of the same queue when every worker could be waiting. */
 int workq_run(struct workq *q, struct workq_item *it);
+
+/* workq_run for an urgent item: queued after the urgent items already
+ * queued and before every ordinary one, waiting for room only when
+ * cap + urgent items are queued. Same returns as workq_run. */
+int workq_run_first(struct workq *q, struct workq_item *it);
 
 /* From a run callback: sleep up to `seconds`, returning early when an item
  * is submitted (returns 0) or shutdown begins (returns -ESHUTDOWN). For a

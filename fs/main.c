@@ -146,10 +146,10 @@ static int start_prep(struct app *a, char *err, size_t errlen)
 	 * a fixed threshold (this call turns the dynamic one off) keeps them
 	 * mmap'd, returned on free. */
 	mallopt(M_MMAP_THRESHOLD, 8 << 20);
-	a->prep = prep_new(&tf, a->o.threads);
-	if (!a->prep) {
+	int r = prep_open(&tf, a->o.threads, &a->prep);
+	if (r) {
 		snprintf(err, errlen, "cannot start decode workers: %s",
-			 strerror(errno));
+			 strerror(-r));
 		return -EINVAL;
 	}
 	return 0;

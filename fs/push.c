@@ -161,12 +161,12 @@ struct push *push_new(struct fuse_session *se, const struct namespace *ns,
 	build_shard_files(p);
 	p->touched = xcalloc(nsh ? nsh : 1, sizeof(*p->touched));
 	p->items = xcalloc(nsh ? nsh : 1, sizeof(*p->items));
-	p->wq = workq_new(
-		&(struct workq_opts){.threads = 1, .run = push_one, .ctx = p});
-	if (!p->wq) {
-		int e = errno;
+	int r = workq_open(
+		&(struct workq_opts){.threads = 1, .run = push_one, .ctx = p},
+		&p->wq);
+	if (r) {
 		push_release(p);
-		errno = e;
+		errno = -r;
 		return NULL;
 	}
 	return p;

@@ -12,6 +12,7 @@
 
 #include "cache/image/budget.h"
 #include "common/util.h"
+#include "common/workq.h"
 
 #define QUEUE_PER_WORKER 4
 /* Room for serve jobs (augment) beyond the bounded decode queue: a serve
@@ -23,6 +24,7 @@
 enum job_kind { JOB_APPLY, JOB_PREPARE, JOB_AUGMENT };
 
 struct job {
+	struct workq_item it;
 	enum job_kind kind;
 	const void *in;
 	size_t len;
@@ -30,19 +32,13 @@ struct job {
 	uint8_t *out;
 	size_t outlen;
 	int result;
-	bool done;
 	char why[160];
 };
 
 struct prep {
 	struct transform_opts opts;
-	pthread_t *threads;
 	unsigned nthreads;
-	pthread_mutex_t lock; /* guards the queue, stop and every job's done */
-	pthread_cond_t work, room, finished;
-	struct job **queue;
-	size_t head, len, cap, bulk_cap; /* bulk jobs queue only up to bulk_cap */
-	bool stop;
+	struct workq *wq;   /* the workers; serves queue with workq_run_first */
 	struct budget *mem; /* decode memory, shared by the workers */
 };
 
@@ -144,68 +140,57 @@ static void run(struct prep *p, struct transform_ctx *tc, struct job *j)
 	budget_give(p->mem, mem);
 }
 
-static void *worker_main(void *arg)
+/* workq callbacks: each worker keeps its own TurboJPEG context. */
+static void *worker_ctx_new(void *ctx)
 {
-	struct prep *p = arg;
-	struct transform_ctx *tc = transform_ctx_new();
-
-	pthread_mutex_lock(&p->lock);
-	for (;;) {
-		while (!p->stop && p->len == 0)
-			pthread_cond_wait(&p->work, &p->lock);
-		if (p->len == 0)
-			break;
-		struct job *j = p->queue[p->head];
-		p->head = (p->head + 1) % p->cap;
-		p->len--;
-		pthread_cond_broadcast(&p->room);
-		pthread_mutex_unlock(&p->lock);
-		if (tc) {
-			run(p, tc, j);
-		} else {
-			j->result = -ENOMEM;
-			snprintf(j->why, sizeof(j->why), "no TurboJPEG context");
-		}
-		pthread_mutex_lock(&p->lock);
-		j->done = true;
-		pthread_cond_broadcast(&p->finished);
-	}
-	pthread_mutex_unlock(&p->lock);
-	transform_ctx_free(tc);
-	return NULL;
+	(void)ctx;
+	return transform_ctx_new();
 }
 
-/* Queue j and wait for it. An urgent job (a serve) goes to the front of
- * the queue, in the room kept for it; others wait while bulk_cap are
- * queued. */
-static int submit(struct prep *p, struct job *j, uint8_t **out,
-		  size_t *outlen, char *why, size_t whylen)
+static void worker_ctx_free(void *ctx, void *tc)
 {
-	bool urgent = j->kind == JOB_AUGMENT;
+	(void)ctx;
+	transform_ctx_free(tc);
+}
 
-	pthread_mutex_lock(&p->lock);
-	while (!p->stop && p->len >= (urgent ? p->cap : p->bulk_cap))
-		pthread_cond_wait(&p->room, &p->lock);
-	if (p->stop) {
-		pthread_mutex_unlock(&p->lock);
-		return -ESHUTDOWN;
-	}
-	if (urgent) {
-		p->head = (p->head + p->cap - 1) % p->cap;
-		p->queue[p->head] = j;
+static void worker_run(void *ctx, struct workq_item *it)
+{
+	struct job *j = list_entry(it, struct job, it);
+	struct transform_ctx *tc = workq_worker_state();
+
+	if (tc) {
+		run(ctx, tc, j);
 	} else {
-		p->queue[(p->head + p->len) % p->cap] = j;
+		j->result = -ENOMEM;
+		snprintf(j->why, sizeof(j->why), "no TurboJPEG context");
 	}
-	p->len++;
-	pthread_cond_signal(&p->work);
-	while (!j->done)
-		pthread_cond_wait(&p->finished, &p->lock);
-	pthread_mutex_unlock(&p->lock);
+}
+
+/* The job's result to the caller, with its reason. */
+static int finish(struct job *j, uint8_t **out, size_t *outlen, char *why,
+		  size_t whylen)
+{
 	*out = j->out;
 	*outlen = j->outlen;
 	if (j->result && why)
-		snprintf(why, whylen, "%s", j->why[0] ? j->why : strerror(-j->result));
+		snprintf(why, whylen, "%s",
+			 j->why[0] ? j->why : strerror(-j->result));
 	return j->result;
+}
+
+/* Queue j and wait for it. A serve (augment) goes ahead of queued decodes,
+ * in the room kept for it; others wait while the bounded queue is full. */
+static int submit(struct prep *p, struct job *j, uint8_t **out,
+		  size_t *outlen, char *why, size_t whylen)
+{
+	int r = j->kind == JOB_AUGMENT ? workq_run_first(p->wq, &j->it)
+				       : workq_run(p->wq, &j->it);
+	if (r) {
+		j->result = r == -ECANCELED ? -ESHUTDOWN : r;
+		j->out = NULL;
+		j->outlen = 0;
+	}
+	return finish(j, out, outlen, why, whylen);
 }
 
 int prep_apply(struct prep *p, const void *in, size_t len, uint64_t rand,
@@ -261,11 +246,7 @@ int prep_augment(struct prep *p, const void *prepared, size_t len,
 	if (p->opts.format != TF_PPM || !(tc = thread_ctx()))
 		return submit(p, &j, out, outlen, why, whylen);
 	run(p, tc, &j);
-	*out = j.out;
-	*outlen = j.outlen;
-	if (j.result && why)
-		snprintf(why, whylen, "%s", j.why[0] ? j.why : strerror(-j.result));
-	return j.result;
+	return finish(&j, out, outlen, why, whylen);
 }
 
 unsigned prep_threads(const struct prep *p)
@@ -280,52 +261,39 @@ ssize_t prep_fixed_size(const struct prep *p)
 	return transform_output_size(&p->opts, p->opts.crop, p->opts.crop);
 }
 
-struct prep *prep_new(const struct transform_opts *opts, unsigned threads)
+int prep_open(const struct transform_opts *opts, unsigned threads,
+	      struct prep **out)
 {
 	struct prep *p = xcalloc(1, sizeof(*p));
 	long n = threads ? (long)threads : sysconf(_SC_NPROCESSORS_ONLN);
+	int err;
 
+	*out = NULL;
 	p->opts = *opts;
 	p->mem = budget_new(opts->decode_mem ? opts->decode_mem
 					     : TRANSFORM_DEFAULT_DECODE_MEM);
 	p->nthreads = (unsigned)(n > 0 ? (n > 64 ? 64 : n) : 1);
-	p->bulk_cap = (size_t)p->nthreads * QUEUE_PER_WORKER;
-	p->cap = p->bulk_cap + QUEUE_URGENT;
-	p->queue = xcalloc(p->cap, sizeof(*p->queue));
-	p->threads = xcalloc(p->nthreads, sizeof(*p->threads));
-	pthread_mutex_init(&p->lock, NULL);
-	pthread_cond_init(&p->work, NULL);
-	pthread_cond_init(&p->room, NULL);
-	pthread_cond_init(&p->finished, NULL);
-	for (unsigned i = 0; i < p->nthreads; i++) {
-		int r = pthread_create(&p->threads[i], NULL, worker_main, p);
-		if (r) {
-			p->nthreads = i;
-			prep_free(p);
-			errno = r;
-			return NULL;
-		}
+	err = workq_open(&(struct workq_opts){
+		.threads = p->nthreads,
+		.cap = (size_t)p->nthreads * QUEUE_PER_WORKER,
+		.urgent = QUEUE_URGENT,
+		.run = worker_run,
+		.ctx = p,
+		.worker_init = worker_ctx_new,
+		.worker_fini = worker_ctx_free}, &p->wq);
+	if (err) {
+		prep_free(p);
+		return err;
 	}
-	return p;
+	*out = p;
+	return 0;
 }
 
 void prep_free(struct prep *p)
 {
 	if (!p)
 		return;
-	pthread_mutex_lock(&p->lock);
-	p->stop = true;
-	pthread_cond_broadcast(&p->work);
-	pthread_cond_broadcast(&p->room);
-	pthread_mutex_unlock(&p->lock);
-	for (unsigned i = 0; i < p->nthreads; i++)
-		pthread_join(p->threads[i], NULL);
-	pthread_cond_destroy(&p->finished);
-	pthread_cond_destroy(&p->room);
-	pthread_cond_destroy(&p->work);
-	pthread_mutex_destroy(&p->lock);
+	workq_free(p->wq); /* drains: every queued job still runs */
 	budget_free(p->mem);
-	free(p->threads);
-	free(p->queue);
 	free(p);
 }

@@ -3,16 +3,17 @@
  * neither the FUSE threads nor the pool's streamer decode images.
  *
  * DESIGN
- * - Callers submit a job and wait for its result (the call blocks); a
+ * - The workers are a common/workq: callers submit a job and wait for its
+ *   result (workq_run; each caller is woken for its own job alone). The
  *   bounded FIFO queue (4 jobs per worker) holds jobs not yet started, and
- *   submitters wait while it is full. Workers take jobs in order, except
- *   that serve jobs (prep_augment, on the path of an echo open) go to the
- *   front, in room kept for them beyond the bound: a serve never waits
- *   behind the echo pool's queued decodes.
+ *   submitters wait while it is full. Serve jobs (prep_augment, on the path
+ *   of an echo open) go ahead of queued decodes with workq_run_first, in
+ *   room kept for them beyond the bound: a serve never waits behind the
+ *   echo pool's queued decodes.
  * - A "prepared" image (decoded and resized, for echoing before augment) is
  *   one self-contained buffer: a 16-byte header (magic, width, height) and
  *   the RGB pixels, so the echo pool can hold it like any sample's bytes.
- * - Locking: one mutex guards the queue; transforms run without it.
+ * - Locking: the workq's mutex guards the queue; transforms run without it.
  * - Memory: before a decode, a worker takes what transform_decode_mem says
  *   it needs from a budget of opts->decode_mem bytes shared by all workers
  *   (cache/image/budget.h), waiting while it is spent; an image needing
@@ -30,9 +31,10 @@
 
 struct prep;
 
-/* opts is copied. threads 0 means the number of online CPUs. NULL with
- * errno set. */
-struct prep *prep_new(const struct transform_opts *opts, unsigned threads);
+/* opts is copied. threads 0 means the number of online CPUs. Returns 0 with
+ * *out set, or -errno (the workers could not start). */
+int prep_open(const struct transform_opts *opts, unsigned threads,
+	      struct prep **out);
 /* Stops the workers once the queue is empty. Accepts NULL. */
 void prep_free(struct prep *p);
 

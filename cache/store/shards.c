@@ -864,24 +864,25 @@ static void init_slots(struct shards *sh)
 	}
 }
 
-struct shards *shards_new(const struct index *ix, struct http *h,
-			  struct store *st, const struct shards_opts *o)
+int shards_open(const struct index *ix, struct http *h, struct store *st,
+		const struct shards_opts *o, struct shards **out)
 {
 	struct shards *sh;
 	unsigned workers = o && o->workers ? o->workers : 4;
+	int r;
 
-	if (!ix || !h) {
-		errno = EINVAL;
-		return NULL;
-	}
+	*out = NULL;
+	if (!ix || !h)
+		return -EINVAL;
 	sh = xcalloc(1, sizeof(*sh));
 	sh->ix = ix;
 	sh->h = h;
 	sh->st = st;
 	sh->vf = verify_new(ix);
 	if (!sh->vf && ix->has_sums) {
+		r = -errno; /* verify_new's EOVERFLOW */
 		free(sh);
-		return NULL; /* errno from verify_new */
+		return r;
 	}
 	if (!ix->has_sums)
 		log_warn("the index has no checksums (format 1): shard bytes "
@@ -896,15 +897,16 @@ struct shards *shards_new(const struct index *ix, struct http *h,
 	sh->slots = xcalloc(ix->nshards ? ix->nshards : 1, sizeof(*sh->slots));
 	pthread_mutex_init(&sh->lock, NULL);
 	init_slots(sh);
-	sh->wq = workq_new(&(struct workq_opts){
-		.threads = workers, .run = fetch_slot, .ctx = sh});
-	if (!sh->wq) {
-		int e = errno;
+	r = workq_open(&(struct workq_opts){.threads = workers,
+					    .run = fetch_slot,
+					    .ctx = sh},
+		       &sh->wq);
+	if (r) {
 		shards_free(sh);
-		errno = e;
-		return NULL;
+		return r;
 	}
-	return sh;
+	*out = sh;
+	return 0;
 }
 
 void shards_cancel(struct shards *sh)

@@ -75,9 +75,10 @@ struct shards_stats {
 struct shards;
 
 /* ix, h and st are borrowed and must outlive the result; st may be NULL (no
- * disk cache). Starts the worker threads. Returns NULL with errno set. */
-struct shards *shards_new(const struct index *ix, struct http *h,
-			  struct store *st, const struct shards_opts *o);
+ * disk cache). Starts the worker threads. Returns 0 with *out set, or
+ * -errno (-EINVAL, -EOVERFLOW: too many samples to check, or the threads'). */
+int shards_open(const struct index *ix, struct http *h, struct store *st,
+		const struct shards_opts *o, struct shards **out);
 /* Stops the workers (aborting transfers in progress: a transfer stalled with
  * no data at all ends at the http low-speed limit) and frees. No read may be
  * in progress. Accepts NULL. */

@@ -831,13 +831,14 @@ static int open_scan(struct store *s)
 	return r;
 }
 
-struct store *store_open(const char *dir, uint64_t cap, char *err,
-			 size_t errlen)
+int store_open(const char *dir, uint64_t cap, struct store **out, char *err,
+	       size_t errlen)
 {
 	struct store *s = xcalloc(1, sizeof(*s));
 	size_t n = strlen(dir) + sizeof("/shards");
 	int r;
 
+	*out = NULL;
 	s->dirfd = -1;
 	s->shards_dir = xmalloc(n);
 	snprintf(s->shards_dir, n, "%s/shards", dir);
@@ -851,15 +852,20 @@ struct store *store_open(const char *dir, uint64_t cap, char *err,
 		goto fail;
 	}
 	s->dirfd = open(s->shards_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (s->dirfd < 0 || (r = open_scan(s)) != 0) {
+	if (s->dirfd < 0)
+		r = -errno;
+	else
+		r = open_scan(s);
+	if (r) {
 		snprintf(err, errlen, "cache dir %s: %s", s->shards_dir,
-			 strerror(s->dirfd < 0 ? errno : -r));
+			 strerror(-r));
 		goto fail;
 	}
-	return s;
+	*out = s;
+	return 0;
 fail:
 	store_close(s);
-	return NULL;
+	return r;
 }
 
 /* All entries must have been put and all writers finished. */

@@ -58,10 +58,10 @@ struct store_writer;
 
 /* Creates dir (and dir/shards) with mode 0700 if missing, removes temp files
  * whose writer is gone, loads the existing entries and evicts down to cap.
- * Returns NULL with a reason in err if the directory can't be created or used.
- */
-struct store *store_open(const char *dir, uint64_t cap, char *err,
-			 size_t errlen);
+ * Returns 0 with *out set, or -errno with a reason in err if the directory
+ * can't be created or used. */
+int store_open(const char *dir, uint64_t cap, struct store **out, char *err,
+	       size_t errlen);
 /* Every entry must have been put and every writer finished. Accepts NULL. */
 void store_close(struct store *s);
 

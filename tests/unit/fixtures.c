@@ -133,6 +133,37 @@ void fx_write_file(const char *path, const void *data, size_t n)
 	cr_assert_eq(fclose(f), 0, "cannot close %s", path);
 }
 
+void fx_tree_make(const char *name, char tdir[FX_TDIR_MAX],
+		  char root[FX_PATH_MAX], char cdir[FX_PATH_MAX])
+{
+	snprintf(tdir, FX_TDIR_MAX, "/tmp/echofs-%s-XXXXXX", name);
+	cr_assert_not_null(mkdtemp(tdir), "mkdtemp: %s", strerror(errno));
+	snprintf(root, FX_PATH_MAX, "%s/www", tdir);
+	snprintf(cdir, FX_PATH_MAX, "%s/cache", tdir);
+	cr_assert_eq(mkdir(root, 0700), 0, "mkdir %s", root);
+}
+
+uint8_t *fx_random_bytes(unsigned *seed, size_t n)
+{
+	uint8_t *b = xmalloc(n ? n : 1);
+	for (size_t i = 0; i < n; i++)
+		b[i] = (uint8_t)rand_r(seed);
+	return b;
+}
+
+void fx_shard_finish(struct tarw *t, const char *root, int n, uint8_t **data,
+		     size_t *len)
+{
+	char path[256];
+
+	tarw_end(t);
+	snprintf(path, sizeof(path), "%s/s%d.tar", root, n);
+	fx_write_file(path, t->buf, t->len);
+	*data = t->buf;
+	*len = t->len;
+	memset(t, 0, sizeof(*t));
+}
+
 /* ---- fault server ---- */
 
 /* Child side of the fork: only async-signal-safe calls, since the test may

@@ -25,6 +25,23 @@ void tarw_end(struct tarw *t);
 /* Frees the buffer and zeroes t, so it can be reused. Accepts NULL. */
 void tarw_free(struct tarw *t);
 
+/* A scratch tree for a suite that serves shards: tdir = a new
+ * /tmp/echofs-NAME-XXXXXX, root = tdir/www (made, for the server), cdir =
+ * tdir/cache (not made: the store makes it). Fails the test on error. */
+#define FX_TDIR_MAX 64
+#define FX_PATH_MAX 96
+void fx_tree_make(const char *name, char tdir[FX_TDIR_MAX],
+		  char root[FX_PATH_MAX], char cdir[FX_PATH_MAX]);
+
+/* n bytes from rand_r(seed) in a new buffer (caller frees): a sample's
+ * image, incompressible and reproducible. */
+uint8_t *fx_random_bytes(unsigned *seed, size_t n);
+
+/* Ends shard t (tarw_end), writes it to root/s<n>.tar and hands its bytes
+ * to *data and *len (t is left zeroed; the caller frees *data). */
+void fx_shard_finish(struct tarw *t, const char *root, int n, uint8_t **data,
+		     size_t *len);
+
 /* Removes dir and everything under it, without following symlinks; best
  * effort (for teardown, where a failure must not mask the test's result). */
 void fx_rm_tree(const char *dir);

@@ -39,13 +39,11 @@ static void make_shards(void)
 	unsigned seed = 777;
 	for (int s = 0; s < NSHARDS; s++) {
 		struct tarw t = {0};
-		char name[64], path[160];
+		char name[64];
 		for (int k = 0; k < PER_SHARD; k++) {
 			struct sample *m = &samples[s][k];
 			size_t n = 500 + (size_t)(rand_r(&seed) % 60000);
-			uint8_t *img = xmalloc(n);
-			for (size_t i = 0; i < n; i++)
-				img[i] = (uint8_t)rand_r(&seed);
+			uint8_t *img = fx_random_bytes(&seed, n);
 			snprintf(name, sizeof(name), "s%d_%04d.jpg", s, k);
 			m->off = tarw_add(&t, name, img, n);
 			m->size = n;
@@ -54,21 +52,13 @@ static void make_shards(void)
 			tarw_add(&t, name, m->label, strlen(m->label));
 			free(img);
 		}
-		tarw_end(&t);
-		shard_data[s] = t.buf;
-		shard_len[s] = t.len;
-		snprintf(path, sizeof(path), "%s/s%d.tar", root, s);
-		fx_write_file(path, t.buf, t.len);
+		fx_shard_finish(&t, root, s, &shard_data[s], &shard_len[s]);
 	}
 }
 
 static void setup(void)
 {
-	snprintf(tdir, sizeof(tdir), "/tmp/echofs-dataset-XXXXXX");
-	cr_assert_not_null(mkdtemp(tdir));
-	snprintf(root, sizeof(root), "%s/www", tdir);
-	snprintf(cdir, sizeof(cdir), "%s/cache", tdir);
-	cr_assert_eq(mkdir(root, 0700), 0);
+	fx_tree_make("dataset", tdir, root, cdir);
 	make_shards();
 	cr_assert_eq(dataset_global_init(), 0);
 }

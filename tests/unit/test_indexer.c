@@ -225,7 +225,7 @@ Test(indexer, shards_land_in_the_store)
 	char err[256] = "";
 
 	fx_server_start(&srv, root, tdir, NULL);
-	st = store_open(cdir, 1ULL << 30, err, sizeof(err));
+	store_open(cdir, 1ULL << 30, &st, err, sizeof(err));
 	cr_assert_not_null(st, "%s", err);
 	make_list(&l, NSHARDS, NULL);
 	cr_assert_eq(
@@ -260,7 +260,7 @@ Test(indexer, cache_too_small_still_indexes)
 	char err[256] = "";
 
 	fx_server_start(&srv, root, tdir, NULL);
-	st = store_open(cdir, 4096, err, sizeof(err));
+	store_open(cdir, 4096, &st, err, sizeof(err));
 	cr_assert_not_null(st, "%s", err);
 	make_list(&l, NSHARDS, NULL);
 	cr_assert_eq(
@@ -320,7 +320,7 @@ Test(indexer, failed_commit_keeps_indexing)
 	char err[256] = "";
 
 	fx_server_start(&srv, root, tdir, faults);
-	st = store_open(cdir, 1ULL << 30, err, sizeof(err));
+	store_open(cdir, 1ULL << 30, &st, err, sizeof(err));
 	cr_assert_not_null(st, "%s", err);
 	cr_assert_eq(pthread_create(&sw.t, NULL, sweep_main, &sw), 0);
 	make_list(&l, NSHARDS, NULL);

@@ -96,9 +96,9 @@ static void setup(void)
 	cr_assert_not_null(h, "http_new: %s", err);
 	make_data();
 	/* No store: every miss is a range GET of just the sample. */
-	sh = shards_new(ix, h, NULL, NULL);
+	shards_open(ix, h, NULL, NULL, &sh);
 	cr_assert_not_null(sh);
-	prep = prep_new(&topts, 2);
+	prep_open(&topts, 2, &prep);
 	cr_assert_not_null(prep);
 }
 

@@ -147,9 +147,9 @@ static void stack_open(struct stack *k, const char *const *faults,
 
 	fx_server_start(&srv, root, tdir, faults);
 	k->ix = make_index();
-	k->st = store_open(cdir, 1ULL << 30, err, sizeof(err));
+	store_open(cdir, 1ULL << 30, &k->st, err, sizeof(err));
 	cr_assert_not_null(k->st, "store_open: %s", err);
-	k->sh = shards_new(k->ix, h, k->st, so);
+	shards_open(k->ix, h, k->st, so, &k->sh);
 	cr_assert_not_null(k->sh);
 	k->p = pool_new(k->ix, k->sh, class_of, NCLS, po);
 	cr_assert_not_null(k->p, "pool_new: %s", strerror(errno));

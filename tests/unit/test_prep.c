@@ -48,7 +48,8 @@ Test(prep, apply_gives_the_transform_bytes)
 {
 	size_t len, outlen, reflen;
 	uint8_t *in = load("photo.jpg", &len), *out, *ref;
-	struct prep *p = prep_new(&jpeg_opts, 2);
+	struct prep *p;
+	prep_open(&jpeg_opts, 2, &p);
 	char why[160] = "";
 
 	cr_assert_not_null(p);
@@ -76,7 +77,8 @@ Test(prep, bad_images_fail_with_errno_and_reason)
 		{"corrupt.jpg", -EBADMSG},
 		{"animated.webp", -ENOTSUP},
 	};
-	struct prep *p = prep_new(&jpeg_opts, 1);
+	struct prep *p;
+	prep_open(&jpeg_opts, 1, &p);
 	cr_assert_not_null(p);
 	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
 		size_t len, outlen;
@@ -100,7 +102,8 @@ Test(prep, prepare_then_augment_equals_apply)
 {
 	size_t len, plen, alen, reflen;
 	uint8_t *in = load("photo.jpg", &len), *prepared, *aug, *ref;
-	struct prep *p = prep_new(&jpeg_opts, 2);
+	struct prep *p;
+	prep_open(&jpeg_opts, 2, &p);
 	char why[160] = "";
 
 	cr_assert_not_null(p);
@@ -130,8 +133,11 @@ Test(prep, fixed_size_only_for_cropped_ppm)
 {
 	struct transform_opts ppm = {.size = 64, .crop = 56, .format = TF_PPM};
 	struct transform_opts nocrop = {.size = 64, .format = TF_PPM};
-	struct prep *a = prep_new(&ppm, 1), *b = prep_new(&nocrop, 1);
-	struct prep *c = prep_new(&jpeg_opts, 1);
+	struct prep *a, *b, *c;
+
+	cr_assert_eq(prep_open(&ppm, 1, &a), 0);
+	cr_assert_eq(prep_open(&nocrop, 1, &b), 0);
+	cr_assert_eq(prep_open(&jpeg_opts, 1, &c), 0);
 
 	cr_assert_eq(prep_fixed_size(a), transform_output_size(&ppm, 56, 56));
 	cr_assert_gt(prep_fixed_size(a), 56 * 56 * 3);
@@ -173,7 +179,8 @@ Test(prep, many_callers_each_get_their_own_result, .timeout = 60)
 	uint8_t *in = load("photo.jpg", &len);
 	/* 2 workers: 8 queue slots for 12 callers, so submitters also wait
 	 * for room. */
-	struct prep *p = prep_new(&jpeg_opts, 2);
+	struct prep *p;
+	prep_open(&jpeg_opts, 2, &p);
 	struct caller c[CALLERS];
 	pthread_t t[CALLERS];
 
@@ -205,8 +212,11 @@ Test(prep, many_callers_each_get_their_own_result, .timeout = 60)
 Test(prep, shutdown_of_idle_pools_is_prompt)
 {
 	double t0 = now_mono();
-	for (int i = 0; i < 20; i++)
-		prep_free(prep_new(&jpeg_opts, 8));
+	for (int i = 0; i < 20; i++) {
+		struct prep *p;
+		cr_assert_eq(prep_open(&jpeg_opts, 8, &p), 0);
+		prep_free(p);
+	}
 	prep_free(NULL);
 	cr_assert_lt(now_mono() - t0, 10.0);
 }

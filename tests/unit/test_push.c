@@ -192,9 +192,9 @@ static void setup(void)
 	cr_assert_not_null(h, "http_new: %s", err);
 	ix = index_new();
 	make_shards();
-	st = store_open(cdir, 1ULL << 30, err, sizeof(err));
+	store_open(cdir, 1ULL << 30, &st, err, sizeof(err));
 	cr_assert_not_null(st, "store_open: %s", err);
-	sh = shards_new(ix, h, st, NULL);
+	shards_open(ix, h, st, NULL, &sh);
 	cr_assert_not_null(sh);
 	ds = dataset_wrap(ix, sh);
 	cr_assert_not_null(ds);

@@ -41,12 +41,10 @@ static void make_shards(void)
 	unsigned seed = 12345;
 	for (int s = 0; s < NSHARDS; s++) {
 		struct tarw t = {0};
-		char name[64], path[160];
+		char name[64];
 		for (int k = 0; k < PER_SHARD; k++) {
 			size_t n = 1000 + (size_t)(rand_r(&seed) % 250000);
-			uint8_t *img = xmalloc(n);
-			for (size_t i = 0; i < n; i++)
-				img[i] = (uint8_t)rand_r(&seed);
+			uint8_t *img = fx_random_bytes(&seed, n);
 			snprintf(name, sizeof(name), "s%d_%04d.jpg", s, k);
 			samples[s][k].off = tarw_add(&t, name, img, n);
 			samples[s][k].size = n;
@@ -54,11 +52,7 @@ static void make_shards(void)
 			tarw_add(&t, name, "3\n", 2);
 			free(img);
 		}
-		tarw_end(&t);
-		shard_data[s] = t.buf;
-		shard_len[s] = t.len;
-		snprintf(path, sizeof(path), "%s/s%d.tar", root, s);
-		fx_write_file(path, t.buf, t.len);
+		fx_shard_finish(&t, root, s, &shard_data[s], &shard_len[s]);
 	}
 }
 
@@ -70,11 +64,7 @@ static void setup(void)
 			       .backoff_base_s = 0.05,
 			       .low_speed_time_s = 3};
 
-	snprintf(tdir, sizeof(tdir), "/tmp/echofs-shards-XXXXXX");
-	cr_assert_not_null(mkdtemp(tdir));
-	snprintf(root, sizeof(root), "%s/www", tdir);
-	snprintf(cdir, sizeof(cdir), "%s/cache", tdir);
-	cr_assert_eq(mkdir(root, 0700), 0);
+	fx_tree_make("shards", tdir, root, cdir);
 	make_shards();
 	cr_assert_eq(http_global_init(), 0);
 	h = http_new(&ho, err, sizeof(err));
@@ -110,7 +100,8 @@ static struct index *make_index(void)
 static struct store *open_store(uint64_t cap)
 {
 	char err[256];
-	struct store *st = store_open(cdir, cap, err, sizeof(err));
+	struct store *st;
+	store_open(cdir, cap, &st, err, sizeof(err));
 	cr_assert_not_null(st, "store_open: %s", err);
 	return st;
 }
@@ -171,7 +162,7 @@ Test(shards, every_sample_byte_identical)
 	fx_server_start(&srv, root, tdir, NULL);
 	ix = make_index();
 	st = open_store(1ULL << 30);
-	sh = shards_new(ix, h, st, NULL);
+	shards_open(ix, h, st, NULL, &sh);
 	cr_assert_not_null(sh);
 	check_all(sh, NSHARDS);
 	for (uint32_t s = 0; s < NSHARDS; s++)
@@ -249,7 +240,7 @@ Test(shards, concurrent_readers_cold_cache)
 	fx_server_start(&srv, root, tdir, faults);
 	ix = make_index();
 	st = open_store(1ULL << 30);
-	sh = shards_new(ix, h, st, &o);
+	shards_open(ix, h, st, &o, &sh);
 	run_readers(sh);
 	for (uint32_t s = 0; s < NSHARDS; s++)
 		wait_cached(sh, s);
@@ -286,7 +277,7 @@ Test(shards, failed_shard_fails_fast_others_work)
 	fx_server_start(&srv, root, tdir, faults);
 	ix = make_index();
 	st = open_store(1ULL << 30);
-	sh = shards_new(ix, h, st, &o);
+	shards_open(ix, h, st, &o, &sh);
 	t0 = now_mono();
 	cr_assert_eq(shards_read(sh, 1, 0, sizeof(b), b), -EIO);
 	cr_assert_lt(now_mono() - t0, 5.0, "404 took %.1f s", now_mono() - t0);
@@ -318,7 +309,7 @@ Test(shards, failed_shard_retried_after_delay)
 	fx_server_start(&srv, root, tdir, faults);
 	ix = make_index();
 	st = open_store(1ULL << 30);
-	sh = shards_new(ix, h, st, &o);
+	shards_open(ix, h, st, &o, &sh);
 	cr_assert_eq(shards_read(sh, 1, 0, sizeof(b), b), -EIO);
 	usleep(600000);
 	check_sample(sh, 1, 0);
@@ -353,7 +344,7 @@ Test(shards, transient_faults_survived)
 		fx_server_start(&srv, root, tdir, faults);
 		ix = make_index();
 		st = open_store(1ULL << 30);
-		sh = shards_new(ix, h, st, NULL);
+		shards_open(ix, h, st, NULL, &sh);
 		check_all(sh, 1);
 		wait_cached(sh, 0);
 		shards_get_stats(sh, &ss);
@@ -402,7 +393,7 @@ Test(shards, corrupt_cache_refetched)
 	fx_server_start(&srv, root, tdir, NULL);
 	ix = make_index();
 	st = open_store(1ULL << 30);
-	sh = shards_new(ix, h, st, NULL);
+	shards_open(ix, h, st, NULL, &sh);
 	check_sample(sh, 2, 0);
 	wait_cached(sh, 2);
 	shards_free(sh);
@@ -411,7 +402,7 @@ Test(shards, corrupt_cache_refetched)
 	m = &samples[2][10];
 	flip_in_cache(m->off + m->size / 2);
 	st = open_store(1ULL << 30);
-	sh = shards_new(ix, h, st, NULL);
+	shards_open(ix, h, st, NULL, &sh);
 	check_sample(sh, 2, 10);
 	check_all(sh, 3);
 	shards_get_stats(sh, &ss);
@@ -432,7 +423,7 @@ Test(shards, no_store_uses_range_reads)
 
 	fx_server_start(&srv, root, tdir, NULL);
 	ix = make_index();
-	sh = shards_new(ix, h, NULL, NULL);
+	shards_open(ix, h, NULL, NULL, &sh);
 	shards_prefetch(sh, 0);
 	check_all(sh, 2);
 	shards_get_stats(sh, &ss);
@@ -453,7 +444,7 @@ Test(shards, shard_larger_than_cache_uses_range_reads)
 	fx_server_start(&srv, root, tdir, NULL);
 	ix = make_index();
 	st = open_store(256 * 1024);
-	sh = shards_new(ix, h, st, NULL);
+	shards_open(ix, h, st, NULL, &sh);
 	check_all(sh, 1);
 	shards_get_stats(sh, &ss);
 	cr_assert_eq(ss.range_reads, PER_SHARD);
@@ -474,7 +465,7 @@ Test(shards, reopen_serves_without_network)
 	fx_server_start(&srv, root, tdir, NULL);
 	ix = make_index();
 	st = open_store(1ULL << 30);
-	sh = shards_new(ix, h, st, NULL);
+	shards_open(ix, h, st, NULL, &sh);
 	for (uint32_t s = 0; s < NSHARDS; s++)
 		shards_prefetch(sh, s);
 	check_all(sh, NSHARDS);
@@ -485,7 +476,7 @@ Test(shards, reopen_serves_without_network)
 	fx_server_stop(&srv);
 
 	st = open_store(1ULL << 30);
-	sh = shards_new(ix, h, st, NULL);
+	shards_open(ix, h, st, NULL, &sh);
 	cr_assert(shards_is_cached(sh, 3));
 	check_all(sh, NSHARDS);
 	shards_get_stats(sh, &ss);
@@ -510,7 +501,7 @@ Test(shards, read_times_out_on_stalled_server)
 	fx_server_start(&srv, root, tdir, faults);
 	ix = make_index();
 	st = open_store(1ULL << 30);
-	sh = shards_new(ix, h, st, &o);
+	shards_open(ix, h, st, &o, &sh);
 	t0 = now_mono();
 	cr_assert_eq(shards_read(sh, 0, 0, sizeof(b), b), -ETIMEDOUT);
 	cr_assert_lt(now_mono() - t0, 2.5);
@@ -533,7 +524,7 @@ Test(shards, changed_etag_fails_shard)
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/s0.tar", srv.port);
 	index_add_shard(ix, url, shard_len[0], "\"not-the-etag\"");
 	st = open_store(1ULL << 30);
-	sh = shards_new(ix, h, st, NULL);
+	shards_open(ix, h, st, NULL, &sh);
 	cr_assert_eq(shards_read(sh, 0, 0, sizeof(b), b), -EIO);
 	shards_free(sh);
 	store_close(st);
@@ -555,7 +546,7 @@ Test(shards, slow_streams_let_readers_take_range_gets)
 	fx_server_start(&srv, root, tdir, faults);
 	ix = make_index();
 	st = open_store(1ULL << 30);
-	sh = shards_new(ix, h, st, &o);
+	shards_open(ix, h, st, &o, &sh);
 	t0 = now_mono();
 	check_sample(sh, 0, 0);             /* shard 0 streams (the one worker) */
 	check_sample(sh, 1, PER_SHARD - 1); /* shard 1 waits in the queue */
@@ -610,7 +601,7 @@ Test(shards, checksums_pass_in_pieces)
 	fx_server_start(&srv, root, tdir, NULL);
 	ix = make_index_v2(-1, -1, -1);
 	st = open_store(1ULL << 30);
-	sh = shards_new(ix, h, st, NULL);
+	shards_open(ix, h, st, NULL, &sh);
 	for (int k = 0; k < PER_SHARD; k++) {
 		const struct sample *m = &samples[1][k];
 		uint8_t *buf = xmalloc(m->size);
@@ -655,7 +646,7 @@ Test(shards, sample_mismatch_is_eio_after_one_refetch)
 	fx_server_start(&srv, root, tdir, NULL);
 	ix = make_index_v2(2, 5, -1);
 	st = open_store(1ULL << 30);
-	sh = shards_new(ix, h, st, NULL);
+	shards_open(ix, h, st, NULL, &sh);
 	check_sample(sh, 2, 4);
 	wait_cached(sh, 2);
 	cr_assert_eq(shards_read(sh, 2, m->off, m->size, buf), -EIO);
@@ -680,7 +671,7 @@ Test(shards, sample_mismatch_in_range_mode)
 
 	fx_server_start(&srv, root, tdir, NULL);
 	ix = make_index_v2(0, 3, -1);
-	sh = shards_new(ix, h, NULL, NULL);
+	shards_open(ix, h, NULL, NULL, &sh);
 	cr_assert_eq(shards_read(sh, 0, m->off + 1, 100, buf), -EIO);
 	check_sample(sh, 0, 2);
 	shards_get_stats(sh, &ss);
@@ -702,7 +693,7 @@ Test(shards, whole_shard_mismatch_not_committed)
 	fx_server_start(&srv, root, tdir, NULL);
 	ix = make_index_v2(-1, -1, 3);
 	st = open_store(1ULL << 30);
-	sh = shards_new(ix, h, st, NULL);
+	shards_open(ix, h, st, NULL, &sh);
 	check_sample(sh, 3, 0); /* from the stream, checked by its own sum */
 	for (int i = 0; i < 500; i++) {
 		shards_get_stats(sh, &ss);

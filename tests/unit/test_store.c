@@ -116,7 +116,8 @@ static void check_range(struct store_entry *e, uint64_t off, size_t len,
 static struct store *open_store(uint64_t cap)
 {
 	char err[256] = "";
-	struct store *s = store_open(tdir, cap, err, sizeof(err));
+	struct store *s;
+	store_open(tdir, cap, &s, err, sizeof(err));
 	cr_assert_not_null(s, "store_open: %s", err);
 	store_set_reuse_gap(s, 0);
 	return s;
@@ -653,7 +654,9 @@ Test(store, open_fails_cleanly)
 	f = fopen(path, "w");
 	fclose(f);
 	snprintf(path, sizeof(path), "%s/file/cache", tdir);
-	cr_assert_null(store_open(path, 1 << 20, err, sizeof(err)));
+	struct store *s = (struct store *)1;
+	cr_assert_eq(store_open(path, 1 << 20, &s, err, sizeof(err)), -ENOTDIR);
+	cr_assert_null(s);
 	cr_assert(strstr(err, "cache"), "err: %s", err);
 	store_close(NULL);
 	store_put(NULL);
@@ -680,7 +683,7 @@ Test(store, disk_full_is_an_error_not_a_crash)
 	struct store_entry *e;
 
 	mount_small(m, sizeof(m), "size=256k");
-	s = store_open(m, 64ULL << 20, err, sizeof(err));
+	store_open(m, 64ULL << 20, &s, err, sizeof(err));
 	cr_assert_not_null(s, "%s", err);
 	e = add(s, "http://h/small", "", 10000, 1);
 	cr_assert_not_null(e);
@@ -717,7 +720,7 @@ Test(store, unwritable_dir)
 	struct store_entry *e;
 
 	mount_small(m, sizeof(m), "size=1m");
-	s = store_open(m, 64ULL << 20, err, sizeof(err));
+	store_open(m, 64ULL << 20, &s, err, sizeof(err));
 	cr_assert_not_null(s, "%s", err);
 	add_put(s, "http://h/a", 4000, 2);
 	store_close(s);
@@ -726,7 +729,7 @@ Test(store, unwritable_dir)
 		cr_skip_test("remount ro failed: %s", strerror(errno));
 	}
 	/* Existing entries still serve; new ones fail with an errno. */
-	s = store_open(m, 64ULL << 20, err, sizeof(err));
+	store_open(m, 64ULL << 20, &s, err, sizeof(err));
 	cr_assert_not_null(s, "%s", err);
 	e = store_get(s, "http://h/a", "\"e\"", 4000);
 	cr_assert_not_null(e);
@@ -850,7 +853,7 @@ static char victim_after(bool stats, uint64_t unit)
 		struct shards_opts so = {.workers = 1};
 		struct shards *sh;
 		cr_assert_not_null(h, "http_new: %s", err);
-		sh = shards_new(ix, h, s, &so);
+		shards_open(ix, h, s, &so, &sh);
 		cr_assert_not_null(sh);
 		for (uint32_t i = 0; i < 3; i++)
 			cr_assert_eq(shards_is_cached(sh, i), 1);

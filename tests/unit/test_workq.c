@@ -73,7 +73,7 @@ static struct workq *start(struct ctx *x, unsigned threads, size_t cap)
 			       .run = run,
 			       .cancel = cancel,
 			       .ctx = x};
-	x->q = workq_new(&o);
+	workq_open(&o, &x->q);
 	cr_assert_not_null(x->q);
 	return x->q;
 }
@@ -103,13 +103,13 @@ static void wait_running(struct ctx *x, int n)
 Test(workq, bad_options_are_einval)
 {
 	struct workq_opts o = {.threads = 0, .run = run};
-	errno = 0;
-	cr_assert_null(workq_new(&o));
-	cr_assert_eq(errno, EINVAL);
+	struct workq *q = (struct workq *)1;
+	cr_assert_eq(workq_open(&o, &q), -EINVAL);
+	cr_assert_null(q);
 	o.threads = 1;
 	o.run = NULL;
-	cr_assert_null(workq_new(&o));
-	cr_assert_null(workq_new(NULL));
+	cr_assert_eq(workq_open(&o, &q), -EINVAL);
+	cr_assert_eq(workq_open(NULL, &q), -EINVAL);
 	workq_free(NULL);
 }
 
@@ -213,6 +213,65 @@ Test(workq, full_queue_makes_wait_submitters_wait_for_room)
 	workq_free(x.q);
 	cr_assert_eq(x.nrun, 3);
 	cr_assert_eq(x.order[2], 2);
+}
+
+static void *run_first_main(void *arg)
+{
+	struct submitter *s = arg;
+	s->r = workq_run_first(s->q, &s->j->it);
+	s->done = 1;
+	return NULL;
+}
+
+/* Wait (bounded) until `n` items are queued. */
+static void wait_pending(struct workq *q, size_t n)
+{
+	double until = now_mono() + 10;
+	while (workq_pending(q) < n && now_mono() < until)
+		nanosleep(&(struct timespec){0, 1000000L}, NULL);
+	cr_assert_eq(workq_pending(q), n);
+}
+
+Test(workq, urgent_items_pass_a_full_queue_in_fifo_order)
+{
+	struct ctx x;
+	struct job j[3] = {{.id = 0}, {.id = 1}, {.id = 2}};
+	struct job u[3] = {{.id = 10}, {.id = 11}, {.id = 12}};
+	struct submitter s[3];
+	pthread_t t[3];
+	struct workq_opts o = {.threads = 1, .cap = 2, .urgent = 2,
+			       .run = run, .ctx = &x};
+
+	ctx_init(&x);
+	workq_open(&o, &x.q);
+	cr_assert_not_null(x.q);
+	cr_assert_eq(workq_submit(x.q, &j[0].it, WORKQ_WAIT), 0);
+	wait_running(&x, 1);
+	cr_assert_eq(workq_submit(x.q, &j[1].it, WORKQ_WAIT), 0);
+	cr_assert_eq(workq_submit(x.q, &j[2].it, WORKQ_WAIT), 0);
+	for (int i = 0; i < 3; i++) { /* ordinary room is full */
+		s[i] = (struct submitter){x.q, &u[i], 1, 0};
+		pthread_create(&t[i], NULL, run_first_main, &s[i]);
+		if (i < 2)
+			wait_pending(x.q, 3 + (size_t)i);
+	}
+	nanosleep(&(struct timespec){0, 100000000L}, NULL);
+	cr_assert_eq(workq_pending(x.q), 4, "urgent room is 2, not more");
+	cr_assert_eq(s[2].done, 0, "third urgent caller did not wait");
+	open_gate(&x);
+	for (int i = 0; i < 3; i++) {
+		pthread_join(t[i], NULL);
+		cr_assert_eq(s[i].r, 0);
+		cr_assert_eq(u[i].result, u[i].id * 10);
+	}
+	workq_free(x.q);
+	cr_assert_eq(x.nrun, 6);
+	/* the two urgent ones queued ran before any ordinary one, in their
+	 * order (the third found room only once the worker took one) */
+	int want[3] = {0, 10, 11};
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(x.order[i], want[i], "run %d was %d", i,
+			     x.order[i]);
 }
 
 Test(workq, run_waits_for_its_own_result_among_many_callers)
@@ -361,7 +420,7 @@ static struct workq *pause_start(struct pctx *p, double seconds)
 	struct workq_opts o = {.threads = 2, .run = pause_run, .ctx = p};
 	p->seconds = seconds;
 	p->r = 1;
-	p->q = workq_new(&o);
+	workq_open(&o, &p->q);
 	cr_assert_not_null(p->q);
 	return p->q;
 }
@@ -449,7 +508,8 @@ Test(workq, each_worker_has_its_own_state)
 			       .worker_init = w_init,
 			       .worker_fini = w_fini};
 	struct job j[50];
-	struct workq *q = workq_new(&o);
+	struct workq *q;
+	workq_open(&o, &q);
 
 	cr_assert_not_null(q);
 	cr_assert_null(workq_worker_state(), "state outside a worker");

@@ -29,36 +29,13 @@ CACHE_SIZE=20M
 SHUF_CACHE_SIZE=20M
 PASSES=2
 CMDLINE="tools/bench/bench_cache_policy.sh $*"
-while [ $# -gt 0 ]; do
-	case "$1" in
-	--before) BEFORE=$2; shift 2 ;;
-	--cache-size) CACHE_SIZE=$2; shift 2 ;;
-	--shuffled-cache-size) SHUF_CACHE_SIZE=$2; shift 2 ;;
-	--passes) PASSES=$2; shift 2 ;;
-	-h | --help) sed -n '2,18p' "$0"; exit 0 ;;
-	*) echo "bench_cache_policy.sh: unknown argument $1" >&2; exit 2 ;;
-	esac
-done
+# shellcheck source=tools/bench/common.sh
+. tools/bench/common.sh
+bench_args 2,18 --before=BEFORE --cache-size=CACHE_SIZE \
+	--shuffled-cache-size=SHUF_CACHE_SIZE --passes=PASSES -- "$@"
 
-PY=/usr/bin/python3
-B=${BUILD_DIR:-build}
 DATA=${BENCH_DATA:-$B/bench-data}
-TMP=$(mktemp -d /tmp/echofs-bench-policy.XXXXXX)
-
-cleanup() {
-	set +e
-	# Mounts are made in subshells ($(run ...)): find them under $TMP.
-	for m in $(awk -v t="$TMP/" 'index($2, t) == 1 {print $2}' /proc/mounts); do
-		fusermount3 -u "$m" 2>/dev/null || fusermount3 -uz "$m"
-	done
-	sleep 0.5
-	$PY tools/dev/nginx.py stop --state "$TMP/nginx"
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-log() { echo "bench: $*" >&2; }
+bench_start policy
 
 DROPPED="NOT dropped (not permitted)"
 [ -w /proc/sys/vm/drop_caches ] && DROPPED="dropped"
@@ -131,8 +108,7 @@ run() {
 		prev=$now
 		log "$build $scen pass $p: fetched $now B in total"
 	done
-	fusermount3 -u "$mnt" 2>/dev/null || { sleep 1; fusermount3 -u "$mnt"; }
-	sleep 0.5
+	unmount "$mnt"
 	rm -rf "$cache"
 	echo "$out$prev"
 }
@@ -149,8 +125,7 @@ row() { # label build scenario
 
 bash tools/dev/setup.sh >&2
 pack
-PORT=$($PY tools/dev/nginx.py start --root "$DATA" --state "$TMP/nginx")
-BASE="http://127.0.0.1:$PORT"
+bench_nginx "$DATA"
 SOURCE="$BASE/shards/train-{000000..000059}.tar"
 make_index
 TOTAL=$(du -cb "$DATA"/shards/train-*.tar | tail -1 | cut -f1)

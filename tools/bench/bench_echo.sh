@@ -25,40 +25,21 @@ SEED=1
 OUT=/tmp/echofs-bench
 BUDGET=1800
 CMDLINE="tools/bench/bench_echo.sh $*"
-while [ $# -gt 0 ]; do
-	case "$1" in
-	--rate) RATE=$2; shift 2 ;;
-	--seconds) SECONDS_=$2; shift 2 ;;
-	--warmup) WARMUP=$2; shift 2 ;;
-	--procs) PROCS=$2; shift 2 ;;
-	--runs) RUNS=$2; shift 2 ;;
-	--echoes) ECHOES=$2; shift 2 ;;
-	--modes) MODES=$2; shift 2 ;;
-	--seed) SEED=$2; shift 2 ;;
-	--out) OUT=$2; shift 2 ;;
-	--budget) BUDGET=$2; shift 2 ;;
-	-h | --help) sed -n '2,14p' "$0"; exit 0 ;;
-	*) echo "bench_echo.sh: unknown argument $1" >&2; exit 2 ;;
-	esac
-done
+# shellcheck source=tools/bench/common.sh
+. tools/bench/common.sh
+bench_args 2,14 --rate=RATE --seconds=SECONDS_ --warmup=WARMUP \
+	--procs=PROCS --runs=RUNS --echoes=ECHOES --modes=MODES --seed=SEED \
+	--out=OUT --budget=BUDGET -- "$@"
 
-PY=/usr/bin/python3
-B=${BUILD_DIR:-build}
 DATA=$OUT/data
 RES=$OUT/echo
 mkdir -p "$RES"
 OUT=$(cd "$OUT" && pwd)
 DATA=$OUT/data
 RES=$OUT/echo
-BTMP=$(mktemp -d /tmp/echofs-bench-echo.XXXXXX)
 # shellcheck source=tools/bench/bench_netns.sh
 . tools/bench/bench_netns.sh
-trap bench_cleanup EXIT
-trap 'exit 130' INT TERM
-bench_watchdog "$BUDGET"
-
-[ "$(id -u)" = 0 ] || { echo "bench_echo.sh: needs root (unshare -n, tc, FUSE)" >&2; exit 2; }
-[ -x "$B/echofs" ] || { echo "bench_echo.sh: build $B/echofs first (tools/dev/setup.sh)" >&2; exit 2; }
+netns_bench_start echo "$BUDGET"
 
 bench_snapshot
 pack() {

@@ -22,72 +22,13 @@ COUNT=2000
 RUNS=3
 ROUNDS=3
 CMDLINE="tools/bench/bench_echo_prep.sh $*"
-while [ $# -gt 0 ]; do
-	case "$1" in
-	--count) COUNT=$2; shift 2 ;;
-	--runs) RUNS=$2; shift 2 ;;
-	--rounds) ROUNDS=$2; shift 2 ;;
-	-h | --help) sed -n '2,18p' "$0"; exit 0 ;;
-	*) echo "bench_echo_prep.sh: unknown argument $1" >&2; exit 2 ;;
-	esac
-done
+# shellcheck source=tools/bench/common.sh
+. tools/bench/common.sh
+bench_args 2,18 --count=COUNT --runs=RUNS --rounds=ROUNDS -- "$@"
 
-PY=/usr/bin/python3
-B=${BUILD_DIR:-build}
 READER=tools/bench/bench_echo_prep.py
 PACKER=tools/bench/bench_prep_e2e.py
-TMP=$(mktemp -d /tmp/echofs-bench-echoprep.XXXXXX)
-MOUNTS=()
-PIDS=()
-
-cleanup() {
-	set +e
-	for m in "${MOUNTS[@]}"; do
-		grep -qs " $m fuse" /proc/mounts &&
-			{ fusermount3 -u "$m" 2>/dev/null || fusermount3 -uz "$m"; }
-	done
-	for p in "${PIDS[@]}"; do
-		kill -0 "$p" 2>/dev/null && { sleep 1; kill "$p" 2>/dev/null; }
-	done
-	$PY tools/dev/nginx.py stop --state "$TMP/nginx"
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-log() { echo "bench: $*" >&2; }
-json() { $PY -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
-
-wait_mounted() { # mnt pid: 0 once mounted, 1 if the daemon died or 30 s passed
-	local i
-	for ((i = 0; i < 300; i++)); do
-		grep -qs " $1 fuse" /proc/mounts && return 0
-		kill -0 "$2" 2>/dev/null || return 1
-		sleep 0.1
-	done
-	return 1
-}
-
-# mount_echofs NAME OPTIONS -> MNT, DPID
-mount_echofs() {
-	MNT=$TMP/mnt-$1
-	mkdir -p "$MNT"
-	"$B"/echofs -f -o "cache_dir=$TMP/cache,log_file=$TMP/echofs-$1.log,$2" \
-		"$SOURCE" "$MNT" 2>>"$TMP/echofs-$1.log" &
-	DPID=$!
-	PIDS+=("$DPID")
-	MOUNTS+=("$MNT")
-	if ! wait_mounted "$MNT" "$DPID"; then
-		log "mount $1 failed:"; tail -5 "$TMP/echofs-$1.log" >&2; exit 1
-	fi
-}
-
-unmount() { # mnt pid
-	fusermount3 -u "$1" 2>/dev/null || { sleep 1; fusermount3 -u "$1"; }
-	local i
-	for ((i = 0; i < 100; i++)); do kill -0 "$2" 2>/dev/null || return 0; sleep 0.1; done
-	log "daemon $2 still running after unmount"
-}
+bench_start echoprep
 
 # run NAME OPTIONS ROUNDS -> the reader's JSON line
 run() {
@@ -104,8 +45,7 @@ $PY tools/bench/echofs_photos.py --out "$TMP/photos" --count "$COUNT" >&2
 NSHARDS=$($PY $PACKER pack --photos "$TMP/photos" --tree "$TMP/tree" \
 	--shards "$TMP/www" --per-shard 500)
 rm -rf "$TMP/photos" "$TMP/tree"
-PORT=$($PY tools/dev/nginx.py start --root "$TMP/www" --state "$TMP/nginx")
-BASE=http://127.0.0.1:$PORT
+bench_nginx "$TMP/www"
 "$B"/tools/echofs-index --base-url "$BASE/" -o "$TMP/www/photos.echofs-index" \
 	"$TMP"/www/photos-*.tar >&2
 SOURCE="$BASE/photos-{000000..$(printf %06d $((NSHARDS - 1)))}.tar"

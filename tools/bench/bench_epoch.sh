@@ -15,50 +15,13 @@ RUNS=3
 COLD_RUNS=1
 PROCS=2
 CMDLINE="tools/bench/bench_epoch.sh $*"
-while [ $# -gt 0 ]; do
-	case "$1" in
-	--runs) RUNS=$2; shift 2 ;;
-	--cold-runs) COLD_RUNS=$2; shift 2 ;;
-	--procs) PROCS=$2; shift 2 ;;
-	-h | --help) sed -n '2,10p' "$0"; exit 0 ;;
-	*) echo "bench_epoch.sh: unknown argument $1" >&2; exit 2 ;;
-	esac
-done
+# shellcheck source=tools/bench/common.sh
+. tools/bench/common.sh
+bench_args 2,10 --runs=RUNS --cold-runs=COLD_RUNS --procs=PROCS -- "$@"
 
-PY=/usr/bin/python3
-B=${BUILD_DIR:-build} # the build to use (setup.sh builds it)
 export BUILD_DIR=$B
 DATA=${BENCH_DATA:-$B/bench-data}
-TMP=$(mktemp -d /tmp/echofs-bench.XXXXXX)
-MOUNTS=()
-
-cleanup() {
-	set +e
-	for m in "${MOUNTS[@]}"; do
-		grep -qs " $m fuse" /proc/mounts &&
-			{ fusermount3 -u "$m" 2>/dev/null || fusermount3 -uz "$m"; }
-	done
-	$PY tools/dev/nginx.py stop --state "$TMP/nginx"
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-log() { echo "bench: $*" >&2; }
-
-unmount() {
-	fusermount3 -u "$1" 2>/dev/null || { sleep 1; fusermount3 -u "$1"; }
-	sleep 0.5 # let the daemon exit and release its cache
-}
-
-wait_mounted() { # mnt seconds
-	local i
-	for ((i = 0; i < $2 * 10; i++)); do
-		grep -qs " $1 fuse" /proc/mounts && return 0
-		sleep 0.1
-	done
-	return 1
-}
+bench_start epoch
 
 drop_caches() {
 	sync
@@ -77,8 +40,6 @@ reader() {
 	log "$1: $out"
 	echo "$out" | $PY -c 'import json,sys; print(json.load(sys.stdin)["files_per_s"])'
 }
-
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 pack() {
 	if [ -f "$DATA/shards/train-000059.tar" ] && [ -d "$DATA/tree/9" ]; then
@@ -125,7 +86,7 @@ bench_rclone() {
 		rclone mount :http: "$mnt" --http-url "$BASE/tree/" --read-only \
 			--vfs-cache-mode full --dir-cache-time 1000h \
 			--cache-dir "$TMP/rclone-cache$i" >"$TMP/rclone$i.log" 2>&1 &
-		wait_mounted "$mnt" 30 || { log "rclone did not mount"; RCLONE="failed to mount"; return 0; }
+		wait_mounted "$mnt" "" 30 || { log "rclone did not mount"; RCLONE="failed to mount"; return 0; }
 		rates+=("$(reader "$mnt" 1)")
 		unmount "$mnt"
 	done
@@ -162,8 +123,7 @@ ratio() { $PY -c "import sys; a,b=sys.argv[1:]; print('%.2f' % (float(a)/float(b
 
 bash tools/dev/setup.sh >&2
 pack
-PORT=$($PY tools/dev/nginx.py start --root "$DATA" --state "$TMP/nginx" --autoindex /tree/)
-BASE="http://127.0.0.1:$PORT"
+bench_nginx "$DATA" --autoindex /tree/
 SOURCE="$BASE/shards/train-{000000..000059}.tar"
 make_index
 log "local disk"; bench_local

@@ -18,6 +18,8 @@
 #   bench_unmount MNT      unmount and wait for the daemon to go
 #   bench_cleanup          unmount all, stop nginx, end the namespace
 #   bench_watchdog SECS    end the whole script (through its EXIT trap) after SECS
+#   netns_bench_start NAME SECS   BTMP, the EXIT trap, the watchdog, and the
+#                          checks every such script makes (root, a build)
 # shellcheck shell=bash
 # shellcheck disable=SC2034 # NS_BASE, HOST_BASE, ECHOFS_INFO are for the callers
 
@@ -147,4 +149,13 @@ bench_watchdog() { # seconds
 		kill -TERM "$me"
 	) &
 	WATCHDOG_PID=$!
+}
+
+netns_bench_start() { # name seconds
+	BTMP=$(mktemp -d "/tmp/echofs-bench-$1.XXXXXX")
+	trap bench_cleanup EXIT
+	trap 'exit 130' INT TERM
+	bench_watchdog "$2"
+	[ "$(id -u)" = 0 ] || { echo "bench_$1.sh: needs root (unshare -n, tc, FUSE)" >&2; exit 2; }
+	[ -x "$B/echofs" ] || { echo "bench_$1.sh: build $B/echofs first (tools/dev/setup.sh)" >&2; exit 2; }
 }

@@ -42,44 +42,21 @@ REPEATS=1
 FIRST=1
 APPEND=0
 CMDLINE="tools/bench/bench_train.sh $*"
-while [ $# -gt 0 ]; do
-	case "$1" in
-	--rate) RATE=$2; shift 2 ;;
-	--target) TARGET=$2; shift 2 ;;
-	--budget) BUDGET=$2; shift 2 ;;
-	--echoes) ECHOES=$2; shift 2 ;;
-	--modes) MODES=$2; shift 2 ;;
-	--threads) THREADS=$2; shift 2 ;;
-	--workers) WORKERS=$2; shift 2 ;;
-	--eval-seconds) EVAL_S=$2; shift 2 ;;
-	--ceiling-seconds) CEIL_S=$2; shift 2 ;;
-	--cache-size) CACHE_SIZE=$2; shift 2 ;;
-	--seed) SEED=$2; shift 2 ;;
-	--out) OUT=$2; shift 2 ;;
-	--total) TOTAL=$2; shift 2 ;;
-	--repeats) REPEATS=$2; shift 2 ;;
-	--first-repeat) FIRST=$2; shift 2 ;;
-	--append) APPEND=1; shift ;;
-	-h | --help) sed -n '2,25p' "$0"; exit 0 ;;
-	*) echo "bench_train.sh: unknown argument $1" >&2; exit 2 ;;
-	esac
-done
+# shellcheck source=tools/bench/common.sh
+. tools/bench/common.sh
+bench_args 2,25 --rate=RATE --target=TARGET --budget=BUDGET \
+	--echoes=ECHOES --modes=MODES --threads=THREADS --workers=WORKERS \
+	--eval-seconds=EVAL_S --ceiling-seconds=CEIL_S --cache-size=CACHE_SIZE \
+	--seed=SEED --out=OUT --total=TOTAL --repeats=REPEATS \
+	--first-repeat=FIRST --append=APPEND=1 -- "$@"
 
-PY=/usr/bin/python3
-B=${BUILD_DIR:-build}
 mkdir -p "$OUT/train"
 OUT=$(cd "$OUT" && pwd)
 DATA=$OUT/data
 RES=$OUT/train
-BTMP=$(mktemp -d /tmp/echofs-bench-train.XXXXXX)
 # shellcheck source=tools/bench/bench_netns.sh
 . tools/bench/bench_netns.sh
-trap bench_cleanup EXIT
-trap 'exit 130' INT TERM
-bench_watchdog "$TOTAL"
-
-[ "$(id -u)" = 0 ] || { echo "bench_train.sh: needs root (unshare -n, tc, FUSE)" >&2; exit 2; }
-[ -x "$B/echofs" ] || { echo "bench_train.sh: build $B/echofs first (tools/dev/setup.sh)" >&2; exit 2; }
+netns_bench_start train "$TOTAL"
 $PY -c 'import torch, torchvision, matplotlib' 2>/dev/null || {
 	echo "bench_train.sh: needs python3-torch python3-torchvision python3-matplotlib (apt-get install)" >&2
 	exit 2

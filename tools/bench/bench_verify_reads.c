@@ -26,10 +26,10 @@ static double pass(struct index *ix, struct http *h, struct store *st,
 		   uint8_t *buf)
 {
 	struct shards_opts so = {.workers = 2};
-	struct shards *sh = shards_new(ix, h, st, &so);
+	struct shards *sh;
 	double t0 = cpu_s();
 
-	if (!sh)
+	if (shards_open(ix, h, st, &so, &sh))
 		return -1;
 	for (size_t i = 0; i < ix->nsamples; i++) {
 		const struct index_sample *s = &ix->samples[i];
@@ -60,7 +60,7 @@ int main(int argc, char **argv)
 	if (index_load(argv[1], &ix, err, sizeof(err)) || !ix->has_sums ||
 	    http_global_init() ||
 	    !(h = http_new(&(struct http_opts){0}, err, sizeof(err))) ||
-	    !(st = store_open(argv[2], 1ULL << 34, err, sizeof(err)))) {
+	    store_open(argv[2], 1ULL << 34, &st, err, sizeof(err))) {
 		fprintf(stderr, "bench_verify_reads: %s\n", err);
 		return 1;
 	}

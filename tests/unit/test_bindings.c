@@ -1,0 +1,285 @@
+/* test_bindings.c - echo-mount path bindings (fs/bindings.c) on a real echo
+ * pool: tar shards served by tests/fault_server.py, http, shard manager
+ * (no disk cache), and a namespace made by hand. */
+#include "fs/bindings.h"
+
+#include "cache/echo/pool.h"
+#include "cache/store/shards.h"
+#include "common/util.h"
+#include "fetch/format/index.h"
+#include "fetch/net/http.h"
+#include "fixtures.h"
+#include "fs/namespace.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define NSHARDS 2
+#define PER_SHARD 8
+#define NSAMPLES (NSHARDS * PER_SHARD)
+#define NCLS 2
+#define FIRST_INO 1000
+
+static char tdir[64], root[96];
+static uint8_t *shard_data[NSHARDS];
+static size_t shard_len[NSHARDS];
+static uint64_t off_of[NSAMPLES], size_of[NSAMPLES];
+static uint32_t class_of[NSAMPLES];
+static struct fx_server srv;
+static struct http *h;
+static struct index *ix;
+static struct shards *sh;
+static struct pool *pool;
+static struct ns_file files[NSAMPLES];
+static struct namespace ns = {.files = files, .nfiles = NSAMPLES};
+
+static void make_shards(void)
+{
+	for (int s = 0; s < NSHARDS; s++) {
+		struct tarw t = {0};
+		char name[32], path[160];
+		for (int k = 0; k < PER_SHARD; k++) {
+			int i = s * PER_SHARD + k;
+			uint8_t img[3000];
+			memset(img, 'a' + i, sizeof(img));
+			snprintf(name, sizeof(name), "s%d_%02d.jpg", s, k);
+			size_of[i] = 1000 + 100 * (uint64_t)i;
+			off_of[i] = tarw_add(&t, name, img, size_of[i]);
+			class_of[i] = (uint32_t)(i % NCLS);
+			files[i] = (struct ns_file){"f", (uint32_t)i, class_of[i]};
+		}
+		tarw_end(&t);
+		shard_data[s] = t.buf;
+		shard_len[s] = t.len;
+		snprintf(path, sizeof(path), "%s/s%d.tar", root, s);
+		fx_write_file(path, t.buf, t.len);
+	}
+}
+
+static void add_samples(void)
+{
+	for (int i = 0; i < NSAMPLES; i++) {
+		char key[16], label[8];
+		snprintf(key, sizeof(key), "k%02d", i);
+		snprintf(label, sizeof(label), "%u", class_of[i]);
+		cr_assert_eq(index_add_sample(ix, (uint32_t)(i / PER_SHARD),
+					      off_of[i], size_of[i], label,
+					      key, "jpg"),
+			     0);
+	}
+}
+
+static void setup(void)
+{
+	char err[256];
+	struct pool_opts po = {.echo = 4, .seed = 7};
+
+	snprintf(tdir, sizeof(tdir), "/tmp/echofs-bindings-XXXXXX");
+	cr_assert_not_null(mkdtemp(tdir));
+	snprintf(root, sizeof(root), "%s/www", tdir);
+	cr_assert_eq(mkdir(root, 0700), 0);
+	make_shards();
+	fx_server_start(&srv, root, tdir, NULL);
+	ix = index_new();
+	for (int s = 0; s < NSHARDS; s++) {
+		char url[96];
+		snprintf(url, sizeof(url), "http://127.0.0.1:%d/s%d.tar",
+			 srv.port, s);
+		index_add_shard(ix, url, shard_len[s], "");
+	}
+	add_samples();
+	cr_assert_eq(http_global_init(), 0);
+	h = http_new(&(struct http_opts){.connections = 4}, err, sizeof(err));
+	cr_assert_not_null(h, "http_new: %s", err);
+	cr_assert_eq(shards_open(ix, h, NULL, NULL, &sh), 0);
+	pool = pool_new(ix, sh, class_of, NCLS, &po);
+	cr_assert_not_null(pool, "pool_new: %s", strerror(errno));
+}
+
+static void teardown(void)
+{
+	pool_free(pool);
+	shards_free(sh);
+	http_free(h);
+	index_free(ix);
+	fx_server_stop(&srv);
+	for (int s = 0; s < NSHARDS; s++)
+		free(shard_data[s]);
+	fx_rm_tree(tdir);
+}
+
+TestSuite(bindings, .init = setup, .fini = teardown, .timeout = 60);
+
+/* The bytes of source sample i. */
+static const uint8_t *source(uint32_t i)
+{
+	return shard_data[i / PER_SHARD] + off_of[i];
+}
+
+static struct bindings *open_bindings(double expire_s, bindings_make_fn make)
+{
+	struct bindings *b =
+		bindings_new(pool, &ns, FIRST_INO, expire_s, make, NULL);
+	cr_assert_not_null(b, "bindings_new: %s", strerror(errno));
+	return b;
+}
+
+/* Open ino, read it whole, check the bytes are sample src's, release. */
+static void read_whole(struct bindings *b, uint64_t ino, uint64_t size,
+		       uint32_t src)
+{
+	struct binding *hd;
+	const void *data;
+	cr_assert_eq(bindings_open(b, ino, &hd), 0);
+	cr_assert_eq(bindings_read(b, hd, 0, size + 100, &data),
+		     (ssize_t)size);
+	cr_assert(memcmp(data, source(src), size) == 0, "bytes of %u", src);
+	bindings_read_done(b, hd);
+	cr_assert_eq(bindings_read(b, hd, size, 10, &data), 0, "past the end");
+	bindings_read_done(b, hd);
+	bindings_release(b, hd);
+}
+
+Test(bindings, a_path_keeps_one_inode_until_opened_then_gets_a_new_one)
+{
+	struct bindings *b = open_bindings(60, NULL);
+	struct binding_attr a1, a2, a3;
+	struct bindings_stats st;
+	uint32_t src;
+
+	cr_assert_eq(bindings_lookup(b, 3, &a1), 0);
+	cr_assert_geq(a1.ino, FIRST_INO);
+	cr_assert(bindings_owns(b, a1.ino));
+	cr_assert_not(bindings_owns(b, FIRST_INO - 1));
+	cr_assert_eq(bindings_lookup(b, 3, &a2), 0); /* ls, stat: same file */
+	cr_assert_eq(a2.ino, a1.ino);
+	cr_assert_eq(bindings_getattr(b, a1.ino, &a2), 0);
+	cr_assert_eq(a2.size, a1.size);
+	cr_assert_eq(bindings_source(b, a1.ino, &src), 0);
+	cr_assert_eq(class_of[src], class_of[3], "a sample of the path's class");
+	cr_assert_eq(a1.size, size_of[src]);
+	read_whole(b, a1.ino, a1.size, src);
+	/* opened and released: the next lookup binds anew, a new inode */
+	cr_assert_eq(bindings_lookup(b, 3, &a3), 0);
+	cr_assert_gt(a3.ino, a1.ino);
+	bindings_get_stats(b, &st);
+	cr_assert_eq(st.live, 2, "the kernel still knows the first inode");
+	cr_assert_eq(st.open, 0);
+	bindings_forget(b, a1.ino, 2);
+	bindings_get_stats(b, &st);
+	cr_assert_eq(st.live, 1);
+	cr_assert_eq(bindings_getattr(b, a1.ino, &a2), -ENOENT);
+	cr_assert_eq(bindings_source(b, a1.ino, &src), -ENOENT);
+	bindings_forget(b, a3.ino, 1);
+	bindings_free(b);
+}
+
+Test(bindings, bytes_stay_pinned_while_a_read_outlives_its_release)
+{
+	struct bindings *b = open_bindings(60, NULL);
+	struct binding_attr a;
+	struct binding *hd;
+	const void *data;
+	uint32_t src;
+
+	cr_assert_eq(bindings_lookup(b, 0, &a), 0);
+	cr_assert_eq(bindings_source(b, a.ino, &src), 0);
+	cr_assert_eq(bindings_open(b, a.ino, &hd), 0);
+	cr_assert_eq(bindings_read(b, hd, 10, 50, &data), 50);
+	bindings_release(b, hd); /* RELEASE before the READ's reply */
+	bindings_forget(b, a.ino, 1);
+	cr_assert(memcmp(data, source(src) + 10, 50) == 0);
+	bindings_read_done(b, hd); /* the last reference: freed now */
+	struct bindings_stats st;
+	bindings_get_stats(b, &st);
+	cr_assert_eq(st.live, 0);
+	bindings_free(b);
+}
+
+Test(bindings, unopened_bindings_expire_and_open_then_says_estale)
+{
+	struct bindings *b = open_bindings(0.2, NULL);
+	struct binding_attr a, a2;
+	struct bindings_stats st;
+	struct binding *hd;
+	double until = now_mono() + 10;
+
+	cr_assert_eq(bindings_lookup(b, 5, &a), 0);
+	do {
+		usleep(50 * 1000);
+		bindings_get_stats(b, &st);
+	} while (st.expired == 0 && now_mono() < until);
+	cr_assert_eq(st.expired, 1, "the reaper never gave it back");
+	cr_assert_eq(bindings_open(b, a.ino, &hd), -ESTALE);
+	cr_assert_eq(bindings_getattr(b, a.ino, &a2), 0, "attrs stay known");
+	cr_assert_eq(bindings_lookup(b, 5, &a2), 0);
+	cr_assert_neq(a2.ino, a.ino, "an expired binding is not current");
+	bindings_forget(b, a.ino, 1);
+	bindings_forget(b, a2.ino, 1);
+	cr_assert_eq(bindings_open(b, 999999, &hd), -ENOENT);
+	bindings_free(b);
+}
+
+/* A make hook: the sample's bytes reversed, plus the rand it was given. */
+static int make_reversed(void *ud, const uint8_t *data, size_t len,
+			 uint64_t rand, uint8_t **out, size_t *outlen)
+{
+	uint8_t *o = malloc(len + sizeof(rand));
+	(void)ud;
+	if (!o)
+		return -ENOMEM;
+	for (size_t i = 0; i < len; i++)
+		o[i] = data[len - 1 - i];
+	memcpy(o + len, &rand, sizeof(rand));
+	*out = o;
+	*outlen = len + sizeof(rand);
+	return 0;
+}
+
+Test(bindings, the_make_hook_gives_each_binding_its_own_bytes)
+{
+	struct bindings *b = open_bindings(60, make_reversed);
+	uint64_t rands[2];
+
+	for (int n = 0; n < 2; n++) {
+		struct binding_attr a;
+		struct binding *hd;
+		const void *data;
+		uint32_t src;
+		cr_assert_eq(bindings_lookup(b, 1, &a), 0);
+		cr_assert_eq(bindings_source(b, a.ino, &src), 0);
+		cr_assert_eq(a.size, size_of[src] + sizeof(uint64_t));
+		cr_assert_eq(bindings_open(b, a.ino, &hd), 0);
+		cr_assert_eq(bindings_read(b, hd, 0, a.size, &data),
+			     (ssize_t)a.size);
+		const uint8_t *d = data;
+		cr_assert_eq(d[0], source(src)[size_of[src] - 1]);
+		memcpy(&rands[n], d + size_of[src], sizeof(uint64_t));
+		bindings_read_done(b, hd);
+		bindings_release(b, hd);
+		bindings_forget(b, a.ino, 1);
+	}
+	cr_assert_neq(rands[0], rands[1], "each binding draws its own rand");
+	bindings_free(b);
+}
+
+Test(bindings, free_gives_back_what_is_still_bound)
+{
+	struct bindings *b = open_bindings(60, NULL);
+	struct binding_attr a;
+	struct binding *hd;
+	struct pool_stats ps;
+
+	for (uint32_t f = 0; f < NSAMPLES; f++)
+		cr_assert_eq(bindings_lookup(b, f, &a), 0);
+	cr_assert_eq(bindings_open(b, a.ino, &hd), 0); /* one left open */
+	bindings_free(b); /* no forget, no release: as at unmount */
+	pool_get_stats(pool, &ps);
+	cr_assert_eq(ps.fresh_served + ps.echoes_served, 1,
+		     "only the opened binding counts as served");
+}

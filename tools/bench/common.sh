@@ -1,0 +1,133 @@
+# common.sh - what the tools/bench/*.sh scripts share: flag parsing, a temp
+# dir cleaned up on exit (mounts, daemons, nginx), nginx on a free port,
+# foreground echofs mounts, medians. Source it from the repo root, after
+# `cd "$(dirname "$0")/../.."`; it sets PY and B (BUILD_DIR, default build).
+# shellcheck shell=bash
+
+PY=/usr/bin/python3
+B=${BUILD_DIR:-build}
+BENCH_NAME=$(basename "$0")
+TMP=""
+MOUNTS=()
+PIDS=()
+NGINX_STATE=""
+
+# bench_args LINES FLAG=VAR... -- "$@": parse --flag VALUE into VAR; a
+# FLAG=VAR=VALUE entry is a switch that sets VAR to VALUE. -h / --help
+# prints lines LINES (sed range, e.g. 2,18) of the script; anything else is
+# an error (exit 2).
+bench_args() {
+	local help=$1 var
+	local -A map=()
+	shift
+	while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+		map[${1%%=*}]=${1#*=}
+		shift
+	done
+	shift
+	while [ $# -gt 0 ]; do
+		case "$1" in
+		-h | --help) sed -n "${help}p" "$0"; exit 0 ;;
+		esac
+		var=${map[$1]:-}
+		if [ -z "$var" ]; then
+			echo "$BENCH_NAME: unknown argument $1" >&2
+			exit 2
+		elif [[ $var == *=* ]]; then
+			printf -v "${var%%=*}" '%s' "${var#*=}"
+			shift
+		elif [ $# -lt 2 ]; then
+			echo "$BENCH_NAME: $1 needs a value" >&2
+			exit 2
+		else
+			printf -v "$var" '%s' "$2"
+			shift 2
+		fi
+	done
+}
+
+log() { echo "bench: $*" >&2; }
+
+# json JSON KEY: one top-level field of a JSON object.
+json() { $PY -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
+
+# median NUMBER...: the middle value (the upper one of an even count).
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# bench_start NAME: TMP=/tmp/echofs-bench-NAME.XXXXXX, removed on exit with
+# every mount under it, the daemons in PIDS and nginx (bench_nginx). A
+# script may define bench_on_exit for its own cleanup (run first).
+bench_start() {
+	TMP=$(mktemp -d "/tmp/echofs-bench-$1.XXXXXX")
+	trap bench_exit EXIT
+	trap 'exit 130' INT TERM
+}
+
+bench_exit() {
+	set +e
+	declare -F bench_on_exit >/dev/null && bench_on_exit
+	# Mounts made in subshells ($(run ...)) are not in MOUNTS: find them
+	# under $TMP too.
+	local m p
+	for m in "${MOUNTS[@]}" $(awk -v t="$TMP/" 'index($2, t) == 1 {print $2}' /proc/mounts); do
+		grep -qs " $m fuse" /proc/mounts &&
+			{ fusermount3 -u "$m" 2>/dev/null || fusermount3 -uz "$m"; }
+	done
+	for p in "${PIDS[@]}"; do
+		kill -0 "$p" 2>/dev/null && { sleep 1; kill "$p" 2>/dev/null; }
+	done
+	[ -n "$NGINX_STATE" ] && $PY tools/dev/nginx.py stop --state "$NGINX_STATE"
+	[ -n "$TMP" ] && rm -rf "$TMP"
+}
+
+# bench_nginx ROOT [nginx.py start options...]: nginx on a free port serving
+# ROOT, stopped on exit; sets PORT and BASE (http://127.0.0.1:PORT).
+bench_nginx() {
+	local root=$1
+	shift
+	NGINX_STATE=$TMP/nginx
+	PORT=$($PY tools/dev/nginx.py start --root "$root" --state "$NGINX_STATE" "$@")
+	BASE=http://127.0.0.1:$PORT
+}
+
+# wait_mounted MNT [PID [SECONDS]]: 0 once MNT is a FUSE mount; 1 when the
+# daemon PID died or SECONDS (default 30) passed.
+wait_mounted() {
+	local i
+	for ((i = 0; i < ${3:-30} * 10; i++)); do
+		grep -qs " $1 fuse" /proc/mounts && return 0
+		[ -n "${2:-}" ] && ! kill -0 "$2" 2>/dev/null && return 1
+		sleep 0.1
+	done
+	return 1
+}
+
+# mount_echofs NAME OPTIONS -> MNT, DPID: echofs in the foreground (so DPID
+# is the daemon itself and /proc/DPID/stat counts all its threads) on
+# TMP/mnt-NAME, serving SOURCE with cache_dir=TMP/cache and its log in
+# TMP/echofs-NAME.log. Exits the script when the mount fails.
+mount_echofs() {
+	MNT=$TMP/mnt-$1
+	mkdir -p "$MNT"
+	"$B"/echofs -f -o "cache_dir=$TMP/cache,log_file=$TMP/echofs-$1.log,$2" \
+		"$SOURCE" "$MNT" 2>>"$TMP/echofs-$1.log" &
+	DPID=$!
+	PIDS+=("$DPID")
+	MOUNTS+=("$MNT")
+	if ! wait_mounted "$MNT" "$DPID"; then
+		log "mount $1 failed:"; tail -5 "$TMP/echofs-$1.log" >&2; exit 1
+	fi
+}
+
+# unmount MNT [PID]: unmount, then wait up to 10 s for the daemon PID to
+# exit (without PID: half a second, for a daemon to release its cache).
+unmount() {
+	fusermount3 -u "$1" 2>/dev/null || { sleep 1; fusermount3 -u "$1"; }
+	if [ -z "${2:-}" ]; then
+		sleep 0.5
+		return 0
+	fi
+	local i
+	for ((i = 0; i < 100; i++)); do kill -0 "$2" 2>/dev/null || return 0; sleep 0.1; done
+	log "daemon $2 still running after unmount"
+}
