@@ -169,6 +169,7 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 		.ingest = a->prep ? ingest_sample : NULL, .ingest_ud = a,
 		/* Twice the decode workers: one decoding, one queued each. */
 		.ingest_threads = 2 * prep_threads(a->prep),
+		.interrupted = fs_req_interrupted, /* tags are FUSE requests */
 	};
 
 	for (size_t i = 0; i < nsamples; i++)
