@@ -67,9 +67,9 @@ void crs_skip(const char *fmt, ...)
 static int run_one(const struct crs_test *t)
 {
 	/* TSan slows code 5-15x: ten times the suite's own bound. */
-	unsigned bound = (unsigned)(10 * (t->s && t->s->timeout > 0
-						  ? t->s->timeout
-						  : 60));
+	unsigned bound =
+		(unsigned)(10 *
+			   (t->s && t->s->timeout > 0 ? t->s->timeout : 60));
 	int st;
 	pid_t pid = fork();
 
@@ -103,7 +103,9 @@ int main(int argc, char **argv)
 			continue;
 		int r = run_one(t);
 		printf("[%s] %s::%s\n",
-		       r == 0 ? "PASS" : r == EXIT_SKIP ? "SKIP" : "FAIL",
+		       r == 0		? "PASS"
+		       : r == EXIT_SKIP ? "SKIP"
+					: "FAIL",
 		       t->suite, t->name);
 		fflush(stdout);
 		if (r == 0)
