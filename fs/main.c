@@ -171,6 +171,7 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 		.ingest_threads = 2 * prep_threads(a->prep),
 		.world = a->o.repartition ? a->o.world : 1,
 		.rank = a->o.rank,
+		.interrupted = fs_req_interrupted, /* tags are FUSE requests */
 	};
 
 	/* The pool streams the rank's whole part (trimmed samples too), or

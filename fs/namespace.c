@@ -49,30 +49,48 @@ static int label_ok(const char *l)
 	       strcmp(l, NS_CONTROL_DIR_NAME) != 0 && !strchr(l, '/');
 }
 
-#define SUFFIX_ROOM 16 /* "_dup" + up to 10 digits + NUL, rounded */
+#define SUFFIX_ROOM 24 /* "_dup" + 10 digits + "_" + 2 digits + NUL, rounded */
+#define EXT_ROOM 8     /* an extension override: up to 7 bytes + '.' */
+#define NAME_LEN_MAX 255 /* what a filesystem takes (cp -r, tar) */
+#define DUP_ROUNDS 8     /* renaming passes before giving up on a clash */
+
+/* Bytes kept for one file's name: room for its "_dup" suffix and for an
+ * extension override whatever the dataset's extension. */
+static size_t name_room(const struct dataset *ds, uint32_t i)
+{
+	size_t el = strlen(dataset_ext(ds, i));
+	return strlen(key_base(dataset_key(ds, i))) + 1 +
+	       (el > EXT_ROOM ? el : EXT_ROOM) + SUFFIX_ROOM;
+}
 
 /* Room for every file name plus a uniquifying suffix each. */
 static size_t names_size(const struct dataset *ds)
 {
 	size_t total = 1;
 	for (uint32_t i = 0; i < dataset_nsamples(ds); i++)
-		total += strlen(key_base(dataset_key(ds, i))) +
-			 strlen(dataset_ext(ds, i)) + 2 + SUFFIX_ROOM +
-			 8; /* room for an extension override */
+		total += name_room(ds, i);
 	return total;
 }
 
-/* "<base>[_dup<n>].<ext>" into p, which has room (see names_size). Returns
- * the length written, without the NUL. */
+/* "<base><suffix>.<ext>" into p, which has room (see name_room), at most
+ * NAME_LEN_MAX bytes: a base too long for the suffix and extension is cut
+ * (at a UTF-8 character boundary), the same way for the same sample each
+ * time. Returns the length written, without the NUL. */
 static size_t write_name(char *p, const struct dataset *ds, uint32_t sample,
-			 const char *ext, int dup, uint32_t n)
+			 const char *ext, const char *suffix)
 {
 	const char *base = key_base(dataset_key(ds, sample));
 	const char *e = ext ? ext : dataset_ext(ds, sample);
-	size_t bl = strlen(base), el = strlen(e), len = bl;
+	size_t bl = strlen(base), el = strlen(e), sl = strlen(suffix), len;
+
+	if (bl + sl + 1 + el > NAME_LEN_MAX) {
+		bl = NAME_LEN_MAX - sl - 1 - el;
+		while (bl > 0 && ((unsigned char)base[bl] & 0xc0) == 0x80)
+			bl--;
+	}
 	memcpy(p, base, bl);
-	if (dup)
-		len += (size_t)snprintf(p + len, SUFFIX_ROOM, "_dup%u", n);
+	memcpy(p + bl, suffix, sl);
+	len = bl + sl;
 	p[len++] = '.';
 	memcpy(p + len, e, el + 1);
 	return len + el;
@@ -113,7 +131,8 @@ static size_t make_ents(struct namespace *ns, struct ent *ents,
 				*max_label = e->num;
 		}
 		e->name = p;
-		p += write_name(p, ds, i, ns->ext, 0, 0) + 1 + SUFFIX_ROOM + 8;
+		write_name(p, ds, i, ns->ext, "");
+		p += name_room(ds, i);
 		n++;
 	}
 	return n;
@@ -124,25 +143,55 @@ static int same_class(int numeric, const struct ent *a, const struct ent *b)
 	return numeric ? a->num == b->num : strcmp(a->label, b->label) == 0;
 }
 
+/* Mark in dup every entry whose name repeats the one before it in its class
+ * (ents sorted). Marks first, renames after, so runs of three stay caught.
+ * Returns how many. */
+static size_t mark_duplicates(const struct namespace *ns,
+			      const struct ent *ents, size_t n,
+			      unsigned char *dup)
+{
+	size_t marked = 0;
+
+	for (size_t i = 1; i < n; i++) {
+		dup[i] = same_class(ns->numeric_labels, &ents[i - 1], &ents[i]) &&
+			 strcmp(ents[i - 1].name, ents[i].name) == 0;
+		marked += dup[i];
+	}
+	return marked;
+}
+
 /* Give every file whose name repeats the one before it in its class a
- * unique name. Returns how many were renamed; the caller sorts again when
- * any were. Marks first, renames after, so runs of three stay caught. */
+ * unique name: "_dup<sample>", unique among renamed files; should that name
+ * be another file's own, a later round adds "_<round>". Leaves ents
+ * sorted. Returns how many files were renamed. */
 static size_t rename_duplicates(const struct namespace *ns, struct ent *ents,
 				size_t n)
 {
 	unsigned char *dup = xcalloc(n ? n : 1, 1);
+	unsigned char *seen = xcalloc(dataset_nsamples(ns->ds) / 8 + 1, 1);
+	char suffix[SUFFIX_ROOM];
 	size_t renamed = 0;
 
-	for (size_t i = 1; i < n; i++)
-		dup[i] = same_class(ns->numeric_labels, &ents[i - 1], &ents[i]) &&
-			 strcmp(ents[i - 1].name, ents[i].name) == 0;
-	for (size_t i = 1; i < n; i++) {
-		if (!dup[i])
-			continue;
-		write_name(ents[i].name, ns->ds, ents[i].sample, ns->ext, 1,
-			   ents[i].sample);
-		renamed++;
+	for (unsigned round = 0; round < DUP_ROUNDS; round++) {
+		if (!mark_duplicates(ns, ents, n, dup))
+			break;
+		for (size_t i = 1; i < n; i++) {
+			uint32_t s = ents[i].sample;
+			if (!dup[i])
+				continue;
+			if (round)
+				snprintf(suffix, sizeof(suffix), "_dup%u_%u", s,
+					 round);
+			else
+				snprintf(suffix, sizeof(suffix), "_dup%u", s);
+			write_name(ents[i].name, ns->ds, s, ns->ext, suffix);
+			renamed += !(seen[s / 8] & (1u << (s % 8)));
+			seen[s / 8] |= (unsigned char)(1u << (s % 8));
+		}
+		qsort_r(ents, n, sizeof(*ents), ent_cmp,
+			(void *)&ns->numeric_labels);
 	}
+	free(seen);
 	free(dup);
 	return renamed;
 }

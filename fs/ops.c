@@ -290,10 +290,18 @@ static void lookup_echo_interrupt(fuse_req_t req, void *data)
 	bindings_cancel(data, req);
 }
 
+int fs_req_interrupted(const void *tag)
+{
+	return fuse_req_interrupted((fuse_req_t)tag);
+}
+
 /* On an echo mount, a file's entry is its path's current binding. A lookup
  * that must wait for data is parked and frees this FUSE thread; it is
- * answered later by lookup_echo_done. An INTERRUPT arriving between the
- * check below and the parking is not seen: that lookup waits its bound. */
+ * answered later by lookup_echo_done. An INTERRUPT is never lost: the
+ * handler is registered first, then the pool asks fs_req_interrupted under
+ * its lock right before parking, so an INTERRUPT either is seen there
+ * (EINTR now) or finds the lookup parked (bindings_cancel). The check
+ * below only saves a trip to the pool. */
 static void lookup_echo(fuse_req_t req, struct fs_ctx *fs, uint32_t num)
 {
 	struct binding_attr ba;

@@ -51,4 +51,7 @@ void fs_ctx_destroy(struct fs_ctx *fs);
 
 extern const struct fuse_lowlevel_ops fs_ops;
 
+/* pool_opts.interrupted for echo lookups, whose tag is their fuse_req_t. */
+int fs_req_interrupted(const void *tag);
+
 #endif

@@ -41,8 +41,9 @@ Control endpoints (not counted in the statistics, never faulted):
                       (an empty body clears them); 400 with a reason if a rule
                       does not parse.
   GET /_stats         JSON {"requests": n, "by_path": {path: n}, "ranges": n,
-                      "connections": n, "max_open": n}: requests served (all
-                      methods), requests carrying a Range header, connections
+                      "connections": n, "max_open": n, "gets": {path: n}}:
+                      requests served (all methods; "gets": GET only),
+                      requests carrying a Range header, connections
                       accepted in total and the peak of simultaneously open
                       connections.
   GET /_last_headers  JSON {"path": p, "headers": {name: value}} of the last
@@ -120,6 +121,7 @@ class State:
         """Zeroes the counters; open connections stay counted as open."""
         self.requests = 0
         self.by_path = {}
+        self.gets = {}
         self.ranges = 0
         self.connections = 0
         self.open = getattr(self, "open", 0)
@@ -189,7 +191,8 @@ class Handler(BaseHTTPRequestHandler):
                 body = json.dumps({"requests": st.requests, "by_path": st.by_path,
                                    "ranges": st.ranges,
                                    "connections": st.connections,
-                                   "max_open": st.max_open})
+                                   "max_open": st.max_open,
+                                   "gets": st.gets})
             self.send_small(200, body, "application/json")
         elif path == "/_last_headers" and self.command == "GET":
             with st.lock:
@@ -240,6 +243,8 @@ class Handler(BaseHTTPRequestHandler):
         with st.lock:
             st.requests += 1
             st.by_path[path] = st.by_path.get(path, 0) + 1
+            if self.command == "GET":
+                st.gets[path] = st.gets.get(path, 0) + 1
             if "Range" in self.headers:
                 st.ranges += 1
             st.last_headers = {"path": path, "headers": dict(self.headers.items())}

@@ -1258,6 +1258,8 @@ int pool_take_async(struct pool *p, uint32_t cls, const void *tag,
 		*out = hand_out(&t);
 		if (p->waiters)
 			notify_class(p, cls);
+	} else if (r == -EAGAIN && p->o.interrupted && p->o.interrupted(tag)) {
+		r = -EINTR; /* checked under the lock: see pool_opts */
 	} else if (r == -EAGAIN) {
 		park(p, cls, tag, done, ud);
 		r = -EINPROGRESS;

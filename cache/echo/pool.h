@@ -74,6 +74,12 @@ struct pool_opts {
 	 * rank, weighed by all of the index's samples; the caller classes
 	 * every sample. 0 or 1: every classed shard, every pass. */
 	uint32_t world, rank;
+	/* Optional: whether the take named tag was interrupted (an INTERRUPT
+	 * for the FUSE request). Asked under the pool lock right before a take
+	 * parks, so an interrupt that comes later finds it parked (see
+	 * pool_cancel): pool_take_async then returns -EINTR instead. Must not
+	 * call into the pool. */
+	int (*interrupted)(const void *tag);
 };
 
 struct pool_stats {
@@ -138,8 +144,8 @@ typedef void (*pool_done_fn)(void *ud, int err, struct pool_sample *s);
 /* pool_take without blocking: 0 with *out when a sample is ready now;
  * -EINPROGRESS when parked (done(ud, ...) will be called later; the caller
  * must not touch what ud refers to after this returns unless done says
- * so); -EINVAL or -ESHUTDOWN. tag (not NULL) names the take for
- * pool_cancel. */
+ * so); -EINTR when it would park but o->interrupted(tag) says so;
+ * -EINVAL or -ESHUTDOWN. tag (not NULL) names the take for pool_cancel. */
 int pool_take_async(struct pool *p, uint32_t cls, const void *tag,
 		    pool_done_fn done, void *ud, struct pool_sample **out);
 

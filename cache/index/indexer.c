@@ -188,43 +188,112 @@ static void report(struct build *b, uint64_t size)
 	pthread_mutex_unlock(&b->progress_lock);
 }
 
-/* Stream URL i once, through the scanner and into the store. */
-static int stream_shard(struct build *b, size_t i, struct job_result *res)
+/* The shard's skips are counted once it indexed without error. */
+static int finish_shard(struct build *b, size_t i, struct shard_job *j,
+			int r)
 {
 	const char *url = b->list->urls[i];
-	struct shard_job j = {b, i, NULL, NULL, NULL, 0};
-	int r;
 
-	index_add_shard(res->ix, url, res->size, res->etag);
-	j.scan = scan_new(res->ix, 0);
-	j.sums = sums_new();
-	if (!j.sums) {
-		scan_free(j.scan);
-		fail(b, i, -ENOMEM, NULL);
-		return -ENOMEM;
-	}
-	if (b->st) {
-		j.w = store_begin(b->st, url, res->etag, res->size);
-		if (!j.w)
-			cache_failed(&j, -errno);
-	}
-	r = http_stream(b->h, url, res->etag, res->size, sink, &j);
 	if (r == 0)
-		r = scan_finish(j.scan);
+		r = scan_finish(j->scan);
 	if (r == 0)
-		r = sums_fill(j.sums, res->ix, 0);
+		r = sums_fill(j->sums, b->res[i].ix, 0);
 	if (r == -EBADMSG) {
 		char why[300];
 		snprintf(why, sizeof(why), "malformed tar: %s",
-			 scan_error(j.scan));
+			 scan_error(j->scan));
 		fail(b, i, r, why);
 	} else if (r) {
 		fail(b, i, r, NULL);
 	} else {
 		char red[400];
 		struct skip_log l = {b, http_redact(url, red, sizeof(red))};
-		scan_for_each_skip(j.scan, log_skip, &l);
+		scan_for_each_skip(j->scan, log_skip, &l);
 	}
+	return r;
+}
+
+/* Scanner and checksums for URL i, over a fresh one-shard index. */
+static int start_shard(struct build *b, size_t i, struct shard_job *j)
+{
+	struct job_result *res = &b->res[i];
+
+	*j = (struct shard_job){.b = b, .i = i};
+	index_free(res->ix);
+	res->ix = index_new();
+	index_add_shard(res->ix, b->list->urls[i], res->size, res->etag);
+	j->scan = scan_new(res->ix, 0);
+	j->sums = sums_new();
+	if (!j->sums) {
+		fail(b, i, -ENOMEM, NULL);
+		return -ENOMEM; /* end_shard frees the scanner */
+	}
+	return 0;
+}
+
+static void end_shard(struct shard_job *j)
+{
+	scan_free(j->scan);
+	sums_free(j->sums);
+}
+
+/* Index URL i from its cache entry e (pinned): the bytes another mount
+ * fetched (or an earlier one kept) are not fetched again. Returns 0,
+ * -EAGAIN when the entry cannot be read (it is dropped if corrupt; the
+ * caller fetches), or the scanner's error (failed as for a fetch). */
+static int index_cached(struct build *b, size_t i, struct store_entry *e)
+{
+	struct shard_job j;
+	uint64_t off = 0, size = b->res[i].size;
+	uint8_t *buf = xmalloc(STORE_BLOCK);
+	int r = start_shard(b, i, &j);
+
+	while (r == 0 && off < size) {
+		size_t want = size - off < STORE_BLOCK ? (size_t)(size - off)
+						       : STORE_BLOCK;
+		ssize_t n = store_pread(e, buf, want, off);
+		if (n <= 0) {
+			if (n == -EBADMSG)
+				store_drop(e);
+			r = -EAGAIN;
+			break;
+		}
+		r = sink(&j, buf, (size_t)n);
+		off += (uint64_t)n;
+	}
+	free(buf);
+	if (r != -EAGAIN)
+		r = finish_shard(b, i, &j, r);
+	end_shard(&j);
+	store_put(e);
+	return r;
+}
+
+/* Stream URL i once from the server, through the scanner and into the
+ * store. -EEXIST (nothing fetched) when another process has just written
+ * the entry, which store_begin waited for: the caller indexes that. */
+static int fetch_shard(struct build *b, size_t i, bool reuse)
+{
+	const char *url = b->list->urls[i];
+	struct job_result *res = &b->res[i];
+	struct shard_job j;
+	int r = start_shard(b, i, &j);
+
+	if (r) {
+		end_shard(&j);
+		return r;
+	}
+	if (b->st) {
+		j.w = store_begin(b->st, url, res->etag, res->size);
+		if (!j.w && errno == EEXIST && reuse) {
+			end_shard(&j);
+			return -EEXIST;
+		}
+		if (!j.w)
+			cache_failed(&j, -errno);
+	}
+	r = http_stream(b->h, url, res->etag, res->size, sink, &j);
+	r = finish_shard(b, i, &j, r);
 	if (r == 0 && j.w) {
 		/* store_commit frees the writer even when it fails: forget it
 		 * first so cache_failed does not abort it a second time. */
@@ -238,9 +307,27 @@ static int stream_shard(struct build *b, size_t i, struct job_result *res)
 	} else {
 		store_abort(j.w);
 	}
-	scan_free(j.scan);
-	sums_free(j.sums);
+	end_shard(&j);
 	return r;
+}
+
+/* URL i from the cache when it is there (or once another mount writing it
+ * has finished), else from the server. */
+static int stream_shard(struct build *b, size_t i)
+{
+	const struct job_result *res = &b->res[i];
+	struct store_entry *e;
+	int r = -EAGAIN;
+
+	for (int round = 0; round < 2 && r == -EAGAIN; round++) {
+		e = b->st ? store_get(b->st, b->list->urls[i], res->etag,
+				      res->size)
+			  : NULL;
+		r = e ? index_cached(b, i, e) : fetch_shard(b, i, round == 0);
+		if (r == -EEXIST)
+			r = -EAGAIN;
+	}
+	return r == -EAGAIN ? fetch_shard(b, i, false) : r;
 }
 
 static void index_one(struct build *b, size_t i)
@@ -255,7 +342,7 @@ static void index_one(struct build *b, size_t i)
 		fail(b, i, r, NULL);
 		return;
 	}
-	if (stream_shard(b, i, res) == 0)
+	if (stream_shard(b, i) == 0)
 		report(b, res->size);
 }
 

@@ -187,6 +187,13 @@ static int load_index(struct http *h, const char *where, struct index **out,
 	if (r)
 		snprintf(err, errlen, "corrupt index %s: %s",
 			 http_redact(where, red, sizeof(red)), perr);
+	else if ((*out)->skipped.first_line)
+		log_warn("index %s: skipped %llu samples with unsafe names and "
+			 "%llu with bad labels (first at line %zu: %s)",
+			 http_redact(where, red, sizeof(red)),
+			 (unsigned long long)(*out)->skipped.names,
+			 (unsigned long long)(*out)->skipped.labels,
+			 (*out)->skipped.first_line, (*out)->skipped.first_why);
 	return r;
 }
 
@@ -333,6 +340,10 @@ int resolve_open(const struct resolve_opts *o, struct http *h,
 	if (r == -ENOENT && o->look_only) {
 		info->index_from = "none";
 		goto out;
+	}
+	if (r == 0) { /* counted like the tar path's skips */
+		info->tar_skipped = (*out)->skipped.names;
+		info->bad_label = (*out)->skipped.labels;
 	}
 	if (r == -ENOENT) {
 		info->index_from = "built";

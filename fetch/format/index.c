@@ -127,8 +127,9 @@ static bool text_ok(const char *s)
 	return true;
 }
 
-/* Keys become file names under the mount: relative, no empty, "." or ".."
- * component. Labels and extensions are single components. */
+/* Keys become file names under the mount: relative, no empty, ".", ".."
+ * or blank component, none longer than a file name may be. Labels are
+ * single components. */
 static bool name_ok(const char *s, size_t len, bool slashes)
 {
 	size_t start = 0;
@@ -143,7 +144,8 @@ static bool name_ok(const char *s, size_t len, bool slashes)
 			return false;
 		c = i - start;
 		if (c == 0 || (c == 1 && s[start] == '.') ||
-		    (c == 2 && s[start] == '.' && s[start + 1] == '.'))
+		    (c == 2 && s[start] == '.' && s[start + 1] == '.') ||
+		    c > INDEX_COMPONENT_MAX || strspn(s + start, " ") >= c)
 			return false;
 		start = i + 1;
 	}
@@ -154,6 +156,32 @@ static bool ext_ok(const char *s, size_t len)
 {
 	return len > 0 && len < 16 && !memchr(s, '.', len) &&
 	       !memchr(s, '/', len);
+}
+
+/* The file name "<last key component>.<ext>" fits in one component. */
+static bool file_name_fits(const char *key, size_t klen, size_t elen)
+{
+	const char *slash = memrchr(key, '/', klen);
+	size_t base = slash ? klen - (size_t)(slash + 1 - key) : klen;
+	return base + 1 + elen <= INDEX_COMPONENT_MAX;
+}
+
+static const char names_reject_label[] = "bad label";
+
+/* Why label/key/ext break the name rules, or NULL when they don't. */
+static const char *names_reject(const char *label, size_t llen,
+				const char *key, size_t klen, const char *ext,
+				size_t elen)
+{
+	if (!name_ok(label, llen, false))
+		return names_reject_label;
+	if (!name_ok(key, klen, true))
+		return "bad key";
+	if (!ext_ok(ext, elen))
+		return "bad extension";
+	if (!file_name_fits(key, klen, elen))
+		return "bad key";
+	return NULL;
 }
 
 static void lower(char *s)
@@ -265,8 +293,7 @@ int index_add_sample(struct index *ix, uint32_t shard, uint64_t offset,
 	size_t elen = strlen(ext);
 
 	if (!text_ok(label) || !text_ok(key) || !text_ok(ext) ||
-	    !name_ok(label, strlen(label), false) ||
-	    !name_ok(key, strlen(key), true) || !ext_ok(ext, elen) ||
+	    names_reject(label, strlen(label), key, strlen(key), ext, elen) ||
 	    elen >= sizeof(lext) || !in_shard(ix, shard, offset, size))
 		return -EINVAL;
 	if (ix->nsamples == ix->cap_samples &&
@@ -292,7 +319,23 @@ struct parser {
 	char *end;   /* the NUL after the text */
 	size_t line; /* 1-based number of the line being parsed */
 	const char *why;
+	int bad_field; /* split: the field holding the control character */
 };
+
+/* Count one skipped M line (its names break the rules in index.h). */
+static void skip(struct parser *ps, bool label, const char *why)
+{
+	struct index_skips *k = &ps->ix->skipped;
+
+	if (label)
+		k->labels++;
+	else
+		k->names++;
+	if (!k->first_line) {
+		k->first_line = ps->line;
+		k->first_why = why;
+	}
+}
 
 static int bad(struct parser *ps, const char *why)
 {
@@ -312,8 +355,13 @@ static int split(struct parser *ps, char *s, char **f, size_t *fl, char **next)
 		unsigned char c = (unsigned char)*s;
 		if (c >= 0x20 && c != 0x7f)
 			continue;
-		if (c != '\t' && c != '\n' && !(c == '\0' && s == ps->end))
+		if (c != '\t' && c != '\n' && !(c == '\0' && s == ps->end)) {
+			ps->bad_field = n;
+			/* CRLF line ends break every line: not a name. */
+			if (c == '\r' && s + 1 < ps->end && s[1] == '\n')
+				ps->bad_field = -1;
 			return bad(ps, "control character in a field");
+		}
 		if (n == MAX_FIELDS)
 			return MAX_FIELDS + 1;
 		f[n] = start;
@@ -388,6 +436,7 @@ static int parse_sample(struct parser *ps, char **f, size_t *fl, int n)
 	struct index *ix = ps->ix;
 	struct index_sample *s = &ix->samples[ix->nsamples];
 	uint64_t shard, off, size;
+	const char *why;
 
 	if (n != 7 + ps->extra)
 		return bad(ps,
@@ -398,15 +447,14 @@ static int parse_sample(struct parser *ps, char **f, size_t *fl, int n)
 		return bad(ps, "bad offset or size");
 	if (!in_shard(ix, (uint32_t)shard, off, size))
 		return bad(ps, "sample lies outside its shard");
-	if (!name_ok(f[4], fl[4], false))
-		return bad(ps, "bad label");
-	if (!name_ok(f[5], fl[5], true))
-		return bad(ps, "bad key");
-	if (!ext_ok(f[6], fl[6]))
-		return bad(ps, "bad extension");
 	s->sum = 0;
 	if (ps->extra && parse_sum(f[7], fl[7], &s->sum))
 		return bad(ps, "bad sample checksum");
+	why = names_reject(f[4], fl[4], f[5], fl[5], f[6], fl[6]);
+	if (why) {
+		skip(ps, why == names_reject_label, why);
+		return 0;
+	}
 	lower(f[6]);
 	s->shard = (uint32_t)shard;
 	s->offset = off;
@@ -415,6 +463,21 @@ static int parse_sample(struct parser *ps, char **f, size_t *fl, int n)
 	s->key = f[5];
 	s->ext = f[6];
 	ix->nsamples++;
+	return 0;
+}
+
+/* A control character in a name field of an M line (label, key or ext):
+ * skip that line like any unsafe name. Elsewhere the file is broken. */
+static int skip_control(struct parser *ps, char *p, char **next)
+{
+	char *nl;
+
+	if (p[0] != 'M' || p[1] != '\0' || ps->bad_field < 4 ||
+	    ps->bad_field > 6)
+		return -1;
+	nl = memchr(p, '\n', (size_t)(ps->end - p));
+	*next = nl ? nl + 1 : ps->end;
+	skip(ps, ps->bad_field == 4, "control character in a name");
 	return 0;
 }
 
@@ -431,7 +494,7 @@ static int parse_line(struct parser *ps, char *p, char **next)
 	}
 	n = split(ps, p, f, fl, next);
 	if (n < 0)
-		return -1;
+		return skip_control(ps, p, next);
 	if (n > MAX_FIELDS)
 		return bad(ps, "too many fields");
 	if (fl[0] == 1 && f[0][0] == 'M')

@@ -24,7 +24,15 @@
  * size lies within that shard's size; keys are relative paths without empty,
  * "." or ".." components; labels are one such component (no '/'); ext has no
  * '.' or '/' (at most 15 bytes) and is lower-cased on the way in; URL, ETag,
- * key, label and ext are non-empty (an unknown ETag is written "-"). */
+ * key, label and ext are non-empty (an unknown ETag is written "-").
+ *
+ * Names: no component of a key or label is longer than INDEX_COMPONENT_MAX
+ * bytes or blank (spaces only), and the file name a key makes (its last
+ * component, '.', ext) fits in INDEX_COMPONENT_MAX bytes too: the rules the
+ * tar reader applies to member names. An M line whose label, key or ext
+ * breaks a name rule (or holds a control character) is skipped and counted
+ * in skipped, like an unsafe tar member, and the rest loads; any other
+ * broken line fails the whole parse. index_add_sample refuses such names. */
 #ifndef ECHOFS_INDEX_H
 #define ECHOFS_INDEX_H
 
@@ -50,6 +58,17 @@ struct index_sample {
 	uint64_t sum;	   /* XXH3-64 of the image data (when has_sums) */
 };
 
+/* Longest name component (NAME_MAX), as TAR_COMPONENT_MAX. */
+#define INDEX_COMPONENT_MAX 255
+
+/* M lines index_parse skipped for their names. */
+struct index_skips {
+	uint64_t labels;	/* bad label */
+	uint64_t names;		/* bad key or extension */
+	size_t first_line;	/* 1-based line of the first skip, 0: none */
+	const char *first_why;	/* its reason (static), NULL: none */
+};
+
 struct index {
 	struct index_shard *shards;
 	size_t nshards;
@@ -59,6 +78,7 @@ struct index {
 	 * an index sets it once all sums are filled in; index_write then
 	 * writes format 2. */
 	bool has_sums;
+	struct index_skips skipped; /* filled by index_parse */
 	/* private: string storage */
 	struct index_arena *arena;
 	size_t cap_shards, cap_samples;

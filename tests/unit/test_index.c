@@ -228,19 +228,15 @@ static const struct {
 	 "line 3: sample lies outside its shard"},
 	{HDR S0 "M\t0\t18446744073709551615\t2\tl\tk\tjpg\n",
 	 "line 3: sample lies outside its shard"},
-	{HDR S0 "M\t0\t0\t1\t\tk\tjpg\n", "line 3: bad label"},
-	{HDR S0 "M\t0\t0\t1\ta/b\tk\tjpg\n", "line 3: bad label"},
-	{HDR S0 "M\t0\t0\t1\t..\tk\tjpg\n", "line 3: bad label"},
-	{HDR S0 "M\t0\t0\t1\tl\t\tjpg\n", "line 3: bad key"},
-	{HDR S0 "M\t0\t0\t1\tl\t/etc/x\tjpg\n", "line 3: bad key"},
-	{HDR S0 "M\t0\t0\t1\tl\td/../x\tjpg\n", "line 3: bad key"},
-	{HDR S0 "M\t0\t0\t1\tl\td/\tjpg\n", "line 3: bad key"},
-	{HDR S0 "M\t0\t0\t1\tl\tk\t\n", "line 3: bad extension"},
-	{HDR S0 "M\t0\t0\t1\tl\tk\tj.pg\n", "line 3: bad extension"},
 	{HDR S0 "M\t0\t0\t1\tl\tk\tjpg\r\n",
 	 "line 3: control character in a field"},
-	{HDR S0 "M\t0\t0\t1\tl\tk\x7f\tjpg\n",
-	 "line 3: control character in a field"},
+	/* A bad name is skipped (index_skip), a broken record is not. */
+	{HDR S0 "M\t0\t0\t1\t\tk\tjpg\tx\n", "line 3: M needs 7 fields"},
+	{HDR2 S2 "M\t0\t0\t1\t..\tk\tjpg\t-\n",
+	 "line 3: bad sample checksum"},
+	{HDR S0 "M\t0\t1000\t1\t..\tk\tjpg\n",
+	 "line 3: sample lies outside its shard"},
+	{"echofs-index 1\tx\n", "line 1: not an echofs index"},
 	{HDR S0 "\n", "line 3: empty line"},
 	{HDR S0 "X\t1\n", "line 3: unknown record type"},
 	{HDR S0 "MM\t0\n", "line 3: unknown record type"},
@@ -268,15 +264,126 @@ Test(index, parse_table)
 	}
 }
 
-Test(index, parse_embedded_nul)
+#define L255 \
+	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
+	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
+	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
+	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define L251 \
+	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
+	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
+	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
+	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+
+/* One unsafe name among good ones: that sample is skipped and counted, the
+ * rest of the index loads (the tar path skips such members one by one). */
+static const struct {
+	const char *m; /* fields 4..6 of an M line: label, key, ext */
+	int label;     /* counted as a bad label, else as a bad name */
+	const char *why;
+} skip_cases[] = {
+	{"\tk\tjpg", 1, "bad label"},
+	{"a/b\tk\tjpg", 1, "bad label"},
+	{"..\tk\tjpg", 1, "bad label"},
+	{".\tk\tjpg", 1, "bad label"},
+	{" \tk\tjpg", 1, "bad label"},
+	{"   \tk\tjpg", 1, "bad label"},
+	{L255 "b\tk\tjpg", 1, "bad label"},
+	{"l\t\tjpg", 0, "bad key"},
+	{"l\t/etc/x\tjpg", 0, "bad key"},
+	{"l\td/../x\tjpg", 0, "bad key"},
+	{"l\td/.\tjpg", 0, "bad key"},
+	{"l\td/\tjpg", 0, "bad key"},
+	{"l\td//x\tjpg", 0, "bad key"},
+	{"l\t \tjpg", 0, "bad key"},
+	{"l\t  /x\tjpg", 0, "bad key"},
+	{"l\t" L255 "b/x\tjpg", 0, "bad key"},
+	{"l\td/" L255 "b\tjpg", 0, "bad key"},
+	{"l\td/" L251 "b\tjpg", 0, "bad key"}, /* 252 + ".jpg" > 255 */
+	{"l\tk\t", 0, "bad extension"},
+	{"l\tk\tj.pg", 0, "bad extension"},
+	{"l\tk\tj/pg", 0, "bad extension"},
+	{"l\tk\tabcdefghijklmnopq", 0, "bad extension"},
+	{"l\tk\x7f\tjpg", 0, "control character in a name"},
+	{"l\x01\tk\tjpg", 1, "control character in a name"},
+	{"l\tk\x1b[2J\tjpg", 0, "control character in a name"},
+};
+
+static void check_skip(const char *text, size_t len, size_t i, int v2)
 {
-	static const char t[] = HDR S0 "M\t0\t0\t1\tl\tk\0x\tjpg\n";
+	struct index *ix;
+	char err[256] = "";
+	int r = index_parse(text, len, &ix, err, sizeof(err));
+
+	cr_assert_eq(r, 0, "case %zu (v%d): %s", i, v2 + 1, err);
+	cr_expect_eq(ix->nsamples, 2, "case %zu", i);
+	cr_expect_str_eq(ix->samples[0].key, "first", "case %zu", i);
+	cr_expect_str_eq(ix->samples[1].key, "last", "case %zu", i);
+	cr_expect_eq(ix->skipped.labels, (uint64_t)skip_cases[i].label,
+		     "case %zu", i);
+	cr_expect_eq(ix->skipped.names, (uint64_t)!skip_cases[i].label,
+		     "case %zu", i);
+	cr_expect_eq(ix->skipped.first_line, 4, "case %zu", i);
+	cr_expect_str_eq(ix->skipped.first_why, skip_cases[i].why, "case %zu",
+			 i);
+	index_free(ix);
+}
+
+Test(index, parse_skips_unsafe_names_one_by_one)
+{
+	for (size_t i = 0; i < sizeof(skip_cases) / sizeof(skip_cases[0]);
+	     i++) {
+		char t[2048];
+		int n = snprintf(t, sizeof(t),
+				 HDR S0 "M\t0\t0\t1\tl\tfirst\tjpg\n"
+					"M\t0\t1\t1\t%s\n"
+					"M\t0\t2\t1\tl\tlast\tjpg\n",
+				 skip_cases[i].m);
+		check_skip(t, (size_t)n, i, 0);
+		n = snprintf(t, sizeof(t),
+			     HDR2 S2 "M\t0\t0\t1\tl\tfirst\tjpg\t%s\n"
+				     "M\t0\t1\t1\t%s\t%s\n"
+				     "M\t0\t2\t1\tl\tlast\tjpg\t%s\n",
+			     "fedcba9876543210", skip_cases[i].m,
+			     "fedcba9876543210", "fedcba9876543210");
+		check_skip(t, (size_t)n, i, 1);
+	}
+}
+
+Test(index, parse_skips_embedded_nul)
+{
+	static const char t[] = HDR S0 "M\t0\t0\t1\tl\tk\0x\tjpg\n"
+				       "M\t0\t0\t1\tl\tk\tjpg\n";
 	struct index *ix;
 	char err[128];
 
-	cr_expect_eq(index_parse(t, sizeof(t) - 1, &ix, err, sizeof(err)),
-		     -EBADMSG);
-	cr_expect_str_eq(err, "line 3: control character in a field");
+	cr_assert_eq(index_parse(t, sizeof(t) - 1, &ix, err, sizeof(err)), 0,
+		     "%s", err);
+	cr_expect_eq(ix->nsamples, 1);
+	cr_expect_eq(ix->skipped.names, 1);
+	cr_expect_str_eq(ix->skipped.first_why, "control character in a name");
+	index_free(ix);
+}
+
+/* The longest names that fit still load, and index_add_sample takes what
+ * index_parse keeps and nothing else, so whatever is written loads again. */
+Test(index, names_up_to_255_bytes)
+{
+	struct index *ix = index_new();
+
+	index_add_shard(ix, "u", 100, "");
+	cr_expect_eq(index_add_sample(ix, 0, 0, 1, L255, "d/" L251, "ab"), 0);
+	cr_expect_eq(index_add_sample(ix, 0, 0, 1, L255 "b", "k", "jpg"),
+		     -EINVAL);
+	cr_expect_eq(index_add_sample(ix, 0, 0, 1, "l", "d/" L251 "b", "jpg"),
+		     -EINVAL);
+	cr_expect_eq(index_add_sample(ix, 0, 0, 1, "l", L255 "b/k", "jpg"),
+		     -EINVAL);
+	cr_expect_eq(index_add_sample(ix, 0, 0, 1, " ", "k", "jpg"), -EINVAL);
+	cr_expect_eq(index_add_sample(ix, 0, 0, 1, "l", "d/ /k", "jpg"),
+		     -EINVAL);
+	cr_expect_eq(ix->nsamples, 1);
+	index_free(ix);
 }
 
 Test(index, parse_lowercases_ext_and_dash_etag)

@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -279,7 +280,7 @@ Test(indexer, cache_too_small_still_indexes)
  * after the whole shard was streamed. */
 struct sweeper {
 	pthread_t t;
-	volatile bool stop;
+	atomic_bool stop; /* volatile is not enough: ThreadSanitizer saw the race */
 	unsigned removed;
 };
 

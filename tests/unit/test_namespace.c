@@ -110,6 +110,75 @@ Test(namespace, control_dir_is_reachable_but_not_listed)
 	unwrap(ix);
 }
 
+#define A250 \
+	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
+	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
+	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
+	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+
+/* Every name of directory d: at most 255 bytes, unique, sorted, ending in
+ * ext, found again by lookup; returns how many. */
+static size_t check_names(const struct namespace *ns, uint64_t d,
+			  const char *ext)
+{
+	size_t i, el = strlen(ext);
+	const char *prev = NULL, *name;
+
+	for (i = 0; (name = list_name(ns, d, i)); i++) {
+		size_t len = strlen(name);
+		cr_expect_leq(len, 255, "name %zu is %zu bytes", i, len);
+		cr_expect(len > el && strcmp(name + len - el, ext) == 0,
+			  "%s keeps its extension %s", name, ext);
+		if (prev)
+			cr_expect_lt(strcmp(prev, name), 0, "%s then %s",
+				     prev, name);
+		cr_expect_neq(ns_lookup(ns, d, name), 0, "%s", name);
+		prev = name;
+	}
+	return i;
+}
+
+/* A 251-byte stem plus ".jpg" is 255 bytes: its duplicates' "_dup<N>" and
+ * a longer extension override must shorten the stem, not pass 255. */
+Test(namespace, long_names_stay_within_255_bytes)
+{
+	const struct spec s[] = {
+		{"a", "x/b" A250, "jpg", 1}, {"a", "y/b" A250, "jpg", 2},
+		{"a", "z/b" A250, "jpg", 3}, {"a", "w/b" A250, "jpg", 4},
+	};
+	struct index *ix = make_index(s, 4);
+	struct namespace *ns = ns_build(wrap(ix), NULL);
+	uint64_t d = ns_lookup(ns, NS_INO_ROOT, "a");
+
+	cr_assert_eq(strlen("b" A250), 251);
+	cr_expect_eq(ns->counts.renamed_duplicates, 3);
+	cr_expect_eq(check_names(ns, d, ".jpg"), 4);
+	cr_expect_neq(ns_lookup(ns, d, "b" A250 ".jpg"), 0);
+	ns_free(ns);
+	ns = ns_build(cur, "jpeg");
+	d = ns_lookup(ns, NS_INO_ROOT, "a");
+	cr_expect_eq(check_names(ns, d, ".jpeg"), 4);
+	ns_free(ns);
+	unwrap(ix);
+}
+
+/* A renamed duplicate must not take the name of another file: "k_dup1"
+ * exists, and sample 1 is a second "k". */
+Test(namespace, renamed_duplicates_do_not_collide)
+{
+	const struct spec s[] = {
+		{"a", "x/k", "jpg", 1}, {"a", "y/k", "jpg", 2},
+		{"a", "k_dup1", "jpg", 3}, {"a", "z/k", "jpg", 4},
+	};
+	struct index *ix = make_index(s, 4);
+	struct namespace *ns = ns_build(wrap(ix), NULL);
+	uint64_t d = ns_lookup(ns, NS_INO_ROOT, "a");
+
+	cr_expect_eq(check_names(ns, d, ".jpg"), 4);
+	ns_free(ns);
+	unwrap(ix);
+}
+
 Test(namespace, duplicate_names_are_made_unique)
 {
 	const struct spec s[] = {

@@ -716,3 +716,88 @@ Test(pool, parked_take_cancel_timeout_and_shutdown)
 	cr_assert_eq(c.err, -ESHUTDOWN);
 	stack_close(&k);
 }
+
+/* ---- interrupts of parked takes (pool_opts.interrupted) ----
+ * The check runs under the pool lock right before a take parks: an
+ * interrupt seen there answers -EINTR at once, and one arriving just after
+ * the check finds the take parked (pool_cancel waits for the lock), so no
+ * interrupt is lost and no take waits out its wait_s. */
+
+static const void *interrupted_tag;
+static struct pool *cancel_pool;
+static pthread_t canceller;
+static int canceller_started, cancel_result = -1;
+
+static void *cancel_main(void *tag)
+{
+	cancel_result = pool_cancel(cancel_pool, tag);
+	return NULL;
+}
+
+static int interrupt_now(const void *tag)
+{
+	return tag == interrupted_tag;
+}
+
+/* The INTERRUPT arrives right after the check: its handler (pool_cancel)
+ * runs in another thread while this one goes on to park. */
+static int interrupt_later(const void *tag)
+{
+	if (!canceller_started &&
+	    pthread_create(&canceller, NULL, cancel_main, (void *)tag) == 0)
+		canceller_started = 1;
+	usleep(50000); /* the handler reaches the pool lock first */
+	return 0;
+}
+
+Test(pool, interrupt_before_parking_answers_at_once)
+{
+	const char *faults[] = {"*.tar=stall:3", NULL};
+	struct shards_opts so = {.read_timeout_s = 5};
+	struct pool_opts po = {.echo = 2, .wait_s = 20,
+			       .interrupted = interrupt_now};
+	struct parked_take a, b;
+	struct pool_sample *s = NULL;
+	struct pool_stats ps;
+	struct stack k;
+
+	parked_init(&a);
+	parked_init(&b);
+	stack_open(&k, faults, &po, &so);
+	interrupted_tag = &a;
+	cr_assert_eq(pool_take_async(k.p, 1, &a, parked_done, &a, &s), -EINTR);
+	cr_assert_eq(a.calls, 0, "done runs only for parked takes");
+	pool_get_stats(k.p, &ps);
+	cr_assert_eq(ps.parked, 0);
+	cr_assert_eq(pool_take_async(k.p, 1, &b, parked_done, &b, &s),
+		     -EINPROGRESS, "takes nobody interrupted still park");
+	cr_assert_eq(pool_cancel(k.p, &b), 1);
+	cr_assert_eq(b.err, -EINTR);
+	stack_close(&k);
+}
+
+Test(pool, interrupt_just_after_the_check_is_not_lost)
+{
+	const char *faults[] = {"*.tar=stall:3", NULL};
+	struct shards_opts so = {.read_timeout_s = 5};
+	struct pool_opts po = {.echo = 2, .wait_s = 20,
+			       .interrupted = interrupt_later};
+	struct parked_take c;
+	struct pool_sample *s = NULL;
+	struct stack k;
+	double t0;
+
+	parked_init(&c);
+	stack_open(&k, faults, &po, &so);
+	cancel_pool = k.p;
+	t0 = now_mono();
+	cr_assert_eq(pool_take_async(k.p, 1, &c, parked_done, &c, &s),
+		     -EINPROGRESS);
+	cr_assert(canceller_started, "the pool never asked about interrupts");
+	pthread_join(canceller, NULL);
+	cr_assert_eq(cancel_result, 1, "the interrupt missed the parked take");
+	cr_assert_eq(parked_wait(&c), 1);
+	cr_assert_eq(c.err, -EINTR);
+	cr_assert_lt(now_mono() - t0, 5.0, "waited for the timer");
+	stack_close(&k);
+}
