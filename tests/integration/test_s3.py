@@ -506,17 +506,30 @@ def test_echofs_index_on_s3_then_mount_with_it(s3, dataset, aws_env, mounter,
     assert "index from option" in m.log()
 
 
-def test_wrong_region_names_the_right_one(s3, dataset, aws_env, mounter,
-                                          tmp_path):
+def region_gateway(s3, tmp_path, *extra):
     port = free_port()
+    log = str(tmp_path / "region.log")
     gw = subprocess.Popen(
         [helpers.PYTHON, GATEWAY, "--upstream", s3.s3url, "--keys", s3.keys,
-         "--port", str(port), "--region", "eu-west-3"],
+         "--port", str(port), "--region", "eu-west-3", "--log", log] + list(extra),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port, gw, "gateway")
+    return gw, "http://127.0.0.1:%d" % port, log
+
+
+def gateway_log(log):
+    with open(log) as f:
+        return [json.loads(x) for x in f]
+
+
+def test_wrong_region_names_the_right_one(s3, dataset, aws_env, mounter,
+                                          tmp_path):
+    """A region the user set is kept: a bucket elsewhere fails the mount
+    naming its region."""
+    gw, url, _ = region_gateway(s3, tmp_path)
     try:
-        wait_port(port, gw, "gateway")
-        url = "http://127.0.0.1:%d" % port
-        err = failed_mount(mounter, TEST_SRC, {"endpoint": url})
+        err = failed_mount(mounter, TEST_SRC, {"endpoint": url,
+                                               "region": "us-west-2"})
         assert "AuthorizationHeaderMalformed" in err and "wrong region" in err, err
         assert "eu-west-3" in err, err
         aws_env.setenv("AWS_REGION", "eu-west-3")
@@ -524,3 +537,66 @@ def test_wrong_region_names_the_right_one(s3, dataset, aws_env, mounter,
         check_tree(m, dataset)
     finally:
         stop(gw)
+
+
+@pytest.mark.parametrize("source", [TEST_SRC, "s3://dset/test/"])
+def test_region_found_from_bucket_header(s3, dataset, aws_env, mounter,
+                                         tmp_path, source):
+    """No region anywhere: one HEAD on the bucket, whose reply (refused,
+    signed for us-east-1) carries x-amz-bucket-region; every later request
+    is signed for eu-west-3 and passes."""
+    gw, url, log = region_gateway(s3, tmp_path)
+    try:
+        m = mounter(source, opts={"endpoint": url})
+        check_tree(m, dataset)
+        seen = gateway_log(log)
+        assert seen[0]["method"] == "HEAD" and seen[0]["path"] == "/dset/", seen[0]
+        bad = [r for r in seen[1:] if r["verdict"] != "ok"]
+        assert not bad, bad[:3]
+        assert "is in region eu-west-3 (x-amz-bucket-region)" in m.log(), m.log()
+    finally:
+        stop(gw)
+
+
+def test_region_corrected_from_error_without_header(s3, dataset, aws_env,
+                                                    mounter, tmp_path):
+    """A server that sends no x-amz-bucket-region: the first refusal
+    (AuthorizationHeaderMalformed naming eu-west-3) switches the signing
+    region and that request is tried once more; the rest pass."""
+    gw, url, log = region_gateway(s3, tmp_path, "--no-region-header")
+    try:
+        m = mounter(TEST_SRC, opts={"endpoint": url})
+        check_tree(m, dataset)
+        verdicts = [r["verdict"] for r in gateway_log(log)]
+        assert 1 <= verdicts.count("AuthorizationHeaderMalformed") <= 2, verdicts
+        assert verdicts.count("ok") >= helpers.TEST_SHARDS
+        assert "signing for us-east-1" in m.log()
+        assert "the bucket is in region eu-west-3" in m.log(), m.log()
+    finally:
+        stop(gw)
+
+
+@pytest.mark.parametrize("source", ["s3://dset/test/", "s3://dset/test/*.tar"])
+def test_prefix_source_finds_index_beside(s3, dataset, aws_env, mounter,
+                                          tmp_path, source):
+    """An index published as PREFIX/<last component>.echofs-index is the
+    one a prefix or glob source uses (it was looked for at
+    PREFIX/.echofs-index)."""
+    aws_env.setenv("AWS_ENDPOINT_URL_S3", s3.url)
+    out = str(tmp_path / "test.echofs-index")
+    r = subprocess.run([os.path.join(helpers.BUILD, "tools", "echofs-index"),
+                        "-o", out, TEST_SRC], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    c = client(s3.s3url)
+    with open(out, "rb") as f:
+        c.put_object(Bucket="dset", Key="test/test.echofs-index", Body=f.read())
+    try:
+        s3.requests()
+        m = mounter(source, cache_dir=str(tmp_path / "cache"))
+        check_tree(m, dataset)
+        assert "index from beside" in m.log(), m.log()
+        gets = [x["path"] for x in s3.requests() if x["method"] == "GET"]
+        assert "/dset/test/test.echofs-index" in gets, gets
+    finally:
+        c.delete_object(Bucket="dset", Key="test/test.echofs-index")
