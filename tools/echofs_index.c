@@ -344,6 +344,11 @@ static int build_remote(int n, char **args, const struct opts *o,
 		s3_free(s3);
 		return fail("%s", err);
 	}
+	for (size_t i = 0; i < list.n && s3; i++)
+		if (s3_is_url(list.urls[i])) { /* no region given: ask */
+			s3_find_region(s3, h, list.urls[i]);
+			break;
+		}
 	r = indexer_build(h, NULL, &list, o->jobs, progress, NULL, out, NULL, err,
 			  sizeof(err));
 	http_free(h);
