@@ -9,6 +9,7 @@ checks no signature itself).
   gateway.py --upstream http://127.0.0.1:PORT --keys KEYS.json
              [--port 0] [--port-file F] [--allow-anonymous] [--log F]
              [--clock-offset SECONDS] [--region REGION] [--no-region-header]
+             [--rate BYTES_PER_S] [--no-verify]
 
 KEYS.json, read again for every request so a test can rotate keys:
   {"AKID": {"secret": "...", "token": "..." or null,
@@ -19,7 +20,10 @@ verdict, signed headers, whether a token was sent) for the tests.
 With --region, requests signed for any other region are refused with 400
 AuthorizationHeaderMalformed naming the right one, and every reply carries
 x-amz-bucket-region as AWS's do (on 200, 301, 400 and 403 alike), unless
---no-region-header (then only the error body names the region)."""
+--no-region-header (then only the error body names the region).
+--rate sends each reply body at most that fast (a slow bucket, for the echo
+tests). --no-verify passes every request on unchecked (the benchmark
+separates the cost of this Python relay from that of verifying)."""
 
 import argparse
 import calendar
@@ -71,6 +75,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def verdict(self):
         """None when the request may pass, else (status, code, message)."""
         cfg = self.server.cfg
+        if cfg.no_verify:
+            return None
         auth = self.headers.get("Authorization")
         if auth is None:
             if cfg.allow_anonymous:
@@ -162,8 +168,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", length or str(len(data)))
         self.end_headers()
         if self.command != "HEAD":
-            self.wfile.write(data)
+            self.send_body(data)
         conn.close()
+
+    def send_body(self, data):
+        rate = self.server.cfg.rate
+        if not rate:
+            self.wfile.write(data)
+            return
+        step = 16384
+        for at in range(0, len(data), step):
+            self.wfile.write(data[at:at + step])
+            time.sleep(min(step, len(data) - at) / rate)
 
     def region_header(self):
         cfg = self.server.cfg
@@ -201,6 +217,10 @@ def main():
     ap.add_argument("--allow-anonymous", action="store_true")
     ap.add_argument("--log")
     ap.add_argument("--region", help="the only signing region accepted")
+    ap.add_argument("--no-verify", action="store_true",
+                    help="relay every request without checking it")
+    ap.add_argument("--rate", type=float, default=0,
+                    help="reply bodies at most this many bytes/s")
     ap.add_argument("--no-region-header", action="store_true",
                     help="never send x-amz-bucket-region")
     ap.add_argument("--clock-offset", type=float, default=0,
