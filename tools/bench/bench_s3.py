@@ -28,6 +28,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import shutil
 import socket
 import statistics
@@ -220,12 +221,14 @@ class Bench:
                               "--json"], capture_output=True, text=True, check=True)
         cpu = self.cpu_s(pid) - c0
         with open(os.path.join(mnt, ".echofs", "stats")) as f:
-            errs = {k: v for k, v in json.load(f)["errors"].items() if v}
+            st = json.load(f)
+        errs = {k: v for k, v in st["errors"].items() if v}
         self.umount(mnt)
         shutil.rmtree(cache, ignore_errors=True)
         if errs:
             log("%s: errors %s" % (mode, errs))
-        return json.loads(out.stdout)["files_per_s"], cpu
+        rd = json.loads(out.stdout)
+        return rd["files_per_s"], cpu, st["http_requests"], rd.get("seconds", 0)
 
     def listing(self, how, r):
         env = dict(self.env)
@@ -258,6 +261,25 @@ class Bench:
         assert n == self.a.keys + 1, n  # and the index
         return time.monotonic() - t0
 
+    def signing_cost(self, n=100000):
+        """CPU microseconds per signature: echofs's signer (tests/s3/
+        sigv4_cli, the driver of the botocore differential test) over n
+        ranged GETs with a session token; parsing and printing included, so
+        an upper bound. CPU time, not wall time: a loaded machine barely
+        moves it."""
+        line = ("GET\thttp://127.0.0.1:9000/shards/train-000%03d.tar\tus-east-1\t"
+                "20261203T120000Z\t%s\t%s\tFwoGZXIvYXdzEB//token==\trange\t"
+                "bytes=%d-%d\n")
+        text = "".join(line % (i % 60, AK, SK, i * 512, i * 512 + 4095)
+                       for i in range(n))
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        out = subprocess.run([os.path.join(self.build, "tests", "sigv4_cli")],
+                             input=text, capture_output=True, text=True, check=True)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        assert out.stdout.count("AWS4-HMAC-SHA256") == n
+        cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+        return cpu / n * 1e6
+
     def cleanup(self):
         for m in list(self.mounts):
             self.umount(m)
@@ -269,17 +291,28 @@ class Bench:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def report(a, epochs, lists, load0, load1):
+def report(a, epochs, lists, sig_us, load0, load1):
     med = {m: statistics.median(x[0] for x in epochs[m]) for m in MODES}
     cpu = {m: statistics.median(x[1] for x in epochs[m]) for m in MODES}
     print("Cold epoch, Fashion-MNIST train (60 shards, 60,000 files), "
           "%d reader processes, median of %d mounts per mode:\n" % (a.procs, a.runs))
-    print("| mode | files/s (runs) | vs http | daemon CPU s |")
-    print("|---|---|---|---|")
+    print("| mode | files/s (runs) | vs http | daemon CPU s | requests |")
+    print("|---|---|---|---|---|")
     for m in MODES:
         runs = ", ".join("%.0f" % x[0] for x in epochs[m])
-        print("| %s | %.0f (%s) | %.3f | %.2f |" % (m, med[m], runs,
-                                                      med[m] / med["http"], cpu[m]))
+        reqs = statistics.median(x[2] for x in epochs[m])
+        print("| %s | %.0f (%s) | %.3f | %.2f | %.0f |" % (
+            m, med[m], runs, med[m] / med["http"], cpu[m], reqs))
+    reqs = statistics.median(x[2] for x in epochs["s3-nginx"])
+    print("\nSigning: %.1f CPU us per request (echofs's signer over 100,000 "
+          "ranged GETs with a session token, tests/s3/sigv4_cli, parsing and "
+          "output included); x %.0f requests = %.4f CPU s per cold epoch, "
+          "%.2f%% of the http epoch's daemon CPU (%.2f s) and %.3f%% of its "
+          "wall time (%.1f s)." % (
+              sig_us, reqs, sig_us * reqs / 1e6,
+              100 * sig_us * reqs / 1e6 / cpu["http"], cpu["http"],
+              100 * sig_us * reqs / 1e6 / (60000 / med["http"]),
+              60000 / med["http"]))
     print("\nListing s3://list/big/ (%d keys, %d of them shards, index beside), "
           "command to ready tree, median of %d:\n" % (a.keys, SHARDS, a.runs))
     print("| how | seconds (runs) |")
@@ -317,9 +350,11 @@ def main():
             lists["echofs to s3rver"].append(b.listing("direct", r))
             lists["botocore paginator to s3rver"].append(b.botocore_listing())
             log("listing round %d: %s" % (r, {k: round(v[-1], 2) for k, v in lists.items()}))
+        sig_us = b.signing_cost()
         for m in MODES:
-            epochs[m] = epochs[m] or [(float("nan"), float("nan"))]
-        report(a, epochs, lists, load0, open("/proc/loadavg").read().split()[:3])
+            epochs[m] = epochs[m] or [(float("nan"),) * 4]
+        report(a, epochs, lists, sig_us, load0,
+               open("/proc/loadavg").read().split()[:3])
     finally:
         b.cleanup()
 
