@@ -342,7 +342,7 @@ def main():
         for r in range(a.runs):
             for m in (modes if r % 2 == 0 else modes[::-1]):
                 epochs[m].append(b.cold_epoch(m, r))
-                log("round %d %s: %.0f files/s, %.2f CPU s" % (r, m, *epochs[m][-1]))
+                log("round %d %s: %.0f files/s, %.2f CPU s, %d requests" % (r, m, *epochs[m][-1][:3]))
         lists = {"echofs via verifying gateway": [], "echofs to s3rver": [],
                  "botocore paginator to s3rver": []}
         for r in range(a.runs):
