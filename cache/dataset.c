@@ -89,7 +89,11 @@ static struct http *open_http(const struct dataset_opts *o, struct s3 *s3,
 		.min_rate = o->min_rate,
 		.retry_budget_s = budget,
 	};
-	return http_new(&ho, err, errlen);
+	struct http *h = http_new(&ho, err, errlen);
+
+	if (h && s3) /* no region given: ask the bucket (once) */
+		s3_find_region(s3, h, o->source);
+	return h;
 }
 
 static uint64_t sum_sizes(const struct index *ix)

@@ -51,7 +51,8 @@ static void usage(FILE *f)
 		"them).\n"
 		"s3://BUCKET/KEY URLs are signed with the AWS credential "
 		"chain; region\nand endpoint come from AWS_REGION, "
-		"AWS_ENDPOINT_URL(_S3) or the profile.\n"
+		"AWS_ENDPOINT_URL(_S3) or the profile\n(else the region "
+		"from the bucket).\n"
 		"\n"
 		"  -o, --output FILE     write the index to FILE atomically "
 		"(default: stdout)\n"
@@ -344,6 +345,11 @@ static int build_remote(int n, char **args, const struct opts *o,
 		s3_free(s3);
 		return fail("%s", err);
 	}
+	for (size_t i = 0; i < list.n && s3; i++)
+		if (s3_is_url(list.urls[i])) { /* no region given: ask */
+			s3_find_region(s3, h, list.urls[i]);
+			break;
+		}
 	r = indexer_build(h, NULL, &list, o->jobs, progress, NULL, out, NULL, err,
 			  sizeof(err));
 	http_free(h);

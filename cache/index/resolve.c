@@ -89,9 +89,26 @@ static int shard_list(const struct resolve_opts *o, struct http *h,
 	return r;
 }
 
+/* The last non-empty path component before comp (a prefix's own name),
+ * not the host or bucket; *len 0 when comp is at the root. */
+static const char *dir_name(const char *source, const char *comp, size_t *len)
+{
+	const char *sep = strstr(source, "://");
+	const char *root = sep ? sep + 3 : source, *end = comp, *p;
+
+	root += strcspn(root, "/"); /* past host or bucket */
+	while (end > root && end[-1] == '/')
+		end--;
+	p = end;
+	while (p > root && p[-1] != '/')
+		p--;
+	*len = end > root ? (size_t)(end - p) : 0;
+	return p;
+}
+
 int resolve_beside_index(const char *source, char *buf, size_t buflen)
 {
-	const char *comp = last_component(source);
+	const char *comp = last_component(source), *name = comp;
 	size_t dirlen = (size_t)(comp - source), stem;
 	const char *brace = strpbrk(comp, "{*"), *dot; /* '*': s3 listing */
 
@@ -103,8 +120,14 @@ int resolve_beside_index(const char *source, char *buf, size_t buflen)
 	}
 	while (stem > 0 && strchr("-_.", comp[stem - 1]))
 		stem--;
+	/* a prefix ("s3://B/ds/train/", ".../train/GLOB") is named after its
+	 * last component, inside it; the root after nothing: "shards" */
+	if (stem == 0)
+		name = dir_name(source, comp, &stem);
+	if (stem == 0)
+		name = "shards", stem = 6;
 	int n = snprintf(buf, buflen, "%.*s%.*s.echofs-index", (int)dirlen,
-			 source, (int)stem, stem ? comp : "shards");
+			 source, (int)stem, name);
 	return n < 0 || (size_t)n >= buflen ? -ENAMETOOLONG : 0;
 }
 

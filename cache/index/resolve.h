@@ -44,6 +44,10 @@ int resolve_open(const struct resolve_opts *o, struct http *h,
  * trailing '-', '_' and '.' removed, plus ".echofs-index". E.g.
  * "http://h/ds/train-{000000..000059}.tar" -> "http://h/ds/train.echofs-index";
  * a list file "http://h/ds/train.txt" -> "http://h/ds/train.echofs-index".
+ * A source without a stem (an s3 prefix "s3://B/ds/train/" or
+ * "s3://B/ds/train/GLOB") is named after the prefix's last component,
+ * inside the prefix: "s3://B/ds/train/train.echofs-index"; at the root of
+ * a bucket or host, "shards.echofs-index".
  * Writes into buf; returns 0 or -ENAMETOOLONG. */
 int resolve_beside_index(const char *source, char *buf, size_t buflen);
 

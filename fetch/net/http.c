@@ -708,6 +708,8 @@ static size_t on_header(char *buf, size_t size, size_t n, void *ud)
 	v = colon + 1;
 	trim(&v, &len);
 	parse_header(&x->r, name, nlen, v, len);
+	if (x->sign && x->h->auth.header)
+		x->h->auth.header(x->h->auth.ud, name, nlen, v, len);
 	return size * n;
 }
 

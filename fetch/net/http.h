@@ -74,6 +74,11 @@ struct http_auth {
 	 * the clock for a signature); honoured once per call. */
 	int (*failed)(void *ud, const char *url, long status, const char *body,
 		      size_t len);
+	/* Optional: each response header of a mapped request, name and
+	 * value trimmed and not NUL-terminated (S3 reads its bucket's region
+	 * from x-amz-bucket-region, which AWS sends even on 301/400/403). */
+	void (*header)(void *ud, const char *name, size_t nlen,
+		       const char *value, size_t vlen);
 	void *ud;
 };
 

@@ -27,12 +27,16 @@ struct s3 {
 	char *base;	 /* endpoint path without trailing '/', often "" */
 	int host_is_ip;	 /* IP literal or localhost: no virtual hosting */
 	int path_style, requester_pays, no_sign;
-	char region[64];
+	int region_auto;   /* none given: found from the bucket (see below) */
+	int endpoint_auto; /* AWS's own, named after the region */
+	int region_asked;  /* s3_find_region has run */
+	char region[64];   /* changes only under err_lock (region_auto) */
+	char seen_region[64]; /* last x-amz-bucket-region; under err_lock */
 	struct aws_creds *creds; /* NULL with no_sign */
 	struct http_auth auth;
 	_Atomic long
 		skew_s; /* server clock minus ours (RequestTimeTooSkewed) */
-	pthread_mutex_t err_lock; /* guards last_err; leaf lock */
+	pthread_mutex_t err_lock; /* guards last_err, region; leaf lock */
 	char last_err[320];
 };
 
@@ -125,6 +129,91 @@ static int correct_skew(struct s3 *s, const char *body)
 	return labs(skew - old) > 60;
 }
 
+/* ---- the bucket's region ------------------------------------------------
+ * Without -o region=, AWS_REGION, AWS_DEFAULT_REGION or a profile region,
+ * echofs does what the AWS SDKs do: one HEAD on the bucket at mount time
+ * (s3_find_region) and the x-amz-bucket-region header of its reply, which
+ * AWS sends on 200, 301, 400 and 403 alike. A request later refused with
+ * AuthorizationHeaderMalformed or PermanentRedirect naming another region
+ * switches the signing region and is tried once more. A region the user
+ * set is never changed: a mismatch fails naming the right one. */
+
+static int region_ok(const char *r)
+{
+	size_t n = strlen(r);
+
+	if (n == 0 || n >= 64)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!((r[i] >= 'a' && r[i] <= 'z') ||
+		      (r[i] >= '0' && r[i] <= '9') || r[i] == '-'))
+			return 0;
+	return 1;
+}
+
+static void region_copy(struct s3 *s, char out[64])
+{
+	pthread_mutex_lock(&s->err_lock);
+	memcpy(out, s->region, 64);
+	pthread_mutex_unlock(&s->err_lock);
+}
+
+/* Signs for want from now on; 1 if that changed the region. */
+static int region_switch(struct s3 *s, const char *want)
+{
+	int changed = 0;
+
+	if (!region_ok(want))
+		return 0;
+	pthread_mutex_lock(&s->err_lock);
+	if (strcmp(s->region, want) != 0) {
+		snprintf(s->region, sizeof(s->region), "%s", want);
+		changed = 1;
+	}
+	pthread_mutex_unlock(&s->err_lock);
+	if (changed)
+		log_info("s3: the bucket is in region %s: signing for it",
+			 want);
+	return changed;
+}
+
+static void on_header(void *ud, const char *name, size_t nlen,
+		      const char *value, size_t vlen)
+{
+	struct s3 *s = ud;
+	char r[64];
+
+	if (nlen != 19 || strncasecmp(name, "x-amz-bucket-region", 19) != 0 ||
+	    vlen == 0 || vlen >= sizeof(r))
+		return;
+	memcpy(r, value, vlen);
+	r[vlen] = '\0';
+	if (!region_ok(r))
+		return;
+	pthread_mutex_lock(&s->err_lock);
+	memcpy(s->seen_region, r, vlen + 1);
+	pthread_mutex_unlock(&s->err_lock);
+}
+
+/* A wrong-region refusal: the region from its body, else its header. */
+static int correct_region(struct s3 *s, long status, const char *code,
+			  const char *body)
+{
+	char want[64] = "";
+
+	if (!s->region_auto ||
+	    !(strcmp(code, "AuthorizationHeaderMalformed") == 0 ||
+	      strcmp(code, "PermanentRedirect") == 0 ||
+	      (!code[0] && (status == 301 || status == 400))))
+		return 0;
+	if (xml_field(body, "Region", want, sizeof(want))) {
+		pthread_mutex_lock(&s->err_lock);
+		memcpy(want, s->seen_region, sizeof(want));
+		pthread_mutex_unlock(&s->err_lock);
+	}
+	return region_switch(s, want);
+}
+
 static int on_failed(void *ud, const char *url, long status, const char *body,
 		     size_t len)
 {
@@ -138,6 +227,8 @@ static int on_failed(void *ud, const char *url, long status, const char *body,
 		return 0; /* redirects that http.c follows */
 	xml_field(body, "Code", code, sizeof(code));
 	if (strcmp(code, "RequestTimeTooSkewed") == 0 && correct_skew(s, body))
+		return 1;
+	if (correct_region(s, status, code, body))
 		return 1;
 	xml_field(body, "Message", msg, sizeof(msg));
 	if (xml_field(body, "Region", where, sizeof(where)) &&
@@ -280,15 +371,17 @@ static int sign_into(struct s3 *s, const struct http_req_info *ri,
 {
 	struct sigv4_header hs[2];
 	struct sigv4_creds c = {v->access_key, v->secret_key, v->token};
+	char region[64];
 	struct sigv4_req r = {.method = ri->method,
 			      .url = ri->url,
-			      .region = s->region,
+			      .region = region,
 			      .headers = hs};
 	struct sigv4_result res;
 	char date[SIGV4_DATE_LEN + 1];
 	size_t at = 0;
 	int rc;
 
+	region_copy(s, region);
 	if (ri->range)
 		hs[r.nheaders++] = (struct sigv4_header){"range", ri->range};
 	if (s->requester_pays)
@@ -409,10 +502,12 @@ struct s3 *s3_new(const struct s3_opts *o, char *err, size_t errlen)
 	s->no_sign = o->no_sign;
 	pick(o->region, "AWS_REGION", "AWS_DEFAULT_REGION", o->profile,
 	     "region", s->region, sizeof(s->region));
+	s->region_auto = !s->region[0];
 	if (!s->region[0])
 		snprintf(s->region, sizeof(s->region), "us-east-1");
 	pick(o->endpoint, "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", o->profile,
 	     "endpoint_url", ep, sizeof(ep));
+	s->endpoint_auto = !ep[0];
 	if (!ep[0])
 		snprintf(ep, sizeof(ep), "https://s3.%s.amazonaws.com",
 			 s->region);
@@ -427,11 +522,15 @@ struct s3 *s3_new(const struct s3_opts *o, char *err, size_t errlen)
 		s->creds = aws_creds_new(o->profile, err, errlen);
 		if (!s->creds)
 			goto fail;
-		log_info("s3: credentials from %s, region %s",
-			 aws_creds_source(s->creds), s->region);
+		log_info("s3: credentials from %s, region %s%s",
+			 aws_creds_source(s->creds), s->region,
+			 s->region_auto ? " until the bucket names its own" : "");
 	}
-	s->auth = (struct http_auth){
-		.map_url = map_url, .sign = sign, .failed = on_failed, .ud = s};
+	s->auth = (struct http_auth){.map_url = map_url,
+				     .sign = sign,
+				     .failed = on_failed,
+				     .header = on_header,
+				     .ud = s};
 	return s;
 fail:
 	s3_free(s);
@@ -453,4 +552,47 @@ void s3_free(struct s3 *s)
 const struct http_auth *s3_http_auth(struct s3 *s)
 {
 	return &s->auth;
+}
+
+/* The endpoint AWS gives region (only while it is AWS's own). */
+static void endpoint_follow(struct s3 *s)
+{
+	char ep[128], err[160];
+
+	if (!s->endpoint_auto)
+		return;
+	snprintf(ep, sizeof(ep), "https://s3.%s.amazonaws.com", s->region);
+	free(s->scheme);
+	free(s->authority);
+	free(s->base);
+	if (set_endpoint(s, ep, err, sizeof(err)))
+		log_warn("s3: %s", err); /* region_ok names make none */
+}
+
+int s3_find_region(struct s3 *s, struct http *h, const char *url)
+{
+	char head[BUCKET_MAX + 8], etag[HTTP_ETAG_MAX], seen[64];
+	uint64_t size;
+	int rc;
+
+	if (!s->region_auto || s->region_asked || !s3_is_url(url))
+		return 0;
+	s->region_asked = 1;
+	snprintf(head, sizeof(head), "s3://%.*s", (int)strcspn(url + 5, "/?"),
+		 url + 5);
+	rc = http_stat(h, head, &size, etag, sizeof(etag));
+	pthread_mutex_lock(&s->err_lock);
+	memcpy(seen, s->seen_region, sizeof(seen));
+	s->last_err[0] = '\0'; /* the HEAD's refusal is not the mount's */
+	pthread_mutex_unlock(&s->err_lock);
+	if (!seen[0]) {
+		log_info("s3: %s: no x-amz-bucket-region in the reply (%s): "
+			 "signing for %s",
+			 head, rc ? http_reason(rc) : "HTTP 200", s->region);
+		return 0;
+	}
+	region_switch(s, seen);
+	endpoint_follow(s);
+	log_info("s3: %s is in region %s (x-amz-bucket-region)", head, seen);
+	return 1;
 }

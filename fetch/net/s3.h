@@ -37,7 +37,7 @@ struct s3;
 /* Settles endpoint, region and addressing, and (unless no_sign) finds
  * credentials now, so a mount without any fails at once, naming the
  * sources tried. Region: option, AWS_REGION, AWS_DEFAULT_REGION, the
- * profile's region, else us-east-1. Endpoint: option,
+ * profile's region, else found from the bucket (s3_find_region). Endpoint: option,
  * AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's endpoint_url, else
  * AWS's. Returns NULL with a one-line reason in err. */
 struct s3 *s3_new(const struct s3_opts *o, char *err, size_t errlen);
@@ -46,6 +46,16 @@ void s3_free(struct s3 *s);
 /* The hooks to put in http_opts.auth (points into s; valid until
  * s3_free). */
 const struct http_auth *s3_http_auth(struct s3 *s);
+
+/* Finds the region of url's bucket when none was given (option,
+ * environment, profile): one HEAD on the bucket, read from its
+ * x-amz-bucket-region header whatever the status, as the AWS SDKs do; with
+ * AWS's own endpoint the endpoint follows the region. Call once after
+ * http_new with these hooks, before any other request (it is not safe
+ * against concurrent requests). Returns 1 if a region was found, 0 if not
+ * needed or not found (us-east-1 then, corrected on a wrong-region
+ * refusal); a failed HEAD is not an error. */
+int s3_find_region(struct s3 *s, struct http *h, const char *url);
 
 /* 1 if s is an s3:// URL with a bucket name; 0 otherwise (NULL too). */
 int s3_is_url(const char *s);

@@ -245,3 +245,19 @@ def private_nginx(dataset, tmp_path):
     yield srv
     srv.stop()
 
+
+
+@pytest.fixture(scope="session")
+def s3_session(dataset, tmp_path_factory):
+    """One S3 stand-in (s3rver behind the verifying gateway) for the whole
+    session, test split uploaded (tests/integration/s3stack.py)."""
+    import s3stack
+    pytest.importorskip("botocore", reason="python3-botocore is not installed")
+    if not os.path.exists(s3stack.S3RVER):
+        pytest.skip("s3rver is not installed (tools/dev/setup.sh installs it "
+                    "into tests/s3/node_modules)")
+    st = s3stack.S3Stack(str(tmp_path_factory.mktemp("s3")), dataset)
+    try:
+        yield st
+    finally:
+        st.stop()

@@ -7,141 +7,28 @@ must pass it; a wrong secret must fail the mount with S3's reason."""
 import http.server
 import json
 import os
-import socket
 import socketserver
 import subprocess
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 import helpers
 
-botocore = pytest.importorskip("botocore", reason="python3-botocore is not installed")
-import botocore.config  # noqa: E402
-import botocore.session  # noqa: E402
+pytest.importorskip("botocore", reason="python3-botocore is not installed")
 
-S3DIR = os.path.join(helpers.REPO, "tests", "s3")
-S3RVER = os.path.join(S3DIR, "node_modules", "s3rver", "bin", "s3rver.js")
-GATEWAY = os.path.join(S3DIR, "gateway.py")
-AK, SK = "AKIAECHOFSTEST000001", "echofs/test+secret/key0000000000000000001"
-AK_TOKEN, SK_TOKEN, TOKEN = ("ASIAECHOFSTEST000002", "session/secret+key2",
-                             "FwoGZXIvYXdzEechofs//session+token==")
-MANY = 5000
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, proc, what, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("%s exited with %s" % (what, proc.returncode))
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("%s did not start" % what)
-
-
-def stop(proc):
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def client(url):
-    return botocore.session.get_session().create_client(
-        "s3", region_name="us-east-1", endpoint_url=url,
-        aws_access_key_id="S3RVER", aws_secret_access_key="S3RVER",
-        config=botocore.config.Config(s3={"addressing_style": "path"},
-                                      max_pool_connections=16))
-
-
-def upload(dataset, c):
-    c.create_bucket(Bucket="dset")
-    c.create_bucket(Bucket="many")
-    shards = dataset.shards("test")
-    for path in shards:
-        with open(path, "rb") as f:
-            data = f.read()
-        c.put_object(Bucket="dset", Key="test/" + os.path.basename(path), Body=data)
-        c.put_object(Bucket="many", Key="big/" + os.path.basename(path), Body=data)
-    # 5,000 keys under one prefix (five ListObjectsV2 pages), of which only
-    # the shards end in .tar; the others sort before, between and after them
-    names = ["big/%s-%04d.json" % (p, i) for i in range(MANY - len(shards))
-             for p in ["a", "test-000004x", "zz"][i % 3:i % 3 + 1]]
-    with ThreadPoolExecutor(16) as ex:
-        list(ex.map(lambda k: c.put_object(Bucket="many", Key=k, Body=b"{}"), names))
-
-
-class S3Stack:
-    def __init__(self, work, dataset):
-        self.work = work
-        self.keys = os.path.join(work, "keys.json")
-        self.log = os.path.join(work, "gateway.log")
-        self.set_keys({AK: {"secret": SK},
-                       AK_TOKEN: {"secret": SK_TOKEN, "token": TOKEN}})
-        self.s3port = free_port()
-        env = dict(os.environ, NODE_OPTIONS="--openssl-legacy-provider")
-        self.s3rver = subprocess.Popen(
-            ["node", S3RVER, "-d", os.path.join(work, "data"), "-a", "127.0.0.1",
-             "-p", str(self.s3port), "--silent"], env=env,
-            stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "s3rver.err"), "w"))
-        self.gateway = None
-        wait_port(self.s3port, self.s3rver, "s3rver")
-        self.s3url = "http://127.0.0.1:%d" % self.s3port
-        upload(dataset, client(self.s3url))
-        self.port = free_port()
-        self.gateway = subprocess.Popen(
-            [helpers.PYTHON, GATEWAY, "--upstream", self.s3url, "--keys", self.keys,
-             "--port", str(self.port), "--log", self.log],
-            stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "gw.err"), "w"))
-        wait_port(self.port, self.gateway, "gateway")
-        self.url = "http://127.0.0.1:%d" % self.port
-
-    def set_keys(self, keys):
-        with open(self.keys + ".tmp", "w") as f:
-            json.dump(keys, f)
-        os.rename(self.keys + ".tmp", self.keys)
-
-    def requests(self):
-        """gateway log lines since the last call"""
-        try:
-            with open(self.log) as f:
-                lines = [json.loads(x) for x in f]
-        except FileNotFoundError:
-            lines = []
-        open(self.log, "w").close()
-        return lines
-
-    def stop(self):
-        for p in (self.gateway, self.s3rver):
-            if p:
-                stop(p)
+from s3stack import (AK, AK_TOKEN, GATEWAY, MANY, SK, SK_TOKEN, TOKEN,  # noqa: E402
+                     client, free_port, stop, wait_port)
 
 
 @pytest.fixture(scope="module")
-def s3(dataset, tmp_path_factory):
-    if not os.path.exists(S3RVER):
-        pytest.skip("s3rver is not installed (tools/dev/setup.sh installs it "
-                    "into tests/s3/node_modules)")
-    st = S3Stack(str(tmp_path_factory.mktemp("s3")), dataset)
-    try:
-        yield st
-    finally:
-        st.stop()
+def s3(s3_session):
+    """The session's S3 stand-in, with the 5,000-key bucket uploaded."""
+    s3_session.ensure_many()
+    s3_session.requests()
+    return s3_session
 
 
 @pytest.fixture
@@ -506,17 +393,30 @@ def test_echofs_index_on_s3_then_mount_with_it(s3, dataset, aws_env, mounter,
     assert "index from option" in m.log()
 
 
-def test_wrong_region_names_the_right_one(s3, dataset, aws_env, mounter,
-                                          tmp_path):
+def region_gateway(s3, tmp_path, *extra):
     port = free_port()
+    log = str(tmp_path / "region.log")
     gw = subprocess.Popen(
         [helpers.PYTHON, GATEWAY, "--upstream", s3.s3url, "--keys", s3.keys,
-         "--port", str(port), "--region", "eu-west-3"],
+         "--port", str(port), "--region", "eu-west-3", "--log", log] + list(extra),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port, gw, "gateway")
+    return gw, "http://127.0.0.1:%d" % port, log
+
+
+def gateway_log(log):
+    with open(log) as f:
+        return [json.loads(x) for x in f]
+
+
+def test_wrong_region_names_the_right_one(s3, dataset, aws_env, mounter,
+                                          tmp_path):
+    """A region the user set is kept: a bucket elsewhere fails the mount
+    naming its region."""
+    gw, url, _ = region_gateway(s3, tmp_path)
     try:
-        wait_port(port, gw, "gateway")
-        url = "http://127.0.0.1:%d" % port
-        err = failed_mount(mounter, TEST_SRC, {"endpoint": url})
+        err = failed_mount(mounter, TEST_SRC, {"endpoint": url,
+                                               "region": "us-west-2"})
         assert "AuthorizationHeaderMalformed" in err and "wrong region" in err, err
         assert "eu-west-3" in err, err
         aws_env.setenv("AWS_REGION", "eu-west-3")
@@ -524,3 +424,66 @@ def test_wrong_region_names_the_right_one(s3, dataset, aws_env, mounter,
         check_tree(m, dataset)
     finally:
         stop(gw)
+
+
+@pytest.mark.parametrize("source", [TEST_SRC, "s3://dset/test/"])
+def test_region_found_from_bucket_header(s3, dataset, aws_env, mounter,
+                                         tmp_path, source):
+    """No region anywhere: one HEAD on the bucket, whose reply (refused,
+    signed for us-east-1) carries x-amz-bucket-region; every later request
+    is signed for eu-west-3 and passes."""
+    gw, url, log = region_gateway(s3, tmp_path)
+    try:
+        m = mounter(source, opts={"endpoint": url})
+        check_tree(m, dataset)
+        seen = gateway_log(log)
+        assert seen[0]["method"] == "HEAD" and seen[0]["path"] == "/dset/", seen[0]
+        bad = [r for r in seen[1:] if r["verdict"] != "ok"]
+        assert not bad, bad[:3]
+        assert "is in region eu-west-3 (x-amz-bucket-region)" in m.log(), m.log()
+    finally:
+        stop(gw)
+
+
+def test_region_corrected_from_error_without_header(s3, dataset, aws_env,
+                                                    mounter, tmp_path):
+    """A server that sends no x-amz-bucket-region: the first refusal
+    (AuthorizationHeaderMalformed naming eu-west-3) switches the signing
+    region and that request is tried once more; the rest pass."""
+    gw, url, log = region_gateway(s3, tmp_path, "--no-region-header")
+    try:
+        m = mounter(TEST_SRC, opts={"endpoint": url})
+        check_tree(m, dataset)
+        verdicts = [r["verdict"] for r in gateway_log(log)]
+        assert 1 <= verdicts.count("AuthorizationHeaderMalformed") <= 2, verdicts
+        assert verdicts.count("ok") >= helpers.TEST_SHARDS
+        assert "signing for us-east-1" in m.log()
+        assert "the bucket is in region eu-west-3" in m.log(), m.log()
+    finally:
+        stop(gw)
+
+
+@pytest.mark.parametrize("source", ["s3://dset/test/", "s3://dset/test/*.tar"])
+def test_prefix_source_finds_index_beside(s3, dataset, aws_env, mounter,
+                                          tmp_path, source):
+    """An index published as PREFIX/<last component>.echofs-index is the
+    one a prefix or glob source uses (it was looked for at
+    PREFIX/.echofs-index)."""
+    aws_env.setenv("AWS_ENDPOINT_URL_S3", s3.url)
+    out = str(tmp_path / "test.echofs-index")
+    r = subprocess.run([os.path.join(helpers.BUILD, "tools", "echofs-index"),
+                        "-o", out, TEST_SRC], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    c = client(s3.s3url)
+    with open(out, "rb") as f:
+        c.put_object(Bucket="dset", Key="test/test.echofs-index", Body=f.read())
+    try:
+        s3.requests()
+        m = mounter(source, cache_dir=str(tmp_path / "cache"))
+        check_tree(m, dataset)
+        assert "index from beside" in m.log(), m.log()
+        gets = [x["path"] for x in s3.requests() if x["method"] == "GET"]
+        assert "/dset/test/test.echofs-index" in gets, gets
+    finally:
+        c.delete_object(Bucket="dset", Key="test/test.echofs-index")

@@ -8,13 +8,22 @@ checks no signature itself).
 
   gateway.py --upstream http://127.0.0.1:PORT --keys KEYS.json
              [--port 0] [--port-file F] [--allow-anonymous] [--log F]
-             [--clock-offset SECONDS] [--region REGION]
+             [--clock-offset SECONDS] [--region REGION] [--no-region-header]
+             [--rate BYTES_PER_S] [--no-verify]
 
 KEYS.json, read again for every request so a test can rotate keys:
   {"AKID": {"secret": "...", "token": "..." or null,
             "expires": unix time or null}}
 Every request it saw is appended to --log as one JSON line (method, path,
-verdict, signed headers, whether a token was sent) for the tests."""
+verdict, signed headers, whether a token was sent) for the tests.
+
+With --region, requests signed for any other region are refused with 400
+AuthorizationHeaderMalformed naming the right one, and every reply carries
+x-amz-bucket-region as AWS's do (on 200, 301, 400 and 403 alike), unless
+--no-region-header (then only the error body names the region).
+--rate sends each reply body at most that fast (a slow bucket, for the echo
+tests). --no-verify passes every request on unchecked (the benchmark
+separates the cost of this Python relay from that of verifying)."""
 
 import argparse
 import calendar
@@ -66,6 +75,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def verdict(self):
         """None when the request may pass, else (status, code, message)."""
         cfg = self.server.cfg
+        if cfg.no_verify:
+            return None
         auth = self.headers.get("Authorization")
         if auth is None:
             if cfg.allow_anonymous:
@@ -149,6 +160,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         r = conn.getresponse()
         data = r.read()
         self.send_response(r.status)
+        self.region_header()
         for k, v in r.getheaders():
             if k.lower() not in HOP and k.lower() != "content-length":
                 self.send_header(k, v)
@@ -156,8 +168,23 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", length or str(len(data)))
         self.end_headers()
         if self.command != "HEAD":
-            self.wfile.write(data)
+            self.send_body(data)
         conn.close()
+
+    def send_body(self, data):
+        rate = self.server.cfg.rate
+        if not rate:
+            self.wfile.write(data)
+            return
+        step = 16384
+        for at in range(0, len(data), step):
+            self.wfile.write(data[at:at + step])
+            time.sleep(min(step, len(data) - at) / rate)
+
+    def region_header(self):
+        cfg = self.server.cfg
+        if cfg.region and not cfg.no_region_header:
+            self.send_header("x-amz-bucket-region", cfg.region)
 
     def handle_any(self):
         v = self.verdict()
@@ -167,6 +194,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         body = error_xml(*v[1:])
         self.send_response(v[0])
+        self.region_header()
         self.send_header("Content-Type", "application/xml")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -189,6 +217,12 @@ def main():
     ap.add_argument("--allow-anonymous", action="store_true")
     ap.add_argument("--log")
     ap.add_argument("--region", help="the only signing region accepted")
+    ap.add_argument("--no-verify", action="store_true",
+                    help="relay every request without checking it")
+    ap.add_argument("--rate", type=float, default=0,
+                    help="reply bodies at most this many bytes/s")
+    ap.add_argument("--no-region-header", action="store_true",
+                    help="never send x-amz-bucket-region")
     ap.add_argument("--clock-offset", type=float, default=0,
                     help="seconds added to this server's clock")
     cfg = ap.parse_args()

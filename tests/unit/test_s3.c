@@ -219,3 +219,76 @@ Test(s3, error_codes)
 	cr_expect_eq(s3_code_errno("WhatIsThis", &why), -EIO);
 	cr_expect_null(why);
 }
+
+/* The region a signature names, from the sign hook's Authorization line. */
+static int signs_for(struct s3 *s, const char *region)
+{
+	struct http_req_info ri = {.method = "GET",
+				   .url = "http://127.0.0.1:9000/dset/k"};
+	char buf[4096], want[96];
+
+	cr_assert_eq(s3_http_auth(s)->sign(s, &ri, buf, sizeof(buf)), 0);
+	snprintf(want, sizeof(want), "/%s/s3/aws4_request", region);
+	return strstr(buf, want) != NULL;
+}
+
+static struct s3 *region_s3(const char *region)
+{
+	struct s3_opts o = {.endpoint = "http://127.0.0.1:9000",
+			    .region = region};
+	char err[256];
+	struct s3 *s;
+
+	clean_env();
+	setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE", 1);
+	setenv("AWS_SECRET_ACCESS_KEY", "secret/key", 1);
+	s = s3_new(&o, err, sizeof(err));
+	cr_assert(s, "%s", err);
+	return s;
+}
+
+static const char wrong_region_body[] =
+	"<Error><Code>AuthorizationHeaderMalformed</Code><Message>the region "
+	"'us-east-1' is wrong; expecting 'eu-west-3'</Message><Region>"
+	"eu-west-3</Region></Error>";
+
+Test(s3, wrong_region_refusal_switches_an_unset_region_once)
+{
+	struct s3 *s = region_s3(NULL);
+	const struct http_auth *a = s3_http_auth(s);
+
+	cr_expect(signs_for(s, "us-east-1"));
+	cr_expect_eq(a->failed(s, "http://127.0.0.1:9000/dset/k", 400,
+			       wrong_region_body, sizeof(wrong_region_body) - 1),
+		     1);
+	cr_expect(signs_for(s, "eu-west-3"));
+	/* the same refusal again changes nothing: no second attempt */
+	cr_expect_eq(a->failed(s, "http://127.0.0.1:9000/dset/k", 400,
+			       wrong_region_body, sizeof(wrong_region_body) - 1),
+		     0);
+	s3_free(s);
+}
+
+Test(s3, bodyless_refusal_uses_the_region_header)
+{
+	struct s3 *s = region_s3(NULL);
+	const struct http_auth *a = s3_http_auth(s);
+
+	a->header(s, "x-amz-bucket-region", 19, "ap-south-2", 10);
+	a->header(s, "x-amz-bucket-region", 19, "bad/region", 10); /* ignored */
+	cr_expect_eq(a->failed(s, "http://127.0.0.1:9000/dset/", 301, "", 0), 1);
+	cr_expect(signs_for(s, "ap-south-2"));
+	s3_free(s);
+}
+
+Test(s3, a_region_the_user_set_is_kept)
+{
+	struct s3 *s = region_s3("us-west-2");
+	const struct http_auth *a = s3_http_auth(s);
+
+	cr_expect_eq(a->failed(s, "http://127.0.0.1:9000/dset/k", 400,
+			       wrong_region_body, sizeof(wrong_region_body) - 1),
+		     0);
+	cr_expect(signs_for(s, "us-west-2"));
+	s3_free(s);
+}

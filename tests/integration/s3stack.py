@@ -1,0 +1,156 @@
+"""s3stack.py - one S3 stand-in per test session: s3rver (npm, installed by
+tools/dev/setup.sh into tests/s3/node_modules) behind the verifying gateway
+(tests/s3/gateway.py, every signature recomputed with botocore), with the
+test split uploaded once; the train split and the 5,000-key bucket are
+uploaded when a test first asks for them (ensure_train, ensure_many)."""
+
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import helpers
+
+S3DIR = os.path.join(helpers.REPO, "tests", "s3")
+S3RVER = os.path.join(S3DIR, "node_modules", "s3rver", "bin", "s3rver.js")
+GATEWAY = os.path.join(S3DIR, "gateway.py")
+AK, SK = "AKIAECHOFSTEST000001", "echofs/test+secret/key0000000000000000001"
+AK_TOKEN, SK_TOKEN, TOKEN = ("ASIAECHOFSTEST000002", "session/secret+key2",
+                             "FwoGZXIvYXdzEechofs//session+token==")
+MANY = 5000
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc, what, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("%s exited with %s" % (what, proc.returncode))
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("%s did not start" % what)
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def client(url):
+    import botocore.config
+    import botocore.session
+    return botocore.session.get_session().create_client(
+        "s3", region_name="us-east-1", endpoint_url=url,
+        aws_access_key_id="S3RVER", aws_secret_access_key="S3RVER",
+        config=botocore.config.Config(s3={"addressing_style": "path"},
+                                      max_pool_connections=16))
+
+
+def put_files(c, bucket, prefix, paths):
+    def one(path):
+        with open(path, "rb") as f:
+            c.put_object(Bucket=bucket, Key=prefix + os.path.basename(path),
+                         Body=f.read())
+    with ThreadPoolExecutor(4) as ex:
+        list(ex.map(one, paths))
+
+
+class S3Stack:
+    def __init__(self, work, dataset):
+        self.work = work
+        self.dataset = dataset
+        self.lock = threading.Lock()
+        self.have = set()
+        self.keys = os.path.join(work, "keys.json")
+        self.log = os.path.join(work, "gateway.log")
+        self.set_keys({AK: {"secret": SK},
+                       AK_TOKEN: {"secret": SK_TOKEN, "token": TOKEN}})
+        self.s3port = free_port()
+        env = dict(os.environ, NODE_OPTIONS="--openssl-legacy-provider")
+        self.s3rver = subprocess.Popen(
+            ["node", S3RVER, "-d", os.path.join(work, "data"), "-a", "127.0.0.1",
+             "-p", str(self.s3port), "--silent"], env=env,
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "s3rver.err"), "w"))
+        self.gateway = None
+        wait_port(self.s3port, self.s3rver, "s3rver")
+        self.s3url = "http://127.0.0.1:%d" % self.s3port
+        self.client = client(self.s3url)
+        self.client.create_bucket(Bucket="dset")
+        put_files(self.client, "dset", "test/", dataset.shards("test"))
+        self.port = free_port()
+        self.gateway = subprocess.Popen(
+            [helpers.PYTHON, GATEWAY, "--upstream", self.s3url, "--keys", self.keys,
+             "--port", str(self.port), "--log", self.log],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "gw.err"), "w"))
+        wait_port(self.port, self.gateway, "gateway")
+        self.url = "http://127.0.0.1:%d" % self.port
+
+    def ensure_train(self):
+        """dset/train/: the 60 train shards and train.echofs-index beside
+        them (s3:// URLs, written by the tests' own index writer)."""
+        with self.lock:
+            if "train" in self.have:
+                return
+            shards = self.dataset.shards("train")
+            put_files(self.client, "dset", "train/", shards)
+            path = os.path.join(self.work, "train.echofs-index")
+            helpers.write_index(path, [("s3://dset/train/" + os.path.basename(p),
+                                        p, None) for p in shards])
+            with open(path, "rb") as f:
+                self.client.put_object(Bucket="dset", Key="train/train.echofs-index",
+                                       Body=f.read())
+            self.have.add("train")
+
+    def ensure_many(self):
+        """Bucket "many": the test shards under big/ among 5,000 keys (five
+        ListObjectsV2 pages); the other keys sort before, between and after
+        the shards."""
+        with self.lock:
+            if "many" in self.have:
+                return
+            c = self.client
+            c.create_bucket(Bucket="many")
+            shards = self.dataset.shards("test")
+            put_files(c, "many", "big/", shards)
+            names = ["big/%s-%04d.json" % (p, i) for i in range(MANY - len(shards))
+                     for p in ["a", "test-000004x", "zz"][i % 3:i % 3 + 1]]
+            with ThreadPoolExecutor(16) as ex:
+                list(ex.map(lambda k: c.put_object(Bucket="many", Key=k, Body=b"{}"),
+                            names))
+            self.have.add("many")
+
+    def set_keys(self, keys):
+        with open(self.keys + ".tmp", "w") as f:
+            json.dump(keys, f)
+        os.rename(self.keys + ".tmp", self.keys)
+
+    def requests(self):
+        """gateway log lines since the last call"""
+        try:
+            with open(self.log) as f:
+                lines = [json.loads(x) for x in f]
+        except FileNotFoundError:
+            lines = []
+        open(self.log, "w").close()
+        return lines
+
+    def stop(self):
+        for p in (self.gateway, self.s3rver):
+            if p:
+                stop(p)
