@@ -13,6 +13,7 @@
 #include "common/util.h"
 #include "fetch/format/index.h"
 #include "fetch/net/http.h"
+#include "fetch/net/gcs.h"
 #include "fetch/net/s3.h"
 
 struct dataset {
@@ -20,6 +21,7 @@ struct dataset {
 	struct shards *sh;	/* owned when `own`; may be NULL */
 	struct http *http;	/* owned; NULL for dataset_wrap */
 	struct s3 *s3;		/* owned; s3:// sources only */
+	struct gcs *gcs;	/* owned; gs:// sources only */
 	struct store *store;	/* owned; NULL: no disk cache */
 	int own;
 	const char *index_from; /* static */
@@ -62,21 +64,44 @@ static int open_s3(const struct dataset_opts *o, struct s3 **out, char *err,
 	return *out ? 0 : -EINVAL;
 }
 
-/* A failed open's line ends with S3's own reason when there was one. */
-static void append_s3_reason(struct s3 *s3, char *err, size_t errlen)
+/* The GCS addressing and token of a gs:// source (or of a list file that
+ * names gs:// shards); *out NULL for others. */
+static int open_gcs(const struct dataset_opts *o, struct gcs **out, char *err,
+		    size_t errlen)
 {
-	char why[320];
+	struct gcs_opts go = {.endpoint = o->gcs.endpoint,
+			      .no_sign = o->gcs.no_sign};
+
+	*out = NULL;
+	if (!o->gcs.on && !gcs_list_mentions(o->source))
+		return 0;
+	*out = gcs_new(&go, err, errlen);
+	return *out ? 0 : -EINVAL;
+}
+
+/* A failed open's line ends with S3's or GCS's own reason when there was
+ * one. */
+static void append_s3_reason(struct s3 *s3, struct gcs *gcs, char *err,
+			     size_t errlen)
+{
+	char why[400];
 	size_t n = strlen(err);
 
 	if (s3 && s3_last_error(s3, why, sizeof(why))[0] && !strstr(err, why))
 		snprintf(err + n, errlen - n, " (%s)", why);
+	n = strlen(err);
+	if (gcs && gcs_last_error(gcs, why, sizeof(why))[0] &&
+	    !strstr(err, why))
+		snprintf(err + n, errlen - n, " (%s)", why);
 }
 
 static struct http *open_http(const struct dataset_opts *o, struct s3 *s3,
-			      double budget, char *err, size_t errlen)
+			      struct gcs *gcs, double budget, char *err,
+			      size_t errlen)
 {
+	const struct http_auth *a = s3 ? s3_http_auth(s3) : NULL;
 	struct http_opts ho = {
-		.auth = s3 ? s3_http_auth(s3) : NULL,
+		.auth = gcs ? gcs_http_auth(gcs, a) : a,
 		.connections = o->connections,
 		.header_file = o->header_file,
 		.ca_file = o->ca_file,
@@ -120,7 +145,7 @@ static int open_index(struct dataset *ds, const struct dataset_opts *o,
 	log_info("index from %s: %zu shards, %zu samples", info.index_from,
 		 (*ix)->nshards, (*ix)->nsamples);
 	http_free(ds->http);
-	ds->http = open_http(o, ds->s3, o->run_retry_budget_s, err, errlen);
+	ds->http = open_http(o, ds->s3, ds->gcs, o->run_retry_budget_s, err, errlen);
 	return ds->http ? 0 : -EINVAL;
 }
 
@@ -134,9 +159,11 @@ int dataset_open(const struct dataset_opts *o, struct dataset **out, char *err,
 
 	ds->own = 1;
 	r = open_s3(o, &ds->s3, err, errlen);
+	if (!r)
+		r = open_gcs(o, &ds->gcs, err, errlen);
 	if (r)
 		goto fail;
-	ds->http = open_http(o, ds->s3, o->boot_retry_budget_s, err, errlen);
+	ds->http = open_http(o, ds->s3, ds->gcs, o->boot_retry_budget_s, err, errlen);
 	if (!ds->http) {
 		r = -EINVAL;
 		goto fail;
@@ -165,7 +192,7 @@ int dataset_open(const struct dataset_opts *o, struct dataset **out, char *err,
 	*out = ds;
 	return 0;
 fail:
-	append_s3_reason(ds->s3, err, errlen);
+	append_s3_reason(ds->s3, ds->gcs, err, errlen);
 	dataset_close(ds);
 	return r;
 }
@@ -208,15 +235,18 @@ int dataset_check(const struct dataset_opts *o, struct dataset_check *out,
 	struct index *ix = NULL;
 	struct http *h = NULL;
 	struct s3 *s3;
+	struct gcs *gcs = NULL;
 	int r;
 
 	memset(out, 0, sizeof(*out));
 	r = open_s3(o, &s3, err, errlen);
 	if (r)
 		return r;
-	h = open_http(o, s3, o->boot_retry_budget_s, err, errlen);
+	r = open_gcs(o, &gcs, err, errlen);
+	h = r ? NULL : open_http(o, s3, gcs, o->boot_retry_budget_s, err, errlen);
 	if (!h) {
 		s3_free(s3);
+		gcs_free(gcs);
 		return -EINVAL;
 	}
 	r = resolve_open(&ro, h, NULL, &ix, &info, err, errlen);
@@ -228,10 +258,11 @@ int dataset_check(const struct dataset_opts *o, struct dataset_check *out,
 			       err, errlen);
 	}
 	if (r)
-		append_s3_reason(s3, err, errlen);
+		append_s3_reason(s3, gcs, err, errlen);
 	index_free(ix);
 	http_free(h);
 	s3_free(s3);
+	gcs_free(gcs);
 	return r;
 }
 
@@ -270,6 +301,7 @@ void dataset_close(struct dataset *ds)
 		store_close(ds->store);
 		http_free(ds->http);
 		s3_free(ds->s3); /* the client's signing hook points into it */
+		gcs_free(ds->gcs);
 	}
 	free(ds);
 }

@@ -20,6 +20,7 @@
 #include "fetch/format/scan.h"
 #include "fetch/format/sums.h"
 #include "fetch/net/shardlist.h"
+#include "fetch/net/gcs.h"
 #include "fetch/net/s3.h"
 
 #define PROG "echofs-index"
@@ -52,6 +53,9 @@ static void usage(FILE *f)
 		"s3://BUCKET/KEY URLs are signed with the AWS credential "
 		"chain; region\nand endpoint come from AWS_REGION, "
 		"AWS_ENDPOINT_URL(_S3) or the profile.\n"
+		"gs://BUCKET/KEY URLs carry a token from the Google "
+		"credential chain;\nthe endpoint comes from "
+		"STORAGE_EMULATOR_HOST, else storage.googleapis.com.\n"
 		"\n"
 		"  -o, --output FILE     write the index to FILE atomically "
 		"(default: stdout)\n"
@@ -319,6 +323,8 @@ static int build_remote(int n, char **args, const struct opts *o,
 	struct http *h = NULL;
 	struct s3 *s3 = NULL;
 	struct s3_opts so = {0};
+	struct gcs *gcs = NULL;
+	struct gcs_opts go = {0};
 	char err[512];
 	int r;
 
@@ -337,17 +343,29 @@ static int build_remote(int n, char **args, const struct opts *o,
 			shardlist_clear(&list);
 			return fail("%s", err);
 		}
+	/* gs:// shards: a token from the Google credential chain */
+	for (size_t i = 0; i < list.n && !gcs; i++)
+		if (gcs_is_url(list.urls[i]) &&
+		    !(gcs = gcs_new(&go, err, sizeof(err)))) {
+			shardlist_clear(&list);
+			s3_free(s3);
+			return fail("%s", err);
+		}
 	ho.auth = s3 ? s3_http_auth(s3) : NULL;
+	if (gcs)
+		ho.auth = gcs_http_auth(gcs, ho.auth);
 	h = http_new(&ho, err, sizeof(err));
 	if (!h) {
 		shardlist_clear(&list);
 		s3_free(s3);
+		gcs_free(gcs);
 		return fail("%s", err);
 	}
 	r = indexer_build(h, NULL, &list, o->jobs, progress, NULL, out, NULL, err,
 			  sizeof(err));
 	http_free(h);
 	s3_free(s3);
+	gcs_free(gcs);
 	shardlist_clear(&list);
 	return r ? fail("%s", err) : 0;
 }

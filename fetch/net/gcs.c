@@ -2,6 +2,7 @@
  * http's auth hooks, list-type=2 listing and GCS error codes. */
 #include "fetch/net/gcs.h"
 
+#include "common/file.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/net/gcs_creds.h"
@@ -283,6 +284,24 @@ int gcs_list_shards(struct http *h, const char *source, size_t max,
 	return 0;
 }
 
+int gcs_list_mentions(const char *path)
+{
+	char *text;
+	size_t len;
+	int hit = 0;
+
+	if (!path || strstr(path, "://") ||
+	    file_read_all(path, 64u << 20, &text, &len))
+		return 0;
+	for (const char *p = text; p && !hit; p = strchr(p, '\n')) {
+		p += *p == '\n';
+		p += strspn(p, " \t");
+		hit = strncasecmp(p, "gs://", 5) == 0;
+	}
+	free(text);
+	return hit;
+}
+
 /* ---- set-up ------------------------------------------------------------- */
 
 static int set_endpoint(struct gcs *g, const char *ep, char *err,
@@ -309,11 +328,19 @@ static int set_endpoint(struct gcs *g, const char *ep, char *err,
 struct gcs *gcs_new(const struct gcs_opts *o, char *err, size_t errlen)
 {
 	struct gcs *g = xcalloc(1, sizeof(*g));
-	const char *ep = o->endpoint && o->endpoint[0] ? o->endpoint
-						       : GCS_ENDPOINT;
+	const char *emu = getenv("STORAGE_EMULATOR_HOST");
+	char ep[1024];
 
 	pthread_mutex_init(&g->err_lock, NULL);
 	g->no_sign = o->no_sign;
+	/* the option, else the emulator variable Google's libraries honour */
+	if (o->endpoint && o->endpoint[0])
+		snprintf(ep, sizeof(ep), "%s", o->endpoint);
+	else if (emu && emu[0])
+		snprintf(ep, sizeof(ep), "%s%s", strstr(emu, "://") ? "" :
+			 "http://", emu);
+	else
+		snprintf(ep, sizeof(ep), "%s", GCS_ENDPOINT);
 	if (set_endpoint(g, ep, err, errlen))
 		goto fail;
 	if (!g->no_sign) {

@@ -27,7 +27,10 @@ struct shardlist;
 #define GCS_ENDPOINT "https://storage.googleapis.com"
 
 struct gcs_opts {
-	const char *endpoint; /* -o endpoint=URL, or NULL */
+	/* -o endpoint=URL, or NULL: then STORAGE_EMULATOR_HOST (as Google's
+	 * client libraries take it: "host:port" means http://host:port), else
+	 * GCS_ENDPOINT */
+	const char *endpoint;
 	int no_sign;	      /* -o no_sign=1: anonymous requests */
 };
 
@@ -59,6 +62,10 @@ int gcs_is_listing(const char *source);
  * matches; -E2BIG: more than max). */
 int gcs_list_shards(struct http *h, const char *source, size_t max,
 		    struct shardlist *out, char *err, size_t errlen);
+
+/* 1 if path is a local shard list file (not a URL) with a gs:// line, so a
+ * mount of it needs the GCS hooks; 0 otherwise (NULL, unreadable). */
+int gcs_list_mentions(const char *path);
 
 /* The last GCS error reason seen ("GCS AccessDenied: ...") into buf, ""
  * if none: appended to a failed mount's one-line message. */

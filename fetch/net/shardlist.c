@@ -2,6 +2,7 @@
 #include "fetch/net/shardlist.h"
 
 #include "common/util.h"
+#include "fetch/net/gcs.h"
 #include "fetch/net/s3.h"
 
 #include <errno.h>
@@ -252,5 +253,5 @@ int shardlist_is_url(const char *s)
 		return s[7] != '\0' && s[7] != '/';
 	if (strncasecmp(s, "https://", 8) == 0)
 		return s[8] != '\0' && s[8] != '/';
-	return s3_is_url(s);
+	return s3_is_url(s) || gcs_is_url(s);
 }
