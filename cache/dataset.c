@@ -15,6 +15,7 @@
 #include "fetch/net/http.h"
 #include "fetch/net/gcs.h"
 #include "fetch/net/s3.h"
+#include "fetch/net/shardlist.h"
 
 struct dataset {
 	const struct index *ix; /* owned when `own` */
@@ -45,6 +46,26 @@ const char *dataset_net_version(void)
 	return http_version();
 }
 
+/* gs:// shards: SOURCE or index= is gs://, or a list file names some. */
+static int gcs_wanted(const struct dataset_opts *o)
+{
+	return o->gcs.on || shardlist_file_has(o->source, "gs://");
+}
+
+/* endpoint= and no_sign= alone are GCS's when the shards are gs:// only. */
+static int s3_wanted(const struct dataset_opts *o)
+{
+	const struct dataset_s3_opts *d = &o->s3;
+
+	if (!d->on)
+		return 0;
+	if (!gcs_wanted(o) || d->region || d->profile || d->path_style ||
+	    d->requester_pays)
+		return 1;
+	return s3_is_url(o->source) || (o->index && s3_is_url(o->index)) ||
+	       shardlist_file_has(o->source, "s3://");
+}
+
 /* The S3 addressing and signing of an s3:// source; *out NULL for others.
  * Returns 0 or -EINVAL with a reason (no credentials found...). */
 static int open_s3(const struct dataset_opts *o, struct s3 **out, char *err,
@@ -58,7 +79,7 @@ static int open_s3(const struct dataset_opts *o, struct s3 **out, char *err,
 	};
 
 	*out = NULL;
-	if (!d->on)
+	if (!s3_wanted(o))
 		return 0;
 	*out = s3_new(&so, err, errlen);
 	return *out ? 0 : -EINVAL;
@@ -73,7 +94,7 @@ static int open_gcs(const struct dataset_opts *o, struct gcs **out, char *err,
 			      .no_sign = o->gcs.no_sign};
 
 	*out = NULL;
-	if (!o->gcs.on && !gcs_list_mentions(o->source))
+	if (!gcs_wanted(o))
 		return 0;
 	*out = gcs_new(&go, err, errlen);
 	return *out ? 0 : -EINVAL;

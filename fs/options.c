@@ -344,9 +344,8 @@ static int convert_s3(struct raw_opts *r, struct fs_options *o, char *err,
 	o->gcs = (r->npositional > 0 &&
 		  !strncmp(r->positional[0], "gs://", 5)) ||
 		 (r->index && !strncmp(r->index, "gs://", 5));
-	/* endpoint= and no_sign= of a gs:// source are GCS's */
-	o->s3 = ((r->endpoint || r->no_sign) && !o->gcs) || r->region ||
-		r->profile || r->path_style || r->requester_pays ||
+	o->s3 = r->endpoint || r->region || r->profile || r->path_style ||
+		r->requester_pays || r->no_sign ||
 		(r->npositional > 0 && !strncmp(r->positional[0], "s3://", 5)) ||
 		(r->index && !strncmp(r->index, "s3://", 5));
 	return 0;

@@ -2,7 +2,6 @@
  * http's auth hooks, list-type=2 listing and GCS error codes. */
 #include "fetch/net/gcs.h"
 
-#include "common/file.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/net/gcs_creds.h"
@@ -282,24 +281,6 @@ int gcs_list_shards(struct http *h, const char *source, size_t max,
 	for (size_t i = 0; i < out->n; i++)
 		memcpy(out->urls[i], "gs", 2);
 	return 0;
-}
-
-int gcs_list_mentions(const char *path)
-{
-	char *text;
-	size_t len;
-	int hit = 0;
-
-	if (!path || strstr(path, "://") ||
-	    file_read_all(path, 64u << 20, &text, &len))
-		return 0;
-	for (const char *p = text; p && !hit; p = strchr(p, '\n')) {
-		p += *p == '\n';
-		p += strspn(p, " \t");
-		hit = strncasecmp(p, "gs://", 5) == 0;
-	}
-	free(text);
-	return hit;
 }
 
 /* ---- set-up ------------------------------------------------------------- */

@@ -63,10 +63,6 @@ int gcs_is_listing(const char *source);
 int gcs_list_shards(struct http *h, const char *source, size_t max,
 		    struct shardlist *out, char *err, size_t errlen);
 
-/* 1 if path is a local shard list file (not a URL) with a gs:// line, so a
- * mount of it needs the GCS hooks; 0 otherwise (NULL, unreadable). */
-int gcs_list_mentions(const char *path);
-
 /* The last GCS error reason seen ("GCS AccessDenied: ...") into buf, ""
  * if none: appended to a failed mount's one-line message. */
 const char *gcs_last_error(struct gcs *g, char *buf, size_t buflen);

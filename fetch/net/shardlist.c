@@ -1,6 +1,7 @@
 /* shardlist.c - the list of shard URLs: brace expansion and list files. */
 #include "fetch/net/shardlist.h"
 
+#include "common/file.h"
 #include "common/util.h"
 #include "fetch/net/gcs.h"
 #include "fetch/net/s3.h"
@@ -254,4 +255,22 @@ int shardlist_is_url(const char *s)
 	if (strncasecmp(s, "https://", 8) == 0)
 		return s[8] != '\0' && s[8] != '/';
 	return s3_is_url(s) || gcs_is_url(s);
+}
+
+int shardlist_file_has(const char *path, const char *scheme)
+{
+	char *text;
+	size_t len;
+	int hit = 0;
+
+	if (!path || strstr(path, "://") ||
+	    file_read_all(path, 64u << 20, &text, &len))
+		return 0;
+	for (const char *p = text; p && !hit; p = strchr(p, '\n')) {
+		p += *p == '\n';
+		p += strspn(p, " \t");
+		hit = strncasecmp(p, scheme, strlen(scheme)) == 0;
+	}
+	free(text);
+	return hit;
 }

@@ -42,4 +42,9 @@ void shardlist_clear(struct shardlist *l);
  * and for NULL. */
 int shardlist_is_url(const char *s);
 
+/* 1 if path is a local shard list file (not a URL) with a line starting
+ * with scheme (e.g. "gs://"), so a mount of it needs that scheme's hooks;
+ * 0 otherwise (NULL, unreadable). */
+int shardlist_file_has(const char *path, const char *scheme);
+
 #endif
