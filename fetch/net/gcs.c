@@ -224,7 +224,9 @@ static void note_error(struct gcs *g, const char *url, long status,
 		return; /* an index missing beside the shards is normal */
 	pthread_mutex_lock(&g->err_lock);
 	snprintf(g->last_err, sizeof(g->last_err), "GCS %s%s%s",
-		 code[0] ? code : status == 401 ? "401" : "error",
+		 code[0]	 ? code
+		 : status == 401 ? "401"
+				 : "error",
 		 why || msg[0] ? ": " : "", why ? why : msg);
 	pthread_mutex_unlock(&g->err_lock);
 }
@@ -285,16 +287,16 @@ int gcs_list_shards(struct http *h, const char *source, size_t max,
 
 /* ---- set-up ------------------------------------------------------------- */
 
-static int set_endpoint(struct gcs *g, const char *ep, char *err,
-			size_t errlen)
+static int set_endpoint(struct gcs *g, const char *ep, char *err, size_t errlen)
 {
 	size_t skip = strncasecmp(ep, "https://", 8) == 0  ? 8
 		      : strncasecmp(ep, "http://", 7) == 0 ? 7
-							  : 0;
+							   : 0;
 	size_t an = skip ? strcspn(ep + skip, "/?#") : 0, n;
 
 	if (!an || memchr(ep + skip, '@', an) || strpbrk(ep + skip, "?#")) {
-		snprintf(err, errlen, "bad GCS endpoint (want "
+		snprintf(err, errlen,
+			 "bad GCS endpoint (want "
 			 "http(s)://host[:port][/path], without user or "
 			 "query)");
 		return -EINVAL;
@@ -318,8 +320,8 @@ struct gcs *gcs_new(const struct gcs_opts *o, char *err, size_t errlen)
 	if (o->endpoint && o->endpoint[0])
 		snprintf(ep, sizeof(ep), "%s", o->endpoint);
 	else if (emu && emu[0])
-		snprintf(ep, sizeof(ep), "%s%s", strstr(emu, "://") ? "" :
-			 "http://", emu);
+		snprintf(ep, sizeof(ep), "%s%s",
+			 strstr(emu, "://") ? "" : "http://", emu);
 	else
 		snprintf(ep, sizeof(ep), "%s", GCS_ENDPOINT);
 	if (set_endpoint(g, ep, err, errlen))

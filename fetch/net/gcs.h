@@ -31,7 +31,7 @@ struct gcs_opts {
 	 * client libraries take it: "host:port" means http://host:port), else
 	 * GCS_ENDPOINT */
 	const char *endpoint;
-	int no_sign;	      /* -o no_sign=1: anonymous requests */
+	int no_sign; /* -o no_sign=1: anonymous requests */
 };
 
 struct gcs;

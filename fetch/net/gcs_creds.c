@@ -3,8 +3,8 @@
  * gcs_creds.h for the order and the DESIGN note. */
 #include "fetch/net/gcs_creds.h"
 
-#include "common/log.h"
 #include "common/file.h"
+#include "common/log.h"
 #include "common/util.h"
 #include "fetch/net/aws_creds.h"
 #include "fetch/net/gcs_json.h"
@@ -30,15 +30,17 @@
 #define RETRY_S 10
 #define JWT_LIFE_S 3600
 #define METADATA_DEFAULT "metadata.google.internal"
-#define METADATA_PATH "/computeMetadata/v1/instance/service-accounts/default/token"
+#define METADATA_PATH                                                          \
+	"/computeMetadata/v1/instance/service-accounts/default/token"
 
 struct gcs_creds {
 	enum gcs_source src;
-	char path[1024];	   /* the key file (key sources) */
-	char host[256];		   /* the metadata server (metadata source) */
+	char path[1024]; /* the key file (key sources) */
+	char host[256];	 /* the metadata server (metadata source) */
 	char source_name[1200];
-	pthread_mutex_t fetch_lock; /* one token request at a time; before lock */
-	pthread_mutex_t lock;	    /* guards cur; leaf lock */
+	pthread_mutex_t
+		fetch_lock;   /* one token request at a time; before lock */
+	pthread_mutex_t lock; /* guards cur; leaf lock */
 	struct gcs_token cur;
 	pthread_t thread;
 	int has_thread;
@@ -76,8 +78,8 @@ static int rs256(const char *pem, const char *data, unsigned char **sig,
 		 size_t *siglen)
 {
 	BIO *bio = BIO_new_mem_buf(pem, -1);
-	EVP_PKEY *key = bio ? PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL)
-			    : NULL;
+	EVP_PKEY *key =
+		bio ? PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL) : NULL;
 	EVP_MD_CTX *md = EVP_MD_CTX_new();
 	int rc = -EINVAL;
 
@@ -223,7 +225,8 @@ static int parse_token(const char *body, struct gcs_token *t)
 
 	memset(t, 0, sizeof(*t));
 	if (gcs_json_get(body, n, "access_token", t->token, sizeof(t->token)) ||
-	    !t->token[0] || gcs_json_get(body, n, "expires_in", exp, sizeof(exp)))
+	    !t->token[0] ||
+	    gcs_json_get(body, n, "expires_in", exp, sizeof(exp)))
 		return -EPROTO;
 	if (gcs_json_get(body, n, "token_type", type, sizeof(type)) == 0 &&
 	    strcasecmp(type, "Bearer") != 0)
@@ -277,14 +280,17 @@ static int read_key(const char *path, char **out, char *err, size_t errlen)
 		return rc;
 	rc = file_read_all(path, FILE_MAX, &buf, &len);
 	if (rc) {
-		snprintf(err, errlen, "cannot read %s: %s", path, strerror(-rc));
+		snprintf(err, errlen, "cannot read %s: %s", path,
+			 strerror(-rc));
 		return rc;
 	}
 	if (gcs_json_check(buf, len)) {
 		explicit_bzero(buf, len);
 		free(buf);
-		snprintf(err, errlen, "%s is not a Google credentials file "
-			 "(bad JSON)", path);
+		snprintf(err, errlen,
+			 "%s is not a Google credentials file "
+			 "(bad JSON)",
+			 path);
 		return -EPROTO;
 	}
 	*out = buf;
@@ -326,8 +332,10 @@ static int sa_form(const char *key, char **form, char **uri)
 	if (rc == 0) {
 		size_t n = strlen(jwt) + 96;
 		*form = xmalloc(n);
-		snprintf(*form, n, "grant_type=urn%%3Aietf%%3Aparams%%3Aoauth"
-			 "%%3Agrant-type%%3Ajwt-bearer&assertion=%s", jwt);
+		snprintf(*form, n,
+			 "grant_type=urn%%3Aietf%%3Aparams%%3Aoauth"
+			 "%%3Agrant-type%%3Ajwt-bearer&assertion=%s",
+			 jwt);
 	}
 	free(email);
 	wipe_free(pem);
@@ -355,8 +363,10 @@ static int user_form(const char *key, char **form, char **uri)
 	if (rc == 0) {
 		size_t n = strlen(e[0]) + strlen(e[1]) + strlen(e[2]) + 96;
 		*form = xmalloc(n);
-		snprintf(*form, n, "grant_type=refresh_token&client_id=%s&"
-			 "client_secret=%s&refresh_token=%s", e[0], e[1], e[2]);
+		snprintf(*form, n,
+			 "grant_type=refresh_token&client_id=%s&"
+			 "client_secret=%s&refresh_token=%s",
+			 e[0], e[1], e[2]);
 	}
 	for (int i = 0; i < 3; i++) {
 		wipe_free(v[i]);
@@ -388,15 +398,18 @@ static int from_key(struct gcs_creds *c, struct gcs_token *t, char *err,
 	wipe_free(key);
 	if (rc) {
 		if (rc == -EOPNOTSUPP)
-			snprintf(err, errlen, "%s: credentials type \"%s\" is not "
+			snprintf(err, errlen,
+				 "%s: credentials type \"%s\" is not "
 				 "supported (want service_account or "
-				 "authorized_user)", c->path, type);
+				 "authorized_user)",
+				 c->path, type);
 		else
 			snprintf(err, errlen, "%s: %s key without a usable %s",
 				 c->path, type,
 				 rc == -EINVAL ? "RSA private_key"
-				 : "client_email/private_key or client_id/"
-				   "client_secret/refresh_token");
+					       : "client_email/private_key or "
+						 "client_id/"
+						 "client_secret/refresh_token");
 		free(uri);
 		return rc == -EOPNOTSUPP ? -EOPNOTSUPP : -EINVAL;
 	}
@@ -443,7 +456,8 @@ static void adc_path(char *out, size_t outlen)
 		snprintf(out, outlen, "%s/application_default_credentials.json",
 			 dir);
 	else
-		snprintf(out, outlen, "%s/.config/gcloud/"
+		snprintf(out, outlen,
+			 "%s/.config/gcloud/"
 			 "application_default_credentials.json",
 			 home && home[0] ? home : "/");
 }

@@ -39,7 +39,12 @@ struct gcs_token {
 	time_t expires;		   /* 0: unknown */
 };
 
-enum gcs_source { GCS_SRC_NONE, GCS_SRC_KEY_ENV, GCS_SRC_ADC, GCS_SRC_METADATA };
+enum gcs_source {
+	GCS_SRC_NONE,
+	GCS_SRC_KEY_ENV,
+	GCS_SRC_ADC,
+	GCS_SRC_METADATA
+};
 
 struct gcs_creds;
 

@@ -31,7 +31,7 @@ EMAIL = "echofs-test@echofs-test.iam.gserviceaccount.com"
 USER = {"client_id": "echofs-client.apps.googleusercontent.com",
         "client_secret": "d-FL95Q19q7MQmFpd7hHD0Ty",
         "refresh_token": "1//echofs-refresh+token/==", "type": "authorized_user"}
-MANY = 2600  # three list-type=2 pages of 1,000
+MANY = 2100  # three list-type=2 pages (1,000 a page)
 TEST_SRC = "gs://dset/test/test-{000000..%06d}.tar" % (helpers.TEST_SHARDS - 1)
 
 

@@ -82,9 +82,9 @@ Test(gcs, storage_emulator_host_and_bad_endpoints)
 	cr_assert_str_eq(u, "https://storage.googleapis.com/dset/k");
 	free(u);
 	gcs_free(g);
-	for (const char *const *e = (const char *const[]){
-		     "ftp://x", "http://user@host", "http://h/?q", "http://",
-		     NULL};
+	for (const char *const *e =
+		     (const char *const[]){"ftp://x", "http://user@host",
+					   "http://h/?q", "http://", NULL};
 	     *e; e++) {
 		o.endpoint = *e;
 		cr_expect_null(gcs_new(&o, err, sizeof(err)), "%s", *e);

@@ -56,8 +56,7 @@ static const char *write_file(const char *name, const char *text, mode_t mode)
 
 static EVP_PKEY *new_key(int rsa)
 {
-	EVP_PKEY *k = rsa ? EVP_RSA_gen(2048)
-			  : EVP_EC_gen("P-256");
+	EVP_PKEY *k = rsa ? EVP_RSA_gen(2048) : EVP_EC_gen("P-256");
 	cr_assert(k);
 	return k;
 }
@@ -112,7 +111,8 @@ Test(gcs_creds, jwt_signature_verifies_and_claims_are_right)
 	n = b64url_dec(dot1 + 1, (size_t)(dot2 - dot1 - 1), part);
 	cr_assert_eq(gcs_json_get((char *)part, n, "iss", out, sizeof(out)), 0);
 	cr_assert_str_eq(out, "sa@p.iam.gserviceaccount.com");
-	cr_assert_eq(gcs_json_get((char *)part, n, "scope", out, sizeof(out)), 0);
+	cr_assert_eq(gcs_json_get((char *)part, n, "scope", out, sizeof(out)),
+		     0);
 	cr_assert_str_eq(out, GCS_SCOPE);
 	cr_assert_eq(gcs_json_get((char *)part, n, "aud", out, sizeof(out)), 0);
 	cr_assert_str_eq(out, "http://127.0.0.1:9/token");
@@ -195,9 +195,12 @@ Test(gcs_creds, no_credentials_names_every_source, .init = setup,
 {
 	char adc[128];
 	const char *n[] = {"no Google credentials found",
-			   "GOOGLE_APPLICATION_CREDENTIALS", adc,
-			   "metadata server 127.0.0.1:1", "unreachable",
-			   "no_sign=1", NULL};
+			   "GOOGLE_APPLICATION_CREDENTIALS",
+			   adc,
+			   "metadata server 127.0.0.1:1",
+			   "unreachable",
+			   "no_sign=1",
+			   NULL};
 
 	snprintf(adc, sizeof(adc), "%s/application_default_credentials.json",
 		 dir);
@@ -215,8 +218,8 @@ Test(gcs_creds, key_files_refused_or_named, .init = setup, .fini = teardown)
 	       p = write_file("open.json", "{\"type\":\"service_account\"}",
 			      0644),
 	       1);
-	expect_fail("group-readable", (const char *[]){"too open", "open.json",
-						       NULL});
+	expect_fail("group-readable",
+		    (const char *[]){"too open", "open.json", NULL});
 	setenv("GOOGLE_APPLICATION_CREDENTIALS", "/nonexistent/key.json", 1);
 	expect_fail("missing", (const char *[]){"/nonexistent/key.json",
 						"no such file", NULL});
@@ -233,12 +236,13 @@ Test(gcs_creds, key_files_refused_or_named, .init = setup, .fini = teardown)
 				      *s == '\n' ? "\\n" : (char[2]){*s, 0});
 	snprintf(text, sizeof(text),
 		 "{\"type\":\"service_account\",\"client_email\":\"a@b\","
-		 "\"private_key\":\"%s\",\"token_uri\":\"http://127.0.0.1:1/t\"}",
+		 "\"private_key\":\"%s\",\"token_uri\":\"http://127.0.0.1:1/"
+		 "t\"}",
 		 esc);
 	setenv("GOOGLE_APPLICATION_CREDENTIALS",
 	       write_file("ec.json", text, 0600), 1);
-	expect_fail("EC key", (const char *[]){"ec.json", "RSA private_key",
-					       NULL});
+	expect_fail("EC key",
+		    (const char *[]){"ec.json", "RSA private_key", NULL});
 	EVP_PKEY_free(ec);
 	free(pem);
 	(void)p;

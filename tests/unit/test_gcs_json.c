@@ -62,16 +62,16 @@ Test(gcs_json, hostile_inputs_refused)
 		"{\"a\":\"b\",}",
 		"{\"a\":\"b\"} x",
 		"{\"a\":\"b\"}{}",
-		"{\"a\":{\"b\":1}}",		/* nested */
-		"{\"a\":[1]}",			/* nested */
-		"{\"a\":\"1\",\"a\":\"2\"}",	/* duplicate: which one? */
-		"{\"a\":\"\\u0000\"}",		/* NUL */
-		"{\"a\":\"\\ud800\"}",		/* lone high surrogate */
-		"{\"a\":\"\\udc00\"}",		/* lone low surrogate */
-		"{\"a\":\"\\ud800\\u0041\"}",	/* bad pair */
-		"{\"a\":\"\\x41\"}",		/* bad escape */
-		"{\"a\":\"\\u12\"}",		/* short \u */
-		"{\"a\":\"line\nbreak\"}",	/* raw control */
+		"{\"a\":{\"b\":1}}",	      /* nested */
+		"{\"a\":[1]}",		      /* nested */
+		"{\"a\":\"1\",\"a\":\"2\"}",  /* duplicate: which one? */
+		"{\"a\":\"\\u0000\"}",	      /* NUL */
+		"{\"a\":\"\\ud800\"}",	      /* lone high surrogate */
+		"{\"a\":\"\\udc00\"}",	      /* lone low surrogate */
+		"{\"a\":\"\\ud800\\u0041\"}", /* bad pair */
+		"{\"a\":\"\\x41\"}",	      /* bad escape */
+		"{\"a\":\"\\u12\"}",	      /* short \u */
+		"{\"a\":\"line\nbreak\"}",    /* raw control */
 		"{\"a\":\"unterminated}",
 		"{\"a\":tru}",
 		"{\"a\":-}",
