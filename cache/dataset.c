@@ -14,13 +14,16 @@
 #include "common/util.h"
 #include "fetch/format/index.h"
 #include "fetch/net/http.h"
+#include "fetch/net/gcs.h"
 #include "fetch/net/s3.h"
+#include "fetch/net/shardlist.h"
 
 struct dataset {
 	const struct index *ix; /* owned when `own` */
 	struct shards *sh;	/* owned when `own`; may be NULL */
 	struct http *http;	/* owned; NULL for dataset_wrap */
 	struct s3 *s3;		/* owned; s3:// sources only */
+	struct gcs *gcs;	/* owned; gs:// sources only */
 	struct store *store;	/* owned; NULL: no disk cache */
 	int own;
 	const char *index_from; /* static */
@@ -48,6 +51,26 @@ const char *dataset_net_version(void)
 	return http_version();
 }
 
+/* gs:// shards: SOURCE or index= is gs://, or a list file names some. */
+static int gcs_wanted(const struct dataset_opts *o)
+{
+	return o->gcs.on || shardlist_file_has(o->source, "gs://");
+}
+
+/* endpoint= and no_sign= alone are GCS's when the shards are gs:// only. */
+static int s3_wanted(const struct dataset_opts *o)
+{
+	const struct dataset_s3_opts *d = &o->s3;
+
+	if (!d->on)
+		return 0;
+	if (!gcs_wanted(o) || d->region || d->profile || d->path_style ||
+	    d->requester_pays)
+		return 1;
+	return s3_is_url(o->source) || (o->index && s3_is_url(o->index)) ||
+	       shardlist_file_has(o->source, "s3://");
+}
+
 /* The S3 addressing and signing of an s3:// source; *out NULL for others.
  * Returns 0 or -EINVAL with a reason (no credentials found...). */
 static int open_s3(const struct dataset_opts *o, struct s3 **out, char *err,
@@ -61,27 +84,50 @@ static int open_s3(const struct dataset_opts *o, struct s3 **out, char *err,
 	};
 
 	*out = NULL;
-	if (!d->on)
+	if (!s3_wanted(o))
 		return 0;
 	*out = s3_new(&so, err, errlen);
 	return *out ? 0 : -EINVAL;
 }
 
-/* A failed open's line ends with S3's own reason when there was one. */
-static void append_s3_reason(struct s3 *s3, char *err, size_t errlen)
+/* The GCS addressing and token of a gs:// source (or of a list file that
+ * names gs:// shards); *out NULL for others. */
+static int open_gcs(const struct dataset_opts *o, struct gcs **out, char *err,
+		    size_t errlen)
 {
-	char why[320];
+	struct gcs_opts go = {.endpoint = o->gcs.endpoint,
+			      .no_sign = o->gcs.no_sign};
+
+	*out = NULL;
+	if (!gcs_wanted(o))
+		return 0;
+	*out = gcs_new(&go, err, errlen);
+	return *out ? 0 : -EINVAL;
+}
+
+/* A failed open's line ends with S3's or GCS's own reason when there was
+ * one. */
+static void append_s3_reason(struct s3 *s3, struct gcs *gcs, char *err,
+			     size_t errlen)
+{
+	char why[400];
 	size_t n = strlen(err);
 
 	if (s3 && s3_last_error(s3, why, sizeof(why))[0] && !strstr(err, why))
 		snprintf(err + n, errlen - n, " (%s)", why);
+	n = strlen(err);
+	if (gcs && gcs_last_error(gcs, why, sizeof(why))[0] &&
+	    !strstr(err, why))
+		snprintf(err + n, errlen - n, " (%s)", why);
 }
 
 static struct http *open_http(const struct dataset_opts *o, struct s3 *s3,
-			      double budget, char *err, size_t errlen)
+			      struct gcs *gcs, double budget, char *err,
+			      size_t errlen)
 {
+	const struct http_auth *a = s3 ? s3_http_auth(s3) : NULL;
 	struct http_opts ho = {
-		.auth = s3 ? s3_http_auth(s3) : NULL,
+		.auth = gcs ? gcs_http_auth(gcs, a) : a,
 		.connections = o->connections,
 		.header_file = o->header_file,
 		.ca_file = o->ca_file,
@@ -129,7 +175,7 @@ static int open_index(struct dataset *ds, const struct dataset_opts *o,
 	log_info("index from %s: %zu shards, %zu samples", info.index_from,
 		 (*ix)->nshards, (*ix)->nsamples);
 	http_free(ds->http);
-	ds->http = open_http(o, ds->s3, o->run_retry_budget_s, err, errlen);
+	ds->http = open_http(o, ds->s3, ds->gcs, o->run_retry_budget_s, err, errlen);
 	return ds->http ? 0 : -EINVAL;
 }
 
@@ -143,9 +189,11 @@ int dataset_open(const struct dataset_opts *o, struct dataset **out, char *err,
 
 	ds->own = 1;
 	r = open_s3(o, &ds->s3, err, errlen);
+	if (!r)
+		r = open_gcs(o, &ds->gcs, err, errlen);
 	if (r)
 		goto fail;
-	ds->http = open_http(o, ds->s3, o->boot_retry_budget_s, err, errlen);
+	ds->http = open_http(o, ds->s3, ds->gcs, o->boot_retry_budget_s, err, errlen);
 	if (!ds->http) {
 		r = -EINVAL;
 		goto fail;
@@ -176,7 +224,7 @@ int dataset_open(const struct dataset_opts *o, struct dataset **out, char *err,
 	*out = ds;
 	return 0;
 fail:
-	append_s3_reason(ds->s3, err, errlen);
+	append_s3_reason(ds->s3, ds->gcs, err, errlen);
 	dataset_close(ds);
 	return r;
 }
@@ -219,15 +267,18 @@ int dataset_check(const struct dataset_opts *o, struct dataset_check *out,
 	struct index *ix = NULL;
 	struct http *h = NULL;
 	struct s3 *s3;
+	struct gcs *gcs = NULL;
 	int r;
 
 	memset(out, 0, sizeof(*out));
 	r = open_s3(o, &s3, err, errlen);
 	if (r)
 		return r;
-	h = open_http(o, s3, o->boot_retry_budget_s, err, errlen);
+	r = open_gcs(o, &gcs, err, errlen);
+	h = r ? NULL : open_http(o, s3, gcs, o->boot_retry_budget_s, err, errlen);
 	if (!h) {
 		s3_free(s3);
+		gcs_free(gcs);
 		return -EINVAL;
 	}
 	r = resolve_open(&ro, h, NULL, &ix, &info, err, errlen);
@@ -239,10 +290,11 @@ int dataset_check(const struct dataset_opts *o, struct dataset_check *out,
 			       err, errlen);
 	}
 	if (r)
-		append_s3_reason(s3, err, errlen);
+		append_s3_reason(s3, gcs, err, errlen);
 	index_free(ix);
 	http_free(h);
 	s3_free(s3);
+	gcs_free(gcs);
 	return r;
 }
 
@@ -282,6 +334,7 @@ void dataset_close(struct dataset *ds)
 		store_close(ds->store);
 		http_free(ds->http);
 		s3_free(ds->s3); /* the client's signing hook points into it */
+		gcs_free(ds->gcs);
 	}
 	free(ds->rank_of);
 	free(ds->in_view);

@@ -34,6 +34,14 @@ struct dataset_s3_opts {
 	int path_style, requester_pays, no_sign;
 };
 
+/* gs:// sources (fetch/net/gcs.h): endpoint, anonymous requests. */
+struct dataset_gcs_opts {
+	int on; /* SOURCE or index= is gs:// (a list file naming gs:// URLs
+		 * turns it on too) */
+	const char *endpoint; /* or NULL */
+	int no_sign;
+};
+
 struct dataset_opts {
 	const char *source;	 /* SOURCE: URL pattern or list file */
 	const char *index;	 /* index= option (URL or path), or NULL */
@@ -52,6 +60,7 @@ struct dataset_opts {
 	/* Slowest body worth waiting for (http_opts.min_rate); 0: default. */
 	double min_rate;
 	struct dataset_s3_opts s3;
+	struct dataset_gcs_opts gcs;
 	int progress; /* show index-building progress on stderr */
 	/* Many nodes: show rank's part of world (0 of 0 or 1: everything);
 	 * the partition is drawn from seed (cache/index/partition.h). */

@@ -219,6 +219,8 @@ static struct dataset_opts dataset_opts_of(const struct fs_options *o)
 		       .profile = o->profile, .path_style = o->path_style,
 		       .requester_pays = o->requester_pays,
 		       .no_sign = o->no_sign},
+		.gcs = {.on = o->gcs, .endpoint = o->endpoint,
+			.no_sign = o->no_sign},
 		.boot_retry_budget_s = BOOT_RETRY_BUDGET_S,
 		.run_retry_budget_s = RUN_RETRY_BUDGET_S,
 		.range_after_s = RANGE_AFTER_S,

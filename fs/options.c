@@ -349,6 +349,9 @@ static int convert_s3(struct raw_opts *r, struct fs_options *o, char *err,
 		   err, errlen) ||
 	    flag01("no_sign", r->no_sign, &o->no_sign, err, errlen))
 		return -EINVAL;
+	o->gcs = (r->npositional > 0 &&
+		  !strncmp(r->positional[0], "gs://", 5)) ||
+		 (r->index && !strncmp(r->index, "gs://", 5));
 	o->s3 = r->endpoint || r->region || r->profile || r->path_style ||
 		r->requester_pays || r->no_sign ||
 		(r->npositional > 0 && !strncmp(r->positional[0], "s3://", 5)) ||
@@ -607,7 +610,8 @@ void options_usage(FILE *f, const char *prog)
 "        'http://host/ds/train-{000000..000059}.tar', or the path or URL of a\n"
 "        text file listing one shard URL a line; or s3://BUCKET/KEY with brace\n"
 "        ranges, s3://BUCKET/PREFIX/ (every .tar under PREFIX) or\n"
-"        s3://BUCKET/PREFIX/*.tar (listed with ListObjectsV2)\n"
+"        s3://BUCKET/PREFIX/*.tar (listed with ListObjectsV2); gs:// the same\n"
+"        through the GCS XML API\n"
 "\n"
 "options:\n"
 "  -o cache_dir=DIR     shard cache directory (default /var/cache/echofs for\n"
@@ -635,6 +639,8 @@ void options_usage(FILE *f, const char *prog)
 "                       virtual-hosted (bucket.host/key)\n"
 "  -o requester_pays=1  send x-amz-request-payer: requester\n"
 "  -o no_sign=1         anonymous S3 requests (public buckets)\n"
+"                       (gs:// sources: endpoint= and no_sign=1 apply to GCS;\n"
+"                       default endpoint https://storage.googleapis.com)\n"
 "  -o log_level=LEVEL   error, warn, info (default) or debug\n"
 "  -o log_file=PATH     log here (default: stderr with -f, else syslog)\n"
 "  -o echo=E            data echoing: each open of <class>/<key> may return\n"

@@ -55,6 +55,9 @@ struct fs_options {
 	/* s3:// sources (fetch/net/s3.h); s3 is 1 when SOURCE or index= is
 	 * an s3:// URL or any of these is given */
 	int s3;
+	/* gs:// sources (fetch/net/gcs.h): 1 when SOURCE or index= is a gs://
+	 * URL; endpoint and no_sign then apply to GCS */
+	int gcs;
 	char *endpoint, *region, *profile; /* owned or NULL */
 	int path_style, requester_pays, no_sign;
 	int foreground;

@@ -20,6 +20,7 @@
 #include "fetch/format/scan.h"
 #include "fetch/format/sums.h"
 #include "fetch/net/shardlist.h"
+#include "fetch/net/gcs.h"
 #include "fetch/net/s3.h"
 
 #define PROG "echofs-index"
@@ -53,6 +54,9 @@ static void usage(FILE *f)
 		"chain; region\nand endpoint come from AWS_REGION, "
 		"AWS_ENDPOINT_URL(_S3) or the profile\n(else the region "
 		"from the bucket).\n"
+		"gs://BUCKET/KEY URLs carry a token from the Google "
+		"credential chain;\nthe endpoint comes from "
+		"STORAGE_EMULATOR_HOST, else storage.googleapis.com.\n"
 		"\n"
 		"  -o, --output FILE     write the index to FILE atomically "
 		"(default: stdout)\n"
@@ -320,6 +324,8 @@ static int build_remote(int n, char **args, const struct opts *o,
 	struct http *h = NULL;
 	struct s3 *s3 = NULL;
 	struct s3_opts so = {0};
+	struct gcs *gcs = NULL;
+	struct gcs_opts go = {0};
 	char err[512];
 	int r;
 
@@ -338,11 +344,22 @@ static int build_remote(int n, char **args, const struct opts *o,
 			shardlist_clear(&list);
 			return fail("%s", err);
 		}
+	/* gs:// shards: a token from the Google credential chain */
+	for (size_t i = 0; i < list.n && !gcs; i++)
+		if (gcs_is_url(list.urls[i]) &&
+		    !(gcs = gcs_new(&go, err, sizeof(err)))) {
+			shardlist_clear(&list);
+			s3_free(s3);
+			return fail("%s", err);
+		}
 	ho.auth = s3 ? s3_http_auth(s3) : NULL;
+	if (gcs)
+		ho.auth = gcs_http_auth(gcs, ho.auth);
 	h = http_new(&ho, err, sizeof(err));
 	if (!h) {
 		shardlist_clear(&list);
 		s3_free(s3);
+		gcs_free(gcs);
 		return fail("%s", err);
 	}
 	for (size_t i = 0; i < list.n && s3; i++)
@@ -354,6 +371,7 @@ static int build_remote(int n, char **args, const struct opts *o,
 			  sizeof(err));
 	http_free(h);
 	s3_free(s3);
+	gcs_free(gcs);
 	shardlist_clear(&list);
 	return r ? fail("%s", err) : 0;
 }

@@ -18,6 +18,7 @@
 #include "fetch/net/http.h"
 #include "fetch/format/index.h"
 #include "fetch/net/shardlist.h"
+#include "fetch/net/gcs.h"
 #include "fetch/net/s3.h"
 
 #define MAX_SHARDS 10000000
@@ -58,6 +59,8 @@ static int shard_list(const struct resolve_opts *o, struct http *h,
 
 	if (s3_is_listing(o->source))
 		return s3_list_shards(h, o->source, MAX_SHARDS, l, err, errlen);
+	if (gcs_is_listing(o->source))
+		return gcs_list_shards(h, o->source, MAX_SHARDS, l, err, errlen);
 	if (is_shard_pattern(o->source)) {
 		r = shardlist_expand(o->source, MAX_SHARDS, l);
 		if (r)
@@ -83,7 +86,7 @@ static int shard_list(const struct resolve_opts *o, struct http *h,
 	if (r)
 		snprintf(err, errlen, "bad shard list %s (line %zu): %s",
 			 http_redact(o->source, red, sizeof(red)), bad,
-			 r == -EPROTONOSUPPORT ? "not an http(s) or s3 URL"
+			 r == -EPROTONOSUPPORT ? "not an http(s), s3 or gs URL"
 			 : r == -ENODATA      ? "no shards listed"
 					      : strerror(-r));
 	return r;

@@ -1,7 +1,9 @@
 /* shardlist.c - the list of shard URLs: brace expansion and list files. */
 #include "fetch/net/shardlist.h"
 
+#include "common/file.h"
 #include "common/util.h"
+#include "fetch/net/gcs.h"
 #include "fetch/net/s3.h"
 
 #include <errno.h>
@@ -252,5 +254,23 @@ int shardlist_is_url(const char *s)
 		return s[7] != '\0' && s[7] != '/';
 	if (strncasecmp(s, "https://", 8) == 0)
 		return s[8] != '\0' && s[8] != '/';
-	return s3_is_url(s);
+	return s3_is_url(s) || gcs_is_url(s);
+}
+
+int shardlist_file_has(const char *path, const char *scheme)
+{
+	char *text;
+	size_t len;
+	int hit = 0;
+
+	if (!path || strstr(path, "://") ||
+	    file_read_all(path, 64u << 20, &text, &len))
+		return 0;
+	for (const char *p = text; p && !hit; p = strchr(p, '\n')) {
+		p += *p == '\n';
+		p += strspn(p, " \t");
+		hit = strncasecmp(p, scheme, strlen(scheme)) == 0;
+	}
+	free(text);
+	return hit;
 }

@@ -38,7 +38,13 @@ void shardlist_clear(struct shardlist *l);
 
 /* 1 if s looks like an http:// or https:// URL (case-insensitive scheme)
  * with something after the "//" that is not another '/', or an s3:// URL
- * with a bucket name (s3_is_url); 0 otherwise and for NULL. */
+ * or gs:// URL with a bucket name (s3_is_url, gcs_is_url); 0 otherwise
+ * and for NULL. */
 int shardlist_is_url(const char *s);
+
+/* 1 if path is a local shard list file (not a URL) with a line starting
+ * with scheme (e.g. "gs://"), so a mount of it needs that scheme's hooks;
+ * 0 otherwise (NULL, unreadable). */
+int shardlist_file_has(const char *path, const char *scheme);
 
 #endif
