@@ -70,6 +70,9 @@ def main():
     ap.add_argument("--log")
     ap.add_argument("--allow-anonymous", action="store_true")
     cfg = ap.parse_args()
+    # What the S3 gateway's handler also reads: GCS has no regions, no
+    # throttle here.
+    cfg.region, cfg.no_region_header, cfg.rate = None, True, 0
     srv = s3gateway.Server(("127.0.0.1", cfg.port), Handler)
     srv.cfg = cfg
     srv.log_lock = threading.Lock()
