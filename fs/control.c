@@ -157,6 +157,9 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 	  "echo files open now (exact mounts keep no handles)");
 	M("reads", 'c', fc->reads, "read requests");
 	M("bytes_served", 'c', fc->bytes_served, "bytes returned to readers");
+	M("zerocopy_reads", 'c', fc->zerocopy_reads,
+	  "reads spliced from a verified cache file");
+	M("ioctls", 'c', fc->ioctls, "ioctl requests (isatty), answered ENOTTY");
 	M("page_cache_pushed", 'c', s->push.files,
 	  "files pushed into the kernel page cache");
 	M("page_cache_push_skipped", 'c', s->push.unknown,
@@ -299,7 +302,7 @@ static void render_config(const struct control *c, struct out *o)
 int control_render(struct control *c, enum control_file which, char **out,
 		   size_t *len)
 {
-	struct metric m[48], e[16];
+	struct metric m[64], e[16];
 	struct snapshot s;
 	struct out o = {xmalloc(4096), 0, 4096};
 

@@ -70,6 +70,7 @@ struct shards_stats {
 				 * the index's checksums */
 	uint64_t queued;        /* shards waiting for a worker now */
 	uint64_t active;        /* shard fetches in progress now */
+	uint64_t views;         /* hits answered as zero-copy views */
 };
 
 struct shards;
@@ -94,6 +95,29 @@ void shards_cancel(struct shards *sh);
  * -EINVAL (bad shard number). */
 ssize_t shards_read(struct shards *sh, uint32_t shard, uint64_t off,
 		    size_t len, void *buf);
+
+/* A zero-copy view of a read: len bytes at off of the open file fd. */
+struct shards_view {
+	int fd;
+	uint64_t off;
+	size_t len;
+	void *ref; /* the pinned entry, for shards_view_done */
+};
+
+/* The bytes of one whole sample member (off and len exactly the index's)
+ * as a place in a committed cache file, for a reply that splices them
+ * (fuse_reply_data with FUSE_BUF_IS_FD). The member is hashed and compared
+ * with the index on every call, from a read-only mapping of the same file
+ * whose pages the reply then takes, so no byte goes out unchecked; the
+ * entry stays pinned (never evicted or reused; an unlinked file stays
+ * readable) until shards_view_done. Returns 0, or -EAGAIN when the bytes
+ * are not servable this way now (not cached or not pinned yet, streaming,
+ * index without checksums, a partial member, or a mismatch: shards_read
+ * then handles the read as before), or -EINVAL. Counted in hits and views
+ * once done. */
+int shards_view(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
+		struct shards_view *v);
+void shards_view_done(struct shards *sh, struct shards_view *v);
 
 /* Queue shard for background fetch if it is neither cached nor queued. */
 void shards_prefetch(struct shards *sh, uint32_t shard);
