@@ -19,7 +19,6 @@ struct fs_counters {
 	_Atomic uint64_t reads;
 	_Atomic uint64_t read_errors;
 	_Atomic uint64_t bytes_served;
-	_Atomic uint64_t zerocopy_reads; /* READs answered from a cache file */
 	_Atomic uint64_t ioctls;	 /* FUSE_IOCTL requests (ENOTTY) */
 };
 

@@ -750,7 +750,6 @@ static int read_span(fuse_req_t req, struct fs_ctx *fs, uint32_t file,
 	bv.buf[0].fd = sp.fd;
 	bv.buf[0].pos = (off_t)sp.pos;
 	fs->counters.bytes_served += sp.len;
-	fs->counters.zerocopy_reads++;
 	fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
 	dataset_span_done(fs->ds, &sp);
 	push_touch(fs->push, dataset_group(fs->ds, sample));
@@ -836,8 +835,8 @@ static void fs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd,
 {
 	(void)ino, (void)cmd, (void)arg, (void)fi, (void)flags;
 	(void)in_buf, (void)in_bufsz, (void)out_bufsz;
+	ctx_of(req)->counters.ioctls++; /* before the reply frees req */
 	fuse_reply_err(req, ENOTTY);
-	ctx_of(req)->counters.ioctls++;
 }
 
 static void fs_op_init(void *userdata, struct fuse_conn_info *conn)
