@@ -750,7 +750,7 @@ static int read_span(fuse_req_t req, struct fs_ctx *fs, uint32_t file,
 	bv.buf[0].fd = sp.fd;
 	bv.buf[0].pos = (off_t)sp.pos;
 	fs->counters.bytes_served += sp.len;
-	fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
+	fuse_reply_data(req, &bv, 0);
 	dataset_span_done(fs->ds, &sp);
 	push_touch(fs->push, dataset_group(fs->ds, sample));
 	return 1;
@@ -843,9 +843,11 @@ static void fs_op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct fs_ctx *fs = userdata;
 
-	/* Zero-copy READ replies (read_span) splice from cache files. */
+	/* Zero-copy READ replies (read_span) splice from cache files. No
+	 * SPLICE_MOVE: the kernel would try to steal the cache file's page
+	 * cache pages, which must stay where they are. */
 	if (fs->zerocopy && (conn->capable & FUSE_CAP_SPLICE_WRITE))
-		conn->want |= FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE;
+		conn->want |= FUSE_CAP_SPLICE_WRITE;
 	/* Every listing as READDIRPLUS: it answers the lookups that follow. */
 	if (conn->capable & FUSE_CAP_READDIRPLUS)
 		conn->want |= FUSE_CAP_READDIRPLUS;

@@ -93,7 +93,7 @@ static int store_span(struct push *p, uint32_t f, uint32_t sample,
 	bv.buf[0].fd = sp.fd;
 	bv.buf[0].pos = (off_t)sp.pos;
 	r = fuse_lowlevel_notify_store(p->se, ns_file_ino(p->ns, f), 0, &bv,
-				       FUSE_BUF_SPLICE_MOVE);
+				       0);
 	dataset_span_done(p->ds, &sp);
 	return r;
 }

@@ -6,6 +6,9 @@ isatty(), an ioctl, on every file) or with os.open(), and a daemon's CPU time.
   bench_open.py read ROOT --mode open|osopen [--procs 2] [--seed 1]
       one shuffled epoch, dealt round-robin to --procs processes; prints
       {"files", "bytes", "secs", "files_s"} as JSON; exit 1 on a read error
+  bench_open.py ioctl FILE [--n 2000]
+      mean microseconds of one ioctl(TCGETS) (what isatty() sends) on an
+      open FILE: on a FUSE file, one FUSE_IOCTL round trip
   bench_open.py cpu PID
       CPU seconds of PID's threads (/proc/PID/task/*/schedstat)
 """
@@ -16,6 +19,7 @@ import multiprocessing as mp
 import os
 import random
 import sys
+import termios
 import time
 
 
@@ -72,6 +76,22 @@ def cmd_read(a):
     return 0
 
 
+def cmd_ioctl(a):
+    fd = os.open(a.file, os.O_RDONLY)
+    try:
+        t0 = time.perf_counter()
+        for _ in range(a.n):
+            try:
+                termios.tcgetattr(fd)
+            except termios.error:
+                pass  # ENOTTY, as for any regular file
+        us = (time.perf_counter() - t0) / a.n * 1e6
+    finally:
+        os.close(fd)
+    print("%.1f" % us)
+    return 0
+
+
 def cmd_cpu(a):
     # Nanoseconds on the CPU per thread (/proc/PID/task/*/schedstat): finer
     # than utime+stime's 10 ms ticks. echofs's threads live as long as the
@@ -96,10 +116,13 @@ def main():
     p.add_argument("--mode", choices=("open", "osopen"), required=True)
     p.add_argument("--procs", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
+    p = sub.add_parser("ioctl")
+    p.add_argument("file")
+    p.add_argument("--n", type=int, default=2000)
     p = sub.add_parser("cpu")
     p.add_argument("pid", type=int)
     a = ap.parse_args()
-    return cmd_read(a) if a.cmd == "read" else cmd_cpu(a)
+    return {"read": cmd_read, "ioctl": cmd_ioctl, "cpu": cmd_cpu}[a.cmd](a)
 
 
 if __name__ == "__main__":
