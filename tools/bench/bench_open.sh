@@ -167,7 +167,7 @@ for ((i = 1; i <= RUNS; i++)); do
 	fi
 	log "run $i open(): mount ${OPEN[mnt.open]}| local ${OPEN[local.open]}"
 done
-ONE=$(find "$AMNT" -name '*.jpg' | head -1)
+ONE=$(find "$AMNT" -name '*.jpg' -print -quit)
 RT_MNT=$($PY $RD ioctl "$ONE")
 RT_LOCAL=$($PY $RD ioctl "$TMP/local/${ONE#"$AMNT"/}")
 unmount "$AMNT" "$APID"
