@@ -25,6 +25,12 @@
  *   max(32, 8 * workers) entries stay pinned; the least recently read ones are
  *   unpinned so the store can evict them, and all are unpinned when the store
  *   has no room for a new shard.
+ * - Zero-copy views (shards_view): a whole sample of a pinned entry is
+ *   handed out as (fd, offset) after hashing it from a read-only mapping of
+ *   the entry's file (made once per pinned entry, under the lock: mmap does
+ *   no data I/O; unmapped when the entry is released). The view holds a
+ *   user reference like a reader does, so the entry stays pinned until
+ *   shards_view_done.
  * - Locking: one mutex guards the per-shard state table and the queue; it is
  *   never held across network I/O or disk reads. It may be held while calling
  *   into the store (store_put, store_drop: short, no data I/O).
