@@ -16,6 +16,7 @@
 # `valgrind --tool=callgrind`. DIR (default prof-SCENARIO-<time>) gets
 # perf.data (or callgrind.out), report.txt (the whole report), top.txt
 # (the top 15 symbols, also printed) and run.txt (scenario, commit, load).
+# PROFILE_TOOL=callgrind uses valgrind even where perf works.
 # Compare two profiles: see BENCHMARKS.md, "Profiles".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +24,7 @@ cd "$(dirname "$0")/.."
 SCEN=${1:-}
 case $SCEN in
 cold-exact | warm-exact | echo-prep) shift ;;
--h | --help | "") sed -n '2,21p' "$0"; exit 0 ;;
+-h | --help | "") sed -n '2,22p' "$0"; exit 0 ;;
 *) echo "profile.sh: unknown scenario $SCEN" >&2; exit 2 ;;
 esac
 OUT= COUNT=1000 OPTS=
@@ -64,8 +65,9 @@ if [ ! -f "$BP/build.ninja" ]; then
 fi
 ninja -C "$BP" echofs tools/echofs-index >&2
 
-TOOL=perf
-if ! perf record -e cpu-clock -g -o "$TMP/probe.data" true >/dev/null 2>&1; then
+TOOL=${PROFILE_TOOL:-perf} # PROFILE_TOOL=callgrind forces the fallback
+if [ "$TOOL" != perf ] ||
+	! perf record -e cpu-clock -g -o "$TMP/probe.data" true >/dev/null 2>&1; then
 	command -v valgrind >/dev/null || { log "neither perf nor valgrind works"; exit 1; }
 	TOOL=callgrind
 fi
@@ -116,6 +118,7 @@ if [ "$SCEN" = echo-prep ]; then
 fi
 if [ $TOOL = perf ]; then
 	mount_it "$MOPTS"
+	rm -f "$OUT/perf.data" "$OUT/perf.data.old"
 	perf record -e cpu-clock -g -p "$DPID" -o "$OUT/perf.data" 2>"$TMP/perf.log" &
 	RPID=$!
 	sleep 0.5
@@ -124,8 +127,9 @@ if [ $TOOL = perf ]; then
 	unmount_it
 	perf report -i "$OUT/perf.data" --no-children --sort symbol --stdio \
 		>"$OUT/report.txt" 2>/dev/null
+	# awk reads to the end: no SIGPIPE for perf under pipefail
 	perf report -i "$OUT/perf.data" --no-children --sort symbol --stdio -g none -q \
-		2>/dev/null | grep -v '^$' | head -15 >"$OUT/top.txt"
+		2>/dev/null | awk 'NF && n++ < 15' >"$OUT/top.txt"
 else
 	mount_it "$MOPTS" valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.out"
 	RESULT=$($READ)
