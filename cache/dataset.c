@@ -34,6 +34,7 @@ struct dataset {
 	uint32_t *rank_of; /* per shard */
 	uint8_t *in_view;  /* per sample */
 	struct dataset_part part;
+	int no_span; /* -o zerocopy=0 */
 };
 
 int dataset_global_init(void)
@@ -425,6 +426,38 @@ ssize_t dataset_read(struct dataset *ds, uint32_t sample, uint64_t off,
 	if (r >= 0 && (size_t)r != len)
 		r = -EIO; /* the index promised these bytes */
 	return r;
+}
+
+int dataset_read_span(struct dataset *ds, uint32_t sample, uint64_t off,
+		      size_t len, struct dataset_span *out)
+{
+	const struct index_sample *s = sample_of(ds, sample);
+	int r;
+
+	if (!s)
+		return -EINVAL;
+	if (!ds->sh || ds->no_span || off != 0 || len < s->size ||
+	    s->size < DATASET_SPAN_MIN || s->size > SIZE_MAX)
+		return -EAGAIN;
+	r = shards_view(ds->sh, s->shard, s->offset, (size_t)s->size,
+			&out->view);
+	if (r)
+		return r;
+	out->fd = out->view.fd;
+	out->pos = out->view.off;
+	out->len = out->view.len;
+	return 0;
+}
+
+void dataset_set_zerocopy(struct dataset *ds, int on)
+{
+	ds->no_span = !on;
+}
+
+void dataset_span_done(struct dataset *ds, struct dataset_span *sp)
+{
+	if (ds && sp)
+		shards_view_done(ds->sh, &sp->view);
 }
 
 int dataset_is_cached(struct dataset *ds, uint32_t group)

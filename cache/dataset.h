@@ -156,6 +156,30 @@ uint64_t dataset_bad_label(const struct dataset *ds);
  * (stopping), -EINVAL (bad sample), -ENXIO (no shard readers). */
 ssize_t dataset_read(struct dataset *ds, uint32_t sample, uint64_t off,
 		     size_t len, void *buf);
+/* A sample's bytes as a place in an open file, for replies that splice
+ * them instead of copying (see shards_view in cache/store/shards.h). */
+struct dataset_span {
+	int fd;
+	uint64_t pos; /* in fd */
+	size_t len;
+	struct shards_view view;
+};
+
+/* The sample's bytes from off, at most len, as a span of a verified cache
+ * file, when they can be served without a copy: the whole sample is asked
+ * for (off 0, len at least its size) and its group is cached. The bytes
+ * were checked against the index just now and the file stays pinned until
+ * dataset_span_done. Returns 0, -EAGAIN (use dataset_read) or -EINVAL. */
+int dataset_read_span(struct dataset *ds, uint32_t sample, uint64_t off,
+		      size_t len, struct dataset_span *out);
+void dataset_span_done(struct dataset *ds, struct dataset_span *sp);
+/* Spans on (the default) or off (-o zerocopy=0: dataset_read_span always
+ * -EAGAIN). Before any read. */
+void dataset_set_zerocopy(struct dataset *ds, int on);
+/* Samples under this size are never spans: libfuse copies fd buffers
+ * under two pages instead of splicing them (fuse_send_data_iov), and a
+ * plain copy of so little costs less than a view. */
+#define DATASET_SPAN_MIN 8192
 /* 1 if the group is complete in the disk cache. */
 int dataset_is_cached(struct dataset *ds, uint32_t group);
 /* Start fetching a group in the background if it is not cached or queued. */

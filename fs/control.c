@@ -159,6 +159,9 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 	  "echo files open now (exact mounts keep no handles)");
 	M("reads", 'c', fc->reads, "read requests");
 	M("bytes_served", 'c', fc->bytes_served, "bytes returned to readers");
+	M("zerocopy_reads", 'c', s->sh.views,
+	  "reads and page-cache pushes spliced from a verified cache file");
+	M("ioctls", 'c', fc->ioctls, "ioctl requests (isatty), answered ENOTTY");
 	M("page_cache_pushed", 'c', s->push.files,
 	  "files pushed into the kernel page cache");
 	M("page_cache_push_skipped", 'c', s->push.unknown,

@@ -19,6 +19,7 @@ struct fs_counters {
 	_Atomic uint64_t reads;
 	_Atomic uint64_t read_errors;
 	_Atomic uint64_t bytes_served;
+	_Atomic uint64_t ioctls;	 /* FUSE_IOCTL requests (ENOTTY) */
 };
 
 /* Everything the stats are read from; all borrowed. store may be NULL. */

@@ -278,6 +278,8 @@ static void init_ctx(struct app *a)
 	a->fs.se = a->se;
 	a->fs.prep = a->prep;
 	a->fs.timeout = CACHE_TIMEOUT_S;
+	a->fs.zerocopy = a->o.zerocopy;
+	dataset_set_zerocopy(a->ds, a->o.zerocopy);
 	a->fs.uid = getuid();
 	a->fs.gid = getgid();
 	clock_gettime(CLOCK_REALTIME, &a->fs.mtime);

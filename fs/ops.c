@@ -739,6 +739,31 @@ static void read_control(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 	snap_unref(fs, sn);
 }
 
+/* A cold READ of a whole sample that sits in a verified cache file: the
+ * reply splices it from that file (no copy through our memory when the
+ * kernel takes splice, FUSE_CAP_SPLICE_WRITE). The bytes were hashed
+ * against the index just before (dataset_read_span) and the file stays
+ * pinned until the reply is written. Returns 1 if it answered req. */
+static int read_span(fuse_req_t req, struct fs_ctx *fs, uint32_t file,
+		     size_t size, off_t off)
+{
+	uint32_t sample = fs->ns->files[file].sample;
+	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(0);
+	struct dataset_span sp;
+
+	if (off != 0 || dataset_read_span(fs->ds, sample, 0, size, &sp) != 0)
+		return 0;
+	bv.buf[0].size = sp.len;
+	bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+	bv.buf[0].fd = sp.fd;
+	bv.buf[0].pos = (off_t)sp.pos;
+	fs->counters.bytes_served += sp.len;
+	fuse_reply_data(req, &bv, 0);
+	dataset_span_done(fs->ds, &sp);
+	push_touch(fs->push, dataset_group(fs->ds, sample));
+	return 1;
+}
+
 static void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi)
 {
@@ -775,6 +800,8 @@ static void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		}
 		return;
 	}
+	if (read_span(req, fs, num, size, off))
+		return;
 	r = read_sample(fs, num, size, off, &buf);
 	if (r < 0) {
 		count_read_error(fs, num, (int)-r);
@@ -804,9 +831,31 @@ static void fs_op_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &sv);
 }
 
+/* CPython 3.11 calls isatty() (ioctl TCGETS) on every open(), and the
+ * kernel forwards every ioctl on a FUSE file as FUSE_IOCTL: it remembers
+ * no answer (fs/fuse/ioctl.c turns ENOSYS into ENOTTY each time, no
+ * no_ioctl flag) and no FOPEN_ or INIT flag keeps an ioctl local. So the
+ * round trip stays; this answers it first thing: one atomic add, no lock,
+ * no allocation (see BENCHMARKS.md, "The Python open"). */
+static void fs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd,
+			void *arg, struct fuse_file_info *fi, unsigned flags,
+			const void *in_buf, size_t in_bufsz, size_t out_bufsz)
+{
+	(void)ino, (void)cmd, (void)arg, (void)fi, (void)flags;
+	(void)in_buf, (void)in_bufsz, (void)out_bufsz;
+	ctx_of(req)->counters.ioctls++; /* before the reply frees req */
+	fuse_reply_err(req, ENOTTY);
+}
+
 static void fs_op_init(void *userdata, struct fuse_conn_info *conn)
 {
-	(void)userdata;
+	struct fs_ctx *fs = userdata;
+
+	/* Zero-copy READ replies (read_span) splice from cache files. No
+	 * SPLICE_MOVE: the kernel would try to steal the cache file's page
+	 * cache pages, which must stay where they are. */
+	if (fs->zerocopy && (conn->capable & FUSE_CAP_SPLICE_WRITE))
+		conn->want |= FUSE_CAP_SPLICE_WRITE;
 	/* Every listing as READDIRPLUS: it answers the lookups that follow. */
 	if (conn->capable & FUSE_CAP_READDIRPLUS)
 		conn->want |= FUSE_CAP_READDIRPLUS;
@@ -830,6 +879,7 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.setattr = fs_op_setattr,
 	.open = fs_op_open,
 	.read = fs_op_read,
+	.ioctl = fs_op_ioctl,
 	.write = fs_op_write,
 	.release = fs_op_release,
 	.getxattr = fs_op_getxattr,

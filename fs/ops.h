@@ -37,6 +37,7 @@ struct fs_ctx {
 	/* per file of ns: its read error is counted already (the kernel
 	 * retries a failed read); NULL counts every failed read */
 	_Atomic unsigned char *read_failed;
+	int zerocopy; /* cold reads spliced from cache files (-o zerocopy) */
 	double timeout;       /* entry and attribute cache timeout, seconds */
 	struct timespec mtime; /* of every inode: the mount time */
 	uid_t uid;

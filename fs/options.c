@@ -26,6 +26,7 @@ struct raw_opts {
 	char *threads, *max_pixels, *decode_mem;
 	char *metrics, *ca_file, *ca_path;
 	char *read_timeout, *min_rate;
+	char *zerocopy;
 	char *endpoint, *region, *profile, *path_style, *requester_pays, *no_sign;
 	char *rank, *world, *repartition;
 	char *positional[3];
@@ -65,6 +66,7 @@ static const struct fuse_opt opt_spec[] = {
 	RAW("ca_path", ca_path),
 	RAW("read_timeout", read_timeout),
 	RAW("min_rate", min_rate),
+	RAW("zerocopy", zerocopy),
 	RAW("endpoint", endpoint),
 	RAW("region", region),
 	RAW("profile", profile),
@@ -179,6 +181,7 @@ static void raw_free(struct raw_opts *r)
 	free(r->rank);
 	free(r->world);
 	free(r->repartition);
+	free(r->zerocopy);
 	for (int i = 0; i < 3; i++)
 		free(r->positional[i]);
 	free(r->bad);
@@ -435,6 +438,15 @@ static int convert(struct raw_opts *r, struct fs_options *o, char *err,
 		o->log_level = LOG_LEVEL_DEBUG;
 	if (r->metrics && metrics_check_addr(r->metrics, err, errlen) != 0)
 		return -EINVAL;
+	o->zerocopy = 1;
+	if (r->zerocopy) {
+		if (parse_u64(r->zerocopy, &v) != 0 || v > 1) {
+			snprintf(err, errlen, "bad zerocopy '%s' (0 or 1)",
+				 r->zerocopy);
+			return -EINVAL;
+		}
+		o->zerocopy = (int)v;
+	}
 	int ret = convert_echo(r, o, err, errlen);
 	if (ret == 0)
 		ret = convert_timeouts(r, o, err, errlen);
@@ -628,6 +640,8 @@ void options_usage(FILE *f, const char *prog)
 "  -o min_rate=RATE     slowest transfer worth waiting for, bytes/s averaged\n"
 "                       over 10 s, K/M suffixes (default 64K); slower ones\n"
 "                       are broken off and resumed, within a total deadline\n"
+"  -o zerocopy=0|1      cold reads of cached files spliced from the cache\n"
+"                       file, checked first (default 1; 0: copied)\n"
 "  -o endpoint=URL      S3-compatible endpoint (MinIO, Ceph, R2, GCS); default\n"
 "                       AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's\n"
 "                       endpoint_url, else AWS\n"

@@ -52,6 +52,7 @@ struct fs_options {
 	uint64_t decode_mem; /* 0: TRANSFORM_DEFAULT_DECODE_MEM */
 	double read_timeout_s; /* longest a read waits for its data */
 	double min_rate;       /* bytes/s below which a transfer is resumed */
+	int zerocopy;          /* -o zerocopy: splice cold reads (default 1) */
 	/* s3:// sources (fetch/net/s3.h); s3 is 1 when SOURCE or index= is
 	 * an s3:// URL or any of these is given */
 	int s3;

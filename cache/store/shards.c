@@ -44,6 +44,8 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 
 /* Not an errno: "state changed, look again". */
@@ -55,6 +57,12 @@ struct cref {
 	struct store_entry *e;
 	unsigned users;
 	bool retired;
+	/* Zero-copy views (shards_view): the entry's file mapped read only,
+	 * made by the first view, unmapped with the cref. */
+	const uint8_t *map;
+	uint64_t map_len;
+	int fd;
+	bool map_failed; /* do not try again */
 };
 
 struct wref {
@@ -138,6 +146,8 @@ static void enqueue(struct shards *sh, uint32_t n)
 static void cref_release(struct cref *c)
 {
 	if (c->retired && c->users == 0) {
+		if (c->map)
+			munmap((void *)c->map, (size_t)c->map_len);
 		store_put(c->e);
 		free(c);
 	}
@@ -807,6 +817,111 @@ ssize_t shards_read(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 	pthread_mutex_unlock(&sh->lock);
 	http_thread_deadline(old);
 	return r;
+}
+
+/* ---- zero-copy views ---- */
+
+/* Lock held. Map c's file once, read only, so that views hash the bytes
+ * they serve straight from the page cache (no copy into a buffer).
+ * mmap and fstat do no data I/O. A file shorter than its entry would
+ * fault (SIGBUS) where pages are missing: such a file is not mapped, and
+ * the copying path then finds it corrupt. */
+static int cref_map(struct cref *c)
+{
+	struct stat st;
+	uint64_t size;
+	void *p;
+	int fd;
+
+	if (c->map)
+		return 0;
+	if (c->map_failed)
+		return -EAGAIN;
+	c->map_failed = true; /* until it worked */
+	fd = store_entry_fd(c->e, &size);
+	if (fd < 0 || size == 0 || size > SIZE_MAX)
+		return -EAGAIN;
+	if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < size)
+		return -EAGAIN;
+	p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return -EAGAIN;
+	c->map = p;
+	c->map_len = size;
+	c->fd = fd;
+	c->map_failed = false;
+	return 0;
+}
+
+/* Lock held. The whole member of sample i, if its shard is cached and
+ * pinned: a user reference on the entry, mapped. NULL otherwise. */
+static struct cref *view_ref(struct shards *sh, uint32_t shard)
+{
+	struct slot *s = &sh->slots[shard];
+	struct cref *c = s->state == CACHED && !sh->stop ? s->c : NULL;
+
+	if (!c || cref_map(c) != 0)
+		return NULL;
+	c->users++;
+	s->last_use = ++sh->use_clock;
+	return c;
+}
+
+static void view_put(struct shards *sh, struct cref *c, bool served)
+{
+	pthread_mutex_lock(&sh->lock);
+	c->users--;
+	cref_release(c);
+	if (served) {
+		sh->stats.hits++;
+		sh->stats.views++;
+	}
+	pthread_mutex_unlock(&sh->lock);
+}
+
+int shards_view(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
+		struct shards_view *v)
+{
+	const struct index_sample *smp;
+	struct cref *c;
+	uint64_t stop;
+	size_t i;
+
+	if (!sh || shard >= nshards(sh))
+		return -EINVAL;
+	/* Without sample sums only store_pread's block check covers the
+	 * bytes: copy them through it. */
+	if (!sh->vf)
+		return -EAGAIN;
+	i = verify_find(sh->vf, shard, off, &stop);
+	if (i == VERIFY_NONE)
+		return -EAGAIN;
+	smp = &sh->ix->samples[i];
+	if (smp->offset != off || smp->size != len || len == 0)
+		return -EAGAIN;
+	pthread_mutex_lock(&sh->lock);
+	c = view_ref(sh, shard);
+	pthread_mutex_unlock(&sh->lock);
+	if (!c)
+		return -EAGAIN;
+	/* The same check as read_member, on the very pages the reply will
+	 * splice: a mismatch is left to the copying path, which counts it,
+	 * drops the entry and fetches the shard again. */
+	if (off > c->map_len || len > c->map_len - off ||
+	    !verify_sample_ok(sh->vf, i, c->map + off, len)) {
+		view_put(sh, c, false);
+		return -EAGAIN;
+	}
+	*v = (struct shards_view){.fd = c->fd, .off = off, .len = len, .ref = c};
+	return 0;
+}
+
+void shards_view_done(struct shards *sh, struct shards_view *v)
+{
+	if (!sh || !v || !v->ref)
+		return;
+	view_put(sh, v->ref, true);
+	v->ref = NULL;
 }
 
 void shards_prefetch(struct shards *sh, uint32_t shard)

@@ -25,6 +25,12 @@
  *   max(32, 8 * workers) entries stay pinned; the least recently read ones are
  *   unpinned so the store can evict them, and all are unpinned when the store
  *   has no room for a new shard.
+ * - Zero-copy views (shards_view): a whole sample of a pinned entry is
+ *   handed out as (fd, offset) after hashing it from a read-only mapping of
+ *   the entry's file (made once per pinned entry, under the lock: mmap does
+ *   no data I/O; unmapped when the entry is released). The view holds a
+ *   user reference like a reader does, so the entry stays pinned until
+ *   shards_view_done.
  * - Locking: one mutex guards the per-shard state table and the queue; it is
  *   never held across network I/O or disk reads. It may be held while calling
  *   into the store (store_put, store_drop: short, no data I/O).
@@ -70,6 +76,7 @@ struct shards_stats {
 				 * the index's checksums */
 	uint64_t queued;        /* shards waiting for a worker now */
 	uint64_t active;        /* shard fetches in progress now */
+	uint64_t views;         /* hits answered as zero-copy views */
 };
 
 struct shards;
@@ -95,6 +102,29 @@ void shards_cancel(struct shards *sh);
  * -EINVAL (bad shard number). */
 ssize_t shards_read(struct shards *sh, uint32_t shard, uint64_t off,
 		    size_t len, void *buf);
+
+/* A zero-copy view of a read: len bytes at off of the open file fd. */
+struct shards_view {
+	int fd;
+	uint64_t off;
+	size_t len;
+	void *ref; /* the pinned entry, for shards_view_done */
+};
+
+/* The bytes of one whole sample member (off and len exactly the index's)
+ * as a place in a committed cache file, for a reply that splices them
+ * (fuse_reply_data with FUSE_BUF_IS_FD). The member is hashed and compared
+ * with the index on every call, from a read-only mapping of the same file
+ * whose pages the reply then takes, so no byte goes out unchecked; the
+ * entry stays pinned (never evicted or reused; an unlinked file stays
+ * readable) until shards_view_done. Returns 0, or -EAGAIN when the bytes
+ * are not servable this way now (not cached or not pinned yet, streaming,
+ * index without checksums, a partial member, or a mismatch: shards_read
+ * then handles the read as before), or -EINVAL. Counted in hits and views
+ * once done. */
+int shards_view(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
+		struct shards_view *v);
+void shards_view_done(struct shards *sh, struct shards_view *v);
 
 /* Queue shard for background fetch if it is neither cached nor queued. */
 void shards_prefetch(struct shards *sh, uint32_t shard);

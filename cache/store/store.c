@@ -1151,6 +1151,16 @@ ssize_t store_pread(struct store_entry *e, void *buf, size_t len, uint64_t off)
 	return r;
 }
 
+int store_entry_fd(const struct store_entry *e, uint64_t *size)
+{
+	/* e->fd changes only at the first get and the last put: stable
+	 * while the caller holds its pin. */
+	if (!e || e->fd < 0)
+		return -EBADF;
+	*size = e->size;
+	return e->fd;
+}
+
 /* ---- writers ---- */
 
 static void count_write_error(struct store *s, int err)

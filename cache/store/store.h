@@ -93,6 +93,11 @@ int store_contains(struct store *s, const char *url, const char *etag,
  * fetches again), or -errno. */
 ssize_t store_pread(struct store_entry *e, void *buf, size_t len, uint64_t off);
 
+/* The descriptor of a pinned entry's file (data at offset 0, size bytes),
+ * valid until the caller's store_put; for zero-copy readers that check
+ * what they serve themselves (cache/store/shards.c). -EBADF if not open. */
+int store_entry_fd(const struct store_entry *e, uint64_t *size);
+
 /* Mark a pinned entry corrupt: it is unlinked once unpinned and never
  * returned again. Does not release the caller's pin. */
 void store_drop(struct store_entry *e);

@@ -1,0 +1,191 @@
+"""test_zerocopy.py - cold reads spliced from verified cache files (-o
+zerocopy, on by default) serve the same bytes as copied ones, never a byte
+that changed on disk after the cache checked it, and Python's open() costs
+exactly one FUSE_IOCTL (isatty) per file, answered ENOTTY."""
+
+import io
+import json
+import os
+import random
+import subprocess
+import sys
+import tarfile
+import time
+
+import pytest
+
+import helpers
+
+sys.path.insert(0, os.path.join(helpers.REPO, "tools", "dev"))
+import nginx as nginx_mod  # noqa: E402  (tools/dev/nginx.py)
+
+INDEXER = os.path.join(helpers.BUILD, "tools", "echofs-index")
+NSHARDS = 2
+PER_SHARD = 24
+
+
+def sample_bytes(rng, i):
+    # Mostly over two pages (spliced); every sixth under (always copied).
+    size = rng.randrange(500, 4000) if i % 6 == 0 else rng.randrange(9000, 90000)
+    return bytes(rng.getrandbits(8) for _ in range(size))
+
+
+def add_member(tar, name, data):
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.fixture(scope="module")
+def photo_site(tmp_path_factory):
+    """Two shards of random-byte .jpg members behind a private nginx, with
+    an index (checksums included) written by echofs-index."""
+    root = str(tmp_path_factory.mktemp("zc"))
+    www = os.path.join(root, "www")
+    os.makedirs(www)
+    rng = random.Random(11)
+    want = {}
+    for s in range(NSHARDS):
+        with tarfile.open(os.path.join(www, "zc-%06d.tar" % s), "w",
+                          format=tarfile.USTAR_FORMAT) as tar:
+            for j in range(PER_SHARD):
+                key = "k%02d%03d" % (s, j)
+                label = str(j % 3)
+                data = sample_bytes(rng, j)
+                add_member(tar, key + ".jpg", data)
+                add_member(tar, key + ".cls", label.encode())
+                want[os.path.join(label, key + ".jpg")] = data
+    srv = nginx_mod.Nginx(www, os.path.join(root, "nginx"))
+    try:
+        index = os.path.join(root, "zc.echofs-index")
+        shards = [os.path.join(www, "zc-%06d.tar" % s) for s in range(NSHARDS)]
+        subprocess.run([INDEXER, "--base-url", srv.url, "-o", index] + shards,
+                       check=True, capture_output=True)
+        source = "%s/zc-{000000..%06d}.tar" % (srv.url, NSHARDS - 1)
+        yield {"source": source, "index": index, "want": want, "www": www}
+    finally:
+        srv.stop()
+
+
+def read_all(m, paths):
+    got = {}
+    for p in paths:
+        fd = os.open(m.path(p), os.O_RDONLY)
+        try:
+            chunks = []
+            while True:
+                b = os.read(fd, 1 << 20)
+                if not b:
+                    break
+                chunks.append(b)
+        finally:
+            os.close(fd)
+        got[p] = b"".join(chunks)
+    return got
+
+
+def ioctls(m):
+    """stats' ioctl count, read with os.open (no isatty of its own)."""
+    data = read_all(m, [os.path.join(".echofs", "stats")])
+    return json.loads(next(iter(data.values())))["ioctls"]
+
+
+def wait_views(m, least=1, timeout=10.0):
+    """zerocopy_reads once it reaches `least`: a READ is a view only when the
+    kernel asks for the whole file at once (readahead may split it), and the
+    pusher's views of a touched shard come a moment later."""
+    deadline = time.monotonic() + timeout
+    while True:
+        n = m.stats()["zerocopy_reads"]
+        if n >= least or time.monotonic() > deadline:
+            return n
+        time.sleep(0.05)
+
+
+def big(want):
+    return [p for p, d in want.items() if len(d) >= 8192]
+
+
+def test_spliced_reads_same_bytes_and_off_switch(photo_site, mounter, tmp_path):
+    want = photo_site["want"]
+    cache = str(tmp_path / "cache")
+    opts = {"index": photo_site["index"]}
+    # Cold: fetched into the cache while read.
+    m = mounter(photo_site["source"], cache, opts, name="cold")
+    assert read_all(m, sorted(want)) == want
+    m.umount()
+    # Warm disk cache, cold page cache: every big file is a view.
+    m = mounter(photo_site["source"], cache, opts, name="warm")
+    assert read_all(m, sorted(want)) == want
+    assert wait_views(m) >= 1
+    st = m.stats()
+    assert st["errors"]["verify"] == 0 and st["errors"]["cache_corrupt"] == 0
+    m.umount()
+    # -o zerocopy=0: the same bytes, copied.
+    m = mounter(photo_site["source"], cache, dict(opts, zerocopy=0), name="off")
+    assert read_all(m, sorted(want)) == want
+    assert m.stats()["zerocopy_reads"] == 0
+
+
+def cache_file_of(cache, shard_path):
+    with open(shard_path, "rb") as f:
+        head = f.read(4096)
+    d = os.path.join(cache, "shards")
+    for n in os.listdir(d):
+        if n.endswith(".shard"):
+            with open(os.path.join(d, n), "rb") as f:
+                if f.read(4096) == head:
+                    return os.path.join(d, n)
+    raise AssertionError("no cache file holds %s" % shard_path)
+
+
+def test_bytes_changed_on_disk_after_the_check_are_not_spliced(photo_site, mounter,
+                                                                tmp_path):
+    """Shard 0 cached and mapped (files A0, A read, A as a view), then B's bytes
+    are changed in the cache file: B's READ must not splice them. The view
+    hashes B against the index first, sees the mismatch and leaves the read
+    to the copying path, which drops the entry and fetches the shard again."""
+    want = photo_site["want"]
+    cache = str(tmp_path / "cache")
+    opts = {"index": photo_site["index"]}
+    m = mounter(photo_site["source"], cache, opts, name="fill")
+    read_all(m, sorted(want))
+    m.umount()
+    shard0 = os.path.join(photo_site["www"], "zc-000000.tar")
+    members = {key + "." + ext: (off, size)
+               for off, size, _, key, ext in helpers.shard_samples(shard0)}
+    paths = [p for p in big(want) if os.path.basename(p).startswith("k00")]
+    a0, a, b = paths[0], paths[1], paths[2]
+    m = mounter(photo_site["source"], cache, opts, name="check")
+    # By path only (no listing): the pusher cannot store B beforehand. The
+    # first read of a shard in a mount is copied (it pins the entry); the
+    # next one, or the pusher's store of it, is a view and maps the file.
+    assert read_all(m, [a0, a]) == {a0: want[a0], a: want[a]}
+    assert wait_views(m) >= 1
+    off, size = members[os.path.basename(b)]
+    with open(cache_file_of(cache, shard0), "r+b") as f:
+        f.seek(off + size // 2)
+        f.write(bytes(x ^ 0xFF for x in want[b][size // 2:size // 2 + 64]))
+    assert read_all(m, [b]) == {b: want[b]}
+    st = m.stats()
+    assert st["errors"]["cache_corrupt"] + st["errors"]["verify"] >= 1, st
+
+
+def test_python_open_costs_one_ioctl_per_file(photo_site, mounter, tmp_path):
+    """The kernel forwards isatty()'s TCGETS on every open (fs/fuse/ioctl.c
+    keeps no memory of the answer): one FUSE_IOCTL per Python open(), none
+    per os.open(), and the bytes are the same."""
+    want = photo_site["want"]
+    m = mounter(photo_site["source"], str(tmp_path / "cache"),
+                {"index": photo_site["index"]})
+    paths = sorted(want)[:20]
+    before = ioctls(m)
+    for p in paths:
+        with open(m.path(p), "rb") as f:
+            assert f.read() == want[p]
+            with pytest.raises(OSError):
+                os.tcgetpgrp(f.fileno())  # an ioctl too: ENOTTY
+    mid = ioctls(m)
+    assert mid - before == 2 * len(paths), (before, mid)
+    assert read_all(m, paths) == {p: want[p] for p in paths}
+    assert ioctls(m) == mid

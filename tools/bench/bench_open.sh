@@ -1,0 +1,203 @@
+#!/bin/bash
+# bench_open.sh - zero-copy cold reads and the Python open, side by side in one run.
+#
+#   tools/bench/bench_open.sh [--count 2000] [--runs 3] [--procs 2] [--before BUILD]
+#
+# Photo-sized JPEGs (tools/bench/echofs_photos.py, packed 500 per shard with
+# the index beside the shards) behind a private nginx on loopback.
+# 1. Exact epochs (os.open, --procs shuffled readers), -o zerocopy=1 and
+#    zerocopy=0 alternated --runs times: cold (empty cache_dir) and warm
+#    (a new mount on the filled cache_dir: disk cache warm, kernel page cache
+#    of the mount empty). files/s and the daemon's CPU seconds (its
+#    threads' /proc schedstat) per GB served. Medians.
+# 2. Warm epochs (the mount's page cache filled by one epoch first) with
+#    Python open() and os.open() on the mount and on the same files extracted
+#    to local disk; medians, ratios, and FUSE_IOCTL requests per open() (the
+#    mount's `ioctls` stat). --before BUILD adds the same mount made by an
+#    older build's echofs (e.g. one without an ioctl handler).
+# Prints a Markdown table; the log goes to stderr.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+COUNT=2000 RUNS=3 PROCS=2 BEFORE=
+while [ $# -gt 0 ]; do
+	case $1 in
+	--count) COUNT=$2; shift 2 ;;
+	--runs) RUNS=$2; shift 2 ;;
+	--procs) PROCS=$2; shift 2 ;;
+	--before) BEFORE=$2; shift 2 ;;
+	-h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+	*) echo "bench_open.sh: unknown argument $1" >&2; exit 2 ;;
+	esac
+done
+
+PY=/usr/bin/python3
+B=${BUILD_DIR:-build}
+RD=tools/bench/bench_open.py
+TMP=$(mktemp -d /tmp/echofs-bench-open.XXXXXX)
+MOUNTS=()
+PIDS=()
+
+cleanup() {
+	set +e
+	for m in "${MOUNTS[@]}"; do
+		grep -qs " $m fuse" /proc/mounts &&
+			{ fusermount3 -u "$m" 2>/dev/null || fusermount3 -uz "$m"; }
+	done
+	for p in "${PIDS[@]}"; do
+		kill -0 "$p" 2>/dev/null && { sleep 1; kill "$p" 2>/dev/null; }
+	done
+	$PY tools/dev/nginx.py stop --state "$TMP/nginx"
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log() { echo "bench: $*" >&2; }
+field() { $PY -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+calc() { $PY -c "print('%.${2:-2}f' % ($1))"; }
+stat_of() { # mnt key: read with os.open, so the read costs no ioctl itself
+	$PY -c 'import json,os,sys
+fd = os.open(os.path.join(sys.argv[1], ".echofs", "stats"), os.O_RDONLY)
+print(json.loads(os.read(fd, 1 << 20))[sys.argv[2]])' "$1" "$2"
+}
+
+wait_mounted() { # mnt pid
+	local i
+	for ((i = 0; i < 300; i++)); do
+		grep -qs " $1 fuse" /proc/mounts && return 0
+		kill -0 "$2" 2>/dev/null || return 1
+		sleep 0.1
+	done
+	return 1
+}
+
+# mount_echofs NAME CACHE OPTIONS [ECHOFS] -> MNT, DPID
+mount_echofs() {
+	MNT=$TMP/mnt-$1
+	mkdir -p "$MNT"
+	"${4:-$B/echofs}" -f -o "cache_dir=$2,log_file=$TMP/echofs-$1.log${3:+,$3}" \
+		"$SOURCE" "$MNT" 2>>"$TMP/echofs-$1.log" &
+	DPID=$!
+	PIDS+=("$DPID")
+	MOUNTS+=("$MNT")
+	if ! wait_mounted "$MNT" "$DPID"; then
+		log "mount $1 failed:"; tail -5 "$TMP/echofs-$1.log" >&2; exit 1
+	fi
+}
+
+unmount() { # mnt pid
+	fusermount3 -u "$1" 2>/dev/null || { sleep 1; fusermount3 -u "$1"; }
+	local i
+	for ((i = 0; i < 100; i++)); do kill -0 "$2" 2>/dev/null || return 0; sleep 0.1; done
+	log "daemon $2 still running after unmount"
+}
+
+# epoch NAME CACHE ZC -> "files_s cpu_s_per_gb zerocopy_reads"
+epoch() {
+	mount_echofs "$1" "$2" "zerocopy=$3"
+	local c0 c1 out
+	c0=$($PY $RD cpu "$DPID")
+	out=$($PY $RD read "$MNT" --mode osopen --procs "$PROCS" --seed "$RANDOM")
+	c1=$($PY $RD cpu "$DPID")
+	local zr
+	zr=$(stat_of "$MNT" zerocopy_reads)
+	unmount "$MNT" "$DPID"
+	echo "$(calc "$(field "$out" files_s)" 0) $(calc "($c1 - $c0) / ($(field "$out" bytes) / 1e9)" 3) $zr"
+}
+
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+log "generating $COUNT photos"
+$PY tools/bench/echofs_photos.py --out "$TMP/photos" --count "$COUNT" >&2
+NSHARDS=$($PY tools/bench/bench_prep_e2e.py pack --photos "$TMP/photos" \
+	--tree "$TMP/local" --shards "$TMP/www" --per-shard 500)
+rm -rf "$TMP/photos"
+PORT=$($PY tools/dev/nginx.py start --root "$TMP/www" --state "$TMP/nginx")
+BASE=http://127.0.0.1:$PORT
+"$B"/tools/echofs-index --base-url "$BASE/" -o "$TMP/www/photos.echofs-index" \
+	"$TMP"/www/photos-*.tar >&2
+SOURCE="$BASE/photos-{000000..$(printf %06d $((NSHARDS - 1)))}.tar"
+GB=$(du -sb "$TMP/local" | cut -f1)
+
+# 1. zero-copy on and off, cold and warm, alternated
+declare -A COLD_F COLD_C WARM_F WARM_C ZR
+for ((i = 1; i <= RUNS; i++)); do
+	order="1 0"
+	((i % 2)) || order="0 1" # neither always goes first
+	for zc in $order; do
+		rm -rf "$TMP/cache$zc"
+		read -r f c z <<<"$(epoch "cold$zc" "$TMP/cache$zc" $zc)"
+		COLD_F[$zc]+="$f " COLD_C[$zc]+="$c "
+		log "run $i zerocopy=$zc cold: $f files/s, $c CPU s/GB, $z spliced"
+		read -r f c z <<<"$(epoch "warm$zc" "$TMP/cache$zc" $zc)"
+		WARM_F[$zc]+="$f " WARM_C[$zc]+="$c " ZR[$zc]=$z
+		log "run $i zerocopy=$zc warm: $f files/s, $c CPU s/GB, $z spliced"
+	done
+done
+
+# 2. the Python open: warm page cache, mount vs local disk
+declare -A OPEN
+open_runs() { # KEY ROOT MODE [MNT]
+	local out ioc0=0 ioc1=0
+	[ -n "${4:-}" ] && ioc0=$(stat_of "$4" ioctls)
+	out=$($PY $RD read "$2" --mode "$3" --procs "$PROCS" --seed "$RANDOM")
+	[ -n "${4:-}" ] && ioc1=$(stat_of "$4" ioctls)
+	OPEN[$1]+="$(calc "$(field "$out" files_s)" 0) "
+	OPEN[$1.ioctl]=$(calc "($ioc1 - $ioc0) / $(field "$out" files)")
+}
+mount_echofs after "$TMP/cache1" ""
+AMNT=$MNT APID=$DPID
+$PY $RD read "$AMNT" --mode osopen --procs "$PROCS" >/dev/null # fill
+BMNT=
+if [ -n "$BEFORE" ]; then
+	mount_echofs before "$TMP/cache1" "" "$BEFORE/echofs"
+	BMNT=$MNT BPID=$DPID
+	$PY $RD read "$BMNT" --mode osopen --procs "$PROCS" >/dev/null
+fi
+cat "$TMP"/local/*/* >/dev/null # local files in the page cache too
+for ((i = 1; i <= RUNS; i++)); do
+	open_runs mnt.open "$AMNT" open "$AMNT"
+	open_runs mnt.osopen "$AMNT" osopen "$AMNT"
+	open_runs local.open "$TMP/local" open
+	open_runs local.osopen "$TMP/local" osopen
+	if [ -n "$BMNT" ]; then
+		open_runs before.open "$BMNT" open
+		open_runs before.osopen "$BMNT" osopen
+	fi
+	log "run $i open(): mount ${OPEN[mnt.open]}| local ${OPEN[local.open]}"
+done
+ONE=$(find "$AMNT" -name '*.jpg' -print -quit)
+RT_MNT=$($PY $RD ioctl "$ONE")
+RT_LOCAL=$($PY $RD ioctl "$TMP/local/${ONE#"$AMNT"/}")
+unmount "$AMNT" "$APID"
+[ -n "$BMNT" ] && unmount "$BMNT" "$BPID"
+LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
+
+m() { median ${1}; }
+echo "### $COUNT photos ($(calc "$GB / 1e6" 0) MB), $NSHARDS shards, $PROCS readers, medians of $RUNS; load $LOAD0 -> $LOAD1"
+echo
+echo "| exact epoch | zerocopy=1 files/s | zerocopy=0 files/s | ratio | zerocopy=1 CPU s/GB | zerocopy=0 CPU s/GB |"
+echo "|---|---:|---:|---:|---:|---:|"
+for k in COLD WARM; do
+	unset -n F C 2>/dev/null || true
+	declare -n F=${k}_F C=${k}_C
+	echo "| ${k,,} | $(m "${F[1]}") | $(m "${F[0]}") | $(calc "$(m "${F[1]}") / $(m "${F[0]}")") | $(m "${C[1]}") | $(m "${C[0]}") |"
+done
+echo
+echo "Spliced replies (READs and page-cache pushes) in the last warm zerocopy=1 epoch: ${ZR[1]}, for $(find "$TMP/local" -type f | wc -l) files (zerocopy=0: ${ZR[0]})."
+echo
+echo "| warm epoch (page cache full) | files/s | vs local os.open | FUSE_IOCTL per file |"
+echo "|---|---:|---:|---:|"
+LO=$(m "${OPEN[local.osopen]}")
+row() { echo "| $1 | $(m "${OPEN[$2]}") | $(calc "$(m "${OPEN[$2]}") / $LO") | ${3:-} |"; }
+row "echofs, Python open()" mnt.open "${OPEN[mnt.open.ioctl]}"
+row "echofs, os.open()" mnt.osopen "${OPEN[mnt.osopen.ioctl]}"
+if [ -n "$BMNT" ]; then
+	row "echofs before ($BEFORE), Python open()" before.open
+	row "echofs before ($BEFORE), os.open()" before.osopen
+fi
+row "local disk, Python open()" local.open
+row "local disk, os.open()" local.osopen
+echo
+echo "One ioctl(TCGETS) (isatty) on an open file: $RT_MNT us on the mount (a FUSE_IOCTL round trip), $RT_LOCAL us on local disk (mean of 2000, Python termios.tcgetattr)."
