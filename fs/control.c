@@ -2,6 +2,7 @@
  * (stats) and in Prometheus text format (stats.prom). */
 #include "fs/control.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -18,6 +19,8 @@
 #include "fs/bindings.h"
 #include "cache/image/outputs.h"
 #include "cache/echo/pool.h"
+
+#define MAX_METRICS 64
 
 /* The fetch rate is measured over the time since the previous sample taken
  * at least RATE_WINDOW_S ago, so frequent readers see a steady figure. */
@@ -139,7 +142,12 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 {
 	const struct fs_counters *fc = c->src.fc;
 	size_t n = 0;
-#define M(nm, k, v, h) m[n++] = (struct metric){nm, k, (double)(v), h}
+	/* MAX_METRICS bounds m[]: a new line past it is a bug, caught here. */
+#define M(nm, k, v, h)                                                   \
+	do {                                                             \
+		assert(n < MAX_METRICS);                                 \
+		m[n++] = (struct metric){nm, k, (double)(v), h};         \
+	} while (0)
 	M("samples", 'g', c->src.ns->nfiles, "files in the tree");
 	M("shards", 'g', dataset_ngroups(c->src.ds), "shards in the index");
 	M("classes", 'g', c->src.ns->nclasses, "class directories");
@@ -311,7 +319,7 @@ static void render_config(const struct control *c, struct out *o)
 int control_render(struct control *c, enum control_file which, char **out,
 		   size_t *len)
 {
-	struct metric m[64], e[16];
+	struct metric m[MAX_METRICS], e[16];
 	struct snapshot s;
 	struct out o = {xmalloc(4096), 0, 4096};
 
