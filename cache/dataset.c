@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/index/partition.h"
 #include "cache/index/resolve.h"
 #include "cache/store/store.h"
 #include "common/log.h"
@@ -26,6 +27,10 @@ struct dataset {
 	uint64_t tar_skipped;
 	uint64_t bad_label;
 	uint64_t total_bytes;
+	/* The partition (dataset_set_part); NULL arrays: world 1. */
+	uint32_t *rank_of; /* per shard */
+	uint8_t *in_view;  /* per sample */
+	struct dataset_part part;
 };
 
 int dataset_global_init(void)
@@ -162,6 +167,9 @@ int dataset_open(const struct dataset_opts *o, struct dataset **out, char *err,
 		goto fail;
 	}
 	ds->total_bytes = sum_sizes(ix);
+	r = dataset_set_part(ds, o->rank, o->world, o->seed, err, errlen);
+	if (r)
+		goto fail;
 	*out = ds;
 	return 0;
 fail:
@@ -248,6 +256,7 @@ struct dataset *dataset_wrap(const struct index *ix, struct shards *sh)
 	ds->sh = sh;
 	ds->index_from = "given";
 	ds->total_bytes = sum_sizes(ix);
+	dataset_set_part(ds, 0, 1, 0, NULL, 0);
 	return ds;
 }
 
@@ -271,6 +280,8 @@ void dataset_close(struct dataset *ds)
 		http_free(ds->http);
 		s3_free(ds->s3); /* the client's signing hook points into it */
 	}
+	free(ds->rank_of);
+	free(ds->in_view);
 	free(ds);
 }
 
@@ -417,4 +428,101 @@ struct shards *dataset_shards(struct dataset *ds)
 struct store *dataset_store(struct dataset *ds)
 {
 	return ds->store;
+}
+
+uint64_t *dataset_group_counts(const struct dataset *ds)
+{
+	uint64_t *c = xcalloc(ds->ix->nshards + 1, sizeof(*c));
+	for (size_t i = 0; i < ds->ix->nsamples; i++)
+		c[ds->ix->samples[i].shard]++;
+	return c;
+}
+
+/* The view of rank: its shards' samples up to the common count. */
+static void fill_view(struct dataset *ds, const uint64_t *counts)
+{
+	const struct index *ix = ds->ix;
+	uint32_t *shard_of = xmalloc((ix->nsamples + 1) * sizeof(*shard_of));
+	struct dataset_part *p = &ds->part;
+
+	for (size_t i = 0; i < ix->nsamples; i++)
+		shard_of[i] = ix->samples[i].shard;
+	for (size_t g = 0; g < ix->nshards; g++)
+		p->shards += ds->rank_of[g] == p->rank;
+	p->part_samples = partition_load(counts, ix->nshards, ds->rank_of,
+					 p->rank);
+	p->samples = partition_common(counts, ix->nshards, ds->rank_of,
+				      p->world);
+	ds->in_view = xmalloc(ix->nsamples + 1);
+	p->trimmed = partition_trim(shard_of, ix->nsamples, ds->rank_of,
+				    p->rank, p->samples, ds->in_view);
+	free(shard_of);
+}
+
+int dataset_set_part(struct dataset *ds, uint32_t rank, uint32_t world,
+		     uint64_t seed, char *err, size_t errlen)
+{
+	size_t n = ds->ix->nshards;
+	uint32_t *rank_of;
+	uint64_t *counts;
+	int r;
+
+	if (world <= 1 && rank == 0) {
+		free(ds->rank_of);
+		free(ds->in_view);
+		ds->rank_of = NULL;
+		ds->in_view = NULL;
+		ds->part = (struct dataset_part){
+			.world = 1, .shards = n, .seed = seed,
+			.part_samples = ds->ix->nsamples,
+			.samples = ds->ix->nsamples};
+		return 0;
+	}
+	if (rank >= world) {
+		snprintf(err, errlen, "rank %u is not below world %u", rank,
+			 world);
+		return -EINVAL;
+	}
+	counts = dataset_group_counts(ds);
+	rank_of = xmalloc((n + 1) * sizeof(*rank_of));
+	r = partition_assign(counts, n, seed, world, 0, rank_of, err, errlen);
+	if (r) {
+		free(rank_of);
+		free(counts);
+		return r;
+	}
+	free(ds->rank_of);
+	free(ds->in_view);
+	ds->rank_of = rank_of;
+	ds->part = (struct dataset_part){.rank = rank, .world = world,
+					 .seed = seed};
+	fill_view(ds, counts);
+	free(counts);
+	log_info("rank %u of %u: %zu of %zu shards, %llu samples shown "
+		 "(%llu in the part, %llu trimmed)", rank, world,
+		 ds->part.shards, n, (unsigned long long)ds->part.samples,
+		 (unsigned long long)ds->part.part_samples,
+		 (unsigned long long)ds->part.trimmed);
+	return 0;
+}
+
+int dataset_in_view(const struct dataset *ds, uint32_t sample)
+{
+	if (sample >= ds->ix->nsamples)
+		return 0;
+	return ds->in_view ? ds->in_view[sample] : 1;
+}
+
+int dataset_in_part(const struct dataset *ds, uint32_t sample)
+{
+	if (sample >= ds->ix->nsamples)
+		return 0;
+	return ds->rank_of ? ds->rank_of[ds->ix->samples[sample].shard] ==
+				     ds->part.rank
+			   : 1;
+}
+
+void dataset_get_part(const struct dataset *ds, struct dataset_part *out)
+{
+	*out = ds->part;
 }

@@ -53,6 +53,10 @@ struct dataset_opts {
 	double min_rate;
 	struct dataset_s3_opts s3;
 	int progress; /* show index-building progress on stderr */
+	/* Many nodes: show rank's part of world (0 of 0 or 1: everything);
+	 * the partition is drawn from seed (cache/index/partition.h). */
+	uint32_t rank, world;
+	uint64_t seed;
 };
 
 /* Network figures (what the HTTP client counted). */
@@ -149,6 +153,36 @@ int dataset_is_cached(struct dataset *ds, uint32_t group);
 void dataset_prefetch(struct dataset *ds, uint32_t group);
 
 void dataset_get_stats(struct dataset *ds, struct dataset_stats *out);
+
+/* Many nodes (cache/index/partition.h). A rank's part is a set of whole
+ * shards; its view is the part's first `samples` samples in index order,
+ * the same count on every rank (the rest is trimmed). Sample numbers stay
+ * the index's: accessors answer for every sample, and fs/ shows a file
+ * only for samples in the view (class directories for all). */
+struct dataset_part {
+	uint32_t rank, world;  /* 0 of 1 without a partition */
+	size_t shards;         /* shards in this rank's part */
+	uint64_t part_samples; /* samples in them */
+	uint64_t samples;      /* in the view: the smallest part's count */
+	uint64_t trimmed;      /* part_samples - samples */
+	uint64_t seed;
+};
+
+/* Make the view rank's part of world (dataset_open does this from its
+ * options; for dataset_wrap it is world 1 until called). Call before any
+ * reader or pool uses the dataset. Returns 0, or -EINVAL with a one-line
+ * reason in err (world larger than the shard count, rank >= world). */
+int dataset_set_part(struct dataset *ds, uint32_t rank, uint32_t world,
+		     uint64_t seed, char *err, size_t errlen);
+/* 1 if the sample is in this rank's view (always, with world 1). */
+int dataset_in_view(const struct dataset *ds, uint32_t sample);
+/* 1 if the sample's shard is in this rank's part (trimmed samples
+ * included; always, with world 1). */
+int dataset_in_part(const struct dataset *ds, uint32_t sample);
+void dataset_get_part(const struct dataset *ds, struct dataset_part *out);
+/* Samples per shard (the partition's weights), nshards long; caller
+ * frees. */
+uint64_t *dataset_group_counts(const struct dataset *ds);
 
 /* The parts, for cache/ modules built on top of the dataset (the echo pool
  * and the converted outputs take the index and the shard readers). fs/

@@ -63,6 +63,7 @@ struct snapshot {
 	enum echo_mode mode;
 	uint64_t cached_shards;
 	double uptime, rate;
+	struct dataset_part part;
 };
 
 static void take_snapshot(struct control *c, struct snapshot *s)
@@ -75,6 +76,7 @@ static void take_snapshot(struct control *c, struct snapshot *s)
 	s->sh = ds.reads;
 	s->http = ds.net;
 	s->cached_shards = ds.cached_groups;
+	dataset_get_part(c->src.ds, &s->part);
 	if (c->src.store)
 		store_get_stats(c->src.store, &s->st);
 	push_get_stats(c->src.push, &s->push);
@@ -167,6 +169,13 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 	M("cache_waits", 'c', s->st.waits,
 	  "shard fetches that waited for another mount's download");
 	M("uptime_s", 'g', s->uptime, "seconds since mount");
+	M("rank", 'g', s->part.rank, "this node's rank (-o rank)");
+	M("world", 'g', s->part.world, "nodes sharing the dataset (-o world)");
+	M("part_shards", 'g', s->part.shards, "shards in this rank's part");
+	M("part_samples", 'g', s->part.part_samples,
+	  "samples in this rank's part, before the trim");
+	M("trimmed", 'g', s->part.trimmed,
+	  "samples of the part left out so every rank shows the same count");
 	if (c->src.pool) {
 		M("echo", 'g', s->echo, "echo factor E in force");
 		M("pass", 'g', s->pool.pass, "pass over the dataset, from 1");
@@ -299,7 +308,7 @@ static void render_config(const struct control *c, struct out *o)
 int control_render(struct control *c, enum control_file which, char **out,
 		   size_t *len)
 {
-	struct metric m[48], e[16];
+	struct metric m[64], e[16];
 	struct snapshot s;
 	struct out o = {xmalloc(4096), 0, 4096};
 

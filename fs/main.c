@@ -169,12 +169,18 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 		.ingest = a->prep ? ingest_sample : NULL, .ingest_ud = a,
 		/* Twice the decode workers: one decoding, one queued each. */
 		.ingest_threads = 2 * prep_threads(a->prep),
+		.world = a->o.repartition ? a->o.world : 1,
+		.rank = a->o.rank,
 	};
 
-	for (size_t i = 0; i < nsamples; i++)
-		class_of[i] = POOL_NO_CLASS;
-	for (size_t f = 0; f < ns->nfiles; f++)
-		class_of[ns->files[f].sample] = ns->files[f].cls;
+	/* The pool streams the rank's whole part (trimmed samples too), or
+	 * every shard when it draws a new part each pass. */
+	for (size_t i = 0; i < nsamples; i++) {
+		uint32_t c = ns_sample_class(ns, (uint32_t)i);
+		class_of[i] = c != NS_NO_CLASS &&
+			(a->o.repartition || dataset_in_part(a->ds, (uint32_t)i))
+			? c : POOL_NO_CLASS;
+	}
 	a->pool = pool_new(dataset_index(a->ds), dataset_shards(a->ds),
 			   class_of, (uint32_t)ns->nclasses, &po);
 	free(class_of);
@@ -216,6 +222,7 @@ static struct dataset_opts dataset_opts_of(const struct fs_options *o)
 		.run_retry_budget_s = RUN_RETRY_BUDGET_S,
 		.range_after_s = RANGE_AFTER_S,
 		.progress = 1,
+		.rank = o->rank, .world = o->world, .seed = o->seed,
 	};
 	return d;
 }

@@ -18,6 +18,7 @@ struct ent {
 	const char *label; /* borrowed from the dataset */
 	char *name;        /* in the names buffer */
 	uint32_t sample;
+	int in_view;       /* a file of this rank (else only its class shows) */
 };
 
 /* qsort_r comparator; arg points at the namespace's numeric_labels. */
@@ -104,6 +105,7 @@ static size_t make_ents(struct namespace *ns, struct ent *ents,
 		}
 		e->label = label;
 		e->sample = i;
+		e->in_view = dataset_in_view(ds, i);
 		e->num = 0;
 		if (ns->numeric_labels) {
 			parse_u64(label, &e->num);
@@ -163,7 +165,9 @@ static void group(struct namespace *ns, const struct ent *ents, size_t n,
 	size_t cap = 16;
 
 	ns->classes = xcalloc(cap, sizeof(*ns->classes));
-	ns->files = xcalloc(n, sizeof(*ns->files));
+	ns->files = xcalloc(n ? n : 1, sizeof(*ns->files));
+	/* Every class of the whole dataset gets its directory, empty where
+	 * this rank's view has none, so class numbers agree on every rank. */
 	for (size_t i = 0; i < n; i++) {
 		if (i == 0 ||
 		    !same_class(ns->numeric_labels, &ents[i - 1], &ents[i])) {
@@ -173,16 +177,19 @@ static void group(struct namespace *ns, const struct ent *ents, size_t n,
 					cap * sizeof(*ns->classes));
 			}
 			ns->classes[ns->nclasses].name = class_name(ns->numeric_labels, &ents[i], width);
-			ns->classes[ns->nclasses].first = (uint32_t)i;
+			ns->classes[ns->nclasses].first = (uint32_t)ns->nfiles;
 			ns->classes[ns->nclasses].count = 0;
 			ns->nclasses++;
 		}
+		ns->class_of[ents[i].sample] = (uint32_t)(ns->nclasses - 1);
+		if (!ents[i].in_view)
+			continue;
 		ns->classes[ns->nclasses - 1].count++;
-		ns->files[i].name = ents[i].name;
-		ns->files[i].sample = ents[i].sample;
-		ns->files[i].cls = (uint32_t)(ns->nclasses - 1);
+		ns->files[ns->nfiles].name = ents[i].name;
+		ns->files[ns->nfiles].sample = ents[i].sample;
+		ns->files[ns->nfiles].cls = (uint32_t)(ns->nclasses - 1);
+		ns->nfiles++;
 	}
-	ns->nfiles = n;
 }
 
 struct namespace *ns_build(const struct dataset *ds, const char *ext)
@@ -202,12 +209,15 @@ struct namespace *ns_build(const struct dataset *ds, const char *ext)
 	ns->ext = ext && strlen(ext) <= 7 ? ext : NULL;
 	ns->names = malloc(names_size(ds));
 	ents = malloc((nsamples ? nsamples : 1) * sizeof(*ents));
-	if (!ns->names || !ents) {
+	ns->class_of = malloc((nsamples ? nsamples : 1) * sizeof(uint32_t));
+	if (!ns->names || !ents || !ns->class_of) {
 		free(ents);
 		ns_free(ns);
 		errno = ENOMEM;
 		return NULL;
 	}
+	for (size_t i = 0; i < nsamples; i++)
+		ns->class_of[i] = NS_NO_CLASS;
 	ns->numeric_labels = all_numeric(ds);
 	n = make_ents(ns, ents, &max_label);
 	qsort_r(ents, n, sizeof(*ents), ent_cmp, &ns->numeric_labels);
@@ -227,6 +237,7 @@ void ns_free(struct namespace *ns)
 		free((char *)ns->classes[i].name);
 	free(ns->classes);
 	free(ns->files);
+	free(ns->class_of);
 	free(ns->names);
 	free(ns);
 }
@@ -355,4 +366,10 @@ uint64_t ns_list(const struct namespace *ns, uint64_t dir, size_t i,
 uint64_t ns_file_size(const struct namespace *ns, uint32_t file)
 {
 	return dataset_size(ns->ds, ns->files[file].sample);
+}
+
+uint32_t ns_sample_class(const struct namespace *ns, uint32_t sample)
+{
+	return sample < dataset_nsamples(ns->ds) ? ns->class_of[sample]
+						 : NS_NO_CLASS;
 }

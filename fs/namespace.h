@@ -51,6 +51,7 @@ struct namespace {
 	char *names;            /* storage for every name */
 	int numeric_labels;     /* 1 if every label was an integer */
 	const char *ext;        /* extension override or NULL (static string) */
+	uint32_t *class_of;     /* per dataset sample: class, or NS_NO_CLASS */
 };
 
 /* Build the tree. ds is borrowed and must outlive the namespace. ext, when
@@ -76,6 +77,13 @@ uint64_t ns_lookup(const struct namespace *ns, uint64_t parent,
  * its inode and sets *name and *is_dir, or returns 0 past the end. */
 uint64_t ns_list(const struct namespace *ns, uint64_t dir, size_t i,
 		 const char **name, int *is_dir);
+
+/* The class of a dataset sample (in this rank's view or not), or
+ * NS_NO_CLASS when its label can't be a directory name. With a partition
+ * (dataset_set_part) every class of the whole dataset has a directory, and
+ * only the samples in the rank's view have files. */
+#define NS_NO_CLASS UINT32_MAX
+uint32_t ns_sample_class(const struct namespace *ns, uint32_t sample);
 
 /* Size of the file (exact sample size). */
 uint64_t ns_file_size(const struct namespace *ns, uint32_t file);

@@ -13,6 +13,7 @@
 
 #include "cache/echo/pool.h"
 #include "cache/dataset.h"
+#include "cache/index/partition.h"
 #include "common/util.h"
 #include "fs/metrics.h"
 
@@ -26,6 +27,7 @@ struct raw_opts {
 	char *metrics, *ca_file, *ca_path;
 	char *read_timeout, *min_rate;
 	char *endpoint, *region, *profile, *path_style, *requester_pays, *no_sign;
+	char *rank, *world, *repartition;
 	char *positional[3];
 	int npositional;
 	int foreground, debug, help, version, check;
@@ -69,6 +71,9 @@ static const struct fuse_opt opt_spec[] = {
 	RAW("path_style", path_style),
 	RAW("requester_pays", requester_pays),
 	RAW("no_sign", no_sign),
+	RAW("rank", rank),
+	RAW("world", world),
+	RAW("repartition", repartition),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -171,6 +176,9 @@ static void raw_free(struct raw_opts *r)
 	free(r->ca_path);
 	free(r->read_timeout);
 	free(r->min_rate);
+	free(r->rank);
+	free(r->world);
+	free(r->repartition);
 	for (int i = 0; i < 3; i++)
 		free(r->positional[i]);
 	free(r->bad);
@@ -348,6 +356,51 @@ static int convert_s3(struct raw_opts *r, struct fs_options *o, char *err,
 	return 0;
 }
 
+/* One of rank/world: the option, else the environment variable (so a
+ * Slurm or Kubernetes launcher can set it), else def. */
+static int rank_world(const char *name, const char *opt, const char *env,
+		      uint64_t def, uint64_t *out, char *err, size_t errlen)
+{
+	const char *v = opt ? opt : getenv(env);
+
+	*out = def;
+	if (!v || (!opt && !v[0]))
+		return 0;
+	if (parse_u64(v, out) || *out > PARTITION_WORLD_MAX) {
+		snprintf(err, errlen, "bad %s '%s'%s%s (0 to %u)", name, v,
+			 opt ? "" : " from ", opt ? "" : env, PARTITION_WORLD_MAX);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* rank, world and repartition; rank < world checked here, world <= shards
+ * once the index is loaded. */
+static int convert_nodes(struct raw_opts *r, struct fs_options *o, char *err,
+			 size_t errlen)
+{
+	uint64_t rank, world;
+
+	if (rank_world("rank", r->rank, "ECHOFS_RANK", 0, &rank, err, errlen) ||
+	    rank_world("world", r->world, "ECHOFS_WORLD", 1, &world, err,
+		       errlen) ||
+	    flag01("repartition", r->repartition, &o->repartition, err, errlen))
+		return -EINVAL;
+	if (world == 0) {
+		snprintf(err, errlen, "bad world 0 (at least 1)");
+		return -EINVAL;
+	}
+	if (rank >= world) {
+		snprintf(err, errlen, "rank %llu is not below world %llu "
+			 "(ranks count from 0)", (unsigned long long)rank,
+			 (unsigned long long)world);
+		return -EINVAL;
+	}
+	o->rank = (uint32_t)rank;
+	o->world = (uint32_t)world;
+	return 0;
+}
+
 /* Turn the raw strings into checked values. */
 static int convert(struct raw_opts *r, struct fs_options *o, char *err,
 		   size_t errlen)
@@ -384,6 +437,8 @@ static int convert(struct raw_opts *r, struct fs_options *o, char *err,
 		ret = convert_timeouts(r, o, err, errlen);
 	if (!ret)
 		ret = convert_s3(r, o, err, errlen);
+	if (!ret)
+		ret = convert_nodes(r, o, err, errlen);
 	return ret ? ret : convert_prep(r, o, err, errlen);
 }
 
@@ -453,6 +508,7 @@ int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 	o->echo_mode = ECHO_ADAPTIVE;
 	o->read_timeout_s = FS_DEFAULT_READ_TIMEOUT_S;
 	o->min_rate = FS_DEFAULT_MIN_RATE;
+	o->world = 1;
 	err[0] = '\0';
 
 	if (fuse_opt_parse(args, &r, opt_spec, opt_proc) != 0) {
@@ -591,6 +647,13 @@ void options_usage(FILE *f, const char *prog)
 "  -o seed=N            seed of the stream order and echo choices (default 0)\n",
 		prog);
 	/* In parts: C99 compilers need to take only 4095-byte strings. */
+	fputs(
+"  -o rank=R            this node's rank, 0 to W-1 (default $ECHOFS_RANK, else\n"
+"                       0): the mount shows rank R's part of the dataset\n"
+"  -o world=W           number of nodes sharing the dataset (default\n"
+"                       $ECHOFS_WORLD, else 1); each shard goes to one rank\n"
+"  -o repartition=1     echo mounts: a new partition every pass (default 0)\n",
+	      f);
 	fputs(
 "  -o size=S            preprocess: resize so the shorter side is S\n"
 "  -o crop=C            preprocess: C x C crop (centre; random on echo mounts\n"

@@ -36,6 +36,11 @@ struct fs_options {
 	unsigned echo_window; /* 0 = default */
 	uint64_t mem_size;  /* 0 = default */
 	uint64_t seed;
+	/* Many nodes (cache/index/partition.h): this mount is rank `rank` of
+	 * `world` (-o rank/world, else ECHOFS_RANK/ECHOFS_WORLD; 0 of 1 by
+	 * default); repartition=1 gives the echo pool a new part every pass. */
+	uint32_t rank, world;
+	int repartition;
 	/* Preprocessing (cache/image/transform.h); preprocess is 1 when any is set. */
 	int preprocess;
 	unsigned size, crop, quality, threads;

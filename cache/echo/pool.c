@@ -58,6 +58,7 @@
 #include "cache/echo/pool.h"
 
 #include "cache/echo/policy.h"
+#include "cache/index/partition.h"
 #include "cache/store/shards.h"
 #include "common/util.h"
 #include "fetch/format/index.h"
@@ -136,6 +137,8 @@ struct pool {
 	uint32_t *by_shard;    /* classed sample numbers, grouped by shard */
 	uint32_t *shard_first; /* nshards + 1 offsets into by_shard */
 	uint32_t *order;       /* this pass's shard order (streamer) */
+	size_t norder;         /* shards in it: all, or this pass's part */
+	uint64_t *counts;      /* samples per shard (repartition only) */
 	pthread_t thread, timer, *ingesters;
 	bool started, timer_started;
 	unsigned ningest;
@@ -429,11 +432,37 @@ static int make_room(struct pool *p, uint64_t len)
 
 /* ---- streamer ---- */
 
+/* With repartition (world > 1): this pass's part, drawn from (seed,
+ * pass - 1) so that pass 1 streams the part the mount shows; its shards
+ * in index order, shuffled by the caller. Every rank draws the same
+ * partition, so each shard is streamed by one rank a pass. */
+static void choose_part(struct pool *p)
+{
+	size_t n = p->ix->nshards;
+	uint32_t *rank_of = xmalloc((n + 1) * sizeof(*rank_of));
+	char err[128];
+
+	p->norder = 0;
+	if (partition_assign(p->counts, n, p->o.seed, p->o.world, p->pass,
+			     rank_of, err, sizeof(err)) != 0) {
+		for (size_t s = 0; s < n; s++)
+			rank_of[s] = p->o.rank; /* cannot happen: the mount checked */
+	}
+	for (size_t s = 0; s < n; s++)
+		if (rank_of[s] == p->o.rank)
+			p->order[p->norder++] = (uint32_t)s;
+	free(rank_of);
+}
+
 /* Shuffle the shard order for a new pass (p->lock held). */
 static void begin_pass(struct pool *p)
 {
 	size_t n = p->ix->nshards;
 
+	if (p->o.world > 1) {
+		choose_part(p);
+		n = p->norder;
+	}
 	for (size_t i = n; i > 1; i--) {
 		size_t j = (size_t)echo_rng_below(&p->rng, i);
 		uint32_t t = p->order[i - 1];
@@ -685,7 +714,7 @@ static int64_t stream_shard(struct pool *p, size_t i)
 	uint32_t shard = p->order[i];
 	int64_t added = 0;
 
-	for (size_t k = i; k < p->ix->nshards && k <= i + POOL_PREFETCH; k++)
+	for (size_t k = i; k < p->norder && k <= i + POOL_PREFETCH; k++)
 		if (shard_has_samples(p, p->order[k]))
 			shards_prefetch(p->sh, p->order[k]);
 	for (uint32_t j = p->shard_first[shard]; j < p->shard_first[shard + 1];
@@ -765,7 +794,7 @@ static void *streamer_main(void *arg)
 
 	while (more) {
 		int64_t added = 0;
-		for (size_t i = 0; i < p->ix->nshards; i++) {
+		for (size_t i = 0; i < p->norder; i++) {
 			int64_t r = stream_shard(p, i);
 			if (r < 0)
 				return NULL;
@@ -869,6 +898,8 @@ static int settle_opts(struct pool_opts *o, const struct pool_opts *in)
 		o->shuffle_buffer = POOL_SHUFFLE_MAX;
 	if (o->wait_s == 0)
 		o->wait_s = POOL_WAIT_DEFAULT;
+	if (o->world > 1 && o->rank >= o->world)
+		return -EINVAL;
 	if (o->ingest_threads > POOL_INGEST_MAX)
 		o->ingest_threads = POOL_INGEST_MAX;
 	if (!isfinite(o->wait_s) || o->wait_s < 0 || o->wait_s > 1e7)
@@ -904,6 +935,12 @@ static int group_samples(struct pool *p, const uint32_t *class_of)
 	for (size_t s = 0; s < ix->nshards; s++) {
 		p->shard_first[s + 1] += p->shard_first[s];
 		p->order[s] = (uint32_t)s;
+	}
+	p->norder = ix->nshards;
+	if (p->o.world > 1) { /* the partition weighs every sample */
+		p->counts = xcalloc(ix->nshards + 1, sizeof(*p->counts));
+		for (size_t i = 0; i < ix->nsamples; i++)
+			p->counts[ix->samples[i].shard]++;
 	}
 	fill = xmalloc((ix->nshards + 1) * sizeof(uint32_t));
 	memcpy(fill, p->shard_first, ix->nshards * sizeof(uint32_t));
@@ -967,6 +1004,7 @@ static void destroy(struct pool *p)
 	free(p->by_shard);
 	free(p->shard_first);
 	free(p->order);
+	free(p->counts);
 	free(p);
 }
 

@@ -69,6 +69,11 @@ struct pool_opts {
 	int (*ingest)(void *ud, uint32_t sample, const uint8_t *in, size_t len,
 		      uint8_t **out, size_t *outlen);
 	void *ingest_ud;
+	/* Repartition (cache/index/partition.h): with world > 1, pass N
+	 * streams only the shards that the partition of (seed, N - 1) gives
+	 * rank, weighed by all of the index's samples; the caller classes
+	 * every sample. 0 or 1: every classed shard, every pass. */
+	uint32_t world, rank;
 };
 
 struct pool_stats {

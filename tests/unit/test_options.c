@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fuse_lowlevel.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cache/echo/pool.h"
@@ -220,4 +221,56 @@ Test(options, decode_mem)
 	cr_assert_not(has_arg(&a, "decode_mem"));
 	options_free(&o);
 	fuse_opt_free_args(&a);
+}
+
+/* rank/world/repartition: options, else ECHOFS_RANK/ECHOFS_WORLD. */
+struct node_case {
+	const char *opt, *env_rank, *env_world;
+	int r;
+	unsigned rank, world;
+	const char *reason;
+};
+
+Test(options, rank_world_from_options_or_environment)
+{
+	static const struct node_case cases[] = {
+		{"cache_dir=/c", NULL, NULL, 0, 0, 1, NULL},
+		{"rank=2,world=3", NULL, NULL, 0, 2, 3, NULL},
+		{"cache_dir=/c", "1", "4", 0, 1, 4, NULL},
+		{"rank=0,world=2", "1", "4", 0, 0, 2, NULL}, /* options win */
+		{"world=2", "1", NULL, 0, 1, 2, NULL},
+		{"rank=3,world=3", NULL, NULL, -EINVAL, 0, 0, "not below world"},
+		{"world=0", NULL, NULL, -EINVAL, 0, 0, "bad world 0"},
+		{"rank=x", NULL, NULL, -EINVAL, 0, 0, "bad rank 'x'"},
+		{"world=-1", NULL, NULL, -EINVAL, 0, 0, "bad world '-1'"},
+		{"cache_dir=/c", "one", "2", -EINVAL, 0, 0,
+		 "bad rank 'one' from ECHOFS_RANK"},
+		{"cache_dir=/c", "0", "99999999", -EINVAL, 0, 0, "bad world"},
+		{"repartition=2", NULL, NULL, -EINVAL, 0, 0, "bad repartition"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const struct node_case *c = &cases[i];
+		const char *argv[] = {"echofs", "-o", c->opt, "http://h/a.tar",
+				      "/mnt", NULL};
+		struct fs_options o;
+		struct fuse_args a;
+		char err[256];
+
+		c->env_rank ? setenv("ECHOFS_RANK", c->env_rank, 1)
+			    : unsetenv("ECHOFS_RANK");
+		c->env_world ? setenv("ECHOFS_WORLD", c->env_world, 1)
+			     : unsetenv("ECHOFS_WORLD");
+		int r = parse(5, argv, &o, &a, err);
+		cr_assert_eq(r, c->r, "%s: %d %s", c->opt, r, err);
+		if (r == 0) {
+			cr_assert_eq(o.rank, c->rank, "%s", c->opt);
+			cr_assert_eq(o.world, c->world, "%s", c->opt);
+		} else {
+			cr_assert(strstr(err, c->reason), "%s: '%s'", c->opt, err);
+		}
+		options_free(&o);
+		fuse_opt_free_args(&a);
+	}
+	unsetenv("ECHOFS_RANK");
+	unsetenv("ECHOFS_WORLD");
 }
