@@ -61,7 +61,7 @@ def train_table(recs, target):
         if w == 1:
             ref = med([r["time_s"] for r in rs if r.get("reached")] or [float("nan")])
     out = ["| W | partitioned | time to %.0f%% (s) | reached | × faster than W=1 | steps | "
-           "fresh (all nodes) | fresh per node | echoes | origin MB | runs |" % (target * 100),
+           "fresh (all nodes) | fresh per node (median each) | echoes | origin MB | runs |" % (target * 100),
            "|---:|---|---:|---|---:|---:|---:|---|---:|---:|---:|"]
     for (w, p) in sorted(groups):
         rs = groups[(w, p)]
@@ -70,7 +70,8 @@ def train_table(recs, target):
             w, "yes" if p else "no", t, sum(1 for r in rs if r.get("reached")), len(rs),
             ref / t if ref else float("nan"), med([r["step"] for r in rs]),
             med([r["fresh"] for r in rs]),
-            " / ".join(str(x) for x in rs[0]["fresh_per_rank"]), med([r["echoes"] for r in rs]),
+            " / ".join("%d" % med([r["fresh_per_rank"][k] for r in rs]) for k in range(w)),
+            med([r["echoes"] for r in rs]),
             med([r["origin_bytes"] for r in rs]) / 1e6, len(rs)))
     return out
 
