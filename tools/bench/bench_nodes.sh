@@ -197,8 +197,8 @@ HAVE_RANK=0
 
 # pass_case W MODE RUN: one pass over the first SHARDS shards by W nodes at once
 pass_case() {
-	local w=$1 mode=$2 run=$3 i opts mark start part=() pids=()
-	local src="$BASE/shards/train-{000000..$(printf %06d $((SHARDS - 1)))}.tar"
+	local w=$1 mode=$2 run=$3 i opts mark start part=() pids=() src
+	src="$BASE/shards/train-{000000..$(printf %06d $((SHARDS - 1)))}.tar"
 	[ "$mode" = part ] && part=(--partitioned)
 	mark=$(log_mark)
 	for ((i = 0; i < w; i++)); do
@@ -292,6 +292,9 @@ for ((run = 1; run <= RUNS; run++)); do
 	done
 done
 if [ "$TRAIN" = 1 ]; then
+	# the test split's tensors first, so no run's pools fill while it is read
+	$PY -c 'import sys; sys.path.insert(0, "tools/bench"); import bench_train; bench_train.load_test(*sys.argv[1:])' \
+		"$DATA/tree-test" "$RES/test.pt"
 	links_cap "$TRAIN_RATE"
 	for ((run = 1; run <= TRAIN_RUNS; run++)); do
 		for w in $TRAIN_WORLDS; do
@@ -306,7 +309,7 @@ fi
 	cat <<EOF
 
 - nodes: one network namespace each (\`ip netns add\`), a veth into a bridge in the origin namespace; on the origin side of each node's veth \`tc qdisc replace dev ecnoI root tbf rate R burst 128kb latency 2000ms\` (R = $RATE for the pass, $TRAIN_RATE for training); nginx (one worker, sendfile) in the origin namespace; each node's echofs daemon in its namespace (\`nsenter --net\`), readers and trainers outside
-- pass: first $SHARDS train shards ($DATASET_BYTES bytes, exact mounts, \`-o cache_dir=FRESH,index=IDX,seed=$SEED[,rank=r,world=W]\`), $READ_THREADS reader threads per node (\`tools/bench/nodes_reader.py\`); origin bytes = sum of nginx \`\$body_bytes_sent\` from the first mount to the last read; medians of $RUNS runs
+- pass: first $SHARDS train shards ($DATASET_BYTES bytes, exact mounts, \`-o cache_dir=FRESH,index=IDX,seed=${SEED}[,rank=r,world=W]\`), $READ_THREADS reader threads per node (\`tools/bench/nodes_reader.py\`); origin bytes = sum of nginx \`\$body_bytes_sent\` from the first mount to the last read; medians of $RUNS runs
 - training: \`tools/bench/dist_train.py\` (gloo, CPU, DDP, batch 64 per rank, Adam 3e-3, 1 torch thread and 2 DataLoader workers per rank) over W echo mounts \`-o index=IDX,cache_size=$CACHE_SIZE,echo=$ECHO,seed=S$([ "$HAVE_RANK" = 1 ] && echo ',rank=r,world=W')\` of all 60 train shards; $([ "$HAVE_RANK" = 1 ] && echo 'RandomSampler per rank' || echo 'DistributedSampler (no rank option in this build)'); test split = the local packed tree
 - command: \`$CMDLINE\` ($ECHOFS_INFO; $(nproc) cores, load average at end $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ))
 EOF
