@@ -127,6 +127,12 @@ def launch(a):
     for r in range(a.world):
         cmd = [sys.executable, os.path.abspath(__file__), "--rank", str(r)] + sys.argv[1:]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True))
+    while any(p.poll() is None for p in procs):
+        if any(p.poll() for p in procs):  # one rank died: the rest would wait forever
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        time.sleep(0.2)
     lines = [p.communicate()[0] for p in procs]
     if any(p.returncode for p in procs):
         print("dist_train.py: a rank failed: %s" % [p.returncode for p in procs], file=sys.stderr)
