@@ -193,7 +193,8 @@ log_bytes() { # from-line: body bytes served since then
 }
 
 HAVE_RANK=0
-"$B/echofs" --help 2>&1 | grep -q 'rank=' && HAVE_RANK=1
+ECHOFS_HELP=$("$B/echofs" --help 2>&1 || true) # not a pipe into grep -q: SIGPIPE + pipefail
+[[ $ECHOFS_HELP == *rank=* ]] && HAVE_RANK=1
 
 # pass_case W MODE RUN: one pass over the first SHARDS shards by W nodes at once
 pass_case() {
