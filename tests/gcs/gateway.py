@@ -8,22 +8,21 @@ HEADs, list-type=2 listings, all path-style) on to s3rver, which speaks the
 same XML. It reuses the relay of tests/s3/gateway.py.
 
   gateway.py --upstream http://127.0.0.1:PORT --tokens TOKENS.json
-             [--port 0] [--log F] [--allow-anonymous]
+             [--port 0] [--port-file F] [--log F] [--allow-anonymous]
 
 Each request is logged as a JSON line: method, path, verdict, and a short
 hash of the token (never the token)."""
 
-import argparse
 import hashlib
 import json
 import os
 import sys
-import threading
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "s3"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..", "s3"), os.path.join(HERE, "..")]
 import gateway as s3gateway  # noqa: E402
+import stand_in  # noqa: E402
 
 
 class Handler(s3gateway.Handler):
@@ -48,35 +47,26 @@ class Handler(s3gateway.Handler):
         return None
 
     def record(self, verdict):
-        cfg = self.server.cfg
-        if not cfg.log:
-            return
         auth = self.headers.get("Authorization") or ""
-        line = json.dumps({"method": self.command, "path": self.path,
-                           "verdict": verdict[1] if verdict else "ok",
-                           "token": hashlib.sha256(auth.encode()).hexdigest()[:12]
-                           if auth else None,
-                           "range": self.headers.get("Range"),
-                           "time": time.time()})
-        with self.server.log_lock, open(cfg.log, "a") as f:
-            f.write(line + "\n")
+        stand_in.log_line(self.server, {
+            "method": self.command, "path": self.path,
+            "verdict": verdict[1] if verdict else "ok",
+            "token": hashlib.sha256(auth.encode()).hexdigest()[:12]
+            if auth else None,
+            "range": self.headers.get("Range"),
+            "time": time.time()})
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = stand_in.arg_parser()
     ap.add_argument("--upstream", required=True)
     ap.add_argument("--tokens", required=True)
-    ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--log")
     ap.add_argument("--allow-anonymous", action="store_true")
     cfg = ap.parse_args()
     # What the S3 gateway's handler also reads: GCS has no regions, no
     # throttle here.
     cfg.region, cfg.no_region_header, cfg.rate = None, True, 0
-    srv = s3gateway.Server(("127.0.0.1", cfg.port), Handler)
-    srv.cfg = cfg
-    srv.log_lock = threading.Lock()
-    srv.serve_forever()
+    stand_in.serve(Handler, cfg)
 
 
 if __name__ == "__main__":

@@ -17,13 +17,12 @@ token living --life seconds; every live token is written to TOKENS.json
 ({token: expiry}) for the gateway. Refusals answer 400 {"error":
 "invalid_grant", ...} like Google. Each request is logged as a JSON line."""
 
-import argparse
 import base64
 import http.server
 import json
 import os
 import secrets
-import socketserver
+import sys
 import threading
 import time
 from urllib.parse import parse_qs
@@ -31,6 +30,9 @@ from urllib.parse import parse_qs
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import stand_in  # noqa: E402
 
 SCOPE = "https://www.googleapis.com/auth/devstorage.read_only"
 META = "/computeMetadata/v1/instance/service-accounts/default/token"
@@ -88,7 +90,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         srv = self.server
         tok = "ya29.test-" + secrets.token_urlsafe(24)
         now = time.time()
-        with srv.lock:
+        with TOKENS_LOCK:
             try:
                 with open(srv.cfg.tokens) as f:
                     live = json.load(f)
@@ -108,10 +110,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.answer(400, {"error": "invalid_grant", "error_description": why})
 
     def record(self, kind, verdict):
-        if self.server.cfg.log:
-            with self.server.lock, open(self.server.cfg.log, "a") as f:
-                f.write(json.dumps({"kind": kind, "verdict": verdict,
-                                    "time": time.time()}) + "\n")
+        stand_in.log_line(self.server, {"kind": kind, "verdict": verdict,
+                                        "time": time.time()})
 
     def do_POST(self):
         n = int(self.headers.get("Content-Length") or 0)
@@ -142,29 +142,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return self.issue("metadata")
 
 
-class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
+# Guards TOKENS.json, which every issue rewrites.
+TOKENS_LOCK = threading.Lock()
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = stand_in.arg_parser()
     ap.add_argument("--pubkey", required=True)
     ap.add_argument("--email", required=True)
     ap.add_argument("--tokens", required=True)
     ap.add_argument("--user")
     ap.add_argument("--life", type=int, default=3600)
-    ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--port-file")
-    ap.add_argument("--log")
-    cfg = ap.parse_args()
-    srv = Server(("127.0.0.1", cfg.port), Handler)
-    srv.cfg = cfg
-    srv.lock = threading.Lock()
-    if cfg.port_file:
-        with open(cfg.port_file + ".tmp", "w") as f:
-            f.write(str(srv.server_address[1]))
-        os.rename(cfg.port_file + ".tmp", cfg.port_file)
-    srv.serve_forever()
+    stand_in.serve(Handler, ap.parse_args())
 
 
 if __name__ == "__main__":

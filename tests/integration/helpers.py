@@ -1,6 +1,9 @@
 """helpers.py - shared pieces of the echofs integration tests: paths, the
 mount wrapper, tree walking and an index writer (the documented text format
-of fetch/format/index.h, written independently of echofs so the tests check it)."""
+of fetch/format/index.h, written independently of echofs so the tests check it),
+and what the tests that run loopback stand-ins (s3, gcs) share: free ports,
+starting and stopping helper processes, JSON-line logs, tree and failed-mount
+checks."""
 
 import errno
 import hashlib
@@ -8,6 +11,7 @@ import json
 import multiprocessing
 import os
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -232,3 +236,87 @@ def read_errno(path):
         return 0
     except OSError as e:
         return e.errno or errno.EIO
+
+
+# ---- loopback stand-ins and their checks (test_s3, test_gcs, s3stack) ----
+
+def free_port():
+    """A TCP port on 127.0.0.1 free right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc, what, timeout=30):
+    """Waits until 127.0.0.1:port accepts; raises when proc (named what in
+    the message) exits first or timeout seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("%s exited with %s" % (what, proc.returncode))
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("%s did not start" % what)
+
+
+def stop_proc(proc):
+    """SIGTERM, then SIGKILL after 10 s; reaps proc."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def take_json_lines(path):
+    """The JSON lines a stand-in logged to path since the last call (the
+    file is emptied); [] when there is none yet."""
+    try:
+        with open(path) as f:
+            lines = [json.loads(x) for x in f]
+    except FileNotFoundError:
+        lines = []
+    open(path, "w").close()
+    return lines
+
+
+def check_tree(m, dataset, split="test"):
+    """Mount m shows exactly the split's files, byte for byte; returns
+    {path: sha256} of the mount."""
+    got = walk(m.mnt)
+    want = dataset.ref_hashes(split)
+    assert set(got) == set(want)
+    bad = [p for p in want if got[p] != want[p]]
+    assert not bad, "%d files differ, e.g. %s" % (len(bad), bad[:3])
+    return got
+
+
+def read_checked_for(m, want, seconds):
+    """Reads files of mount m for seconds (every 97th of the sorted paths,
+    round and round), each checked against want {path: sha256}; returns
+    how many were read."""
+    paths = sorted(want)
+    deadline = time.monotonic() + seconds
+    reads = 0
+    while time.monotonic() < deadline:
+        p = paths[reads * 97 % len(paths)]
+        assert sha256_file(m.path(p)) == want[p], p
+        reads += 1
+    return reads
+
+
+def failed_mount(mounter, source, opts, timeout=120, one_line=True):
+    """Mounts source, which must fail, and returns echofs's stderr; with
+    one_line, nothing may be left mounted and the error is one line."""
+    m = mounter(source, opts=opts, check=False, timeout=timeout)
+    assert m.result.returncode != 0, "the mount should have failed"
+    err = m.result.stderr.strip()
+    if one_line:
+        assert not m.mounted
+        assert len(err.splitlines()) == 1, err
+    return err

@@ -6,13 +6,12 @@ uploaded when a test first asks for them (ensure_train, ensure_many)."""
 
 import json
 import os
-import socket
 import subprocess
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import helpers
+from helpers import free_port, stop_proc, wait_port
 
 S3DIR = os.path.join(helpers.REPO, "tests", "s3")
 S3RVER = os.path.join(S3DIR, "node_modules", "s3rver", "bin", "s3rver.js")
@@ -23,33 +22,18 @@ AK_TOKEN, SK_TOKEN, TOKEN = ("ASIAECHOFSTEST000002", "session/secret+key2",
 MANY = 5000
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, proc, what, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("%s exited with %s" % (what, proc.returncode))
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("%s did not start" % what)
-
-
-def stop(proc):
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def clean_aws_env(monkeypatch, tmp_path):
+    """AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY = AK/SK and nothing else of
+    AWS's: no other AWS_ variable, no credentials or config file, no
+    instance metadata."""
+    for k in list(os.environ):
+        if k.startswith("AWS_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", AK)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SK)
 
 
 def client(url):
@@ -142,15 +126,9 @@ class S3Stack:
 
     def requests(self):
         """gateway log lines since the last call"""
-        try:
-            with open(self.log) as f:
-                lines = [json.loads(x) for x in f]
-        except FileNotFoundError:
-            lines = []
-        open(self.log, "w").close()
-        return lines
+        return helpers.take_json_lines(self.log)
 
     def stop(self):
         for p in (self.gateway, self.s3rver):
             if p:
-                stop(p)
+                stop_proc(p)

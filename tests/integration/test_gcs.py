@@ -9,7 +9,7 @@ import json
 import os
 import stat
 import subprocess
-import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -17,16 +17,13 @@ import helpers
 
 botocore = pytest.importorskip("botocore", reason="python3-botocore is not installed")
 crypto = pytest.importorskip("cryptography", reason="python3-cryptography is not installed")
-import botocore.config  # noqa: E402
-import botocore.session  # noqa: E402
 from cryptography.hazmat.primitives import serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: E402
 
-from test_s3 import free_port, stop, wait_port  # noqa: E402
+from helpers import check_tree, free_port, stop_proc, wait_port  # noqa: E402
+from s3stack import S3RVER, client, put_files  # noqa: E402
 
 GCSDIR = os.path.join(helpers.REPO, "tests", "gcs")
-S3RVER = os.path.join(helpers.REPO, "tests", "s3", "node_modules", "s3rver",
-                      "bin", "s3rver.js")
 EMAIL = "echofs-test@echofs-test.iam.gserviceaccount.com"
 USER = {"client_id": "echofs-client.apps.googleusercontent.com",
         "client_secret": "d-FL95Q19q7MQmFpd7hHD0Ty",
@@ -43,19 +40,12 @@ def write_secret(path, obj):
 
 
 def upload(dataset, url):
-    c = botocore.session.get_session().create_client(
-        "s3", region_name="us-east-1", endpoint_url=url,
-        aws_access_key_id="S3RVER", aws_secret_access_key="S3RVER",
-        config=botocore.config.Config(s3={"addressing_style": "path"}))
+    c = client(url)
     c.create_bucket(Bucket="dset")
     c.create_bucket(Bucket="many")
-    for path in dataset.shards("test"):
-        with open(path, "rb") as f:
-            data = f.read()
-        c.put_object(Bucket="dset", Key="test/" + os.path.basename(path), Body=data)
-        c.put_object(Bucket="many", Key="big/" + os.path.basename(path), Body=data)
+    put_files(c, "dset", "test/", dataset.shards("test"))
+    put_files(c, "many", "big/", dataset.shards("test"))
     n = MANY - len(dataset.shards("test"))
-    from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(16) as ex:
         list(ex.map(lambda i: c.put_object(
             Bucket="many", Key="big/%s-%04d.json" % ("az"[i % 2], i), Body=b"{}"),
@@ -113,7 +103,7 @@ class GcsStack:
         return port
 
     def restart_tokens(self, life):
-        stop(self.token_proc)
+        stop_proc(self.token_proc)
         self.procs.remove(self.token_proc)
         self.token_port = self.start_tokens(life)
 
@@ -128,24 +118,15 @@ class GcsStack:
         return write_secret(path, dict(USER, token_uri="http://127.0.0.1:%d/token"
                                        % self.token_port))
 
-    def lines(self, path):
-        try:
-            with open(path) as f:
-                out = [json.loads(x) for x in f]
-        except FileNotFoundError:
-            out = []
-        open(path, "w").close()
-        return out
-
     def requests(self):
-        return self.lines(self.glog)
+        return helpers.take_json_lines(self.glog)
 
     def token_requests(self):
-        return self.lines(self.tlog)
+        return helpers.take_json_lines(self.tlog)
 
     def stop(self):
         for p in reversed(self.procs):
-            stop(p)
+            stop_proc(p)
 
 
 @pytest.fixture(scope="module")
@@ -176,19 +157,9 @@ def gcp_env(monkeypatch, tmp_path, gcs):
     return monkeypatch
 
 
-def check_tree(m, dataset):
-    got = helpers.walk(m.mnt)
-    want = dataset.ref_hashes("test")
-    assert set(got) == set(want)
-    bad = [p for p in want if got[p] != want[p]]
-    assert not bad, "%d files differ, e.g. %s" % (len(bad), bad[:3])
-    return got
-
-
 def failed_mount(mounter, source, opts):
-    m = mounter(source, opts=opts, check=False, timeout=60)
-    assert m.result.returncode != 0, "the mount should have failed"
-    return m.result.stderr.strip()
+    return helpers.failed_mount(mounter, source, opts, timeout=60,
+                                one_line=False)
 
 
 def test_exact_mount_equals_http_every_request_with_token(gcs, dataset, gcp_env,
@@ -332,14 +303,7 @@ def test_expiring_tokens_refreshed_during_reads(gcs, dataset, gcp_env, mounter,
                        gcs.sa_key(str(tmp_path / "sa30.json")))
         gcs.requests()
         m = mounter(TEST_SRC, opts={"endpoint": gcs.url, "cache_size": "1M"})
-        want = dataset.ref_hashes("test")
-        paths = sorted(want)
-        deadline = time.monotonic() + 75
-        reads = 0
-        while time.monotonic() < deadline:
-            p = paths[reads * 97 % len(paths)]
-            assert helpers.sha256_file(m.path(p)) == want[p], p
-            reads += 1
+        reads = helpers.read_checked_for(m, dataset.ref_hashes("test"), 75)
         seen = gcs.requests()
         assert all(r["verdict"] == "ok" for r in seen), \
             [r for r in seen if r["verdict"] != "ok"][:3]

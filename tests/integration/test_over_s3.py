@@ -20,7 +20,8 @@ import helpers
 
 pytest.importorskip("botocore", reason="python3-botocore is not installed")
 
-from s3stack import AK, GATEWAY, SK, free_port, stop, wait_port  # noqa: E402
+from helpers import free_port, stop_proc, wait_port  # noqa: E402
+from s3stack import GATEWAY, clean_aws_env  # noqa: E402
 from test_tree import (  # noqa: E402,F401
     test_train_tree_byte_identical, test_test_split_indexed_at_mount,
     test_layout_listing_and_read_only, test_eight_concurrent_readers)
@@ -67,7 +68,7 @@ class S3Source:
 
     def stop(self):
         for gw, _ in self.slow.values():
-            stop(gw)
+            stop_proc(gw)
 
 
 @pytest.fixture(scope="module")
@@ -87,14 +88,7 @@ def s3_source(s3_session, dataset, tmp_path_factory):
 def s3_env(s3_source, monkeypatch, tmp_path):
     """Keys and endpoint from the environment, nothing else of AWS's; no
     region, so each mount asks the bucket for it."""
-    for k in list(os.environ):
-        if k.startswith("AWS_"):
-            monkeypatch.delenv(k)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", AK)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SK)
+    clean_aws_env(monkeypatch, tmp_path)
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_source.stack.url)
     s3_source.stack.requests()
     yield

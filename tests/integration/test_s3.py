@@ -19,8 +19,9 @@ import helpers
 
 pytest.importorskip("botocore", reason="python3-botocore is not installed")
 
+from helpers import check_tree, failed_mount, free_port, stop_proc, wait_port  # noqa: E402
 from s3stack import (AK, AK_TOKEN, GATEWAY, MANY, SK, SK_TOKEN, TOKEN,  # noqa: E402
-                     client, free_port, stop, wait_port)
+                     clean_aws_env, client)
 
 
 @pytest.fixture(scope="module")
@@ -34,26 +35,11 @@ def s3(s3_session):
 @pytest.fixture
 def aws_env(monkeypatch, tmp_path):
     """A clean AWS environment: no real files, no instance metadata."""
-    for k in list(os.environ):
-        if k.startswith("AWS_"):
-            monkeypatch.delenv(k)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", AK)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SK)
+    clean_aws_env(monkeypatch, tmp_path)
     return monkeypatch
 
 
 TEST_SRC = "s3://dset/test/test-{000000..%06d}.tar" % (helpers.TEST_SHARDS - 1)
-
-
-def check_tree(m, dataset):
-    got = helpers.walk(m.mnt)
-    want = dataset.ref_hashes("test")
-    assert set(got) == set(want)
-    bad = [p for p in want if got[p] != want[p]]
-    assert not bad, "%d files differ, e.g. %s" % (len(bad), bad[:3])
 
 
 def test_brace_source_every_request_signed(s3, dataset, aws_env, mounter):
@@ -91,15 +77,6 @@ def test_listing_5000_keys_over_pages(s3, dataset, aws_env, mounter):
     assert len(lists) >= MANY // 1000, lists
     assert sum("continuation-token=" in r["path"] for r in lists) >= MANY // 1000 - 1
     assert "listed %d shards" % helpers.TEST_SHARDS in m.log()
-
-
-def failed_mount(mounter, source, opts):
-    m = mounter(source, opts=opts, check=False)
-    assert m.result.returncode != 0
-    assert not m.mounted
-    err = m.result.stderr.strip()
-    assert len(err.splitlines()) == 1, err
-    return err
 
 
 def test_wrong_secret_fails_mount(s3, aws_env, mounter):
@@ -336,14 +313,7 @@ def test_expiring_credentials_refreshed_during_reads(s3, dataset, aws_env,
     standin.issuer.life = 30
     s3.requests()
     m = mounter(TEST_SRC, opts={"endpoint": s3.url, "cache_size": "1M"})
-    want = dataset.ref_hashes("test")
-    paths = sorted(want)
-    deadline = time.monotonic() + 75
-    reads = 0
-    while time.monotonic() < deadline:
-        p = paths[reads * 97 % len(paths)]
-        assert helpers.sha256_file(m.path(p)) == want[p], p
-        reads += 1
+    reads = helpers.read_checked_for(m, dataset.ref_hashes("test"), 75)
     ids = akids(s3)
     assert len(ids) >= 3, ids
     assert reads > 100
@@ -372,7 +342,7 @@ def test_clock_skew_corrected_from_server_time(s3, dataset, aws_env, mounter,
             "clock is +3599 s from ours" in m.log() or \
             "clock is +3601 s from ours" in m.log(), m.log()
     finally:
-        stop(gw)
+        stop_proc(gw)
 
 
 def test_echofs_index_on_s3_then_mount_with_it(s3, dataset, aws_env, mounter,
@@ -423,7 +393,7 @@ def test_wrong_region_names_the_right_one(s3, dataset, aws_env, mounter,
         m = mounter(TEST_SRC, opts={"endpoint": url})
         check_tree(m, dataset)
     finally:
-        stop(gw)
+        stop_proc(gw)
 
 
 @pytest.mark.parametrize("source", [TEST_SRC, "s3://dset/test/"])
@@ -442,7 +412,7 @@ def test_region_found_from_bucket_header(s3, dataset, aws_env, mounter,
         assert not bad, bad[:3]
         assert "is in region eu-west-3 (x-amz-bucket-region)" in m.log(), m.log()
     finally:
-        stop(gw)
+        stop_proc(gw)
 
 
 def test_region_corrected_from_error_without_header(s3, dataset, aws_env,
@@ -460,7 +430,7 @@ def test_region_corrected_from_error_without_header(s3, dataset, aws_env,
         assert "signing for us-east-1" in m.log()
         assert "the bucket is in region eu-west-3" in m.log(), m.log()
     finally:
-        stop(gw)
+        stop_proc(gw)
 
 
 @pytest.mark.parametrize("source", ["s3://dset/test/", "s3://dset/test/*.tar"])

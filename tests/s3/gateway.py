@@ -25,20 +25,22 @@ x-amz-bucket-region as AWS's do (on 200, 301, 400 and 403 alike), unless
 tests). --no-verify passes every request on unchecked (the benchmark
 separates the cost of this Python relay from that of verifying)."""
 
-import argparse
 import calendar
 import http.client
 import http.server
 import json
+import os
 import re
-import socketserver
-import threading
+import sys
 import time
 from urllib.parse import urlsplit
 
 import botocore.auth
 import botocore.awsrequest
 import botocore.credentials
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import stand_in  # noqa: E402
 
 AUTH_RE = re.compile(r"^AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/s3/"
                      r"aws4_request, SignedHeaders=([a-z0-9;-]+), "
@@ -133,18 +135,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return None
 
     def record(self, verdict):
-        cfg = self.server.cfg
-        if not cfg.log:
-            return
-        line = json.dumps({"method": self.command, "path": self.path,
-                           "verdict": verdict[1] if verdict else "ok",
-                           "token": "x-amz-security-token" in self.headers,
-                           "akid": (AUTH_RE.match(self.headers.get(
-                               "Authorization", "")) or [None, None])[1],
-                           "range": self.headers.get("Range"),
-                           "time": time.time()})
-        with self.server.log_lock, open(cfg.log, "a") as f:
-            f.write(line + "\n")
+        stand_in.log_line(self.server, {
+            "method": self.command, "path": self.path,
+            "verdict": verdict[1] if verdict else "ok",
+            "token": "x-amz-security-token" in self.headers,
+            "akid": (AUTH_RE.match(self.headers.get(
+                "Authorization", "")) or [None, None])[1],
+            "range": self.headers.get("Range"),
+            "time": time.time()})
 
     def relay(self):
         up = urlsplit(self.server.cfg.upstream)
@@ -204,18 +202,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
     do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = handle_any
 
 
-class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
-
-
 def main():
-    ap = argparse.ArgumentParser()
+    ap = stand_in.arg_parser()
     ap.add_argument("--upstream", required=True)
     ap.add_argument("--keys", required=True)
-    ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--port-file")
     ap.add_argument("--allow-anonymous", action="store_true")
-    ap.add_argument("--log")
     ap.add_argument("--region", help="the only signing region accepted")
     ap.add_argument("--no-verify", action="store_true",
                     help="relay every request without checking it")
@@ -225,16 +216,7 @@ def main():
                     help="never send x-amz-bucket-region")
     ap.add_argument("--clock-offset", type=float, default=0,
                     help="seconds added to this server's clock")
-    cfg = ap.parse_args()
-    srv = Server(("127.0.0.1", cfg.port), Handler)
-    srv.cfg = cfg
-    srv.log_lock = threading.Lock()
-    if cfg.port_file:
-        with open(cfg.port_file + ".tmp", "w") as f:
-            f.write(str(srv.server_address[1]))
-        import os
-        os.rename(cfg.port_file + ".tmp", cfg.port_file)
-    srv.serve_forever()
+    stand_in.serve(Handler, ap.parse_args())
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 /* fixtures.c - shared unit-test fixtures: temp dirs, tar writer, server */
 #include "fixtures.h"
 
+#include "cache/image/transform.h"
 #include "common/util.h"
 
 #include <criterion/criterion.h>
@@ -290,4 +291,25 @@ uint8_t *fx_load_data(const char *name, size_t *len)
 	cr_assert_eq(*len, (size_t)st.st_size, "short read of %s", path);
 	fclose(f);
 	return b;
+}
+
+uint8_t *fx_load_img(const char *name, size_t *len)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "img/%s", name);
+	return fx_load_data(path, len);
+}
+
+void fx_transform_ref(const struct transform_opts *opts, const uint8_t *in,
+		      size_t len, uint64_t rand, uint8_t **out, size_t *outlen)
+{
+	struct transform_ctx *tc = transform_ctx_new();
+	char why[160];
+
+	cr_assert_not_null(tc);
+	cr_assert_eq(transform_apply(tc, opts, in, len, rand, out, outlen, why,
+				     sizeof(why)),
+		     0, "%s", why);
+	transform_ctx_free(tc);
 }

@@ -59,6 +59,18 @@ void fx_write_file(const char *path, const void *data, size_t n);
  * test when $ECHOFS_TEST_DATA is unset, fails it when the file is missing. */
 uint8_t *fx_load_data(const char *name, size_t *len);
 
+/* fx_load_data("img/<name>"): one of the test images under tests/data/img. */
+uint8_t *fx_load_img(const char *name, size_t *len);
+
+struct transform_opts;
+
+/* What transform_apply() makes of in (len bytes) with opts and rand, on a
+ * context of its own: the reference a suite compares its module's output
+ * with. *out is the caller's to free; fails the test when the transform
+ * does. */
+void fx_transform_ref(const struct transform_opts *opts, const uint8_t *in,
+		      size_t len, uint64_t rand, uint8_t **out, size_t *outlen);
+
 /* A running tests/fault_server.py: its pid (0 when none) and its port. */
 struct fx_server {
 	pid_t pid;

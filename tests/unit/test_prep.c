@@ -10,20 +10,8 @@
 
 #include "cache/image/prep.h"
 #include "cache/image/transform.h"
-#include "common/file.h"
 #include "common/util.h"
-
-static uint8_t *load(const char *name, size_t *len)
-{
-	const char *dir = getenv("ECHOFS_TEST_DATA");
-	char path[512], *b;
-	if (!dir)
-		cr_skip_test(
-			"ECHOFS_TEST_DATA not set (run through meson test)");
-	snprintf(path, sizeof(path), "%s/img/%s", dir, name);
-	cr_assert_eq(file_read_all(path, 64 << 20, &b, len), 0, "%s", path);
-	return (uint8_t *)b;
-}
+#include "fixtures.h"
 
 static const struct transform_opts jpeg_opts = {.size = 64,
 						.crop = 56,
@@ -31,23 +19,10 @@ static const struct transform_opts jpeg_opts = {.size = 64,
 						.flip_prob_half = 1,
 						.format = TF_JPEG};
 
-/* What transform_apply gives on its own context, for comparison. */
-static void direct(const struct transform_opts *o, const uint8_t *in,
-		   size_t len, uint64_t rand, uint8_t **out, size_t *outlen)
-{
-	struct transform_ctx *tc = transform_ctx_new();
-	char why[160];
-	cr_assert_not_null(tc);
-	cr_assert_eq(transform_apply(tc, o, in, len, rand, out, outlen, why,
-				     sizeof(why)),
-		     0, "%s", why);
-	transform_ctx_free(tc);
-}
-
 Test(prep, apply_gives_the_transform_bytes)
 {
 	size_t len, outlen, reflen;
-	uint8_t *in = load("photo.jpg", &len), *out, *ref;
+	uint8_t *in = fx_load_img("photo.jpg", &len), *out, *ref;
 	struct prep *p;
 	prep_open(&jpeg_opts, 2, &p);
 	char why[160] = "";
@@ -57,7 +32,7 @@ Test(prep, apply_gives_the_transform_bytes)
 		cr_assert_eq(prep_apply(p, in, len, rand, &out, &outlen, why,
 					sizeof(why)),
 			     0, "%s", why);
-		direct(&jpeg_opts, in, len, rand, &ref, &reflen);
+		fx_transform_ref(&jpeg_opts, in, len, rand, &ref, &reflen);
 		cr_assert_eq(outlen, reflen);
 		cr_assert(memcmp(out, ref, outlen) == 0, "rand %lu differs",
 			  (unsigned long)rand);
@@ -82,7 +57,7 @@ Test(prep, bad_images_fail_with_errno_and_reason)
 	cr_assert_not_null(p);
 	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
 		size_t len, outlen;
-		uint8_t *in = load(cases[i].file, &len), *out = NULL;
+		uint8_t *in = fx_load_img(cases[i].file, &len), *out = NULL;
 		char why[160] = "";
 		int r = prep_apply(p, in, len, 0, &out, &outlen, why,
 				   sizeof(why));
@@ -101,7 +76,7 @@ Test(prep, bad_images_fail_with_errno_and_reason)
 Test(prep, prepare_then_augment_equals_apply)
 {
 	size_t len, plen, alen, reflen;
-	uint8_t *in = load("photo.jpg", &len), *prepared, *aug, *ref;
+	uint8_t *in = fx_load_img("photo.jpg", &len), *prepared, *aug, *ref;
 	struct prep *p;
 	prep_open(&jpeg_opts, 2, &p);
 	char why[160] = "";
@@ -114,7 +89,7 @@ Test(prep, prepare_then_augment_equals_apply)
 		cr_assert_eq(prep_augment(p, prepared, plen, rand, &aug, &alen,
 					  why, sizeof(why)),
 			     0, "%s", why);
-		direct(&jpeg_opts, in, len, rand, &ref, &reflen);
+		fx_transform_ref(&jpeg_opts, in, len, rand, &ref, &reflen);
 		cr_assert_eq(alen, reflen, "rand %lu", (unsigned long)rand);
 		cr_assert(memcmp(aug, ref, alen) == 0);
 		free(aug);
@@ -176,7 +151,7 @@ static void *caller_main(void *arg)
 Test(prep, many_callers_each_get_their_own_result, .timeout = 60)
 {
 	size_t len;
-	uint8_t *in = load("photo.jpg", &len);
+	uint8_t *in = fx_load_img("photo.jpg", &len);
 	/* 2 workers: 8 queue slots for 12 callers, so submitters also wait
 	 * for room. */
 	struct prep *p;
@@ -197,7 +172,7 @@ Test(prep, many_callers_each_get_their_own_result, .timeout = 60)
 			uint8_t *ref;
 			size_t reflen;
 			cr_assert_eq(c[i].r[k], 0);
-			direct(&jpeg_opts, in, len,
+			fx_transform_ref(&jpeg_opts, in, len,
 			       (uint64_t)(i * PER_CALLER + k), &ref, &reflen);
 			cr_assert_eq(c[i].outlen[k], reflen);
 			cr_assert(memcmp(c[i].out[k], ref, reflen) == 0,

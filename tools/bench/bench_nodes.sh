@@ -46,32 +46,14 @@ SEED=1
 OUT=/tmp/echofs-bench
 TOTAL=3600
 CMDLINE="tools/bench/bench_nodes.sh $*"
-while [ $# -gt 0 ]; do
-	case "$1" in
-	--worlds) WORLDS=$2; shift 2 ;;
-	--modes) MODES=$2; shift 2 ;;
-	--runs) RUNS=$2; shift 2 ;;
-	--shards) SHARDS=$2; shift 2 ;;
-	--rate) RATE=$2; shift 2 ;;
-	--read-threads) READ_THREADS=$2; shift 2 ;;
-	--train-worlds) TRAIN_WORLDS=$2; shift 2 ;;
-	--train-rate) TRAIN_RATE=$2; shift 2 ;;
-	--train-runs) TRAIN_RUNS=$2; shift 2 ;;
-	--echo) ECHO=$2; shift 2 ;;
-	--target) TARGET=$2; shift 2 ;;
-	--budget) BUDGET=$2; shift 2 ;;
-	--cache-size) CACHE_SIZE=$2; shift 2 ;;
-	--no-train) TRAIN=0; shift ;;
-	--seed) SEED=$2; shift 2 ;;
-	--out) OUT=$2; shift 2 ;;
-	--total) TOTAL=$2; shift 2 ;;
-	-h | --help) sed -n '2,27p' "$0"; exit 0 ;;
-	*) echo "bench_nodes.sh: unknown argument $1" >&2; exit 2 ;;
-	esac
-done
+# shellcheck source=tools/bench/common.sh
+. tools/bench/common.sh
+bench_args 2,27 --worlds=WORLDS --modes=MODES --runs=RUNS --shards=SHARDS \
+	--rate=RATE --read-threads=READ_THREADS --train-worlds=TRAIN_WORLDS \
+	--train-rate=TRAIN_RATE --train-runs=TRAIN_RUNS --echo=ECHO \
+	--target=TARGET --budget=BUDGET --cache-size=CACHE_SIZE \
+	--no-train=TRAIN=0 --seed=SEED --out=OUT --total=TOTAL -- "$@"
 
-PY=/usr/bin/python3
-B=${BUILD_DIR:-build}
 mkdir -p "$OUT/nodes"
 OUT=$(cd "$OUT" && pwd)
 DATA=$OUT/data

@@ -20,42 +20,13 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 COUNT=2000 RUNS=3 PROCS=2 BEFORE=
-while [ $# -gt 0 ]; do
-	case $1 in
-	--count) COUNT=$2; shift 2 ;;
-	--runs) RUNS=$2; shift 2 ;;
-	--procs) PROCS=$2; shift 2 ;;
-	--before) BEFORE=$2; shift 2 ;;
-	-h | --help) sed -n '2,20p' "$0"; exit 0 ;;
-	*) echo "bench_open.sh: unknown argument $1" >&2; exit 2 ;;
-	esac
-done
-
-PY=/usr/bin/python3
-B=${BUILD_DIR:-build}
+# shellcheck source=tools/bench/common.sh
+. tools/bench/common.sh
+bench_args 2,20 --count=COUNT --runs=RUNS --procs=PROCS --before=BEFORE \
+	-- "$@"
 RD=tools/bench/bench_open.py
-TMP=$(mktemp -d /tmp/echofs-bench-open.XXXXXX)
-MOUNTS=()
-PIDS=()
+bench_start open
 
-cleanup() {
-	set +e
-	for m in "${MOUNTS[@]}"; do
-		grep -qs " $m fuse" /proc/mounts &&
-			{ fusermount3 -u "$m" 2>/dev/null || fusermount3 -uz "$m"; }
-	done
-	for p in "${PIDS[@]}"; do
-		kill -0 "$p" 2>/dev/null && { sleep 1; kill "$p" 2>/dev/null; }
-	done
-	$PY tools/dev/nginx.py stop --state "$TMP/nginx"
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-log() { echo "bench: $*" >&2; }
-field() { $PY -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 calc() { $PY -c "print('%.${2:-2}f' % ($1))"; }
 stat_of() { # mnt key: read with os.open, so the read costs no ioctl itself
 	$PY -c 'import json,os,sys
@@ -63,40 +34,9 @@ fd = os.open(os.path.join(sys.argv[1], ".echofs", "stats"), os.O_RDONLY)
 print(json.loads(os.read(fd, 1 << 20))[sys.argv[2]])' "$1" "$2"
 }
 
-wait_mounted() { # mnt pid
-	local i
-	for ((i = 0; i < 300; i++)); do
-		grep -qs " $1 fuse" /proc/mounts && return 0
-		kill -0 "$2" 2>/dev/null || return 1
-		sleep 0.1
-	done
-	return 1
-}
-
-# mount_echofs NAME CACHE OPTIONS [ECHOFS] -> MNT, DPID
-mount_echofs() {
-	MNT=$TMP/mnt-$1
-	mkdir -p "$MNT"
-	"${4:-$B/echofs}" -f -o "cache_dir=$2,log_file=$TMP/echofs-$1.log${3:+,$3}" \
-		"$SOURCE" "$MNT" 2>>"$TMP/echofs-$1.log" &
-	DPID=$!
-	PIDS+=("$DPID")
-	MOUNTS+=("$MNT")
-	if ! wait_mounted "$MNT" "$DPID"; then
-		log "mount $1 failed:"; tail -5 "$TMP/echofs-$1.log" >&2; exit 1
-	fi
-}
-
-unmount() { # mnt pid
-	fusermount3 -u "$1" 2>/dev/null || { sleep 1; fusermount3 -u "$1"; }
-	local i
-	for ((i = 0; i < 100; i++)); do kill -0 "$2" 2>/dev/null || return 0; sleep 0.1; done
-	log "daemon $2 still running after unmount"
-}
-
 # epoch NAME CACHE ZC -> "files_s cpu_s_per_gb zerocopy_reads"
 epoch() {
-	mount_echofs "$1" "$2" "zerocopy=$3"
+	mount_echofs "$1" "zerocopy=$3" "$2"
 	local c0 c1 out
 	c0=$($PY $RD cpu "$DPID")
 	out=$($PY $RD read "$MNT" --mode osopen --procs "$PROCS" --seed "$RANDOM")
@@ -104,7 +44,7 @@ epoch() {
 	local zr
 	zr=$(stat_of "$MNT" zerocopy_reads)
 	unmount "$MNT" "$DPID"
-	echo "$(calc "$(field "$out" files_s)" 0) $(calc "($c1 - $c0) / ($(field "$out" bytes) / 1e9)" 3) $zr"
+	echo "$(calc "$(json "$out" files_s)" 0) $(calc "($c1 - $c0) / ($(json "$out" bytes) / 1e9)" 3) $zr"
 }
 
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -113,8 +53,7 @@ $PY tools/bench/echofs_photos.py --out "$TMP/photos" --count "$COUNT" >&2
 NSHARDS=$($PY tools/bench/bench_prep_e2e.py pack --photos "$TMP/photos" \
 	--tree "$TMP/local" --shards "$TMP/www" --per-shard 500)
 rm -rf "$TMP/photos"
-PORT=$($PY tools/dev/nginx.py start --root "$TMP/www" --state "$TMP/nginx")
-BASE=http://127.0.0.1:$PORT
+bench_nginx "$TMP/www"
 "$B"/tools/echofs-index --base-url "$BASE/" -o "$TMP/www/photos.echofs-index" \
 	"$TMP"/www/photos-*.tar >&2
 SOURCE="$BASE/photos-{000000..$(printf %06d $((NSHARDS - 1)))}.tar"
@@ -143,15 +82,15 @@ open_runs() { # KEY ROOT MODE [MNT]
 	[ -n "${4:-}" ] && ioc0=$(stat_of "$4" ioctls)
 	out=$($PY $RD read "$2" --mode "$3" --procs "$PROCS" --seed "$RANDOM")
 	[ -n "${4:-}" ] && ioc1=$(stat_of "$4" ioctls)
-	OPEN[$1]+="$(calc "$(field "$out" files_s)" 0) "
-	OPEN[$1.ioctl]=$(calc "($ioc1 - $ioc0) / $(field "$out" files)")
+	OPEN[$1]+="$(calc "$(json "$out" files_s)" 0) "
+	OPEN[$1.ioctl]=$(calc "($ioc1 - $ioc0) / $(json "$out" files)")
 }
-mount_echofs after "$TMP/cache1" ""
+mount_echofs after "" "$TMP/cache1"
 AMNT=$MNT APID=$DPID
 $PY $RD read "$AMNT" --mode osopen --procs "$PROCS" >/dev/null # fill
 BMNT=
 if [ -n "$BEFORE" ]; then
-	mount_echofs before "$TMP/cache1" "" "$BEFORE/echofs"
+	mount_echofs before "" "$TMP/cache1" "$BEFORE/echofs"
 	BMNT=$MNT BPID=$DPID
 	$PY $RD read "$BMNT" --mode osopen --procs "$PROCS" >/dev/null
 fi
@@ -174,7 +113,7 @@ unmount "$AMNT" "$APID"
 [ -n "$BMNT" ] && unmount "$BMNT" "$BPID"
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 
-m() { median ${1}; }
+m() { median_mean ${1}; }
 echo "### $COUNT photos ($(calc "$GB / 1e6" 0) MB), $NSHARDS shards, $PROCS readers, medians of $RUNS; load $LOAD0 -> $LOAD1"
 echo
 echo "| exact epoch | zerocopy=1 files/s | zerocopy=0 files/s | ratio | zerocopy=1 CPU s/GB | zerocopy=0 CPU s/GB |"

@@ -11,16 +11,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-B=${BUILD_DIR:-build}
+# shellcheck source=tools/bench/common.sh
+. tools/bench/common.sh
 DATA=${BENCH_DATA:-$B/bench-data}
+# The flags are bench_s3.py's (argparse checks them): only --help is ours.
 case "${1:-}" in -h | --help) sed -n '2,10p' "$0"; exit 0 ;; esac
 [ -f tests/s3/node_modules/s3rver/bin/s3rver.js ] ||
 	{ echo "bench_s3.sh: s3rver missing: run tools/dev/setup.sh" >&2; exit 2; }
 if [ ! -f "$DATA/shards/train-000059.tar" ]; then
-	echo "bench: packing train into $DATA" >&2
+	log "packing train into $DATA"
 	rm -rf "$DATA"
 	"$B"/tools/echofs-pack --split train --out "$DATA/shards" --tree "$DATA/tree"
 fi
 echo "command: tools/bench/bench_s3.sh $*"
 echo
-/usr/bin/python3 tools/bench/bench_s3.py --build "$B" --data "$DATA" "$@"
+$PY tools/bench/bench_s3.py --build "$B" --data "$DATA" "$@"

@@ -17,35 +17,11 @@ RUNS=3
 PROCS=2
 ROUNDS=2
 CMDLINE="tools/bench/bench_verify.sh $*"
-while [ $# -gt 0 ]; do
-	case "$1" in
-	--runs) RUNS=$2; shift 2 ;;
-	--procs) PROCS=$2; shift 2 ;;
-	--rounds) ROUNDS=$2; shift 2 ;;
-	-h | --help) sed -n '2,12p' "$0"; exit 0 ;;
-	*) echo "bench_verify.sh: unknown argument $1" >&2; exit 2 ;;
-	esac
-done
-
-PY=/usr/bin/python3
-B=${BUILD_DIR:-build}
+# shellcheck source=tools/bench/common.sh
+. tools/bench/common.sh
+bench_args 2,12 --runs=RUNS --procs=PROCS --rounds=ROUNDS -- "$@"
 DATA=${BENCH_DATA:-$B/bench-data}
-TMP=$(mktemp -d /tmp/echofs-bench-verify.XXXXXX)
-MOUNTS=()
-
-cleanup() {
-	set +e
-	for m in "${MOUNTS[@]}"; do
-		grep -qs " $m fuse" /proc/mounts &&
-			{ fusermount3 -u "$m" 2>/dev/null || fusermount3 -uz "$m"; }
-	done
-	$PY tools/dev/nginx.py stop --state "$TMP/nginx"
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-log() { echo "bench: $*" >&2; }
+bench_start verify
 
 # The echofs daemon serving mountpoint $1 (its command line names it).
 daemon_pid() {
@@ -69,7 +45,6 @@ reader() { # root runs -> files/s (median)
 		$PY -c 'import json,sys; print(json.load(sys.stdin)["files_per_s"])'
 }
 
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 sub() { $PY -c "import sys; print('%.2f' % ((float(sys.argv[1]) - float(sys.argv[2])) / float(sys.argv[3])))" "$@"; }
 
 pack() {
@@ -154,8 +129,7 @@ one_round() { # round
 
 bash tools/dev/setup.sh >&2
 pack
-PORT=$($PY tools/dev/nginx.py start --root "$DATA" --state "$TMP/nginx")
-BASE="http://127.0.0.1:$PORT"
+bench_nginx "$DATA"
 SOURCE="$BASE/shards/train-{000000..000059}.tar"
 make_indexes
 for ((r = 0; r < ROUNDS; r++)); do

@@ -54,6 +54,10 @@ json() { $PY -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "
 # median NUMBER...: the middle value (the upper one of an even count).
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
+# median_mean NUMBER...: the middle value, or the mean of the two middle
+# ones for an even count.
+median_mean() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
 # bench_start NAME: TMP=/tmp/echofs-bench-NAME.XXXXXX, removed on exit with
 # every mount under it, the daemons in PIDS and nginx (bench_nginx). A
 # script may define bench_on_exit for its own cleanup (run first).
@@ -102,14 +106,16 @@ wait_mounted() {
 	return 1
 }
 
-# mount_echofs NAME OPTIONS -> MNT, DPID: echofs in the foreground (so DPID
-# is the daemon itself and /proc/DPID/stat counts all its threads) on
-# TMP/mnt-NAME, serving SOURCE with cache_dir=TMP/cache and its log in
-# TMP/echofs-NAME.log. Exits the script when the mount fails.
+# mount_echofs NAME OPTIONS [CACHE_DIR [ECHOFS]] -> MNT, DPID: echofs (the
+# ECHOFS binary, default B/echofs) in the foreground (so DPID is the daemon
+# itself and /proc/DPID/stat counts all its threads) on TMP/mnt-NAME,
+# serving SOURCE with cache_dir=CACHE_DIR (default TMP/cache) and its log in
+# TMP/echofs-NAME.log. OPTIONS may be empty. Exits the script when the
+# mount fails.
 mount_echofs() {
 	MNT=$TMP/mnt-$1
 	mkdir -p "$MNT"
-	"$B"/echofs -f -o "cache_dir=$TMP/cache,log_file=$TMP/echofs-$1.log,$2" \
+	"${4:-$B/echofs}" -f -o "cache_dir=${3:-$TMP/cache},log_file=$TMP/echofs-$1.log${2:+,$2}" \
 		"$SOURCE" "$MNT" 2>>"$TMP/echofs-$1.log" &
 	DPID=$!
 	PIDS+=("$DPID")

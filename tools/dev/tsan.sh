@@ -1,21 +1,22 @@
 #!/bin/bash
 # tsan.sh - run the threaded modules' unit suites under ThreadSanitizer.
 #   tools/dev/tsan.sh [SUITE...]    default: pool shards bindings workq store
-#                                   indexer
+#                                   indexer prep
 # Builds those unit suites with clang and -Db_sanitize=thread into
 # build-tsan/ (TSAN_BUILD_DIR overrides) through a Criterion stand-in
 # (tests/tsan/: Criterion's runner cannot start under TSan), then runs each
 # that exists, one test at a time in a child of its own. Any race report
 # fails the run: TSan writes reports to files, and every file is printed.
-# Not part of tools/test.sh: a first build takes a few minutes.
+# Not part of tools/test.sh (a first build takes a few minutes); .ci/run
+# runs it last, and a race report or a failed test fails CI.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 case "${1:-}" in
--h | --help) sed -n '2,10p' "$0"; exit 0 ;;
+-h | --help) sed -n '2,11p' "$0"; exit 0 ;;
 esac
 SUITES=("$@")
-[ ${#SUITES[@]} -eq 0 ] && SUITES=(pool shards bindings workq store indexer)
+[ ${#SUITES[@]} -eq 0 ] && SUITES=(pool shards bindings workq store indexer prep)
 B=${TSAN_BUILD_DIR:-build-tsan}
 TMP=$(mktemp -d /tmp/echofs-tsan.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
