@@ -23,7 +23,9 @@
  * (looked up at least a second later) are kept before entries that were not,
  * and among the latter the newest go first (the two newest last), so a sweep
  * over more data than fits keeps part of it instead of none (plain LRU keeps
- * none). Files in the directory that are not named like
+ * none). With a reader's hint (store_set_needed), entries it still needs go
+ * after all others, and never to admit a new entry. Files in the directory
+ * that are not named like
  * entries, temp or lock files are left alone.
  *
  * Thread safety: every function may be called from any thread. Entries handed
@@ -71,6 +73,23 @@ void store_set_wait(struct store *s, double seconds);
 /* A lookup within this many seconds after an entry was written does not
  * count as a use again (default 1 s; see the eviction order above). */
 void store_set_reuse_gap(struct store *s, double seconds);
+/* The reader's hint for eviction and admission: fn(ud, hash) says whether
+ * the entry whose key hashes to `hash` (store_key_hash) is still needed by
+ * the reader (e.g. its shard has samples the current pass has not read).
+ * With a hint set, entries it names are never evicted to admit another:
+ * store_begin fails with EDQUOT instead, and the reader serves that shard
+ * without the cache. fn is called under the store's lock, from any thread:
+ * it must not block nor call into the store. NULL removes it (before ud
+ * goes away). */
+typedef int (*store_needed_fn)(void *ud, uint64_t hash);
+void store_set_needed(struct store *s, store_needed_fn fn, void *ud);
+/* The hash that store_needed_fn is given for an entry of this key. */
+uint64_t store_key_hash(const char *url, const char *etag, uint64_t size);
+/* 1 if an entry of `size` bytes would fit now by evicting only entries the
+ * hint does not name (this process's table; a guess, store_begin decides):
+ * for readers that would rather not queue a fetch that is refused. */
+int store_fits(struct store *s, uint64_t size);
+
 /* End every present and future wait of store_begin with ECANCELED (for
  * shutdown). */
 void store_interrupt(struct store *s);
@@ -110,7 +129,8 @@ void store_drop(struct store_entry *e);
  * the store now, written by the writer waited for: store_get it; EBUSY when
  * that writer took longer than the wait, ECANCELED after store_interrupt;
  * ENOSPC when it can't fit under the cap even after eviction, or is larger
- * than the cap, or the disk is full; EROFS, EACCES... from creating the file)
+ * than the cap, or the disk is full; EDQUOT when it would fit only by
+ * evicting entries the needed hint names (store_set_needed); EROFS, EACCES... from creating the file)
  * when the entry can't be written: the caller then serves without the cache.
  * Disk errors are counted in write_errors; the others are not. A writer is
  * used by one thread; store_writer_pread may be called from others. */
