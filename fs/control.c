@@ -159,6 +159,8 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 	M("range_reads", 'c', s->sh.range_reads, "reads served by a range GET");
 	M("admission_bypass", 'c', s->sh.bypassed,
 	  "range GETs of shards not admitted, to keep what the pass needs");
+	M("peer_reads", 'c', s->sh.peer_reads,
+	  "samples served from another mount's download in progress");
 	M("passes_read", 'c', s->sh.passes,
 	  "passes over the tree the daemon saw complete (exact mounts)");
 	M("retries", 'c', s->http.retries, "HTTP attempts repeated");

@@ -48,6 +48,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Not an errno: "state changed, look again". */
 #define AGAIN ((ssize_t)-0x40000000)
@@ -424,8 +425,9 @@ static struct store_writer *begin_writer(struct shards *sh,
 		w = store_begin(sh->st, is->url, is->etag, is->size);
 	}
 	/* EDQUOT: room only by evicting what the pass still needs; the
-	 * policy, not a failure (counted as admission_bypass by readers). */
-	if (!w && errno != EDQUOT)
+	 * policy, not a failure (counted as admission_bypass by readers).
+	 * EEXIST: another mount wrote it while we waited; fetch_one takes it. */
+	if (!w && errno != EDQUOT && errno != EEXIST)
 		cache_refused(sh, is, errno);
 	return w;
 }
@@ -660,11 +662,56 @@ static ssize_t step_cached(struct shards *sh, struct slot *s, struct req *q)
 	return r;
 }
 
+/* Between looks at another mount's partial file for a sample. */
+#define PEER_POLL_S 0.05
+
+/* Lock held (dropped meanwhile). Our worker waits for another mount's
+ * fetch of this shard (store_begin): serve a whole sample from that
+ * mount's temp file once its bytes are there, i.e. once they match the
+ * index's sum (unwritten bytes are zeros and do not), else look again a
+ * little later. Without sums, or for a read that is not one whole sample,
+ * wait for the fetch as before. */
+static ssize_t step_peer(struct shards *sh, struct slot *s, struct req *q)
+{
+	const struct index_shard *is = &sh->ix->shards[q->n];
+	uint64_t stop;
+	size_t i = sh->vf ? verify_find(sh->vf, q->n, q->off, &stop)
+			  : VERIFY_NONE;
+	struct deadline until;
+	ssize_t r = -1;
+	int fd;
+
+	if (i == VERIFY_NONE || sh->ix->samples[i].offset != q->off ||
+	    sh->ix->samples[i].size != q->len)
+		return wait_slot(sh, s, q);
+	pthread_mutex_unlock(&sh->lock);
+	fd = store_peer_open(sh->st, is->url, is->etag, is->size);
+	if (fd >= 0) {
+		r = pread(fd, q->buf, q->len, (off_t)q->off);
+		close(fd);
+	}
+	pthread_mutex_lock(&sh->lock);
+	if (r == (ssize_t)q->len && verify_sample_ok(sh->vf, i, q->buf, q->len)) {
+		sh->stats.peer_reads++;
+		return r;
+	}
+	if (deadline_expired(&q->deadline))
+		return -ETIMEDOUT;
+	until = deadline_min(q->deadline, deadline_in(PEER_POLL_S));
+	q->waited = true;
+	s->waiters++;
+	cond_wait_until(&s->cond, &sh->lock, &until);
+	s->waiters--;
+	return AGAIN;
+}
+
 static ssize_t step_fetching(struct shards *sh, struct slot *s, struct req *q)
 {
 	struct wref *wr = s->wr;
 	ssize_t r;
 
+	if (!wr && sh->st)
+		return step_peer(sh, s, q);
 	if (!wr || wr->closing || wr->bad || wr->avail < q->off + q->len)
 		return wait_slot(sh, s, q);
 	wr->users++;

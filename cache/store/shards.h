@@ -25,6 +25,11 @@
  *   max(32, 8 * workers) entries stay pinned; the least recently read ones are
  *   unpinned so the store can evict them, and all are unpinned when the store
  *   has no room for a new shard.
+ * - A shard another mount (sharing the cache) is fetching: our worker waits
+ *   for that fetch in store_begin; meanwhile a read of one whole sample is
+ *   served from the other mount's temp file (store_peer_open) as soon as
+ *   the bytes there match the index's per-sample sum (polled every 50 ms),
+ *   counted in peer_reads. Needs an index with sums.
  * - Pass tracking (shards_track): per-sample "read this pass" bits and
  *   per-shard counts under their own leaf lock; the counts are atomics the
  *   store's eviction hint reads under the store lock without taking ours.
@@ -82,6 +87,8 @@ struct shards_stats {
 	uint64_t views;         /* hits answered as zero-copy views */
 	uint64_t bypassed;      /* range reads of shards not admitted, to keep
 				 * what the pass still needs (shards_track) */
+	uint64_t peer_reads;    /* samples served from another mount's partial
+				 * download of the shard (checked by sum) */
 	uint64_t passes;        /* passes over the tracked view completed */
 	uint64_t pass_left;     /* samples of the view this pass has not read */
 };

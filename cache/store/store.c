@@ -23,7 +23,8 @@
  *   file, and to rename a finished entry into place, so every rescan sees
  *   every byte on disk: entry files plus other writers' temp files, which are
  *   allocated to their full size when created.
- * - Temp files ".tmp-<pid>-<counter>-<random>" are flock(LOCK_EX)ed by their
+ * - Temp files ".tmp-<entry hash>-<pid>-<counter>-<random>" are
+ *   flock(LOCK_EX)ed by their
  *   writer from creation (under the directory lock) to rename; the start-up
  *   sweep removes only those whose lock it can take (writer gone).
  * - Pins: a pinned entry's descriptor holds flock(LOCK_SH); eviction takes
@@ -1332,9 +1333,11 @@ static int create_tmp(struct store_writer *w)
 		    (ssize_t)sizeof(rnd))
 			rnd = (uint32_t)hash64(&c, sizeof(c),
 					       (uint64_t)time(NULL));
+		/* The entry's hash first: store_peer_open finds it by that. */
 		snprintf(w->tmp_path, n,
-			 "%s/" TMP_PREFIX "%ld-%" PRIu64 "-%08" PRIx32,
-			 s->shards_dir, (long)getpid(), c, rnd);
+			 "%s/" TMP_PREFIX "%016" PRIx64 "-%ld-%" PRIu64
+			 "-%08" PRIx32,
+			 s->shards_dir, w->hash, (long)getpid(), c, rnd);
 		w->fd = open(w->tmp_path,
 			     O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
 			     0600);
@@ -1360,6 +1363,53 @@ static int create_tmp(struct store_writer *w)
 		return -errno;
 	/* No fallocate here: at least show the full size to other mounts. */
 	return ftruncate(w->fd, (off_t)w->file_bytes) == 0 ? 0 : -errno;
+}
+
+/* fd of a temp file in the directory: is its writer still there (holding
+ * LOCK_EX)? Probing with LOCK_SH | LOCK_NB and letting go at once. */
+static bool writer_alive(int fd)
+{
+	if (flock(fd, LOCK_SH | LOCK_NB) == 0) {
+		flock(fd, LOCK_UN);
+		return false;
+	}
+	return errno == EWOULDBLOCK;
+}
+
+int store_peer_open(struct store *s, const char *url, const char *etag,
+		    uint64_t size)
+{
+	char *key, want[64];
+	struct dirent *d;
+	DIR *dir;
+	int fd = -ENOENT, dfd;
+
+	if (!s)
+		return -EINVAL;
+	key = make_key(url, etag, size);
+	snprintf(want, sizeof(want), TMP_PREFIX "%016" PRIx64 "-",
+		 hash64(key, strlen(key), 0));
+	free(key);
+	dfd = openat(s->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0 || !(dir = fdopendir(dfd))) {
+		if (dfd >= 0)
+			close(dfd);
+		return -errno;
+	}
+	while (fd < 0 && (d = readdir(dir)) != NULL) {
+		if (strncmp(d->d_name, want, strlen(want)) != 0)
+			continue;
+		fd = openat(s->dirfd, d->d_name,
+			    O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd >= 0 && !writer_alive(fd)) {
+			close(fd);
+			fd = -ENOENT;
+		} else if (fd < 0) {
+			fd = -ENOENT; /* renamed or removed meanwhile */
+		}
+	}
+	closedir(dir);
+	return fd;
 }
 
 /* Room under the cap, counted over everything in the directory, then the

@@ -10,7 +10,7 @@
  *
  * Sharing (the DESIGN note at the top of store.c has the details): processes
  * coordinate through flock(2) on files in the directory, never by guessing.
- * A writer's temp file ("<dir>/shards/.tmp-<pid>-<n>-<random>") stays locked
+ * A writer's temp file ("<dir>/shards/.tmp-<hash>-<pid>-<n>-<random>") stays locked
  * until it is renamed, and store_open removes only temp files nobody holds;
  * the cap is kept over the whole directory (every admission rescans it under
  * a directory lock and counts other writers' temp files); an entry pinned
@@ -136,6 +136,15 @@ void store_drop(struct store_entry *e);
  * used by one thread; store_writer_pread may be called from others. */
 struct store_writer *store_begin(struct store *s, const char *url,
 				 const char *etag, uint64_t size);
+/* A read-only descriptor of the temp file a live writer (in any process,
+ * this one included) is writing for this key, or -ENOENT. Its bytes are
+ * what has arrived so far and zeros (allocated, unwritten) after: a caller
+ * must check what it reads (the index's per-sample sums) before using it.
+ * The caller closes it; it stays readable after the writer renames it into
+ * place or aborts. For a reader waiting while another mount fetches the
+ * shard (store_begin's wait). */
+int store_peer_open(struct store *s, const char *url, const char *etag,
+		    uint64_t size);
 /* Append data. Returns 0 or -errno (e.g. -ENOSPC). */
 int store_write(struct store_writer *w, const void *data, size_t len);
 /* Bytes appended so far. */

@@ -1,17 +1,23 @@
 """test_cache_policy.py - a disk cache smaller than the data does not thrash:
 two class-sorted passes over the test split through a cache of about a fifth
 of it fetch little more than the data, with every byte right and the cache
-directory never above its cap."""
+directory never above its cap. And a mount waiting for another mount's
+download of a shard reads from that download as it arrives."""
 
 import hashlib
 import os
 import subprocess
+import sys
 import threading
+import time
 
 import pytest
 
 import helpers
 from helpers import source_of
+
+sys.path.insert(0, os.path.join(helpers.REPO, "tools", "dev"))
+import nginx as nginx_mod  # noqa: E402  (tools/dev/nginx.py)
 
 
 def cache_bytes(cache_dir):
@@ -114,3 +120,71 @@ def test_class_sorted_two_passes_do_not_thrash(dataset, nginx, mounter,
     assert fetched <= 2.5 * total, "fetched %d B for a %d B dataset (%.2fx)" % (
         fetched, total, fetched / total)
     assert s["errors"]["cache_write"] == 0, s["errors"]
+
+
+def tmp_files(cache_dir):
+    d = os.path.join(cache_dir, "shards")
+    try:
+        return [n for n in os.listdir(d) if n.startswith(".tmp-")]
+    except FileNotFoundError:
+        return []
+
+
+def test_waiting_mount_reads_the_others_download(dataset, mounter, tmp_path):
+    """Two mounts on one cache_dir behind a slow server (the test split's
+    first shard takes about 12 s to stream). The first mount reads the
+    shard's last file, so it streams the whole shard; the second then reads
+    the shard's first file: it must not fetch the shard again (the
+    fetch-once lock makes it wait), and it is answered from the first
+    mount's partial file, checked against the index's sums, while that
+    download is still running - before, it waited for the whole shard."""
+    state = os.path.join(str(tmp_path), "nginx")
+    srv = nginx_mod.Nginx(dataset.www, state, limit_rate="200k")
+    try:
+        # Format 2 (per-sample sums): what makes a partial file safe to read.
+        index = os.path.join(state, "test.echofs-index")
+        r = subprocess.run([os.path.join(helpers.BUILD, "tools", "echofs-index"),
+                            "--base-url", srv.url + "/test", "-o", index]
+                           + dataset.shards("test"), capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        cache_dir = os.path.join(str(tmp_path), "shared-cache")
+        os.makedirs(cache_dir)
+        opts = {"index": index}
+        first = mounter(source_of(srv.url, "test"), cache_dir=cache_dir,
+                        opts=opts, name="first")
+        second = mounter(source_of(srv.url, "test"), cache_dir=cache_dir,
+                         opts=opts, name="second")
+        shard0 = [("%s/%s.%s" % (label, key, ext))
+                  for _, _, label, key, ext in
+                  helpers.shard_samples(dataset.shards("test")[0])]
+        ref = dataset.ref_hashes("test")
+        got = {}
+
+        def read(m, name, p):
+            with open(m.path(p), "rb") as f:
+                got[(name, p)] = hashlib.sha256(f.read()).hexdigest()
+
+        t = threading.Thread(target=read, args=(first, "first", shard0[-1]),
+                             daemon=True)
+        t.start()
+        deadline = time.monotonic() + 20
+        while not tmp_files(cache_dir) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert tmp_files(cache_dir), "the first mount never started its download"
+        time.sleep(1.0)  # the first samples are in its file by now
+        read(second, "second", shard0[0])
+        still = tmp_files(cache_dir)
+        s2 = second.stats()
+        t.join(timeout=120)
+        assert not t.is_alive(), "the first mount's read did not finish"
+        assert got[("second", shard0[0])] == ref[shard0[0]]
+        assert got[("first", shard0[-1])] == ref[shard0[-1]]
+        print("second mount: %s" % {k: s2.get(k) for k in (
+            "bytes_fetched", "peer_reads", "range_reads", "cache_waits")})
+        assert s2["bytes_fetched"] == 0, "the second mount fetched %d B" % (
+            s2["bytes_fetched"])
+        assert still, ("the second mount's read was answered only after the "
+                       "first mount's download ended")
+        assert s2.get("peer_reads", 0) >= 1, s2
+    finally:
+        srv.stop()

@@ -1214,3 +1214,45 @@ Test(store, admission_refused_rather_than_evict_needed)
 	add_put(s, "http://h/E.tar", 1000, 5);
 	store_close(s);
 }
+
+/* ---- another writer's partial file (store_peer_open) ---- */
+
+/* A live writer's temp file is found by key and shows the bytes written so
+ * far; nothing is found for another key, after the commit, or for a temp
+ * file whose writer is gone. */
+Test(store, peer_open_finds_live_writer_only)
+{
+	struct store *s = open_store(1ULL << 30);
+	struct store_writer *w = store_begin(s, "http://h/P.tar", "\"e\"", 5000);
+	uint8_t want[3000], got[3000];
+	struct store_entry *e;
+	char dead[128];
+	int fd;
+
+	cr_assert_not_null(w);
+	fill(want, sizeof(want), 7, 0);
+	cr_assert_eq(store_write(w, want, sizeof(want)), 0);
+	fd = store_peer_open(s, "http://h/P.tar", "\"e\"", 5000);
+	cr_assert_geq(fd, 0, "live writer not found: %s", strerror(-fd));
+	cr_assert_eq(pread(fd, got, sizeof(got), 0), (ssize_t)sizeof(got));
+	cr_assert(memcmp(got, want, sizeof(got)) == 0);
+	close(fd);
+	cr_assert_eq(store_peer_open(s, "http://h/Q.tar", "\"e\"", 5000),
+		     -ENOENT);
+	fill(want, 2000, 7, 3000);
+	cr_assert_eq(store_write(w, want, 2000), 0);
+	e = store_commit(w);
+	cr_assert_not_null(e);
+	store_put(e);
+	cr_assert_eq(store_peer_open(s, "http://h/P.tar", "\"e\"", 5000),
+		     -ENOENT);
+	/* A temp file of that key nobody holds (its writer died). */
+	snprintf(dead, sizeof(dead), "%s/shards/.tmp-%016" PRIx64 "-1-1-0",
+		 tdir, store_key_hash("http://h/R.tar", "\"e\"", 5000));
+	fd = open(dead, O_CREAT | O_WRONLY, 0600);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	cr_assert_eq(store_peer_open(s, "http://h/R.tar", "\"e\"", 5000),
+		     -ENOENT);
+	store_close(s);
+}
