@@ -969,6 +969,8 @@ int store_fits(struct store *s, uint64_t size)
 	if (!s)
 		return 0;
 	want = size + footer_bytes(blocks_for(size), FIT_KEY_GUESS);
+	if (want > s->st.cap)
+		return 1; /* never fits: store_begin refuses it and says why */
 	pthread_mutex_lock(&s->lock);
 	for (size_t i = 0; i < s->nbuckets; i++)
 		for (struct store_entry *e = s->tab[i]; e; e = e->hnext)

@@ -86,8 +86,10 @@ void store_set_needed(struct store *s, store_needed_fn fn, void *ud);
 /* The hash that store_needed_fn is given for an entry of this key. */
 uint64_t store_key_hash(const char *url, const char *etag, uint64_t size);
 /* 1 if an entry of `size` bytes would fit now by evicting only entries the
- * hint does not name (this process's table; a guess, store_begin decides):
- * for readers that would rather not queue a fetch that is refused. */
+ * hint does not name (this process's table; a guess, store_begin decides),
+ * or could never fit (larger than the cap: store_begin refuses that with
+ * ENOSPC and its reason is logged); 0 if only needed entries stand in the
+ * way. For readers that would rather not queue a fetch that is refused. */
 int store_fits(struct store *s, uint64_t size);
 
 /* End every present and future wait of store_begin with ECANCELED (for
