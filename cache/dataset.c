@@ -422,6 +422,7 @@ ssize_t dataset_read(struct dataset *ds, uint32_t sample, uint64_t off,
 		return -ENXIO;
 	if (len > s->size - off)
 		len = (size_t)(s->size - off);
+	shards_note(ds->sh, sample); /* the pass's progress (cache policy) */
 	r = shards_read(ds->sh, s->shard, s->offset + off, len, buf);
 	if (r >= 0 && (size_t)r != len)
 		r = -EIO; /* the index promised these bytes */
@@ -439,6 +440,7 @@ int dataset_read_span(struct dataset *ds, uint32_t sample, uint64_t off,
 	if (!ds->sh || ds->no_span || off != 0 || len < s->size ||
 	    s->size < DATASET_SPAN_MIN || s->size > SIZE_MAX)
 		return -EAGAIN;
+	shards_note(ds->sh, sample);
 	r = shards_view(ds->sh, s->shard, s->offset, (size_t)s->size,
 			&out->view);
 	if (r)
@@ -465,6 +467,11 @@ int dataset_is_cached(struct dataset *ds, uint32_t group)
 	if (!ds->sh || group >= ds->ix->nshards)
 		return 0;
 	return shards_is_cached(ds->sh, group);
+}
+
+int dataset_track_pass(struct dataset *ds, const uint32_t *samples, size_t n)
+{
+	return ds->sh ? shards_track(ds->sh, samples, n) : 0;
 }
 
 void dataset_prefetch(struct dataset *ds, uint32_t group)

@@ -184,6 +184,11 @@ void dataset_set_zerocopy(struct dataset *ds, int on);
 int dataset_is_cached(struct dataset *ds, uint32_t group);
 /* Start fetching a group in the background if it is not cached or queued. */
 void dataset_prefetch(struct dataset *ds, uint32_t group);
+/* The cache policy for exact mounts (shards_track): samples (n, borrowed)
+ * are every sample the tree shows; reads through dataset_read and
+ * dataset_read_span count toward the current pass. Once, before the first
+ * read. 0 or -EINVAL. */
+int dataset_track_pass(struct dataset *ds, const uint32_t *samples, size_t n);
 
 void dataset_get_stats(struct dataset *ds, struct dataset_stats *out);
 

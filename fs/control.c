@@ -157,6 +157,12 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 	M("cache_hits", 'c', s->sh.hits, "reads served from the disk cache");
 	M("cache_misses", 'c', s->sh.misses, "reads that waited for a fetch");
 	M("range_reads", 'c', s->sh.range_reads, "reads served by a range GET");
+	M("admission_bypass", 'c', s->sh.bypassed,
+	  "range GETs of shards not admitted, to keep what the pass needs");
+	M("peer_reads", 'c', s->sh.peer_reads,
+	  "samples served from another mount's download in progress");
+	M("passes_read", 'c', s->sh.passes,
+	  "passes over the tree the daemon saw complete (exact mounts)");
 	M("retries", 'c', s->http.retries, "HTTP attempts repeated");
 	M("resumes", 'c', s->http.resumes, "broken bodies resumed");
 	M("http_requests", 'c', s->http.requests, "HTTP transfers started");

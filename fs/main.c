@@ -298,6 +298,20 @@ static void app_cancel(void *ud)
 	dataset_cancel(a->ds);
 }
 
+/* Exact mounts: the cache keeps what the current pass has not read yet
+ * (cache/store/shards.h, shards_track). Echo mounts stream whole shards on
+ * purpose and preprocessed ones read through outputs: neither is tracked. */
+static void track_pass(struct app *a)
+{
+	uint32_t *v = xmalloc((a->ns->nfiles + 1) * sizeof(*v));
+
+	for (size_t f = 0; f < a->ns->nfiles; f++)
+		v[f] = a->ns->files[f].sample;
+	if (dataset_track_pass(a->ds, v, a->ns->nfiles) != 0)
+		log_warn("cache policy: passes not tracked");
+	free(v);
+}
+
 static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 		    size_t errlen)
 {
@@ -313,6 +327,8 @@ static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 	/* Before any request can arrive: handlers read fs.push unlocked.
 	 * Echo files are served from the pool, not pushed. */
 	a->push = a->bind || a->prep ? NULL : push_new(a->se, a->ns, a->ds);
+	if (!a->bind && !a->prep)
+		track_pass(a);
 	if (!a->push && !a->bind && !a->prep)
 		log_warn("no page-cache pusher: %s", strerror(errno));
 	a->fs.push = a->push;

@@ -41,12 +41,14 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Not an errno: "state changed, look again". */
 #define AGAIN ((ssize_t)-0x40000000)
@@ -86,11 +88,34 @@ struct slot {
 	double tmo_at;	  /* when a read at tmo_off last timed out */
 	uint64_t tmo_off;
 	unsigned bad_copies; /* checksum failures since the last good copy */
+	double bypass_until; /* the store refused it (EDQUOT) until then */
 	pthread_cond_t cond; /* state, avail or users changed */
+};
+
+/* A shard's store key hash, for the store's "needed" hint. */
+struct keyed {
+	uint64_t hash;
+	uint32_t shard;
+};
+
+/* The current pass over the mount's view (shards_track). Its own lock,
+ * a leaf: taken by readers on every noted sample, nothing taken inside. */
+struct pass {
+	pthread_mutex_t lock;
+	uint8_t *seen;	       /* per index sample: read this pass */
+	uint8_t *in_view;      /* per index sample: part of the view */
+	uint32_t *view_count;  /* per shard: samples in the view */
+	atomic_uint *left;     /* per shard: not read yet this pass; read
+				* without the lock by the store's hint */
+	uint64_t view_left;    /* samples of the view not read yet */
+	uint64_t view_total;
+	uint64_t passes;       /* completed */
+	struct keyed *keys;    /* sorted by hash */
 };
 
 struct shards {
 	const struct index *ix;
+	struct pass *pass; /* NULL: not tracked (set once by shards_track) */
 	struct http *h;
 	struct store *st;
 	struct verify *vf; /* NULL: the index has no checksums */
@@ -197,6 +222,66 @@ static void attach(struct shards *sh, uint32_t n, struct store_entry *e)
 	}
 	s->state = CACHED;
 	wake(s);
+}
+
+/* ---- the current pass (shards_track) ---- */
+
+/* After the store refused a shard to keep what the pass still needs, its
+ * reads take range GETs without asking the store again for this long. */
+#define BYPASS_S 1.0
+
+static int cmp_keyed(const void *a, const void *b)
+{
+	const struct keyed *x = a, *y = b;
+	return x->hash < y->hash ? -1 : x->hash > y->hash;
+}
+
+/* The store's hint, under the store's lock: is the entry of `hash` one of
+ * our shards with samples the current pass has not read yet? Lock free. */
+static int pass_needed(void *ud, uint64_t hash)
+{
+	const struct shards *sh = ud;
+	const struct pass *p = sh->pass;
+	struct keyed k = {hash, 0};
+	const struct keyed *f;
+
+	f = bsearch(&k, p->keys, nshards(sh), sizeof(k), cmp_keyed);
+	return f && atomic_load_explicit(&p->left[f->shard],
+					 memory_order_relaxed) > 0;
+}
+
+/* p->lock held. Every sample of the view was read: a new pass begins. */
+static void pass_restart(struct shards *sh, struct pass *p)
+{
+	memset(p->seen, 0, sh->ix->nsamples);
+	for (size_t g = 0; g < nshards(sh); g++)
+		atomic_store_explicit(&p->left[g], p->view_count[g],
+				      memory_order_relaxed);
+	p->view_left = p->view_total;
+}
+
+/* The pass has read all of shard g: unpin its entry so that the store
+ * evicts it before any the pass still needs. */
+static void pass_finished(struct shards *sh, uint32_t g)
+{
+	struct slot *s = &sh->slots[g];
+
+	pthread_mutex_lock(&sh->lock);
+	if (s->state == CACHED)
+		retire(sh, s);
+	pthread_mutex_unlock(&sh->lock);
+}
+
+/* Lock held. Should a read of shard n that is not cached take a range GET
+ * instead of admitting the shard? Yes when the pass is tracked and the
+ * store has no room without evicting shards the pass still needs. */
+static bool bypass_store(struct shards *sh, struct slot *s, uint32_t n)
+{
+	if (!sh->pass || !sh->st)
+		return false;
+	if (now_mono() < s->bypass_until)
+		return true;
+	return !store_fits(sh->st, sh->ix->shards[n].size);
 }
 
 /* ---- state changes by workers ---- */
@@ -329,7 +414,9 @@ static struct store_writer *begin_writer(struct shards *sh,
 	w = store_begin(sh->st, is->url, is->etag, is->size);
 	/* Our own pins may be what keeps the store from evicting: drop them
 	 * and give readers still holding one a moment to let go. */
-	for (int i = 0; !w && errno == ENOSPC && i < 3; i++) {
+	for (int i = 0; !w && (errno == ENOSPC || (errno == EDQUOT && !i)) &&
+			i < 3;
+	     i++) {
 		pthread_mutex_lock(&sh->lock);
 		unpin_some(sh, UINT32_MAX, true);
 		pthread_mutex_unlock(&sh->lock);
@@ -337,7 +424,10 @@ static struct store_writer *begin_writer(struct shards *sh,
 			nanosleep(&(struct timespec){0, 20000000L}, NULL);
 		w = store_begin(sh->st, is->url, is->etag, is->size);
 	}
-	if (!w)
+	/* EDQUOT: room only by evicting what the pass still needs; the
+	 * policy, not a failure (counted as admission_bypass by readers).
+	 * EEXIST: another mount wrote it while we waited; fetch_one takes it. */
+	if (!w && errno != EDQUOT && errno != EEXIST)
 		cache_refused(sh, is, errno);
 	return w;
 }
@@ -403,6 +493,7 @@ static void fetch_one(struct shards *sh, uint32_t n)
 	const struct index_shard *is = &sh->ix->shards[n];
 	struct store_entry *e = NULL;
 	struct store_writer *w;
+	bool refused;
 
 	/* A reader or an earlier mount may have cached it already. */
 	if (sh->st)
@@ -411,15 +502,22 @@ static void fetch_one(struct shards *sh, uint32_t n)
 		fetch_cached(sh, n, w);
 		return;
 	}
+	refused = !e && errno == EDQUOT;
 	/* Another mount sharing the cache fetched it while we waited. */
 	if (!e && sh->st && errno == EEXIST)
 		e = store_get(sh->st, is->url, is->etag, is->size);
 	pthread_mutex_lock(&sh->lock);
 	sh->nfetching--;
-	if (e)
+	if (e) {
 		attach(sh, n, e);
-	else
+	} else if (refused) {
+		/* Readers take range GETs (step_none) for a while. */
+		sh->slots[n].bypass_until = now_mono() + BYPASS_S;
+		sh->slots[n].state = NONE;
+		wake(&sh->slots[n]);
+	} else {
 		set_uncached(sh, n);
+	}
 	pthread_mutex_unlock(&sh->lock);
 }
 
@@ -473,6 +571,33 @@ static ssize_t wait_slot(struct shards *sh, struct slot *s, struct req *q)
 	return AGAIN;
 }
 
+/* Lock held (dropped meanwhile). Just q's bytes with a range GET, the
+ * shard left uncached; a failure fails the shard if it is still in state
+ * `st`. `bypass`: the store was not asked to take it (admission_bypass). */
+static ssize_t range_read(struct shards *sh, struct slot *s, struct req *q,
+			  enum state st, bool bypass)
+{
+	const struct index_shard *is = &sh->ix->shards[q->n];
+	int r;
+
+	pthread_mutex_unlock(&sh->lock);
+	r = http_get_range_of(sh->h, is->url, is->etag, is->size, q->off,
+			      q->len, q->buf);
+	pthread_mutex_lock(&sh->lock);
+	sh->stats.range_reads++;
+	if (r == 0) {
+		sh->stats.bypassed += bypass;
+		return (ssize_t)q->len;
+	}
+	if (s->state == st) {
+		set_failed(sh, q->n);
+		pthread_mutex_unlock(&sh->lock);
+		log_failure(sh, q->n, r);
+		pthread_mutex_lock(&sh->lock);
+	}
+	return -EIO;
+}
+
 /* NONE: look in the store (lock dropped), else queue a fetch. */
 static ssize_t step_none(struct shards *sh, struct slot *s, struct req *q)
 {
@@ -491,6 +616,8 @@ static ssize_t step_none(struct shards *sh, struct slot *s, struct req *q)
 		attach(sh, q->n, e);
 	else if (e)
 		store_put(e);
+	else if (s->state == NONE && bypass_store(sh, s, q->n))
+		return range_read(sh, s, q, NONE, true);
 	else if (s->state == NONE)
 		enqueue(sh, q->n);
 	else if (s->state == CACHED && !s->c)
@@ -535,11 +662,56 @@ static ssize_t step_cached(struct shards *sh, struct slot *s, struct req *q)
 	return r;
 }
 
+/* Between looks at another mount's partial file for a sample. */
+#define PEER_POLL_S 0.05
+
+/* Lock held (dropped meanwhile). Our worker waits for another mount's
+ * fetch of this shard (store_begin): serve a whole sample from that
+ * mount's temp file once its bytes are there, i.e. once they match the
+ * index's sum (unwritten bytes are zeros and do not), else look again a
+ * little later. Without sums, or for a read that is not one whole sample,
+ * wait for the fetch as before. */
+static ssize_t step_peer(struct shards *sh, struct slot *s, struct req *q)
+{
+	const struct index_shard *is = &sh->ix->shards[q->n];
+	uint64_t stop;
+	size_t i = sh->vf ? verify_find(sh->vf, q->n, q->off, &stop)
+			  : VERIFY_NONE;
+	struct deadline until;
+	ssize_t r = -1;
+	int fd;
+
+	if (i == VERIFY_NONE || sh->ix->samples[i].offset != q->off ||
+	    sh->ix->samples[i].size != q->len)
+		return wait_slot(sh, s, q);
+	pthread_mutex_unlock(&sh->lock);
+	fd = store_peer_open(sh->st, is->url, is->etag, is->size);
+	if (fd >= 0) {
+		r = pread(fd, q->buf, q->len, (off_t)q->off);
+		close(fd);
+	}
+	pthread_mutex_lock(&sh->lock);
+	if (r == (ssize_t)q->len && verify_sample_ok(sh->vf, i, q->buf, q->len)) {
+		sh->stats.peer_reads++;
+		return r;
+	}
+	if (deadline_expired(&q->deadline))
+		return -ETIMEDOUT;
+	until = deadline_min(q->deadline, deadline_in(PEER_POLL_S));
+	q->waited = true;
+	s->waiters++;
+	cond_wait_until(&s->cond, &sh->lock, &until);
+	s->waiters--;
+	return AGAIN;
+}
+
 static ssize_t step_fetching(struct shards *sh, struct slot *s, struct req *q)
 {
 	struct wref *wr = s->wr;
 	ssize_t r;
 
+	if (!wr && sh->st)
+		return step_peer(sh, s, q);
 	if (!wr || wr->closing || wr->bad || wr->avail < q->off + q->len)
 		return wait_slot(sh, s, q);
 	wr->users++;
@@ -557,27 +729,11 @@ static ssize_t step_fetching(struct shards *sh, struct slot *s, struct req *q)
 
 static ssize_t step_uncached(struct shards *sh, struct slot *s, struct req *q)
 {
-	const struct index_shard *is = &sh->ix->shards[q->n];
-	int r;
-
 	if (now_mono() >= s->until) {
 		s->state = NONE; /* maybe the store has room again */
 		return AGAIN;
 	}
-	pthread_mutex_unlock(&sh->lock);
-	r = http_get_range_of(sh->h, is->url, is->etag, is->size, q->off,
-			      q->len, q->buf);
-	pthread_mutex_lock(&sh->lock);
-	sh->stats.range_reads++;
-	if (r == 0)
-		return (ssize_t)q->len;
-	if (s->state == UNCACHED) {
-		set_failed(sh, q->n);
-		pthread_mutex_unlock(&sh->lock);
-		log_failure(sh, q->n, r);
-		pthread_mutex_lock(&sh->lock);
-	}
-	return -EIO;
+	return range_read(sh, s, q, UNCACHED, false);
 }
 
 /* Lock held. Would this reader wait long for the whole-shard stream? A
@@ -957,6 +1113,87 @@ int shards_is_cached(struct shards *sh, uint32_t shard)
 	return store_contains(sh->st, is->url, is->etag, is->size);
 }
 
+/* ---- pass tracking (see shards_track) ---- */
+
+static struct pass *pass_new(struct shards *sh, const uint32_t *samples,
+			     size_t n)
+{
+	const struct index *ix = sh->ix;
+	size_t ns = ix->nsamples ? ix->nsamples : 1;
+	size_t ng = nshards(sh) ? nshards(sh) : 1;
+	struct pass *p = xcalloc(1, sizeof(*p));
+
+	p->seen = xcalloc(ns, 1);
+	p->in_view = xcalloc(ns, 1);
+	p->view_count = xcalloc(ng, sizeof(*p->view_count));
+	p->left = xcalloc(ng, sizeof(*p->left));
+	p->keys = xcalloc(ng, sizeof(*p->keys));
+	for (size_t i = 0; i < n; i++) {
+		uint32_t k = samples[i];
+		if (k >= ix->nsamples || p->in_view[k])
+			continue;
+		p->in_view[k] = 1;
+		p->view_count[ix->samples[k].shard]++;
+		p->view_total++;
+	}
+	for (size_t g = 0; g < nshards(sh); g++) {
+		const struct index_shard *is = &ix->shards[g];
+		atomic_init(&p->left[g], 0);
+		p->keys[g] = (struct keyed){
+			store_key_hash(is->url, is->etag, is->size), (uint32_t)g};
+	}
+	qsort(p->keys, nshards(sh), sizeof(*p->keys), cmp_keyed);
+	pthread_mutex_init(&p->lock, NULL);
+	pass_restart(sh, p);
+	return p;
+}
+
+static void pass_free(struct pass *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_destroy(&p->lock);
+	free(p->seen);
+	free(p->in_view);
+	free(p->view_count);
+	free(p->left);
+	free(p->keys);
+	free(p);
+}
+
+int shards_track(struct shards *sh, const uint32_t *samples, size_t n)
+{
+	if (!sh || sh->pass || (n && !samples))
+		return -EINVAL;
+	sh->pass = pass_new(sh, samples, n);
+	store_set_needed(sh->st, pass_needed, sh);
+	return 0;
+}
+
+void shards_note(struct shards *sh, uint32_t sample)
+{
+	struct pass *p = sh ? sh->pass : NULL;
+	bool done = false;
+	uint32_t g;
+
+	if (!p || sample >= sh->ix->nsamples || !p->in_view[sample])
+		return;
+	g = sh->ix->samples[sample].shard;
+	pthread_mutex_lock(&p->lock);
+	if (!p->seen[sample]) {
+		p->seen[sample] = 1;
+		done = atomic_fetch_sub_explicit(&p->left[g], 1,
+						 memory_order_relaxed) == 1;
+		if (--p->view_left == 0) {
+			p->passes++;
+			pass_restart(sh, p);
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (done)
+		pass_finished(sh, g);
+}
+
 void shards_get_stats(struct shards *sh, struct shards_stats *out)
 {
 	memset(out, 0, sizeof(*out));
@@ -967,6 +1204,12 @@ void shards_get_stats(struct shards *sh, struct shards_stats *out)
 	out->queued = workq_pending(sh->wq);
 	out->active = sh->nfetching;
 	pthread_mutex_unlock(&sh->lock);
+	if (sh->pass) {
+		pthread_mutex_lock(&sh->pass->lock);
+		out->passes = sh->pass->passes;
+		out->pass_left = sh->pass->view_left;
+		pthread_mutex_unlock(&sh->pass->lock);
+	}
 }
 
 /* ---- life cycle ---- */
@@ -1041,6 +1284,8 @@ void shards_free(struct shards *sh)
 {
 	if (!sh)
 		return;
+	if (sh->pass) /* the store outlives us: drop its hint first */
+		store_set_needed(sh->st, NULL, NULL);
 	pthread_mutex_lock(&sh->lock);
 	sh->stop = true; /* streams in progress stop at their next chunk */
 	pthread_mutex_unlock(&sh->lock);
@@ -1054,6 +1299,7 @@ void shards_free(struct shards *sh)
 		pthread_cond_destroy(&sh->slots[i].cond);
 	}
 	pthread_mutex_destroy(&sh->lock);
+	pass_free(sh->pass);
 	verify_free(sh->vf);
 	free(sh->slots);
 	free(sh);

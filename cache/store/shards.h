@@ -25,6 +25,14 @@
  *   max(32, 8 * workers) entries stay pinned; the least recently read ones are
  *   unpinned so the store can evict them, and all are unpinned when the store
  *   has no room for a new shard.
+ * - A shard another mount (sharing the cache) is fetching: our worker waits
+ *   for that fetch in store_begin; meanwhile a read of one whole sample is
+ *   served from the other mount's temp file (store_peer_open) as soon as
+ *   the bytes there match the index's per-sample sum (polled every 50 ms),
+ *   counted in peer_reads. Needs an index with sums.
+ * - Pass tracking (shards_track): per-sample "read this pass" bits and
+ *   per-shard counts under their own leaf lock; the counts are atomics the
+ *   store's eviction hint reads under the store lock without taking ours.
  * - Zero-copy views (shards_view): a whole sample of a pinned entry is
  *   handed out as (fd, offset) after hashing it from a read-only mapping of
  *   the entry's file (made once per pinned entry, under the lock: mmap does
@@ -77,6 +85,12 @@ struct shards_stats {
 	uint64_t queued;        /* shards waiting for a worker now */
 	uint64_t active;        /* shard fetches in progress now */
 	uint64_t views;         /* hits answered as zero-copy views */
+	uint64_t bypassed;      /* range reads of shards not admitted, to keep
+				 * what the pass still needs (shards_track) */
+	uint64_t peer_reads;    /* samples served from another mount's partial
+				 * download of the shard (checked by sum) */
+	uint64_t passes;        /* passes over the tracked view completed */
+	uint64_t pass_left;     /* samples of the view this pass has not read */
 };
 
 struct shards;
@@ -125,6 +139,22 @@ struct shards_view {
 int shards_view(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 		struct shards_view *v);
 void shards_view_done(struct shards *sh, struct shards_view *v);
+
+/* Pass tracking, for a cache smaller than the data (exact mounts): samples
+ * (index sample numbers, n of them; borrowed) are the mount's view. A pass
+ * is every sample of the view read once (shards_note), then the next one
+ * begins. The store is told which shards the current pass has not finished
+ * ("needed"); those are evicted last and never to admit another shard: a
+ * read of a shard that would fit only by evicting needed ones is served by
+ * a range GET of just its bytes (counted in bypassed), without a
+ * whole-shard fetch. A shard the pass has finished is unpinned at once so
+ * it goes first. Call once, before the first read. 0 or -EINVAL. Without
+ * it (echo mounts: the pool streams whole shards on purpose) nothing
+ * changes. */
+int shards_track(struct shards *sh, const uint32_t *samples, size_t n);
+/* Sample (an index sample number) is being read by the mount's reader (or
+ * pushed into the page cache). No-op without shards_track. */
+void shards_note(struct shards *sh, uint32_t sample);
 
 /* Queue shard for background fetch if it is neither cached nor queued. */
 void shards_prefetch(struct shards *sh, uint32_t shard);

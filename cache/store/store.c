@@ -23,7 +23,8 @@
  *   file, and to rename a finished entry into place, so every rescan sees
  *   every byte on disk: entry files plus other writers' temp files, which are
  *   allocated to their full size when created.
- * - Temp files ".tmp-<pid>-<counter>-<random>" are flock(LOCK_EX)ed by their
+ * - Temp files ".tmp-<entry hash>-<pid>-<counter>-<random>" are
+ *   flock(LOCK_EX)ed by their
  *   writer from creation (under the directory lock) to rename; the start-up
  *   sweep removes only those whose lock it can take (writer gone).
  * - Pins: a pinned entry's descriptor holds flock(LOCK_SH); eviction takes
@@ -44,6 +45,14 @@
  *   the cap (so a new working set can take over). Times are kept on the
  *   file itself, shared by every process: atime = when written (files are
  *   opened O_NOATIME), mtime = last use.
+ * - Needed entries (store_set_needed, the shard layer's "this pass has not
+ *   read all of it yet"): a third segment, evicted after the other two and
+ *   never to make room for a new entry (store_begin says EDQUOT and the
+ *   reader fetches just its bytes): under a cap smaller than the working
+ *   set, admitting a shard for one sample and evicting a shard the pass
+ *   still needs is the thrash. Entries the hint does not know (other
+ *   datasets', other processes' stale ones) stay in the first two segments.
+ *   The hint is asked under s->lock and must not block.
  *
  * Locking inside a process: s->lock guards the hash table, every entry's
  * pins, fd, flags and times, and the byte accounting. It is held for table
@@ -139,6 +148,9 @@ struct store {
 	size_t nbuckets, nentries;
 	uint64_t gen; /* rescans started */
 	struct store_stats st;
+	/* The reader's "still needed" hint (store_set_needed); NULL: none. */
+	store_needed_fn needed;
+	void *needed_ud;
 };
 
 static uint32_t blocks_for(uint64_t size)
@@ -692,7 +704,9 @@ static int cmp_oldest_use(const void *a, const void *b)
 struct victims {
 	struct store_entry **prob; /* newest written first */
 	struct store_entry **prot; /* least recently used first */
-	size_t np, nq;
+	struct store_entry **need; /* still needed: least recently used first */
+	size_t np, nq, nn;
+	uint64_t free_bytes; /* of prob and prot: what goes before `need` */
 	size_t nfresh;	     /* prob[0..nfresh) are among the newest */
 	uint64_t prot_bytes; /* of every protected entry, pinned ones too */
 };
@@ -730,6 +744,7 @@ static void candidates(struct store *s, struct victims *v)
 	memset(v, 0, sizeof(*v));
 	v->prob = xmalloc(n * sizeof(*v->prob));
 	v->prot = xmalloc(n * sizeof(*v->prot));
+	v->need = xmalloc(n * sizeof(*v->need));
 	for (size_t i = 0; i < s->nbuckets; i++)
 		for (struct store_entry *e = s->tab[i]; e; e = e->hnext) {
 			if (!e->owns_file || e->dropped)
@@ -738,6 +753,11 @@ static void candidates(struct store *s, struct victims *v)
 				v->prot_bytes += e->file_bytes;
 			if (e->pins)
 				continue;
+			if (s->needed && s->needed(s->needed_ud, e->hash)) {
+				v->need[v->nn++] = e;
+				continue;
+			}
+			v->free_bytes += e->file_bytes;
 			if (is_protected(e))
 				v->prot[v->nq++] = e;
 			else
@@ -745,47 +765,63 @@ static void candidates(struct store *s, struct victims *v)
 		}
 	qsort(v->prob, v->np, sizeof(*v->prob), cmp_newest_ins);
 	qsort(v->prot, v->nq, sizeof(*v->prot), cmp_oldest_use);
+	qsort(v->need, v->nn, sizeof(*v->need), cmp_oldest_use);
 	while (v->nfresh < v->np && ts_cmp(v->prob[v->nfresh]->ins, fresh) >= 0)
 		v->nfresh++;
 }
 
 /* The next victim: protected LRU while protected entries hold over 3/4 of
  * the cap; then probation newest first, but the newest (fresh) ones last of
- * the probation entries, oldest of them first; then protected LRU. *ip and
- * *iq walk prob and prot. */
+ * the probation entries, oldest of them first; then protected LRU; then,
+ * when `needed` is allowed, the entries the reader still needs, LRU. *ip,
+ * *iq and *in walk prob, prot and need. */
 static struct store_entry *next_victim(struct store *s, struct victims *v,
-				       size_t *ip, size_t *iq)
+				       size_t pos[3], bool needed)
 {
-	if (*iq < v->nq && v->prot_bytes > s->st.cap / 4 * 3)
-		return v->prot[(*iq)++];
-	if (*ip < v->np - v->nfresh)
-		return v->prob[v->nfresh + (*ip)++];
-	if (*ip < v->np)
-		return v->prob[v->np - 1 - (*ip)++];
-	if (*iq < v->nq)
-		return v->prot[(*iq)++];
+	if (pos[1] < v->nq && v->prot_bytes > s->st.cap / 4 * 3)
+		return v->prot[pos[1]++];
+	if (pos[0] < v->np - v->nfresh)
+		return v->prob[v->nfresh + pos[0]++];
+	if (pos[0] < v->np)
+		return v->prob[v->np - 1 - pos[0]++];
+	if (pos[1] < v->nq)
+		return v->prot[pos[1]++];
+	if (needed && pos[2] < v->nn)
+		return v->need[pos[2]++];
 	return NULL;
 }
 
+static void victims_free(struct victims *v)
+{
+	free(v->prob);
+	free(v->prot);
+	free(v->need);
+}
+
 /* One pass over the candidates in eviction order. Returns true when `need`
- * more bytes fit. */
+ * more bytes fit. Without `needed`, refuses at once (evicting nothing)
+ * when only entries the reader still needs would make room. */
 static bool evict_pass(struct store *s, uint64_t tmp_bytes, uint64_t need,
-		       bool force)
+		       bool force, bool needed)
 {
 	struct victims v;
 	struct store_entry *e;
-	size_t ip = 0, iq = 0;
+	size_t pos[3] = {0, 0, 0};
 
 	candidates(s, &v);
+	if (!needed && s->st.bytes + tmp_bytes + need >
+			       s->st.cap + v.free_bytes) {
+		victims_free(&v);
+		return false;
+	}
 	while (s->st.bytes + tmp_bytes + need > s->st.cap &&
-	       (e = next_victim(s, &v, &ip, &iq)) != NULL) {
+	       (e = next_victim(s, &v, pos, needed)) != NULL) {
 		uint64_t fb = e->file_bytes;
 		bool p = is_protected(e);
 		if (try_evict(s, e, force) && p)
 			v.prot_bytes -= fb;
 	}
-	free(v.prob);
-	free(v.prot);
+	victims_free(&v);
 	return s->st.bytes + tmp_bytes + need <= s->st.cap;
 }
 
@@ -794,13 +830,18 @@ static bool evict_pass(struct store *s, uint64_t tmp_bytes, uint64_t need,
  * nothing else frees enough: their readers keep reading the unlinked file
  * (its blocks return when they let go), whereas refusing would leave the
  * cache unusable to every mount while others hold old pins. Entries this
- * process has pinned never go. Returns 0 or -ENOSPC. */
+ * process has pinned never go. With a "needed" hint set, entries it names
+ * never go either: -EDQUOT then says "only by pushing out what the reader
+ * still needs" (the reader serves that shard without the cache). Returns 0,
+ * -EDQUOT or -ENOSPC. */
 static int evict_for(struct store *s, uint64_t tmp_bytes, uint64_t need)
 {
-	if (evict_pass(s, tmp_bytes, need, false) ||
-	    evict_pass(s, tmp_bytes, need, true))
+	bool all = s->needed == NULL;
+
+	if (evict_pass(s, tmp_bytes, need, false, all) ||
+	    evict_pass(s, tmp_bytes, need, true, all))
 		return 0;
-	return -ENOSPC;
+	return all ? -ENOSPC : -EDQUOT;
 }
 
 /* ---- open and close ---- */
@@ -898,6 +939,47 @@ void store_set_reuse_gap(struct store *s, double seconds)
 {
 	if (s && seconds >= 0)
 		s->reuse_gap_s = seconds;
+}
+
+void store_set_needed(struct store *s, store_needed_fn fn, void *ud)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->lock);
+	s->needed = fn;
+	s->needed_ud = fn ? ud : NULL;
+	pthread_mutex_unlock(&s->lock);
+}
+
+uint64_t store_key_hash(const char *url, const char *etag, uint64_t size)
+{
+	char *k = make_key(url, etag, size);
+	uint64_t h = hash64(k, strlen(k), 0);
+	free(k);
+	return h;
+}
+
+/* A footer's size for a key of a typical length: for the estimate below. */
+#define FIT_KEY_GUESS 256
+
+int store_fits(struct store *s, uint64_t size)
+{
+	uint64_t freeable = 0, want;
+
+	if (!s)
+		return 0;
+	want = size + footer_bytes(blocks_for(size), FIT_KEY_GUESS);
+	if (want > s->st.cap)
+		return 1; /* never fits: store_begin refuses it and says why */
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < s->nbuckets; i++)
+		for (struct store_entry *e = s->tab[i]; e; e = e->hnext)
+			if (e->owns_file && !e->dropped &&
+			    (!s->needed || !s->needed(s->needed_ud, e->hash)))
+				freeable += e->file_bytes;
+	want += s->st.bytes;
+	pthread_mutex_unlock(&s->lock);
+	return want <= s->st.cap + freeable;
 }
 
 void store_interrupt(struct store *s)
@@ -1253,9 +1335,11 @@ static int create_tmp(struct store_writer *w)
 		    (ssize_t)sizeof(rnd))
 			rnd = (uint32_t)hash64(&c, sizeof(c),
 					       (uint64_t)time(NULL));
+		/* The entry's hash first: store_peer_open finds it by that. */
 		snprintf(w->tmp_path, n,
-			 "%s/" TMP_PREFIX "%ld-%" PRIu64 "-%08" PRIx32,
-			 s->shards_dir, (long)getpid(), c, rnd);
+			 "%s/" TMP_PREFIX "%016" PRIx64 "-%ld-%" PRIu64
+			 "-%08" PRIx32,
+			 s->shards_dir, w->hash, (long)getpid(), c, rnd);
 		w->fd = open(w->tmp_path,
 			     O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
 			     0600);
@@ -1281,6 +1365,53 @@ static int create_tmp(struct store_writer *w)
 		return -errno;
 	/* No fallocate here: at least show the full size to other mounts. */
 	return ftruncate(w->fd, (off_t)w->file_bytes) == 0 ? 0 : -errno;
+}
+
+/* fd of a temp file in the directory: is its writer still there (holding
+ * LOCK_EX)? Probing with LOCK_SH | LOCK_NB and letting go at once. */
+static bool writer_alive(int fd)
+{
+	if (flock(fd, LOCK_SH | LOCK_NB) == 0) {
+		flock(fd, LOCK_UN);
+		return false;
+	}
+	return errno == EWOULDBLOCK;
+}
+
+int store_peer_open(struct store *s, const char *url, const char *etag,
+		    uint64_t size)
+{
+	char *key, want[64];
+	struct dirent *d;
+	DIR *dir;
+	int fd = -ENOENT, dfd;
+
+	if (!s)
+		return -EINVAL;
+	key = make_key(url, etag, size);
+	snprintf(want, sizeof(want), TMP_PREFIX "%016" PRIx64 "-",
+		 hash64(key, strlen(key), 0));
+	free(key);
+	dfd = openat(s->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0 || !(dir = fdopendir(dfd))) {
+		if (dfd >= 0)
+			close(dfd);
+		return -errno;
+	}
+	while (fd < 0 && (d = readdir(dir)) != NULL) {
+		if (strncmp(d->d_name, want, strlen(want)) != 0)
+			continue;
+		fd = openat(s->dirfd, d->d_name,
+			    O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd >= 0 && !writer_alive(fd)) {
+			close(fd);
+			fd = -ENOENT;
+		} else if (fd < 0) {
+			fd = -ENOENT; /* renamed or removed meanwhile */
+		}
+	}
+	closedir(dir);
+	return fd;
 }
 
 /* Room under the cap, counted over everything in the directory, then the

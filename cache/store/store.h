@@ -10,7 +10,7 @@
  *
  * Sharing (the DESIGN note at the top of store.c has the details): processes
  * coordinate through flock(2) on files in the directory, never by guessing.
- * A writer's temp file ("<dir>/shards/.tmp-<pid>-<n>-<random>") stays locked
+ * A writer's temp file ("<dir>/shards/.tmp-<hash>-<pid>-<n>-<random>") stays locked
  * until it is renamed, and store_open removes only temp files nobody holds;
  * the cap is kept over the whole directory (every admission rescans it under
  * a directory lock and counts other writers' temp files); an entry pinned
@@ -23,7 +23,9 @@
  * (looked up at least a second later) are kept before entries that were not,
  * and among the latter the newest go first (the two newest last), so a sweep
  * over more data than fits keeps part of it instead of none (plain LRU keeps
- * none). Files in the directory that are not named like
+ * none). With a reader's hint (store_set_needed), entries it still needs go
+ * after all others, and never to admit a new entry. Files in the directory
+ * that are not named like
  * entries, temp or lock files are left alone.
  *
  * Thread safety: every function may be called from any thread. Entries handed
@@ -71,6 +73,25 @@ void store_set_wait(struct store *s, double seconds);
 /* A lookup within this many seconds after an entry was written does not
  * count as a use again (default 1 s; see the eviction order above). */
 void store_set_reuse_gap(struct store *s, double seconds);
+/* The reader's hint for eviction and admission: fn(ud, hash) says whether
+ * the entry whose key hashes to `hash` (store_key_hash) is still needed by
+ * the reader (e.g. its shard has samples the current pass has not read).
+ * With a hint set, entries it names are never evicted to admit another:
+ * store_begin fails with EDQUOT instead, and the reader serves that shard
+ * without the cache. fn is called under the store's lock, from any thread:
+ * it must not block nor call into the store. NULL removes it (before ud
+ * goes away). */
+typedef int (*store_needed_fn)(void *ud, uint64_t hash);
+void store_set_needed(struct store *s, store_needed_fn fn, void *ud);
+/* The hash that store_needed_fn is given for an entry of this key. */
+uint64_t store_key_hash(const char *url, const char *etag, uint64_t size);
+/* 1 if an entry of `size` bytes would fit now by evicting only entries the
+ * hint does not name (this process's table; a guess, store_begin decides),
+ * or could never fit (larger than the cap: store_begin refuses that with
+ * ENOSPC and its reason is logged); 0 if only needed entries stand in the
+ * way. For readers that would rather not queue a fetch that is refused. */
+int store_fits(struct store *s, uint64_t size);
+
 /* End every present and future wait of store_begin with ECANCELED (for
  * shutdown). */
 void store_interrupt(struct store *s);
@@ -110,12 +131,22 @@ void store_drop(struct store_entry *e);
  * the store now, written by the writer waited for: store_get it; EBUSY when
  * that writer took longer than the wait, ECANCELED after store_interrupt;
  * ENOSPC when it can't fit under the cap even after eviction, or is larger
- * than the cap, or the disk is full; EROFS, EACCES... from creating the file)
+ * than the cap, or the disk is full; EDQUOT when it would fit only by
+ * evicting entries the needed hint names (store_set_needed); EROFS, EACCES... from creating the file)
  * when the entry can't be written: the caller then serves without the cache.
  * Disk errors are counted in write_errors; the others are not. A writer is
  * used by one thread; store_writer_pread may be called from others. */
 struct store_writer *store_begin(struct store *s, const char *url,
 				 const char *etag, uint64_t size);
+/* A read-only descriptor of the temp file a live writer (in any process,
+ * this one included) is writing for this key, or -ENOENT. Its bytes are
+ * what has arrived so far and zeros (allocated, unwritten) after: a caller
+ * must check what it reads (the index's per-sample sums) before using it.
+ * The caller closes it; it stays readable after the writer renames it into
+ * place or aborts. For a reader waiting while another mount fetches the
+ * shard (store_begin's wait). */
+int store_peer_open(struct store *s, const char *url, const char *etag,
+		    uint64_t size);
 /* Append data. Returns 0 or -errno (e.g. -ENOSPC). */
 int store_write(struct store_writer *w, const void *data, size_t len);
 /* Bytes appended so far. */

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -713,6 +714,124 @@ Test(shards, whole_shard_mismatch_not_committed)
 	cr_assert_eq(ss.fetched_shards, 0);
 	e = store_get(st, ix->shards[3].url, "", shard_len[3]);
 	cr_assert_null(e, "a shard that failed its checksum was cached");
+	shards_free(sh);
+	store_close(st);
+	index_free(ix);
+}
+
+/* ---- pass tracking and admission (shards_track) ---- */
+
+/* A class-sorted walk: sample k of every shard, then k + 1, for `passes`
+ * passes, each sample noted as the mount's reads are. */
+static void class_sorted_walk(struct shards *sh, int passes, bool note)
+{
+	for (int p = 0; p < passes; p++)
+		for (int k = 0; k < PER_SHARD; k++)
+			for (int s = 0; s < NSHARDS; s++) {
+				if (note)
+					shards_note(sh, (uint32_t)(s * PER_SHARD +
+								   k));
+				check_sample(sh, s, k);
+			}
+}
+
+static uint64_t two_largest(void)
+{
+	size_t a = 0, b = 0;
+	for (int s = 0; s < NSHARDS; s++) {
+		if (shard_len[s] > a) {
+			b = a;
+			a = shard_len[s];
+		} else if (shard_len[s] > b) {
+			b = shard_len[s];
+		}
+	}
+	return a + b;
+}
+
+/* A cache of two of four shards, two class-sorted passes. Every sweep
+ * needs every shard: LRU fetches each whole shard once per sweep (about
+ * 2 x 24 x 4 fetches). With the pass tracked, the two shards in the cache
+ * stay (the pass still needs them) and the other two are read by range
+ * GETs of just their samples, so whole shards are fetched a few times in
+ * all, and the bytes fetched stay near the data's size per pass. */
+Test(shards, class_sorted_walk_keeps_what_the_pass_needs)
+{
+	struct index *ix;
+	struct store *st;
+	struct shards *sh;
+	struct shards_stats ss;
+	uint32_t view[NSHARDS * PER_SHARD];
+	uint64_t total = 0;
+
+	fx_server_start(&srv, root, tdir, NULL);
+	ix = make_index_v2(-1, -1, -1);
+	for (int s = 0; s < NSHARDS; s++)
+		total += shard_len[s];
+	st = open_store(two_largest() + 2 * 65536);
+	shards_open(ix, h, st, NULL, &sh);
+	for (uint32_t i = 0; i < NSHARDS * PER_SHARD; i++)
+		view[i] = i;
+	cr_assert_eq(shards_track(sh, view, NSHARDS * PER_SHARD), 0);
+	cr_assert_eq(shards_track(sh, view, 1), -EINVAL, "tracked twice");
+	class_sorted_walk(sh, 2, true);
+	shards_get_stats(sh, &ss);
+	cr_assert_eq(ss.passes, 2);
+	cr_assert_eq(ss.read_errors, 0);
+	cr_assert_eq(ss.verify_errors, 0);
+	cr_assert_leq(ss.fetched_shards, 2 * NSHARDS,
+		      "%llu whole shards fetched (LRU: one per shard per sweep)",
+		      (unsigned long long)ss.fetched_shards);
+	cr_assert_leq(ss.fetched_bytes, 2 * total);
+	cr_assert_gt(ss.bypassed, 0, "no read took a range GET");
+	cr_assert_eq(ss.bypassed, ss.range_reads);
+	shards_free(sh);
+	store_close(st);
+	index_free(ix);
+}
+
+/* The admission decision itself: with shards 0 and 1 cached and needed,
+ * a read of shard 2 is a range GET and shard 2 is not fetched; once the
+ * pass has read all of shard 0, shard 2 is admitted in its place. A
+ * sample outside the view counts for nothing. */
+Test(shards, admission_waits_for_a_finished_shard)
+{
+	struct index *ix;
+	struct store *st;
+	struct shards *sh;
+	struct shards_stats ss;
+	uint32_t view[NSHARDS * PER_SHARD];
+
+	fx_server_start(&srv, root, tdir, NULL);
+	ix = make_index_v2(-1, -1, -1);
+	st = open_store(two_largest() + 2 * 65536);
+	shards_open(ix, h, st, NULL, &sh);
+	for (uint32_t i = 0; i < NSHARDS * PER_SHARD - 1; i++)
+		view[i] = i; /* the very last sample is not in the view */
+	cr_assert_eq(shards_track(sh, view, NSHARDS * PER_SHARD - 1), 0);
+	check_sample(sh, 0, 0);
+	wait_cached(sh, 0);
+	check_sample(sh, 1, 0);
+	wait_cached(sh, 1);
+	check_sample(sh, 2, 0);
+	shards_get_stats(sh, &ss);
+	cr_assert_eq(ss.bypassed, 1);
+	cr_assert_eq(ss.fetched_shards, 2);
+	cr_assert_eq(shards_is_cached(sh, 2), 0);
+	for (int k = 0; k < PER_SHARD; k++) {
+		shards_note(sh, (uint32_t)k);
+		check_sample(sh, 0, k);
+	}
+	shards_note(sh, NSHARDS * PER_SHARD - 1); /* not in the view */
+	usleep(1100 * 1000); /* past a refusal's BYPASS_S */
+	check_sample(sh, 2, 1);
+	wait_cached(sh, 2);
+	shards_get_stats(sh, &ss);
+	cr_assert_eq(ss.bypassed, 1);
+	cr_assert_eq(ss.fetched_shards, 3);
+	cr_assert_eq(ss.pass_left, NSHARDS * PER_SHARD - 1 - PER_SHARD);
+	cr_assert(shards_is_cached(sh, 1), "needed shard 1 was evicted");
+	cr_assert_not(shards_is_cached(sh, 0), "finished shard 0 kept");
 	shards_free(sh);
 	store_close(st);
 	index_free(ix);

@@ -1135,3 +1135,126 @@ Test(store, lookup_soon_after_write_does_not_protect)
 	cr_assert(store_contains(s, abc[2], "\"e\"", 1000));
 	store_close(s);
 }
+
+/* ---- the reader's "needed" hint (store_set_needed) ---- */
+
+static uint64_t needed_hash[4];
+static int n_needed;
+
+static int is_needed(void *ud, uint64_t hash)
+{
+	(void)ud;
+	for (int i = 0; i < n_needed; i++)
+		if (needed_hash[i] == hash)
+			return 1;
+	return 0;
+}
+
+static void need(const char *url)
+{
+	needed_hash[n_needed++] = store_key_hash(url, "\"e\"", 1000);
+}
+
+/* A, B, C in a store of three, B used again: without a hint A would go
+ * (test above); with A and C needed, B goes instead, whatever the order. */
+Test(store, needed_entries_evicted_last)
+{
+	uint64_t unit = unit_of(1000);
+	struct store *s = open_store(3 * unit + unit / 2);
+
+	for (int i = 0; i < 3; i++)
+		add_put(s, abc[i], 1000, (unsigned)i);
+	store_put(store_get(s, abc[1], "\"e\"", 1000));
+	n_needed = 0;
+	need(abc[0]);
+	need(abc[2]);
+	store_set_needed(s, is_needed, NULL);
+	cr_assert(store_fits(s, 1000));
+	add_put(s, "http://h/D.tar", 1000, 4);
+	cr_assert(store_contains(s, abc[0], "\"e\"", 1000), "needed A evicted");
+	cr_assert_not(store_contains(s, abc[1], "\"e\"", 1000));
+	cr_assert(store_contains(s, abc[2], "\"e\"", 1000), "needed C evicted");
+	store_set_needed(s, NULL, NULL);
+	store_close(s);
+}
+
+/* When only needed entries could make room, a new entry is refused with
+ * EDQUOT and nothing is evicted; once one is no longer needed it goes. */
+Test(store, admission_refused_rather_than_evict_needed)
+{
+	uint64_t unit = unit_of(1000);
+	struct store *s = open_store(3 * unit + unit / 2);
+	struct store_stats st;
+	struct store_writer *w;
+
+	for (int i = 0; i < 3; i++)
+		add_put(s, abc[i], 1000, (unsigned)i);
+	n_needed = 0;
+	for (int i = 0; i < 3; i++)
+		need(abc[i]);
+	store_set_needed(s, is_needed, NULL);
+	cr_assert_not(store_fits(s, 1000));
+	/* Larger than the cap: not the hint's business; store_begin says. */
+	cr_assert(store_fits(s, 4 * unit));
+	errno = 0;
+	w = store_begin(s, "http://h/D.tar", "\"e\"", 1000);
+	cr_assert_null(w, "admitted by evicting a needed entry");
+	cr_assert_eq(errno, EDQUOT, "errno %d", errno);
+	store_get_stats(s, &st);
+	cr_assert_eq(st.evictions, 0);
+	cr_assert_eq(st.write_errors, 0, "a policy refusal is no write error");
+	for (int i = 0; i < 3; i++)
+		cr_assert(store_contains(s, abc[i], "\"e\"", 1000));
+	n_needed = 2; /* C is done with */
+	cr_assert(store_fits(s, 1000));
+	add_put(s, "http://h/D.tar", 1000, 4);
+	cr_assert_not(store_contains(s, abc[2], "\"e\"", 1000));
+	cr_assert(store_contains(s, abc[0], "\"e\"", 1000));
+	cr_assert(store_contains(s, abc[1], "\"e\"", 1000));
+	/* Without the hint the old policy applies again: room is made. */
+	store_set_needed(s, NULL, NULL);
+	add_put(s, "http://h/E.tar", 1000, 5);
+	store_close(s);
+}
+
+/* ---- another writer's partial file (store_peer_open) ---- */
+
+/* A live writer's temp file is found by key and shows the bytes written so
+ * far; nothing is found for another key, after the commit, or for a temp
+ * file whose writer is gone. */
+Test(store, peer_open_finds_live_writer_only)
+{
+	struct store *s = open_store(1ULL << 30);
+	struct store_writer *w = store_begin(s, "http://h/P.tar", "\"e\"", 5000);
+	uint8_t want[3000], got[3000];
+	struct store_entry *e;
+	char dead[128];
+	int fd;
+
+	cr_assert_not_null(w);
+	fill(want, sizeof(want), 7, 0);
+	cr_assert_eq(store_write(w, want, sizeof(want)), 0);
+	fd = store_peer_open(s, "http://h/P.tar", "\"e\"", 5000);
+	cr_assert_geq(fd, 0, "live writer not found: %s", strerror(-fd));
+	cr_assert_eq(pread(fd, got, sizeof(got), 0), (ssize_t)sizeof(got));
+	cr_assert(memcmp(got, want, sizeof(got)) == 0);
+	close(fd);
+	cr_assert_eq(store_peer_open(s, "http://h/Q.tar", "\"e\"", 5000),
+		     -ENOENT);
+	fill(want, 2000, 7, 3000);
+	cr_assert_eq(store_write(w, want, 2000), 0);
+	e = store_commit(w);
+	cr_assert_not_null(e);
+	store_put(e);
+	cr_assert_eq(store_peer_open(s, "http://h/P.tar", "\"e\"", 5000),
+		     -ENOENT);
+	/* A temp file of that key nobody holds (its writer died). */
+	snprintf(dead, sizeof(dead), "%s/shards/.tmp-%016" PRIx64 "-1-1-0",
+		 tdir, store_key_hash("http://h/R.tar", "\"e\"", 5000));
+	fd = open(dead, O_CREAT | O_WRONLY, 0600);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	cr_assert_eq(store_peer_open(s, "http://h/R.tar", "\"e\"", 5000),
+		     -ENOENT);
+	store_close(s);
+}

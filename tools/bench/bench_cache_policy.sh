@@ -4,7 +4,7 @@
 # for the eviction policy of this build and, with --before, of another build
 # (e.g. main before the scan-resistant policy: plain LRU).
 #   tools/bench/bench_cache_policy.sh [--before BUILD_DIR] [--cache-size 20M]
-#                     [--shuffled-cache-size 20M] [--passes 2]
+#                     [--shuffled-cache-size 20M] [--passes 2] [--runs 1]
 # Scenarios, each on a fresh cache_dir and a fresh mount:
 #   class-sorted  every file, class directory by class directory, in name
 #                 order (an un-shuffled evaluation loop, `cp -r`), --passes
@@ -13,7 +13,9 @@
 #                 pass (seed = pass), --passes times.
 # The kernel page cache is dropped before every class-sorted pass (when
 # permitted), so each pass asks the daemon again and the disk cache decides. Reports the
-# bytes fetched (.echofs/stats bytes_fetched) per pass, as a markdown table.
+# bytes fetched (.echofs/stats bytes_fetched) and files/s of each pass (so a
+# policy that saves bytes but stalls shows), as a markdown table; --runs
+# repeats every row.
 # The kernel page cache is kept between shuffled passes (--shuffled-cache-size,
 # default 20M): echofs pushes each cached shard's files into it once per
 # mount, and without that a shuffled read through a cache of 8 of 60 shards
@@ -28,11 +30,12 @@ BEFORE=""
 CACHE_SIZE=20M
 SHUF_CACHE_SIZE=20M
 PASSES=2
+RUNS=1
 CMDLINE="tools/bench/bench_cache_policy.sh $*"
 # shellcheck source=tools/bench/common.sh
 . tools/bench/common.sh
-bench_args 2,18 --before=BEFORE --cache-size=CACHE_SIZE \
-	--shuffled-cache-size=SHUF_CACHE_SIZE --passes=PASSES -- "$@"
+bench_args 2,20 --before=BEFORE --cache-size=CACHE_SIZE \
+	--shuffled-cache-size=SHUF_CACHE_SIZE --passes=PASSES --runs=RUNS -- "$@"
 
 DATA=${BENCH_DATA:-$B/bench-data}
 bench_start policy
@@ -88,23 +91,25 @@ shuffled() { # mnt pass
 
 fetched() { $PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["bytes_fetched"])' "$1/.echofs/stats"; }
 
-# run BUILD SCENARIO -> "pass1 pass2 ... total" bytes fetched
+# run BUILD SCENARIO -> "bytes1:secs1 bytes2:secs2 ... total" per pass
 run() {
 	local build=$1 scen=$2 mnt=$TMP/mnt-$RANDOM cache=$TMP/cache-$RANDOM p prev=0 now out=""
-	local size=$CACHE_SIZE
+	local size=$CACHE_SIZE t0 t1
 	[ "$scen" = shuffled ] && size=$SHUF_CACHE_SIZE
 	mkdir -p "$mnt"
 	"$build"/echofs -o "cache_dir=$cache,cache_size=$size,index=$TMP/train.echofs-index,log_file=$TMP/echofs.log" \
 		"$SOURCE" "$mnt"
 	for ((p = 1; p <= PASSES; p++)); do
+		[ "$scen" = class-sorted ] && drop_caches
+		t0=$(date +%s.%N)
 		if [ "$scen" = class-sorted ]; then
-			drop_caches
 			class_sorted "$mnt"
 		else
 			shuffled "$mnt" "$p"
 		fi
+		t1=$(date +%s.%N)
 		now=$(fetched "$mnt")
-		out+="$((now - prev)) "
+		out+="$((now - prev)):$(awk "BEGIN { print $t1 - $t0 }") "
 		prev=$now
 		log "$build $scen pass $p: fetched $now B in total"
 	done
@@ -115,12 +120,21 @@ run() {
 
 mb() { $PY -c 'import sys; print("%.0f" % (int(sys.argv[1]) / 1e6))' "$1"; }
 
-row() { # label build scenario
+# files/s of a pass: every file of the tree once in SECS
+fps() { $PY -c 'import sys; print("{:,.0f}".format(int(sys.argv[1]) / float(sys.argv[2])))' "$NFILES" "$1"; }
+
+row() { # label build scenario run
 	local r
 	r=$(run "$2" "$3")
 	local cells="" x
-	for x in $r; do cells+=" $(mb "$x") |"; done
-	echo "| $1 | $3 |$cells"
+	for x in $r; do
+		if [[ $x == *:* ]]; then
+			cells+=" $(mb "${x%%:*}") MB, $(fps "${x#*:}") files/s |"
+		else
+			cells+=" $(mb "$x") |"
+		fi
+	done
+	echo "| $1 | $3, run $4 |$cells"
 }
 
 bash tools/dev/setup.sh >&2
@@ -129,14 +143,17 @@ bench_nginx "$DATA"
 SOURCE="$BASE/shards/train-{000000..000059}.tar"
 make_index
 TOTAL=$(du -cb "$DATA"/shards/train-*.tar | tail -1 | cut -f1)
+NFILES=$(find "$DATA/tree" -type f | wc -l)
 
 hdr="| build | reader |"
 sep="|---|---|"
-for ((p = 1; p <= PASSES; p++)); do hdr+=" pass $p MB |"; sep+="---:|"; done
+for ((p = 1; p <= PASSES; p++)); do hdr+=" pass $p |"; sep+="---:|"; done
 ROWS=()
 for scen in class-sorted shuffled; do
-	ROWS+=("$(row "this build ($B)" "$B" "$scen")")
-	[ -n "$BEFORE" ] && ROWS+=("$(row "before ($BEFORE)" "$BEFORE" "$scen")")
+	for ((k = 1; k <= RUNS; k++)); do
+		ROWS+=("$(row "this build ($B)" "$B" "$scen" "$k")")
+		[ -n "$BEFORE" ] && ROWS+=("$(row "before ($BEFORE)" "$BEFORE" "$scen" "$k")")
+	done
 done
 
 cat <<EOF
