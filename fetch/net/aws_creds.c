@@ -798,12 +798,14 @@ static void *refresher(void *ud)
 
 /* ---- public calls ------------------------------------------------------- */
 
-struct aws_creds *aws_creds_new(const char *profile, char *err, size_t errlen)
+int aws_creds_open(const char *profile, struct aws_creds **out, char *err,
+		   size_t errlen)
 {
 	struct aws_creds *c = xcalloc(1, sizeof(*c));
 	pthread_condattr_t ca;
 	int rc;
 
+	*out = NULL;
 	c->profile = xstrdup(profile_name(profile));
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->stop_lock, NULL);
@@ -820,12 +822,13 @@ struct aws_creds *aws_creds_new(const char *profile, char *err, size_t errlen)
 			snprintf(err, errlen, "%s: %s", c->source_name,
 				 strerror(-rc));
 		aws_creds_free(c);
-		return NULL;
+		return rc;
 	}
 	if (c->cur.expires &&
 	    pthread_create(&c->thread, NULL, refresher, c) == 0)
 		c->has_thread = 1;
-	return c;
+	*out = c;
+	return 0;
 }
 
 void aws_creds_free(struct aws_creds *c)

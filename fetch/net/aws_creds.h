@@ -46,10 +46,13 @@ struct aws_creds_value {
 
 struct aws_creds;
 
-/* Walks the chain now. profile may be NULL. Returns NULL with a one-line
- * reason in err: a refused file, a broken source that was configured, or
- * "no credentials found (tried: ...)". */
-struct aws_creds *aws_creds_new(const char *profile, char *err, size_t errlen);
+/* Walks the chain now. profile may be NULL. Returns 0 with *out set, or
+ * -errno with *out NULL and a one-line reason in err: a refused file, a
+ * broken source that was configured, or "no credentials found (tried:
+ * ...)" (-ENOKEY). */
+int aws_creds_open(const char *profile, struct aws_creds **out, char *err,
+		   size_t errlen);
+/* Stops the refresh thread and wipes the credentials. Accepts NULL. */
 void aws_creds_free(struct aws_creds *c);
 
 /* Copies the current credentials into out (wipe it after use). Never

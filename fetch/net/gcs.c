@@ -308,11 +308,13 @@ static int set_endpoint(struct gcs *g, const char *ep, char *err, size_t errlen)
 	return 0;
 }
 
-struct gcs *gcs_new(const struct gcs_opts *o, char *err, size_t errlen)
+int gcs_open(const struct gcs_opts *o, struct gcs **out, char *err,
+	     size_t errlen)
 {
 	struct gcs *g = xcalloc(1, sizeof(*g));
 	const char *emu = getenv("STORAGE_EMULATOR_HOST");
 	char ep[1024];
+	int r;
 
 	pthread_mutex_init(&g->err_lock, NULL);
 	g->no_sign = o->no_sign;
@@ -324,20 +326,23 @@ struct gcs *gcs_new(const struct gcs_opts *o, char *err, size_t errlen)
 			 strstr(emu, "://") ? "" : "http://", emu);
 	else
 		snprintf(ep, sizeof(ep), "%s", GCS_ENDPOINT);
-	if (set_endpoint(g, ep, err, errlen))
+	*out = NULL;
+	r = set_endpoint(g, ep, err, errlen);
+	if (r)
 		goto fail;
 	if (!g->no_sign) {
-		g->creds = gcs_creds_new(err, errlen);
-		if (!g->creds)
+		r = gcs_creds_open(&g->creds, err, errlen);
+		if (r)
 			goto fail;
 		log_info("gcs: token from %s", gcs_creds_source(g->creds));
 	}
 	g->auth = (struct http_auth){
 		.map_url = map_url, .sign = sign, .failed = on_failed, .ud = g};
-	return g;
+	*out = g;
+	return 0;
 fail:
 	gcs_free(g);
-	return NULL;
+	return r;
 }
 
 void gcs_free(struct gcs *g)

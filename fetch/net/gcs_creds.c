@@ -605,12 +605,13 @@ static void *refresher(void *ud)
 
 /* ---- public calls ------------------------------------------------------- */
 
-struct gcs_creds *gcs_creds_new(char *err, size_t errlen)
+int gcs_creds_open(struct gcs_creds **out, char *err, size_t errlen)
 {
 	struct gcs_creds *c = xcalloc(1, sizeof(*c));
 	pthread_condattr_t ca;
 	int rc;
 
+	*out = NULL;
 	pthread_mutex_init(&c->fetch_lock, NULL);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->stop_lock, NULL);
@@ -625,11 +626,12 @@ struct gcs_creds *gcs_creds_new(char *err, size_t errlen)
 			snprintf(err, errlen, "%s: %s", c->source_name,
 				 strerror(-rc));
 		gcs_creds_free(c);
-		return NULL;
+		return rc;
 	}
 	if (pthread_create(&c->thread, NULL, refresher, c) == 0)
 		c->has_thread = 1;
-	return c;
+	*out = c;
+	return 0;
 }
 
 void gcs_creds_free(struct gcs_creds *c)

@@ -48,11 +48,13 @@ enum gcs_source {
 
 struct gcs_creds;
 
-/* Walks the chain now and gets a first token. Returns NULL with a one-line
- * reason in err: a refused or broken key file (named), the token endpoint's
- * refusal (invalid_grant: naming the key file), the metadata server's
- * answer, or "no Google credentials found (tried: ...)". */
-struct gcs_creds *gcs_creds_new(char *err, size_t errlen);
+/* Walks the chain now and gets a first token. Returns 0 with *out set, or
+ * -errno with *out NULL and a one-line reason in err: a refused or broken
+ * key file (named), the token endpoint's refusal (invalid_grant: naming the
+ * key file), the metadata server's answer, or "no Google credentials found
+ * (tried: ...)" (-ENOKEY). */
+int gcs_creds_open(struct gcs_creds **out, char *err, size_t errlen);
+/* Stops the refresh thread and wipes the token. Accepts NULL. */
 void gcs_creds_free(struct gcs_creds *c);
 
 /* Copies the current token into out (wipe it after use). Never blocks on

@@ -491,10 +491,12 @@ static void pick(const char *opt, const char *env1, const char *env2,
 		out[0] = '\0';
 }
 
-struct s3 *s3_new(const struct s3_opts *o, char *err, size_t errlen)
+int s3_open(const struct s3_opts *o, struct s3 **out, char *err,
+	    size_t errlen)
 {
 	struct s3 *s = xcalloc(1, sizeof(*s));
 	char ep[1024];
+	int r;
 
 	pthread_mutex_init(&s->err_lock, NULL);
 	s->path_style = o->path_style;
@@ -511,16 +513,19 @@ struct s3 *s3_new(const struct s3_opts *o, char *err, size_t errlen)
 	if (!ep[0])
 		snprintf(ep, sizeof(ep), "https://s3.%s.amazonaws.com",
 			 s->region);
-	if (set_endpoint(s, ep, err, errlen))
+	*out = NULL;
+	r = set_endpoint(s, ep, err, errlen);
+	if (r)
 		goto fail;
 	for (const char *c = s->region; *c; c++)
 		if (!bucket_char_ok(*c) || *c == '.') {
 			snprintf(err, errlen, "bad S3 region");
+			r = -EINVAL;
 			goto fail;
 		}
 	if (!s->no_sign) {
-		s->creds = aws_creds_new(o->profile, err, errlen);
-		if (!s->creds)
+		r = aws_creds_open(o->profile, &s->creds, err, errlen);
+		if (r)
 			goto fail;
 		log_info("s3: credentials from %s, region %s%s",
 			 aws_creds_source(s->creds), s->region,
@@ -531,10 +536,11 @@ struct s3 *s3_new(const struct s3_opts *o, char *err, size_t errlen)
 				     .failed = on_failed,
 				     .header = on_header,
 				     .ud = s};
-	return s;
+	*out = s;
+	return 0;
 fail:
 	s3_free(s);
-	return NULL;
+	return r;
 }
 
 void s3_free(struct s3 *s)

@@ -94,8 +94,9 @@ static void setup(void)
 	}
 	add_samples();
 	cr_assert_eq(http_global_init(), 0);
-	h = http_new(&(struct http_opts){.connections = 4}, err, sizeof(err));
-	cr_assert_not_null(h, "http_new: %s", err);
+	cr_assert_eq(http_open(&(struct http_opts){.connections = 4}, &h, err,
+			       sizeof(err)),
+		     0, "http_open: %s", err);
 	cr_assert_eq(shards_open(ix, h, NULL, NULL, &sh), 0);
 	pool = pool_new(ix, sh, class_of, NCLS, &po);
 	cr_assert_not_null(pool, "pool_new: %s", strerror(errno));

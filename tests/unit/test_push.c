@@ -188,8 +188,8 @@ static void setup(void)
 	cr_assert_eq(mkdir(mnt, 0700), 0);
 	fx_server_start(&srv, root, tdir, NULL);
 	cr_assert_eq(http_global_init(), 0);
-	h = http_new(&ho, err, sizeof(err));
-	cr_assert_not_null(h, "http_new: %s", err);
+	cr_assert_eq(http_open(&ho, &h, err, sizeof(err)), 0, "http_open: %s",
+		     err);
 	ix = index_new();
 	make_shards();
 	store_open(cdir, 1ULL << 30, &st, err, sizeof(err));
