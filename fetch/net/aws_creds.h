@@ -21,9 +21,9 @@
  * the user and be unreadable by group and others, or they are refused with
  * a message saying so, as ssh does.
  *
- * DESIGN: credentials that expire are refreshed by one background thread,
- * at least 5 minutes before they expire (or at half their life when that
- * is shorter); aws_creds_get only copies the current value under `lock`
+ * DESIGN: credentials that expire are refreshed by one background thread
+ * (fetch/net/refresher) at least 5 minutes before they expire (or at half
+ * their life when that is shorter); aws_creds_get only copies the current value under `lock`
  * (a leaf lock, never held across I/O), so signers never wait for a
  * refresh: they use the old credentials until the new ones are in. A
  * failed refresh is retried every 10 s and logged (without secrets). */

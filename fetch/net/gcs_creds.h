@@ -17,7 +17,7 @@
  * refresh, so a rotated key is picked up. Tokens, keys and refresh tokens
  * never reach a log line or an error message.
  *
- * DESIGN: one background thread refreshes the token at least 5 minutes
+ * DESIGN: one background thread (fetch/net/refresher) refreshes the token at least 5 minutes
  * before it expires (at half its life when that is shorter); gcs_creds_get
  * only copies the current token under `lock` (a leaf lock, never held across
  * I/O), so readers never wait for a refresh. gcs_creds_refresh (a 401) and
