@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/net/refresher.h"
+#include "fetch/net/xml_tag.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -244,26 +245,6 @@ static int json_str(const char *body, const char *name, char *out,
 	return 0;
 }
 
-static int xml_str(const char *body, const char *tag, char *out, size_t outlen)
-{
-	char open[64], close[64];
-	const char *a, *b;
-
-	snprintf(open, sizeof(open), "<%s>", tag);
-	snprintf(close, sizeof(close), "</%s>", tag);
-	a = strstr(body, open);
-	if (!a)
-		return -ENOENT;
-	a += strlen(open);
-	b = strstr(a, close);
-	if (!b)
-		return -EINVAL;
-	if ((size_t)(b - a) >= outlen)
-		return -ENAMETOOLONG;
-	memcpy(out, a, (size_t)(b - a));
-	out[b - a] = '\0';
-	return 0;
-}
 
 /* ISO 8601 "2024-01-02T03:04:05Z" (fractions allowed) as time_t */
 static time_t parse_iso(const char *s)
@@ -528,7 +509,7 @@ static int from_web_identity(struct aws_creds_value *v, char *err,
 		 etok);
 	rc = http_call("GET", url, NULL, 0, &body);
 	if (rc == 0)
-		rc = parse_creds(body, xml_str, "SessionToken", v);
+		rc = parse_creds(body, xml_tag_copy, "SessionToken", v);
 	if (rc)
 		snprintf(err, errlen,
 			 "web identity: STS "

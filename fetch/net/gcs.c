@@ -9,6 +9,7 @@
 #include "fetch/net/s3.h"
 #include "fetch/net/shardlist.h"
 #include "fetch/net/sigv4.h"
+#include "fetch/net/xml_tag.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -157,28 +158,6 @@ static int sign(void *ud, const struct http_req_info *ri, char *buf,
 
 /* ---- errors ------------------------------------------------------------- */
 
-/* The text of <tag>...</tag> in body, printable bytes only, into out. */
-static void xml_field(const char *body, const char *tag, char *out,
-		      size_t outlen)
-{
-	char open[64], close[64];
-	const char *a, *b;
-	size_t n = 0;
-
-	out[0] = '\0';
-	snprintf(open, sizeof(open), "<%s>", tag);
-	snprintf(close, sizeof(close), "</%s>", tag);
-	a = strstr(body, open);
-	if (!a)
-		return;
-	a += strlen(open);
-	b = strstr(a, close);
-	for (; b && a < b && n + 1 < outlen; a++)
-		if ((unsigned char)*a >= 0x20 && *a != 0x7f)
-			out[n++] = *a;
-	out[n] = '\0';
-}
-
 /* 401: the token was refused (expired early, revoked): a new one, and the
  * request once more (http honours that once per call). */
 static int on_unauthorized(struct gcs *g)
@@ -204,8 +183,8 @@ static void note_error(struct gcs *g, const char *url, long status,
 	char code[64], msg[200], red[512];
 	const char *why = NULL;
 
-	xml_field(body, "Code", code, sizeof(code));
-	xml_field(body, "Message", msg, sizeof(msg));
+	xml_tag_text(body, "Code", code, sizeof(code));
+	xml_tag_text(body, "Message", msg, sizeof(msg));
 	if (code[0])
 		s3_code_errno(code, &why);
 	if (!why && status == 401)
