@@ -124,9 +124,11 @@ static const uint8_t *source(uint32_t i)
 
 static struct bindings *open_bindings(double expire_s, bindings_make_fn make)
 {
-	struct bindings *b =
-		bindings_new(pool, &ns, FIRST_INO, expire_s, make, NULL);
-	cr_assert_not_null(b, "bindings_new: %s", strerror(errno));
+	struct bindings *b = (struct bindings *)&b; /* must be set */
+	int r = bindings_start(pool, &ns, FIRST_INO, expire_s, make, NULL, &b);
+
+	cr_assert_eq(r, 0, "bindings_start: %s", strerror(-r));
+	cr_assert_not_null(b);
 	return b;
 }
 
