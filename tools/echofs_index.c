@@ -246,7 +246,7 @@ static int scan_local(struct index *ix, const struct opts *o, const char *path)
 	s = scan_new(ix, n);
 	free(url);
 	sums = sums_new();
-	r = sums ? feed_file(fd, s, sums, path) : fail("out of memory");
+	r = feed_file(fd, s, sums, path);
 	close(fd);
 	/* The sums come from the bytes the scanner saw: a mismatch here is a
 	 * bug, never the file's fault. */
