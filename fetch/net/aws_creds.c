@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "fetch/net/cred_http.h"
 #include "fetch/net/refresher.h"
 #include "fetch/net/xml_tag.h"
 
@@ -282,63 +283,22 @@ static int parse_creds(const char *body, field_fn get, const char *token_name,
 /* ---- small HTTP calls (metadata endpoints, STS) ---------------------------
  */
 
-struct body {
-	char *buf;
-	size_t len;
-};
-
-static size_t on_data(char *p, size_t size, size_t n, void *ud)
-{
-	struct body *b = ud;
-	size_t len = size * n;
-
-	if (len > BODY_MAX - b->len)
-		return 0;
-	memcpy(b->buf + b->len, p, len);
-	b->len += len;
-	b->buf[b->len] = '\0';
-	return len;
-}
-
 /* method, url, header lines; 2xx body into *out (caller frees). */
 static int http_call(const char *method, const char *url,
 		     const char *const *hdrs, size_t nh, char **out)
 {
-	CURL *c = curl_easy_init();
-	struct curl_slist *l = NULL;
-	struct body b = {xmalloc(BODY_MAX + 1), 0};
-	long status = 0;
-	CURLcode cc;
+	struct cred_http_req r = {
+		.method = method, .url = url, .hdrs = hdrs, .nhdrs = nh};
+	long status;
+	int rc = cred_http_call(&r, &status, out);
 
-	if (!c) {
-		free(b.buf);
-		return -ENOMEM;
-	}
-	b.buf[0] = '\0';
-	for (size_t i = 0; i < nh; i++)
-		l = curl_slist_append(l, hdrs[i]);
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, l);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-	cc = curl_easy_perform(c);
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-	curl_slist_free_all(l);
-	curl_easy_cleanup(c);
-	if (cc != CURLE_OK || status < 200 || status > 299) {
-		free(b.buf);
-		return cc != CURLE_OK			  ? -EHOSTUNREACH
-		       : status == 404			  ? -ENOENT
-		       : (status == 401 || status == 403) ? -EACCES
-							  : -EIO;
-	}
-	*out = b.buf;
-	return 0;
+	if (rc || (status >= 200 && status <= 299))
+		return rc;
+	free(*out);
+	*out = NULL;
+	return status == 404			? -ENOENT
+	       : status == 401 || status == 403 ? -EACCES
+						: -EIO;
 }
 
 /* ---- the sources -------------------------------------------------------- */

@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/net/aws_creds.h"
+#include "fetch/net/cred_http.h"
 #include "fetch/net/gcs_json.h"
 #include "fetch/net/refresher.h"
 
@@ -25,7 +26,6 @@
 #include <unistd.h>
 
 #define FILE_MAX (64 * 1024)
-#define BODY_MAX (64 * 1024)
 #define FIELD_MAX 8192
 #define JWT_LIFE_S 3600
 #define METADATA_DEFAULT "metadata.google.internal"
@@ -141,62 +141,15 @@ int gcs_jwt_make(const char *email, const char *pem, const char *aud,
 
 /* ---- requests to the token endpoint and the metadata server ------------- */
 
-struct body {
-	char *buf;
-	size_t len;
-};
-
-static size_t on_data(char *p, size_t size, size_t n, void *ud)
-{
-	struct body *b = ud;
-	size_t len = size * n;
-
-	if (len > BODY_MAX - b->len)
-		return 0;
-	memcpy(b->buf + b->len, p, len);
-	b->len += len;
-	b->buf[b->len] = '\0';
-	return len;
-}
-
 /* GET (form NULL) or POST form to url; the body (any status) into *out
  * (caller frees), the status into *status. -EHOSTUNREACH when no answer. */
 static int call(const char *url, const char *hdr, const char *form,
 		long *status, char **out)
 {
-	CURL *c = curl_easy_init();
-	struct curl_slist *l = NULL;
-	struct body b = {xmalloc(BODY_MAX + 1), 0};
-	CURLcode cc;
+	struct cred_http_req r = {
+		.url = url, .hdrs = &hdr, .nhdrs = hdr ? 1 : 0, .form = form};
 
-	*out = NULL;
-	if (!c) {
-		free(b.buf);
-		return -ENOMEM;
-	}
-	b.buf[0] = '\0';
-	if (hdr)
-		l = curl_slist_append(l, hdr);
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, l);
-	if (form)
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, form);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-	cc = curl_easy_perform(c);
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
-	curl_slist_free_all(l);
-	curl_easy_cleanup(c);
-	if (cc != CURLE_OK) {
-		free(b.buf);
-		return -EHOSTUNREACH;
-	}
-	*out = b.buf;
-	return 0;
+	return cred_http_call(&r, status, out);
 }
 
 /* Printable text of member name of body into out ("" if none). */
