@@ -197,7 +197,8 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 							  : NULL,
 			   a, &a->bind);
 	if (r) {
-		snprintf(err, errlen, "cannot start bindings: %s", strerror(-r));
+		snprintf(err, errlen, "cannot start bindings: %s",
+			 strerror(-r));
 		return r;
 	}
 	log_info("echo mount: echo=%g echo_mode=%s", a->o.echo,

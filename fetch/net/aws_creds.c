@@ -246,7 +246,6 @@ static int json_str(const char *body, const char *name, char *out,
 	return 0;
 }
 
-
 /* ISO 8601 "2024-01-02T03:04:05Z" (fractions allowed) as time_t */
 static time_t parse_iso(const char *s)
 {

@@ -23,10 +23,10 @@
  *
  * DESIGN: credentials that expire are refreshed by one background thread
  * (fetch/net/refresher) at least 5 minutes before they expire (or at half
- * their life when that is shorter); aws_creds_get only copies the current value under `lock`
- * (a leaf lock, never held across I/O), so signers never wait for a
- * refresh: they use the old credentials until the new ones are in. A
- * failed refresh is retried every 10 s and logged (without secrets). */
+ * their life when that is shorter); aws_creds_get only copies the current value
+ * under `lock` (a leaf lock, never held across I/O), so signers never wait for
+ * a refresh: they use the old credentials until the new ones are in. A failed
+ * refresh is retried every 10 s and logged (without secrets). */
 #ifndef ECHOFS_AWS_CREDS_H
 #define ECHOFS_AWS_CREDS_H
 

@@ -12,7 +12,7 @@
 #define CRED_HTTP_BODY_MAX (64 * 1024)
 
 struct cred_http_req {
-	const char *method;	   /* NULL: GET, or POST when form is set */
+	const char *method; /* NULL: GET, or POST when form is set */
 	const char *url;
 	const char *const *hdrs; /* nhdrs header lines */
 	size_t nhdrs;

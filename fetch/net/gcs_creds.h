@@ -17,12 +17,12 @@
  * refresh, so a rotated key is picked up. Tokens, keys and refresh tokens
  * never reach a log line or an error message.
  *
- * DESIGN: one background thread (fetch/net/refresher) refreshes the token at least 5 minutes
- * before it expires (at half its life when that is shorter); gcs_creds_get
- * only copies the current token under `lock` (a leaf lock, never held across
- * I/O), so readers never wait for a refresh. gcs_creds_refresh (a 401) and
- * the thread fetch under `fetch_lock` (held across the token request; taken
- * before `lock`, never the other way round), so a burst of 401s makes one
+ * DESIGN: one background thread (fetch/net/refresher) refreshes the token at
+ * least 5 minutes before it expires (at half its life when that is shorter);
+ * gcs_creds_get only copies the current token under `lock` (a leaf lock, never
+ * held across I/O), so readers never wait for a refresh. gcs_creds_refresh (a
+ * 401) and the thread fetch under `fetch_lock` (held across the token request;
+ * taken before `lock`, never the other way round), so a burst of 401s makes one
  * request. A failed refresh is retried every 10 s and logged. */
 #ifndef ECHOFS_GCS_CREDS_H
 #define ECHOFS_GCS_CREDS_H

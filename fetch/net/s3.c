@@ -468,8 +468,7 @@ static void pick(const char *opt, const char *env1, const char *env2,
 		out[0] = '\0';
 }
 
-int s3_open(const struct s3_opts *o, struct s3 **out, char *err,
-	    size_t errlen)
+int s3_open(const struct s3_opts *o, struct s3 **out, char *err, size_t errlen)
 {
 	struct s3 *s = xcalloc(1, sizeof(*s));
 	char ep[1024];

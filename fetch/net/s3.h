@@ -37,12 +37,11 @@ struct s3;
 /* Settles endpoint, region and addressing, and (unless no_sign) finds
  * credentials now, so a mount without any fails at once, naming the
  * sources tried. Region: option, AWS_REGION, AWS_DEFAULT_REGION, the
- * profile's region, else found from the bucket (s3_find_region). Endpoint: option,
- * AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's endpoint_url, else
- * AWS's. Returns 0 with *out set, or -errno with *out NULL and a one-line
+ * profile's region, else found from the bucket (s3_find_region). Endpoint:
+ * option, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's endpoint_url,
+ * else AWS's. Returns 0 with *out set, or -errno with *out NULL and a one-line
  * reason in err. */
-int s3_open(const struct s3_opts *o, struct s3 **out, char *err,
-	    size_t errlen);
+int s3_open(const struct s3_opts *o, struct s3 **out, char *err, size_t errlen);
 /* Accepts NULL. */
 void s3_free(struct s3 *s);
 

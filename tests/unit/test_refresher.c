@@ -16,7 +16,7 @@ Test(refresher, delay_table)
 		long fetched, expires, now;
 		double want;
 	} cases[] = {
-		{0, 3600, 0, 3300},  /* 5 min ahead of an hour's life */
+		{0, 3600, 0, 3300},   /* 5 min ahead of an hour's life */
 		{0, 3600, 600, 2700}, /* counted from now */
 		{0, 60, 0, 30},	      /* short life: at half of it */
 		{0, 2, 0, 1},	      /* never sooner than 1 s */
