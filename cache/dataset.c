@@ -87,8 +87,7 @@ static int open_s3(const struct dataset_opts *o, struct s3 **out, char *err,
 	*out = NULL;
 	if (!s3_wanted(o))
 		return 0;
-	*out = s3_new(&so, err, errlen);
-	return *out ? 0 : -EINVAL;
+	return s3_open(&so, out, err, errlen);
 }
 
 /* The GCS addressing and token of a gs:// source (or of a list file that
@@ -102,8 +101,7 @@ static int open_gcs(const struct dataset_opts *o, struct gcs **out, char *err,
 	*out = NULL;
 	if (!gcs_wanted(o))
 		return 0;
-	*out = gcs_new(&go, err, errlen);
-	return *out ? 0 : -EINVAL;
+	return gcs_open(&go, out, err, errlen);
 }
 
 /* A failed open's line ends with S3's or GCS's own reason when there was
@@ -122,9 +120,9 @@ static void append_s3_reason(struct s3 *s3, struct gcs *gcs, char *err,
 		snprintf(err + n, errlen - n, " (%s)", why);
 }
 
-static struct http *open_http(const struct dataset_opts *o, struct s3 *s3,
-			      struct gcs *gcs, double budget, char *err,
-			      size_t errlen)
+static int open_http(const struct dataset_opts *o, struct s3 *s3,
+		     struct gcs *gcs, double budget, struct http **out,
+		     char *err, size_t errlen)
 {
 	const struct http_auth *a = s3 ? s3_http_auth(s3) : NULL;
 	struct http_opts ho = {
@@ -136,11 +134,11 @@ static struct http *open_http(const struct dataset_opts *o, struct s3 *s3,
 		.min_rate = o->min_rate,
 		.retry_budget_s = budget,
 	};
-	struct http *h = http_new(&ho, err, errlen);
+	int r = http_open(&ho, out, err, errlen);
 
-	if (h && s3) /* no region given: ask the bucket (once) */
-		s3_find_region(s3, h, o->source);
-	return h;
+	if (r == 0 && s3) /* no region given: ask the bucket (once) */
+		s3_find_region(s3, *out, o->source);
+	return r;
 }
 
 static uint64_t sum_sizes(const struct index *ix)
@@ -176,8 +174,8 @@ static int open_index(struct dataset *ds, const struct dataset_opts *o,
 	log_info("index from %s: %zu shards, %zu samples", info.index_from,
 		 (*ix)->nshards, (*ix)->nsamples);
 	http_free(ds->http);
-	ds->http = open_http(o, ds->s3, ds->gcs, o->run_retry_budget_s, err, errlen);
-	return ds->http ? 0 : -EINVAL;
+	return open_http(o, ds->s3, ds->gcs, o->run_retry_budget_s, &ds->http,
+			 err, errlen);
 }
 
 int dataset_open(const struct dataset_opts *o, struct dataset **out, char *err,
@@ -194,11 +192,10 @@ int dataset_open(const struct dataset_opts *o, struct dataset **out, char *err,
 		r = open_gcs(o, &ds->gcs, err, errlen);
 	if (r)
 		goto fail;
-	ds->http = open_http(o, ds->s3, ds->gcs, o->boot_retry_budget_s, err, errlen);
-	if (!ds->http) {
-		r = -EINVAL;
+	r = open_http(o, ds->s3, ds->gcs, o->boot_retry_budget_s, &ds->http,
+		      err, errlen);
+	if (r)
 		goto fail;
-	}
 	if (store_open(o->cache_dir, o->cache_size, &ds->store, serr,
 		       sizeof(serr)))
 		log_warn("serving without a disk cache: %s", serr);
@@ -276,11 +273,13 @@ int dataset_check(const struct dataset_opts *o, struct dataset_check *out,
 	if (r)
 		return r;
 	r = open_gcs(o, &gcs, err, errlen);
-	h = r ? NULL : open_http(o, s3, gcs, o->boot_retry_budget_s, err, errlen);
-	if (!h) {
+	if (!r)
+		r = open_http(o, s3, gcs, o->boot_retry_budget_s, &h, err,
+			      errlen);
+	if (r) {
 		s3_free(s3);
 		gcs_free(gcs);
-		return -EINVAL;
+		return r;
 	}
 	r = resolve_open(&ro, h, NULL, &ix, &info, err, errlen);
 	out->shards = info.nshards;

@@ -30,6 +30,15 @@ void *xcalloc(size_t n, size_t size)
 	return p;
 }
 
+void *xnonnull(void *p, const char *what)
+{
+	if (!p) {
+		fprintf(stderr, "echofs: out of memory allocating %s\n", what);
+		abort();
+	}
+	return p;
+}
+
 void *xrealloc(void *p, size_t n)
 {
 	void *q = realloc(p, n ? n : 1);

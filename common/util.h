@@ -13,6 +13,9 @@ void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 char *xstrndup(const char *s, size_t n);
+/* p from a library's own allocator: returned as is, or the same abort as
+ * above (naming `what`) when NULL. */
+void *xnonnull(void *p, const char *what);
 
 /* Strict unsigned decimal: digits only, no sign, no spaces, no overflow.
  * Returns 0 or -EINVAL / -ERANGE. */

@@ -478,13 +478,14 @@ static void *reaper_main(void *arg)
 	return NULL;
 }
 
-struct bindings *bindings_new(struct pool *pool, const struct namespace *ns,
-			      uint64_t first_ino, double expire_s,
-			      bindings_make_fn make, void *make_ud)
+int bindings_start(struct pool *pool, const struct namespace *ns,
+		   uint64_t first_ino, double expire_s, bindings_make_fn make,
+		   void *make_ud, struct bindings **out)
 {
 	struct bindings *b = xcalloc(1, sizeof(*b));
 	int r;
 
+	*out = NULL;
 	b->make = make;
 	b->make_ud = make_ud;
 	b->pool = pool;
@@ -495,18 +496,21 @@ struct bindings *bindings_new(struct pool *pool, const struct namespace *ns,
 	b->tsize = 1024;
 	b->table = xcalloc(b->tsize, sizeof(*b->table));
 	pthread_mutex_init(&b->lock, NULL);
-	cond_init_monotonic(&b->cond); /* the reaper's timed wait */
-	r = pthread_create(&b->reaper, NULL, reaper_main, b);
+	r = cond_init_monotonic(&b->cond); /* the reaper's timed wait */
+	if (r == 0) {
+		r = -pthread_create(&b->reaper, NULL, reaper_main, b);
+		if (r)
+			pthread_cond_destroy(&b->cond);
+	}
 	if (r) {
-		pthread_cond_destroy(&b->cond);
 		pthread_mutex_destroy(&b->lock);
 		free(b->table);
 		free(b->cur);
 		free(b);
-		errno = r;
-		return NULL;
+		return r;
 	}
-	return b;
+	*out = b;
+	return 0;
 }
 
 void bindings_free(struct bindings *b)

@@ -59,10 +59,12 @@ typedef int (*bindings_make_fn)(void *ud, const uint8_t *data, size_t len,
 				uint64_t rand, uint8_t **out, size_t *outlen);
 
 /* pool and ns borrowed. Binding inodes are numbered from first_ino up.
- * Starts the reaper. NULL with errno set. */
-struct bindings *bindings_new(struct pool *pool, const struct namespace *ns,
-			      uint64_t first_ino, double expire_s,
-			      bindings_make_fn make, void *make_ud);
+ * Starts the reaper. Returns 0 with *out set, or -errno with *out NULL (the
+ * reaper could not start). The x_open rule of docs/ARCHITECTURE.md under
+ * another name: bindings_open opens one binding. */
+int bindings_start(struct pool *pool, const struct namespace *ns,
+		   uint64_t first_ino, double expire_s, bindings_make_fn make,
+		   void *make_ud, struct bindings **out);
 /* Fails parked lookups (-ESHUTDOWN), stops the reaper, gives every sample
  * back, frees. Accepts NULL. */
 void bindings_free(struct bindings *b);

@@ -40,8 +40,10 @@ enum control_file { CONTROL_STATS_JSON, CONTROL_STATS_PROM, CONTROL_CONFIG };
 
 struct control;
 
-/* src is copied; what it points to must outlive the control. */
+/* src is copied; what it points to must outlive the control. Never NULL
+ * (small allocations abort on exhaustion). */
 struct control *control_new(const struct control_sources *src);
+/* Accepts NULL. */
 void control_free(struct control *c);
 
 /* Render a snapshot into a malloc'd buffer (caller frees). Returns 0 or

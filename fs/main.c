@@ -162,6 +162,7 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 	size_t nsamples = dataset_nsamples(a->ds);
 	uint32_t *class_of = xmalloc((nsamples ? nsamples : 1) *
 				     sizeof(*class_of));
+	int r;
 	struct pool_opts po = {
 		.echo = a->o.echo, .mode = (enum echo_mode)a->o.echo_mode,
 		.window = a->o.echo_window, .mem_size = a->o.mem_size,
@@ -190,14 +191,15 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 			 strerror(errno));
 		return -EINVAL;
 	}
-	a->bind = bindings_new(a->pool, ns,
-			       ns_file_ino(ns, (uint32_t)ns->nfiles),
-			       BINDING_EXPIRE_S,
-			       a->prep && !a->o.after_augment ? augment_binding : NULL,
-			       a);
-	if (!a->bind) {
-		snprintf(err, errlen, "cannot start bindings: %s", strerror(errno));
-		return -EINVAL;
+	r = bindings_start(a->pool, ns, ns_file_ino(ns, (uint32_t)ns->nfiles),
+			   BINDING_EXPIRE_S,
+			   a->prep && !a->o.after_augment ? augment_binding
+							  : NULL,
+			   a, &a->bind);
+	if (r) {
+		snprintf(err, errlen, "cannot start bindings: %s",
+			 strerror(-r));
+		return r;
 	}
 	log_info("echo mount: echo=%g echo_mode=%s", a->o.echo,
 		 echo_mode_name((enum echo_mode)a->o.echo_mode));
@@ -326,11 +328,11 @@ static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 	}
 	/* Before any request can arrive: handlers read fs.push unlocked.
 	 * Echo files are served from the pool, not pushed. */
-	a->push = a->bind || a->prep ? NULL : push_new(a->se, a->ns, a->ds);
+	if (!a->bind && !a->prep &&
+	    (r = push_open(a->se, a->ns, a->ds, &a->push)) != 0)
+		log_warn("no page-cache pusher: %s", strerror(-r));
 	if (!a->bind && !a->prep)
 		track_pass(a);
-	if (!a->push && !a->bind && !a->prep)
-		log_warn("no page-cache pusher: %s", strerror(errno));
 	a->fs.push = a->push;
 	init_ctx(a);
 	if (a->o.metrics &&

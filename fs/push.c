@@ -175,12 +175,13 @@ static void push_release(struct push *p)
 	free(p);
 }
 
-struct push *push_new(struct fuse_session *se, const struct namespace *ns,
-		      struct dataset *ds)
+int push_open(struct fuse_session *se, const struct namespace *ns,
+	      struct dataset *ds, struct push **out)
 {
 	struct push *p = xcalloc(1, sizeof(*p));
 	size_t nsh = dataset_ngroups(ds);
 
+	*out = NULL;
 	p->se = se;
 	p->ns = ns;
 	p->ds = ds;
@@ -193,10 +194,10 @@ struct push *push_new(struct fuse_session *se, const struct namespace *ns,
 		&p->wq);
 	if (r) {
 		push_release(p);
-		errno = -r;
-		return NULL;
+		return r;
 	}
-	return p;
+	*out = p;
+	return 0;
 }
 
 void push_free(struct push *p)

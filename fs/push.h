@@ -40,10 +40,10 @@ struct push_stats {
 
 struct push;
 
-/* All borrowed; must outlive the result. Starts the thread. NULL with
- * errno set on failure. */
-struct push *push_new(struct fuse_session *se, const struct namespace *ns,
-		      struct dataset *ds);
+/* All borrowed; must outlive the result. Starts the thread. Returns 0 with
+ * *out set, or -errno with *out NULL (the thread could not start). */
+int push_open(struct fuse_session *se, const struct namespace *ns,
+	      struct dataset *ds, struct push **out);
 /* Stops the thread (it finishes the file it is on) and frees. Accepts NULL. */
 void push_free(struct push *p);
 

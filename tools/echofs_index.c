@@ -246,7 +246,7 @@ static int scan_local(struct index *ix, const struct opts *o, const char *path)
 	s = scan_new(ix, n);
 	free(url);
 	sums = sums_new();
-	r = sums ? feed_file(fd, s, sums, path) : fail("out of memory");
+	r = feed_file(fd, s, sums, path);
 	close(fd);
 	/* The sums come from the bytes the scanner saw: a mismatch here is a
 	 * bug, never the file's fault. */
@@ -340,14 +340,15 @@ static int build_remote(int n, char **args, const struct opts *o,
 	/* s3:// shards: endpoint, region, profile and credentials from the
 	 * AWS environment and files, as the AWS CLI takes them */
 	for (size_t i = 0; i < list.n && !s3; i++)
-		if (s3_is_url(list.urls[i]) && !(s3 = s3_new(&so, err, sizeof(err)))) {
+		if (s3_is_url(list.urls[i]) &&
+		    s3_open(&so, &s3, err, sizeof(err))) {
 			shardlist_clear(&list);
 			return fail("%s", err);
 		}
 	/* gs:// shards: a token from the Google credential chain */
 	for (size_t i = 0; i < list.n && !gcs; i++)
 		if (gcs_is_url(list.urls[i]) &&
-		    !(gcs = gcs_new(&go, err, sizeof(err)))) {
+		    gcs_open(&go, &gcs, err, sizeof(err))) {
 			shardlist_clear(&list);
 			s3_free(s3);
 			return fail("%s", err);
@@ -355,8 +356,7 @@ static int build_remote(int n, char **args, const struct opts *o,
 	ho.auth = s3 ? s3_http_auth(s3) : NULL;
 	if (gcs)
 		ho.auth = gcs_http_auth(gcs, ho.auth);
-	h = http_new(&ho, err, sizeof(err));
-	if (!h) {
+	if (http_open(&ho, &h, err, sizeof(err))) {
 		shardlist_clear(&list);
 		s3_free(s3);
 		gcs_free(gcs);

@@ -448,8 +448,8 @@ static void fetch_cached(struct shards *sh, uint32_t n, struct store_writer *w)
 	pthread_mutex_lock(&sh->lock);
 	s->wr = wr;
 	pthread_mutex_unlock(&sh->lock);
-	if (sh->vf && !(x.vs = verify_stream_new()))
-		r = -ENOMEM; /* never commit what was not checked */
+	if (sh->vf)
+		x.vs = verify_stream_new();
 	if (r == 0)
 		r = http_stream(sh->h, is->url, is->etag, is->size, sink, &x);
 	pthread_mutex_lock(&sh->lock);
@@ -1236,9 +1236,8 @@ int shards_open(const struct index *ix, struct http *h, struct store *st,
 	sh->ix = ix;
 	sh->h = h;
 	sh->st = st;
-	sh->vf = verify_new(ix);
-	if (!sh->vf && ix->has_sums) {
-		r = -errno; /* verify_new's EOVERFLOW */
+	r = verify_open(ix, &sh->vf); /* NULL: format 1, no checksums */
+	if (r) {
 		free(sh);
 		return r;
 	}

@@ -86,16 +86,15 @@ static void build_order(struct verify *v)
 					: v->order[k];
 }
 
-struct verify *verify_new(const struct index *ix)
+int verify_open(const struct index *ix, struct verify **out)
 {
 	struct verify *v;
 
+	*out = NULL;
 	if (!ix->has_sums)
-		return NULL;
-	if (ix->nsamples >= UINT32_MAX) {
-		errno = EOVERFLOW;
-		return NULL;
-	}
+		return 0;
+	if (ix->nsamples >= UINT32_MAX)
+		return -EOVERFLOW; /* sample numbers are kept in 32 bits */
 	v = xcalloc(1, sizeof(*v));
 	v->ix = ix;
 	v->order = xcalloc(ix->nsamples + 1, sizeof(*v->order));
@@ -105,7 +104,8 @@ struct verify *verify_new(const struct index *ix)
 		v->kept[k].sample = VERIFY_NONE;
 	pthread_mutex_init(&v->lock, NULL);
 	build_order(v);
-	return v;
+	*out = v;
+	return 0;
 }
 
 void verify_free(struct verify *v)
@@ -220,11 +220,8 @@ struct verify_stream {
 struct verify_stream *verify_stream_new(void)
 {
 	struct verify_stream *vs = xcalloc(1, sizeof(*vs));
-	vs->st = XXH3_createState();
-	if (!vs->st) {
-		free(vs);
-		return NULL;
-	}
+
+	vs->st = xnonnull(XXH3_createState(), "an XXH3 state");
 	XXH3_64bits_reset(vs->st);
 	return vs;
 }

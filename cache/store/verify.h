@@ -25,9 +25,11 @@ struct verify_stream;
 
 #define VERIFY_NONE SIZE_MAX
 
-/* ix is borrowed. Returns NULL when ix has no checksums (format 1) or with
- * errno = EOVERFLOW for more than 2^32 - 1 samples. */
-struct verify *verify_new(const struct index *ix);
+/* ix is borrowed. Returns 0 with *out set, or with *out NULL when ix has no
+ * checksums (format 1: nothing to verify), or -EOVERFLOW with *out NULL for
+ * more than 2^32 - 1 samples. */
+int verify_open(const struct index *ix, struct verify **out);
+/* Accepts NULL. */
 void verify_free(struct verify *v);
 
 /* The sample whose image member holds byte off of shard, or VERIFY_NONE;
@@ -47,12 +49,14 @@ int verify_copy(struct verify *v, size_t i, uint64_t rel, size_t len,
 /* Keep sample i's checked bytes (takes ownership of buf, malloc'd). */
 void verify_keep(struct verify *v, size_t i, void *buf, size_t len);
 
-/* Whole-shard checksum of a stream; NULL only on out of memory. */
+/* Whole-shard checksum of a stream. Never NULL (aborts on out of memory,
+ * like every small allocation). */
 struct verify_stream *verify_stream_new(void);
 void verify_stream_feed(struct verify_stream *vs, const void *data, size_t len);
 /* Does what was fed match shard n's checksum? */
 int verify_stream_ok(const struct verify *v, const struct verify_stream *vs,
 		     uint32_t n);
+/* Accepts NULL. */
 void verify_stream_free(struct verify_stream *vs);
 
 #endif

@@ -54,12 +54,8 @@ struct sums *sums_new(void)
 	struct sums *s = xcalloc(1, sizeof(*s));
 
 	s->tp = tar_parser_new(on_entry, s);
-	s->whole = XXH3_createState();
-	s->cur = XXH3_createState();
-	if (!s->tp || !s->whole || !s->cur) {
-		sums_free(s);
-		return NULL;
-	}
+	s->whole = xnonnull(XXH3_createState(), "an XXH3 state");
+	s->cur = xnonnull(XXH3_createState(), "an XXH3 state");
 	XXH3_64bits_reset(s->whole);
 	return s;
 }

@@ -14,8 +14,10 @@
 struct index;
 struct sums;
 
-/* Caller frees with sums_free. NULL only on out of memory. */
+/* Caller frees with sums_free. Never NULL (aborts on out of memory, like
+ * every small allocation). */
 struct sums *sums_new(void);
+/* Accepts NULL. */
 void sums_free(struct sums *s);
 
 /* Feed the shard's bytes in order (the same bytes the scanner gets).

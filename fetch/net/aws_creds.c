@@ -5,6 +5,9 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "fetch/net/cred_http.h"
+#include "fetch/net/refresher.h"
+#include "fetch/net/xml_tag.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -21,8 +24,6 @@
 
 #define FILE_MAX (256 * 1024)
 #define BODY_MAX (64 * 1024)
-#define REFRESH_AHEAD_S 300
-#define RETRY_S 10
 #define IMDS_DEFAULT "http://169.254.169.254"
 #define ECS_HOST "http://169.254.170.2"
 
@@ -43,11 +44,7 @@ struct aws_creds {
 	char source_name[160];
 	pthread_mutex_t lock; /* guards cur; leaf lock */
 	struct aws_creds_value cur;
-	pthread_t thread;
-	int has_thread;
-	pthread_mutex_t stop_lock; /* guards stop; with stop_cond */
-	pthread_cond_t stop_cond;
-	int stop;
+	struct refresher *refresher; /* NULL: the credentials never expire */
 };
 
 /* ---- files -------------------------------------------------------------- */
@@ -249,27 +246,6 @@ static int json_str(const char *body, const char *name, char *out,
 	return 0;
 }
 
-static int xml_str(const char *body, const char *tag, char *out, size_t outlen)
-{
-	char open[64], close[64];
-	const char *a, *b;
-
-	snprintf(open, sizeof(open), "<%s>", tag);
-	snprintf(close, sizeof(close), "</%s>", tag);
-	a = strstr(body, open);
-	if (!a)
-		return -ENOENT;
-	a += strlen(open);
-	b = strstr(a, close);
-	if (!b)
-		return -EINVAL;
-	if ((size_t)(b - a) >= outlen)
-		return -ENAMETOOLONG;
-	memcpy(out, a, (size_t)(b - a));
-	out[b - a] = '\0';
-	return 0;
-}
-
 /* ISO 8601 "2024-01-02T03:04:05Z" (fractions allowed) as time_t */
 static time_t parse_iso(const char *s)
 {
@@ -306,63 +282,22 @@ static int parse_creds(const char *body, field_fn get, const char *token_name,
 /* ---- small HTTP calls (metadata endpoints, STS) ---------------------------
  */
 
-struct body {
-	char *buf;
-	size_t len;
-};
-
-static size_t on_data(char *p, size_t size, size_t n, void *ud)
-{
-	struct body *b = ud;
-	size_t len = size * n;
-
-	if (len > BODY_MAX - b->len)
-		return 0;
-	memcpy(b->buf + b->len, p, len);
-	b->len += len;
-	b->buf[b->len] = '\0';
-	return len;
-}
-
 /* method, url, header lines; 2xx body into *out (caller frees). */
 static int http_call(const char *method, const char *url,
 		     const char *const *hdrs, size_t nh, char **out)
 {
-	CURL *c = curl_easy_init();
-	struct curl_slist *l = NULL;
-	struct body b = {xmalloc(BODY_MAX + 1), 0};
-	long status = 0;
-	CURLcode cc;
+	struct cred_http_req r = {
+		.method = method, .url = url, .hdrs = hdrs, .nhdrs = nh};
+	long status;
+	int rc = cred_http_call(&r, &status, out);
 
-	if (!c) {
-		free(b.buf);
-		return -ENOMEM;
-	}
-	b.buf[0] = '\0';
-	for (size_t i = 0; i < nh; i++)
-		l = curl_slist_append(l, hdrs[i]);
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, l);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-	cc = curl_easy_perform(c);
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-	curl_slist_free_all(l);
-	curl_easy_cleanup(c);
-	if (cc != CURLE_OK || status < 200 || status > 299) {
-		free(b.buf);
-		return cc != CURLE_OK			  ? -EHOSTUNREACH
-		       : status == 404			  ? -ENOENT
-		       : (status == 401 || status == 403) ? -EACCES
-							  : -EIO;
-	}
-	*out = b.buf;
-	return 0;
+	if (rc || (status >= 200 && status <= 299))
+		return rc;
+	free(*out);
+	*out = NULL;
+	return status == 404			? -ENOENT
+	       : status == 401 || status == 403 ? -EACCES
+						: -EIO;
 }
 
 /* ---- the sources -------------------------------------------------------- */
@@ -533,7 +468,7 @@ static int from_web_identity(struct aws_creds_value *v, char *err,
 		 etok);
 	rc = http_call("GET", url, NULL, 0, &body);
 	if (rc == 0)
-		rc = parse_creds(body, xml_str, "SessionToken", v);
+		rc = parse_creds(body, xml_tag_copy, "SessionToken", v);
 	if (rc)
 		snprintf(err, errlen,
 			 "web identity: STS "
@@ -727,90 +662,41 @@ static int walk_chain(struct aws_creds *c, struct aws_creds_value *v, char *err,
 
 /* ---- refresh ------------------------------------------------------------ */
 
-/* Seconds from now until the next refresh of credentials fetched at
- * `fetched` that expire at `expires`. */
-static double refresh_in(time_t fetched, time_t expires)
-{
-	double life = difftime(expires, fetched), ahead = REFRESH_AHEAD_S;
-	double in;
-
-	if (ahead > life / 2)
-		ahead = life / 2;
-	in = difftime(expires, time(NULL)) - ahead;
-	return in < 1 ? 1 : in; /* short-lived credentials: no busy loop */
-}
-
-/* Waits s seconds or until stopped; returns 1 when stopped. */
-static int wait_stop(struct aws_creds *c, double s)
-{
-	struct timespec ts;
-	int stop;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	if (s < 0)
-		s = 0;
-	ts.tv_sec += (time_t)s;
-	ts.tv_nsec += (long)((s - (double)(time_t)s) * 1e9);
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	pthread_mutex_lock(&c->stop_lock);
-	while (!c->stop &&
-	       pthread_cond_timedwait(&c->stop_cond, &c->stop_lock, &ts) == 0)
-		;
-	stop = c->stop;
-	pthread_mutex_unlock(&c->stop_lock);
-	return stop;
-}
-
-static void *refresher(void *ud)
+/* The refresher's renew: from the source that gave the credentials. */
+static int renew(void *ud, time_t *expires)
 {
 	struct aws_creds *c = ud;
 	struct aws_creds_value *v = xmalloc(sizeof(*v));
-	time_t fetched = time(NULL), expires = c->cur.expires;
-	double delay = refresh_in(fetched, expires);
 	char err[512];
+	int rc = fetch_from(c, v, err, sizeof(err));
 
-	while (!wait_stop(c, delay)) {
-		if (fetch_from(c, v, err, sizeof(err)) == 0) {
-			pthread_mutex_lock(&c->lock);
-			c->cur = *v;
-			pthread_mutex_unlock(&c->lock);
-			fetched = time(NULL);
-			expires = v->expires;
-			log_debug("aws: credentials from %s refreshed",
-				  c->source_name);
-			if (!expires)
-				break;
-			delay = refresh_in(fetched, expires);
-		} else {
-			log_warn("aws: cannot refresh credentials from %s: %s; "
-				 "retrying in %d s",
-				 c->source_name, err, RETRY_S);
-			delay = RETRY_S;
-		}
+	if (rc == 0) {
+		pthread_mutex_lock(&c->lock);
+		c->cur = *v;
+		pthread_mutex_unlock(&c->lock);
+		*expires = v->expires;
+		log_debug("aws: credentials from %s refreshed", c->source_name);
+	} else {
+		log_warn("aws: cannot refresh credentials from %s: %s; "
+			 "retrying in %d s",
+			 c->source_name, err, REFRESHER_RETRY_S);
 	}
 	explicit_bzero(v, sizeof(*v));
 	free(v);
-	return NULL;
+	return rc;
 }
 
 /* ---- public calls ------------------------------------------------------- */
 
-struct aws_creds *aws_creds_new(const char *profile, char *err, size_t errlen)
+int aws_creds_open(const char *profile, struct aws_creds **out, char *err,
+		   size_t errlen)
 {
 	struct aws_creds *c = xcalloc(1, sizeof(*c));
-	pthread_condattr_t ca;
 	int rc;
 
+	*out = NULL;
 	c->profile = xstrdup(profile_name(profile));
 	pthread_mutex_init(&c->lock, NULL);
-	pthread_mutex_init(&c->stop_lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&c->stop_cond, &ca);
-	pthread_condattr_destroy(&ca);
 	err[0] = '\0';
 	rc = walk_chain(c, &c->cur, err, errlen);
 	if (rc == 0 && (!c->cur.access_key[0] || !c->cur.secret_key[0]))
@@ -820,29 +706,23 @@ struct aws_creds *aws_creds_new(const char *profile, char *err, size_t errlen)
 			snprintf(err, errlen, "%s: %s", c->source_name,
 				 strerror(-rc));
 		aws_creds_free(c);
-		return NULL;
+		return rc;
 	}
 	if (c->cur.expires &&
-	    pthread_create(&c->thread, NULL, refresher, c) == 0)
-		c->has_thread = 1;
-	return c;
+	    (rc = refresher_open(renew, c, c->cur.expires, &c->refresher)))
+		log_warn("aws: credentials from %s will not be refreshed: %s",
+			 c->source_name, strerror(-rc));
+	*out = c;
+	return 0;
 }
 
 void aws_creds_free(struct aws_creds *c)
 {
 	if (!c)
 		return;
-	if (c->has_thread) {
-		pthread_mutex_lock(&c->stop_lock);
-		c->stop = 1;
-		pthread_cond_broadcast(&c->stop_cond);
-		pthread_mutex_unlock(&c->stop_lock);
-		pthread_join(c->thread, NULL);
-	}
+	refresher_free(c->refresher);
 	explicit_bzero(&c->cur, sizeof(c->cur));
 	pthread_mutex_destroy(&c->lock);
-	pthread_mutex_destroy(&c->stop_lock);
-	pthread_cond_destroy(&c->stop_cond);
 	free(c->profile);
 	free(c->process);
 	free(c);

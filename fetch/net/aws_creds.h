@@ -21,12 +21,12 @@
  * the user and be unreadable by group and others, or they are refused with
  * a message saying so, as ssh does.
  *
- * DESIGN: credentials that expire are refreshed by one background thread,
- * at least 5 minutes before they expire (or at half their life when that
- * is shorter); aws_creds_get only copies the current value under `lock`
- * (a leaf lock, never held across I/O), so signers never wait for a
- * refresh: they use the old credentials until the new ones are in. A
- * failed refresh is retried every 10 s and logged (without secrets). */
+ * DESIGN: credentials that expire are refreshed by one background thread
+ * (fetch/net/refresher) at least 5 minutes before they expire (or at half
+ * their life when that is shorter); aws_creds_get only copies the current value
+ * under `lock` (a leaf lock, never held across I/O), so signers never wait for
+ * a refresh: they use the old credentials until the new ones are in. A failed
+ * refresh is retried every 10 s and logged (without secrets). */
 #ifndef ECHOFS_AWS_CREDS_H
 #define ECHOFS_AWS_CREDS_H
 
@@ -46,10 +46,13 @@ struct aws_creds_value {
 
 struct aws_creds;
 
-/* Walks the chain now. profile may be NULL. Returns NULL with a one-line
- * reason in err: a refused file, a broken source that was configured, or
- * "no credentials found (tried: ...)". */
-struct aws_creds *aws_creds_new(const char *profile, char *err, size_t errlen);
+/* Walks the chain now. profile may be NULL. Returns 0 with *out set, or
+ * -errno with *out NULL and a one-line reason in err: a refused file, a
+ * broken source that was configured, or "no credentials found (tried:
+ * ...)" (-ENOKEY). */
+int aws_creds_open(const char *profile, struct aws_creds **out, char *err,
+		   size_t errlen);
+/* Stops the refresh thread and wipes the credentials. Accepts NULL. */
 void aws_creds_free(struct aws_creds *c);
 
 /* Copies the current credentials into out (wipe it after use). Never

@@ -9,6 +9,7 @@
 #include "fetch/net/s3.h"
 #include "fetch/net/shardlist.h"
 #include "fetch/net/sigv4.h"
+#include "fetch/net/xml_tag.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -157,28 +158,6 @@ static int sign(void *ud, const struct http_req_info *ri, char *buf,
 
 /* ---- errors ------------------------------------------------------------- */
 
-/* The text of <tag>...</tag> in body, printable bytes only, into out. */
-static void xml_field(const char *body, const char *tag, char *out,
-		      size_t outlen)
-{
-	char open[64], close[64];
-	const char *a, *b;
-	size_t n = 0;
-
-	out[0] = '\0';
-	snprintf(open, sizeof(open), "<%s>", tag);
-	snprintf(close, sizeof(close), "</%s>", tag);
-	a = strstr(body, open);
-	if (!a)
-		return;
-	a += strlen(open);
-	b = strstr(a, close);
-	for (; b && a < b && n + 1 < outlen; a++)
-		if ((unsigned char)*a >= 0x20 && *a != 0x7f)
-			out[n++] = *a;
-	out[n] = '\0';
-}
-
 /* 401: the token was refused (expired early, revoked): a new one, and the
  * request once more (http honours that once per call). */
 static int on_unauthorized(struct gcs *g)
@@ -204,8 +183,8 @@ static void note_error(struct gcs *g, const char *url, long status,
 	char code[64], msg[200], red[512];
 	const char *why = NULL;
 
-	xml_field(body, "Code", code, sizeof(code));
-	xml_field(body, "Message", msg, sizeof(msg));
+	xml_tag_text(body, "Code", code, sizeof(code));
+	xml_tag_text(body, "Message", msg, sizeof(msg));
 	if (code[0])
 		s3_code_errno(code, &why);
 	if (!why && status == 401)
@@ -308,11 +287,13 @@ static int set_endpoint(struct gcs *g, const char *ep, char *err, size_t errlen)
 	return 0;
 }
 
-struct gcs *gcs_new(const struct gcs_opts *o, char *err, size_t errlen)
+int gcs_open(const struct gcs_opts *o, struct gcs **out, char *err,
+	     size_t errlen)
 {
 	struct gcs *g = xcalloc(1, sizeof(*g));
 	const char *emu = getenv("STORAGE_EMULATOR_HOST");
 	char ep[1024];
+	int r;
 
 	pthread_mutex_init(&g->err_lock, NULL);
 	g->no_sign = o->no_sign;
@@ -324,20 +305,23 @@ struct gcs *gcs_new(const struct gcs_opts *o, char *err, size_t errlen)
 			 strstr(emu, "://") ? "" : "http://", emu);
 	else
 		snprintf(ep, sizeof(ep), "%s", GCS_ENDPOINT);
-	if (set_endpoint(g, ep, err, errlen))
+	*out = NULL;
+	r = set_endpoint(g, ep, err, errlen);
+	if (r)
 		goto fail;
 	if (!g->no_sign) {
-		g->creds = gcs_creds_new(err, errlen);
-		if (!g->creds)
+		r = gcs_creds_open(&g->creds, err, errlen);
+		if (r)
 			goto fail;
 		log_info("gcs: token from %s", gcs_creds_source(g->creds));
 	}
 	g->auth = (struct http_auth){
 		.map_url = map_url, .sign = sign, .failed = on_failed, .ud = g};
-	return g;
+	*out = g;
+	return 0;
 fail:
 	gcs_free(g);
-	return NULL;
+	return r;
 }
 
 void gcs_free(struct gcs *g)

@@ -12,7 +12,7 @@
  * again. URLs that are not gs:// go to the next hooks given (s3://), so a
  * list file may mix http(s)://, s3:// and gs:// shards.
  *
- * Thread safety: after gcs_new, every function may be called from any
+ * Thread safety: after gcs_open, every function may be called from any
  * thread; tokens come from gcs_creds (refreshed without blocking readers).
  * Tokens never reach a log line. */
 #ifndef ECHOFS_GCS_H
@@ -38,8 +38,11 @@ struct gcs;
 
 /* Settles the endpoint and (unless no_sign) finds credentials and a first
  * token now, so a mount without any fails at once naming the sources
- * tried. Returns NULL with a one-line reason in err. */
-struct gcs *gcs_new(const struct gcs_opts *o, char *err, size_t errlen);
+ * tried. Returns 0 with *out set, or -errno with *out NULL and a one-line
+ * reason in err. */
+int gcs_open(const struct gcs_opts *o, struct gcs **out, char *err,
+	     size_t errlen);
+/* Accepts NULL. */
 void gcs_free(struct gcs *g);
 
 /* The hooks to put in http_opts.auth (points into g; valid until

@@ -7,7 +7,9 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/net/aws_creds.h"
+#include "fetch/net/cred_http.h"
 #include "fetch/net/gcs_json.h"
+#include "fetch/net/refresher.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -24,10 +26,7 @@
 #include <unistd.h>
 
 #define FILE_MAX (64 * 1024)
-#define BODY_MAX (64 * 1024)
 #define FIELD_MAX 8192
-#define REFRESH_AHEAD_S 300
-#define RETRY_S 10
 #define JWT_LIFE_S 3600
 #define METADATA_DEFAULT "metadata.google.internal"
 #define METADATA_PATH                                                          \
@@ -42,11 +41,7 @@ struct gcs_creds {
 		fetch_lock;   /* one token request at a time; before lock */
 	pthread_mutex_t lock; /* guards cur; leaf lock */
 	struct gcs_token cur;
-	pthread_t thread;
-	int has_thread;
-	pthread_mutex_t stop_lock; /* guards stop; with stop_cond */
-	pthread_cond_t stop_cond;
-	int stop;
+	struct refresher *refresher;
 };
 
 /* ---- the JWT ------------------------------------------------------------ */
@@ -146,62 +141,15 @@ int gcs_jwt_make(const char *email, const char *pem, const char *aud,
 
 /* ---- requests to the token endpoint and the metadata server ------------- */
 
-struct body {
-	char *buf;
-	size_t len;
-};
-
-static size_t on_data(char *p, size_t size, size_t n, void *ud)
-{
-	struct body *b = ud;
-	size_t len = size * n;
-
-	if (len > BODY_MAX - b->len)
-		return 0;
-	memcpy(b->buf + b->len, p, len);
-	b->len += len;
-	b->buf[b->len] = '\0';
-	return len;
-}
-
 /* GET (form NULL) or POST form to url; the body (any status) into *out
  * (caller frees), the status into *status. -EHOSTUNREACH when no answer. */
 static int call(const char *url, const char *hdr, const char *form,
 		long *status, char **out)
 {
-	CURL *c = curl_easy_init();
-	struct curl_slist *l = NULL;
-	struct body b = {xmalloc(BODY_MAX + 1), 0};
-	CURLcode cc;
+	struct cred_http_req r = {
+		.url = url, .hdrs = &hdr, .nhdrs = hdr ? 1 : 0, .form = form};
 
-	*out = NULL;
-	if (!c) {
-		free(b.buf);
-		return -ENOMEM;
-	}
-	b.buf[0] = '\0';
-	if (hdr)
-		l = curl_slist_append(l, hdr);
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, l);
-	if (form)
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, form);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-	cc = curl_easy_perform(c);
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
-	curl_slist_free_all(l);
-	curl_easy_cleanup(c);
-	if (cc != CURLE_OK) {
-		free(b.buf);
-		return -EHOSTUNREACH;
-	}
-	*out = b.buf;
-	return 0;
+	return cred_http_call(&r, status, out);
 }
 
 /* Printable text of member name of body into out ("" if none). */
@@ -517,42 +465,6 @@ static int walk_chain(struct gcs_creds *c, struct gcs_token *t, char *err,
 
 /* ---- refresh ------------------------------------------------------------ */
 
-/* Seconds until the next refresh of a token fetched at `fetched`. */
-static double refresh_in(time_t fetched, time_t expires)
-{
-	double life = difftime(expires, fetched), ahead = REFRESH_AHEAD_S;
-	double in;
-
-	if (ahead > life / 2)
-		ahead = life / 2;
-	in = difftime(expires, time(NULL)) - ahead;
-	return in < 1 ? 1 : in; /* short-lived tokens: no busy loop */
-}
-
-/* Waits s seconds or until stopped; returns 1 when stopped. */
-static int wait_stop(struct gcs_creds *c, double s)
-{
-	struct timespec ts;
-	int stop;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	if (s < 0)
-		s = 0;
-	ts.tv_sec += (time_t)s;
-	ts.tv_nsec += (long)((s - (double)(time_t)s) * 1e9);
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	pthread_mutex_lock(&c->stop_lock);
-	while (!c->stop &&
-	       pthread_cond_timedwait(&c->stop_cond, &c->stop_lock, &ts) == 0)
-		;
-	stop = c->stop;
-	pthread_mutex_unlock(&c->stop_lock);
-	return stop;
-}
-
 /* Fetch a token and install it unless the current one is no longer
  * `used` (someone refreshed meanwhile; used NULL: always). */
 static int renew(struct gcs_creds *c, const char *used, char *err,
@@ -579,45 +491,35 @@ static int renew(struct gcs_creds *c, const char *used, char *err,
 	return rc;
 }
 
-static void *refresher(void *ud)
+/* The refresher's renew. */
+static int renew_ahead(void *ud, time_t *expires)
 {
 	struct gcs_creds *c = ud;
-	double delay;
 	char err[1024];
+	int rc = renew(c, NULL, err, sizeof(err));
 
-	pthread_mutex_lock(&c->lock);
-	delay = refresh_in(time(NULL), c->cur.expires);
-	pthread_mutex_unlock(&c->lock);
-	while (!wait_stop(c, delay)) {
-		if (renew(c, NULL, err, sizeof(err)) == 0) {
-			pthread_mutex_lock(&c->lock);
-			delay = refresh_in(time(NULL), c->cur.expires);
-			pthread_mutex_unlock(&c->lock);
-		} else {
-			log_warn("gcs: cannot refresh the token from %s: %s; "
-				 "retrying in %d s",
-				 c->source_name, err, RETRY_S);
-			delay = RETRY_S;
-		}
+	if (rc) {
+		log_warn("gcs: cannot refresh the token from %s: %s; "
+			 "retrying in %d s",
+			 c->source_name, err, REFRESHER_RETRY_S);
+		return rc;
 	}
-	return NULL;
+	pthread_mutex_lock(&c->lock);
+	*expires = c->cur.expires;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
 }
 
 /* ---- public calls ------------------------------------------------------- */
 
-struct gcs_creds *gcs_creds_new(char *err, size_t errlen)
+int gcs_creds_open(struct gcs_creds **out, char *err, size_t errlen)
 {
 	struct gcs_creds *c = xcalloc(1, sizeof(*c));
-	pthread_condattr_t ca;
 	int rc;
 
+	*out = NULL;
 	pthread_mutex_init(&c->fetch_lock, NULL);
 	pthread_mutex_init(&c->lock, NULL);
-	pthread_mutex_init(&c->stop_lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&c->stop_cond, &ca);
-	pthread_condattr_destroy(&ca);
 	err[0] = '\0';
 	rc = walk_chain(c, &c->cur, err, errlen);
 	if (rc) {
@@ -625,29 +527,24 @@ struct gcs_creds *gcs_creds_new(char *err, size_t errlen)
 			snprintf(err, errlen, "%s: %s", c->source_name,
 				 strerror(-rc));
 		gcs_creds_free(c);
-		return NULL;
+		return rc;
 	}
-	if (pthread_create(&c->thread, NULL, refresher, c) == 0)
-		c->has_thread = 1;
-	return c;
+	rc = refresher_open(renew_ahead, c, c->cur.expires, &c->refresher);
+	if (rc)
+		log_warn("gcs: the token from %s will not be refreshed: %s",
+			 c->source_name, strerror(-rc));
+	*out = c;
+	return 0;
 }
 
 void gcs_creds_free(struct gcs_creds *c)
 {
 	if (!c)
 		return;
-	if (c->has_thread) {
-		pthread_mutex_lock(&c->stop_lock);
-		c->stop = 1;
-		pthread_cond_broadcast(&c->stop_cond);
-		pthread_mutex_unlock(&c->stop_lock);
-		pthread_join(c->thread, NULL);
-	}
+	refresher_free(c->refresher);
 	explicit_bzero(&c->cur, sizeof(c->cur));
 	pthread_mutex_destroy(&c->fetch_lock);
 	pthread_mutex_destroy(&c->lock);
-	pthread_mutex_destroy(&c->stop_lock);
-	pthread_cond_destroy(&c->stop_cond);
 	free(c);
 }
 

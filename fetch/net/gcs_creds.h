@@ -17,12 +17,12 @@
  * refresh, so a rotated key is picked up. Tokens, keys and refresh tokens
  * never reach a log line or an error message.
  *
- * DESIGN: one background thread refreshes the token at least 5 minutes
- * before it expires (at half its life when that is shorter); gcs_creds_get
- * only copies the current token under `lock` (a leaf lock, never held across
- * I/O), so readers never wait for a refresh. gcs_creds_refresh (a 401) and
- * the thread fetch under `fetch_lock` (held across the token request; taken
- * before `lock`, never the other way round), so a burst of 401s makes one
+ * DESIGN: one background thread (fetch/net/refresher) refreshes the token at
+ * least 5 minutes before it expires (at half its life when that is shorter);
+ * gcs_creds_get only copies the current token under `lock` (a leaf lock, never
+ * held across I/O), so readers never wait for a refresh. gcs_creds_refresh (a
+ * 401) and the thread fetch under `fetch_lock` (held across the token request;
+ * taken before `lock`, never the other way round), so a burst of 401s makes one
  * request. A failed refresh is retried every 10 s and logged. */
 #ifndef ECHOFS_GCS_CREDS_H
 #define ECHOFS_GCS_CREDS_H
@@ -48,11 +48,13 @@ enum gcs_source {
 
 struct gcs_creds;
 
-/* Walks the chain now and gets a first token. Returns NULL with a one-line
- * reason in err: a refused or broken key file (named), the token endpoint's
- * refusal (invalid_grant: naming the key file), the metadata server's
- * answer, or "no Google credentials found (tried: ...)". */
-struct gcs_creds *gcs_creds_new(char *err, size_t errlen);
+/* Walks the chain now and gets a first token. Returns 0 with *out set, or
+ * -errno with *out NULL and a one-line reason in err: a refused or broken
+ * key file (named), the token endpoint's refusal (invalid_grant: naming the
+ * key file), the metadata server's answer, or "no Google credentials found
+ * (tried: ...)" (-ENOKEY). */
+int gcs_creds_open(struct gcs_creds **out, char *err, size_t errlen);
+/* Stops the refresh thread and wipes the token. Accepts NULL. */
 void gcs_creds_free(struct gcs_creds *c);
 
 /* Copies the current token into out (wipe it after use). Never blocks on

@@ -64,7 +64,7 @@ struct http {
 	double low_speed_time_s;
 	double backoff_base_s;
 	char *ca_file, *ca_path; /* NULL: the system's */
-	/* header_file lines; immutable after http_new */
+	/* header_file lines; immutable after http_open */
 	struct curl_slist *extra;
 	struct http_auth auth; /* all NULL without hooks; immutable */
 	CURLSH *share;
@@ -399,10 +399,15 @@ const char *http_version(void)
 	return curl_version();
 }
 
-struct http *http_new(const struct http_opts *o, char *err, size_t errlen)
+int http_open(const struct http_opts *o, struct http **out, char *err,
+	      size_t errlen)
 {
 	struct http *h = xcalloc(1, sizeof(*h));
+	int r;
 
+	*out = NULL;
+	if (errlen)
+		err[0] = '\0';
 	for (size_t i = 0; i < ARRAY_SIZE(h->share_lock); i++)
 		pthread_mutex_init(&h->share_lock[i], NULL);
 	pthread_mutex_init(&h->slot_lock, NULL);
@@ -425,16 +430,19 @@ struct http *http_new(const struct http_opts *o, char *err, size_t errlen)
 	h->ca_path = o->ca_path ? xstrdup(o->ca_path) : NULL;
 	if (o->auth)
 		h->auth = *o->auth;
-	if (make_share(h)) {
+	r = make_share(h);
+	if (r)
 		snprintf(err, errlen, "cannot set up curl connection sharing");
+	else if (o->header_file)
+		r = load_headers(h, o->header_file, err, errlen);
+	if (r) {
+		if (errlen && !err[0])
+			snprintf(err, errlen, "%s", strerror(-r));
 		http_free(h);
-		return NULL;
+		return r;
 	}
-	if (o->header_file && load_headers(h, o->header_file, err, errlen)) {
-		http_free(h);
-		return NULL;
-	}
-	return h;
+	*out = h;
+	return 0;
 }
 
 void http_free(struct http *h)

@@ -88,7 +88,7 @@ struct http_opts {
 	 * starting with '#' are ignored; a line without a colon, with control
 	 * characters, an empty value or a name echofs sets itself (Host, Range,
 	 * If-Match, If-Range, Content-Length, Transfer-Encoding, Connection,
-	 * Accept-Encoding) makes http_new fail naming the line, not the value.
+	 * Accept-Encoding) makes http_open fail naming the line, not the value.
 	 */
 	const char *header_file;
 	/* Retries of one call stop when this much time has passed since the
@@ -129,11 +129,13 @@ struct http_stats {
 
 struct http;
 
-/* Reads header_file now (so later changes to it need a remount). Returns NULL
- * with a one-line reason in err on failure. Call http_global_init() once
- * before any thread is started. */
+/* Reads header_file now (so later changes to it need a remount). Returns 0
+ * with *out set, or -errno with *out NULL and a one-line reason in err.
+ * Call http_global_init() once before any thread is started. */
 int http_global_init(void);
-struct http *http_new(const struct http_opts *o, char *err, size_t errlen);
+int http_open(const struct http_opts *o, struct http **out, char *err,
+	      size_t errlen);
+/* Accepts NULL. */
 void http_free(struct http *h);
 
 /* libcurl's version line: libcurl, its TLS backend and the libraries it

@@ -8,6 +8,7 @@
 #include "fetch/net/http.h"
 #include "fetch/net/shardlist.h"
 #include "fetch/net/sigv4.h"
+#include "fetch/net/xml_tag.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -85,30 +86,6 @@ int s3_code_errno(const char *code, const char **why)
 	return -EIO;
 }
 
-/* The text of <tag>...</tag> in body, copied printable-only into out. */
-static int xml_field(const char *body, const char *tag, char *out,
-		     size_t outlen)
-{
-	char open[64], close[64];
-	const char *a, *b;
-	size_t n = 0;
-
-	snprintf(open, sizeof(open), "<%s>", tag);
-	snprintf(close, sizeof(close), "</%s>", tag);
-	a = strstr(body, open);
-	if (!a)
-		return -ENOENT;
-	a += strlen(open);
-	b = strstr(a, close);
-	if (!b)
-		return -ENOENT;
-	for (; a < b && n + 1 < outlen; a++)
-		if ((unsigned char)*a >= 0x20 && *a != 0x7f)
-			out[n++] = *a;
-	out[n] = '\0';
-	return 0;
-}
-
 /* http's failed hook: one line naming S3's reason (never a header). */
 /* RequestTimeTooSkewed names the server's time: sign with its clock from
  * now on. Returns 1 when the correction changed (worth another attempt). */
@@ -118,7 +95,7 @@ static int correct_skew(struct s3 *s, const char *body)
 	struct tm tm = {0};
 	long skew, old;
 
-	if (xml_field(body, "ServerTime", st, sizeof(st)) ||
+	if (xml_tag_text(body, "ServerTime", st, sizeof(st)) ||
 	    !strptime(st, "%Y-%m-%dT%H:%M:%S", &tm))
 		return 0;
 	skew = (long)(timegm(&tm) - time(NULL));
@@ -206,7 +183,7 @@ static int correct_region(struct s3 *s, long status, const char *code,
 	      strcmp(code, "PermanentRedirect") == 0 ||
 	      (!code[0] && (status == 301 || status == 400))))
 		return 0;
-	if (xml_field(body, "Region", want, sizeof(want))) {
+	if (xml_tag_text(body, "Region", want, sizeof(want))) {
 		pthread_mutex_lock(&s->err_lock);
 		memcpy(want, s->seen_region, sizeof(want));
 		pthread_mutex_unlock(&s->err_lock);
@@ -225,14 +202,14 @@ static int on_failed(void *ud, const char *url, long status, const char *body,
 	(void)len;
 	if (status >= 300 && status < 400 && status != 301)
 		return 0; /* redirects that http.c follows */
-	xml_field(body, "Code", code, sizeof(code));
+	xml_tag_text(body, "Code", code, sizeof(code));
 	if (strcmp(code, "RequestTimeTooSkewed") == 0 && correct_skew(s, body))
 		return 1;
 	if (correct_region(s, status, code, body))
 		return 1;
-	xml_field(body, "Message", msg, sizeof(msg));
-	if (xml_field(body, "Region", where, sizeof(where)) &&
-	    xml_field(body, "Endpoint", where, sizeof(where)))
+	xml_tag_text(body, "Message", msg, sizeof(msg));
+	if (xml_tag_text(body, "Region", where, sizeof(where)) &&
+	    xml_tag_text(body, "Endpoint", where, sizeof(where)))
 		where[0] = '\0';
 	if (code[0])
 		s3_code_errno(code, &why);
@@ -491,10 +468,11 @@ static void pick(const char *opt, const char *env1, const char *env2,
 		out[0] = '\0';
 }
 
-struct s3 *s3_new(const struct s3_opts *o, char *err, size_t errlen)
+int s3_open(const struct s3_opts *o, struct s3 **out, char *err, size_t errlen)
 {
 	struct s3 *s = xcalloc(1, sizeof(*s));
 	char ep[1024];
+	int r;
 
 	pthread_mutex_init(&s->err_lock, NULL);
 	s->path_style = o->path_style;
@@ -511,16 +489,19 @@ struct s3 *s3_new(const struct s3_opts *o, char *err, size_t errlen)
 	if (!ep[0])
 		snprintf(ep, sizeof(ep), "https://s3.%s.amazonaws.com",
 			 s->region);
-	if (set_endpoint(s, ep, err, errlen))
+	*out = NULL;
+	r = set_endpoint(s, ep, err, errlen);
+	if (r)
 		goto fail;
 	for (const char *c = s->region; *c; c++)
 		if (!bucket_char_ok(*c) || *c == '.') {
 			snprintf(err, errlen, "bad S3 region");
+			r = -EINVAL;
 			goto fail;
 		}
 	if (!s->no_sign) {
-		s->creds = aws_creds_new(o->profile, err, errlen);
-		if (!s->creds)
+		r = aws_creds_open(o->profile, &s->creds, err, errlen);
+		if (r)
 			goto fail;
 		log_info("s3: credentials from %s, region %s%s",
 			 aws_creds_source(s->creds), s->region,
@@ -531,10 +512,11 @@ struct s3 *s3_new(const struct s3_opts *o, char *err, size_t errlen)
 				     .failed = on_failed,
 				     .header = on_header,
 				     .ud = s};
-	return s;
+	*out = s;
+	return 0;
 fail:
 	s3_free(s);
-	return NULL;
+	return r;
 }
 
 void s3_free(struct s3 *s)

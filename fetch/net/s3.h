@@ -11,7 +11,7 @@
  * endpoint and asks sign for the headers of each attempt, so retries and
  * resumes are signed afresh with the credentials current at that moment.
  *
- * Thread safety: after s3_new, every function may be called from any thread;
+ * Thread safety: after s3_open, every function may be called from any thread;
  * credentials are read through aws_creds (which refreshes them without
  * blocking signers). Signatures and tokens never reach a log line. */
 #ifndef ECHOFS_S3_H
@@ -37,10 +37,12 @@ struct s3;
 /* Settles endpoint, region and addressing, and (unless no_sign) finds
  * credentials now, so a mount without any fails at once, naming the
  * sources tried. Region: option, AWS_REGION, AWS_DEFAULT_REGION, the
- * profile's region, else found from the bucket (s3_find_region). Endpoint: option,
- * AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's endpoint_url, else
- * AWS's. Returns NULL with a one-line reason in err. */
-struct s3 *s3_new(const struct s3_opts *o, char *err, size_t errlen);
+ * profile's region, else found from the bucket (s3_find_region). Endpoint:
+ * option, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's endpoint_url,
+ * else AWS's. Returns 0 with *out set, or -errno with *out NULL and a one-line
+ * reason in err. */
+int s3_open(const struct s3_opts *o, struct s3 **out, char *err, size_t errlen);
+/* Accepts NULL. */
 void s3_free(struct s3 *s);
 
 /* The hooks to put in http_opts.auth (points into s; valid until
@@ -51,7 +53,7 @@ const struct http_auth *s3_http_auth(struct s3 *s);
  * environment, profile): one HEAD on the bucket, read from its
  * x-amz-bucket-region header whatever the status, as the AWS SDKs do; with
  * AWS's own endpoint the endpoint follows the region. Call once after
- * http_new with these hooks, before any other request (it is not safe
+ * http_open with these hooks, before any other request (it is not safe
  * against concurrent requests). Returns 1 if a region was found, 0 if not
  * needed or not found (us-east-1 then, corrected on a wrong-region
  * refusal); a failed HEAD is not an error. */

@@ -57,14 +57,14 @@ static void check_find(const struct index *ix, const struct verify *v,
 
 static void check_lookup(const struct index *ix)
 {
-	struct verify *v = verify_new(ix);
+	struct verify *v;
 
+	if (verify_open(ix, &v) != 0 || (ix->has_sums != (v != NULL)))
+		abort(); /* fuzzed indexes stay far below 2^32 samples */
 	if (!ix->has_sums || ix->nsamples > 200) {
 		verify_free(v);
 		return;
 	}
-	if (!v)
-		abort();
 	for (size_t i = 0; i < ix->nsamples; i++) {
 		const struct index_sample *s = &ix->samples[i];
 		check_find(ix, v, s->shard, s->offset);

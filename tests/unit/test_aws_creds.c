@@ -61,7 +61,12 @@ static void write_file(const char *name, const char *text, mode_t mode)
 static struct aws_creds *open_creds(const char *profile, char *err,
 				    size_t errlen)
 {
-	return aws_creds_new(profile, err, errlen);
+	struct aws_creds *c = (struct aws_creds *)err; /* must be set */
+	int rc = aws_creds_open(profile, &c, err, errlen);
+
+	cr_assert(rc <= 0, "rc %d", rc);
+	cr_assert_eq(rc == 0, c != NULL, "rc %d with *out %p", rc, (void *)c);
+	return c;
 }
 
 TestSuite(aws_creds, .init = setup, .fini = teardown);

@@ -94,8 +94,9 @@ static void setup(void)
 	}
 	add_samples();
 	cr_assert_eq(http_global_init(), 0);
-	h = http_new(&(struct http_opts){.connections = 4}, err, sizeof(err));
-	cr_assert_not_null(h, "http_new: %s", err);
+	cr_assert_eq(http_open(&(struct http_opts){.connections = 4}, &h, err,
+			       sizeof(err)),
+		     0, "http_open: %s", err);
 	cr_assert_eq(shards_open(ix, h, NULL, NULL, &sh), 0);
 	pool = pool_new(ix, sh, class_of, NCLS, &po);
 	cr_assert_not_null(pool, "pool_new: %s", strerror(errno));
@@ -123,9 +124,11 @@ static const uint8_t *source(uint32_t i)
 
 static struct bindings *open_bindings(double expire_s, bindings_make_fn make)
 {
-	struct bindings *b =
-		bindings_new(pool, &ns, FIRST_INO, expire_s, make, NULL);
-	cr_assert_not_null(b, "bindings_new: %s", strerror(errno));
+	struct bindings *b = (struct bindings *)&b; /* must be set */
+	int r = bindings_start(pool, &ns, FIRST_INO, expire_s, make, NULL, &b);
+
+	cr_assert_eq(r, 0, "bindings_start: %s", strerror(-r));
+	cr_assert_not_null(b);
 	return b;
 }
 

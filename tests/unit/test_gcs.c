@@ -40,11 +40,11 @@ Test(gcs, map_path_style_and_next_hooks)
 	struct gcs_opts o = {.endpoint = "http://127.0.0.1:9/base/",
 			     .no_sign = 1};
 	char err[256], *u, buf[256];
-	struct gcs *g = gcs_new(&o, err, sizeof(err));
+	struct gcs *g;
 	const struct http_auth *a;
 	struct http_req_info ri = {.method = "GET"};
 
-	cr_assert(g, "%s", err);
+	cr_assert_eq(gcs_open(&o, &g, err, sizeof(err)), 0, "%s", err);
 	a = gcs_http_auth(g, NULL);
 	u = mapped(a, "gs://dset/test/a b+c%é.tar");
 	cr_assert_str_eq(u, "http://127.0.0.1:9/base/dset/test/a%20b%2Bc%25"
@@ -70,14 +70,13 @@ Test(gcs, storage_emulator_host_and_bad_endpoints)
 	struct gcs *g;
 
 	setenv("STORAGE_EMULATOR_HOST", "127.0.0.1:4443", 1);
-	g = gcs_new(&o, err, sizeof(err));
-	cr_assert(g, "%s", err);
+	cr_assert_eq(gcs_open(&o, &g, err, sizeof(err)), 0, "%s", err);
 	u = mapped(gcs_http_auth(g, NULL), "gs://dset/k");
 	cr_assert_str_eq(u, "http://127.0.0.1:4443/dset/k");
 	free(u);
 	gcs_free(g);
 	unsetenv("STORAGE_EMULATOR_HOST");
-	g = gcs_new(&o, err, sizeof(err));
+	cr_assert_eq(gcs_open(&o, &g, err, sizeof(err)), 0, "%s", err);
 	u = mapped(gcs_http_auth(g, NULL), "gs://dset/k");
 	cr_assert_str_eq(u, "https://storage.googleapis.com/dset/k");
 	free(u);
@@ -87,7 +86,10 @@ Test(gcs, storage_emulator_host_and_bad_endpoints)
 					   "http://h/?q", "http://", NULL};
 	     *e; e++) {
 		o.endpoint = *e;
-		cr_expect_null(gcs_new(&o, err, sizeof(err)), "%s", *e);
+		g = (struct gcs *)&o; /* must be reset */
+		cr_expect_eq(gcs_open(&o, &g, err, sizeof(err)), -EINVAL, "%s",
+			     *e);
+		cr_expect_null(g, "%s", *e);
 		cr_expect(strstr(err, "bad GCS endpoint"), "%s: %s", *e, err);
 	}
 }

@@ -179,8 +179,9 @@ static struct http *mk(double budget, const char *header_file)
 			      .backoff_base_s = 0.01,
 			      .header_file = header_file};
 	char err[256] = "";
-	struct http *h = http_new(&o, err, sizeof(err));
-	cr_assert_not_null(h, "http_new: %s", err);
+	struct http *h;
+	cr_assert_eq(http_open(&o, &h, err, sizeof(err)), 0, "http_open: %s",
+		     err);
 	return h;
 }
 
@@ -730,10 +731,10 @@ Test(http, https_verifies_and_refuses_downgrade)
 	snprintf(rule, sizeof(rule), "/down=redirect:%s", url("/small.txt"));
 	cr_assert_eq(server_start(&tls, "tls", cert, key, rule), 0);
 	o.ca_file = cert;
-	h = http_new(&o, err, sizeof(err));
+	cr_assert_eq(http_open(&o, &h, err, sizeof(err)), 0, "%s", err);
 	o.ca_file = NULL;
-	untrusting = http_new(&o, err, sizeof(err));
-	cr_assert(h && untrusting);
+	cr_assert_eq(http_open(&o, &untrusting, err, sizeof(err)), 0, "%s",
+		     err);
 
 	snprintf(u, sizeof(u), "https://127.0.0.1:%d/small.txt", tls.port);
 	cr_expect_eq(http_get_all(h, u, 100, &out, &len), 0);
@@ -822,9 +823,11 @@ Test(http_offline, header_file_rejects_bad_lines_without_leaking)
 		cr_assert_not_null(f);
 		fputs(cases[i].text, f);
 		fclose(f);
+		struct http *h = (struct http *)&o; /* must be reset */
 		err[0] = '\0';
-		cr_expect_null(http_new(&o, err, sizeof(err)),
-			       "case %zu accepted", i);
+		cr_expect_eq(http_open(&o, &h, err, sizeof(err)), -EINVAL,
+			     "case %zu accepted", i);
+		cr_expect_null(h, "case %zu: *out left set", i);
 		cr_expect_not_null(strstr(err, cases[i].reason), "case %zu: %s",
 				   i, err);
 		cr_expect_null(strstr(err, "SEC"), "case %zu leaks: %s", i,
@@ -833,7 +836,9 @@ Test(http_offline, header_file_rejects_bad_lines_without_leaking)
 	unlink(path);
 	{
 		struct http_opts o = {.header_file = path};
-		cr_expect_null(http_new(&o, err, sizeof(err)));
+		struct http *h = (struct http *)&o;
+		cr_expect_eq(http_open(&o, &h, err, sizeof(err)), -ENOENT);
+		cr_expect_null(h);
 		cr_expect_not_null(strstr(err, "No such file"), "%s", err);
 	}
 	rmdir(dir);
@@ -900,10 +905,10 @@ Test(http_offline, bad_arguments)
 {
 	struct http_opts o = {0};
 	char err[64], etag[HTTP_ETAG_MAX + 1];
-	struct http *h = http_new(&o, err, sizeof(err));
+	struct http *h;
 	unsigned char b[4];
 
-	cr_assert_not_null(h);
+	cr_assert_eq(http_open(&o, &h, err, sizeof(err)), 0);
 	memset(etag, 'x', sizeof(etag) - 1);
 	etag[sizeof(etag) - 1] = '\0';
 	cr_expect_eq(http_get_range(h, "http://127.0.0.1:1/x", etag, 0, 4, b),
@@ -948,12 +953,12 @@ Test(http, concurrent_streams_share_few_connections)
 	struct http_opts o = {
 		.connections = 2, .retry_budget_s = 5, .backoff_base_s = 0.01};
 	char err[128];
-	struct http *h = http_new(&o, err, sizeof(err));
+	struct http *h = NULL;
 	struct worker w[8];
 	pthread_t t[8];
 	uint64_t conns, max_open;
 
-	cr_assert_not_null(h);
+	cr_assert_eq(http_open(&o, &h, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(ctl("POST", "/_reset_stats", "", NULL, 0), 200);
 	for (int i = 0; i < 8; i++) {
 		w[i] = (struct worker){.h = h};
@@ -989,8 +994,9 @@ static struct http *mk_rate(double budget, double window)
 			      .min_rate = 64 * 1024,
 			      .rate_window_s = window};
 	char err[256] = "";
-	struct http *h = http_new(&o, err, sizeof(err));
-	cr_assert_not_null(h, "http_new: %s", err);
+	struct http *h;
+	cr_assert_eq(http_open(&o, &h, err, sizeof(err)), 0, "http_open: %s",
+		     err);
 	return h;
 }
 
@@ -1060,14 +1066,14 @@ Test(http, cancel_ends_every_transfer_promptly)
 			      .retry_budget_s = 60,
 			      .backoff_base_s = 0.01};
 	char err[128];
-	struct http *h = http_new(&o, err, sizeof(err));
+	struct http *h = NULL;
 	const char *paths[] = {"/big.bin", "/busy.bin", "/big.bin",
 			       "/big.bin"};
 	struct cancel_worker w[4];
 	pthread_t t[4];
 	double t0;
 
-	cr_assert_not_null(h);
+	cr_assert_eq(http_open(&o, &h, err, sizeof(err)), 0, "%s", err);
 	write_file(g_root, "busy.bin", "x", 1);
 	set_faults("/big.bin=stall:30\n/busy.bin=status:503,retry_after=20");
 	for (int i = 0; i < 4; i++) {

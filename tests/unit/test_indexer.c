@@ -101,8 +101,8 @@ static void setup(void)
 	cr_assert_eq(mkdir(root, 0700), 0);
 	make_shards();
 	cr_assert_eq(http_global_init(), 0);
-	h = http_new(&ho, err, sizeof(err));
-	cr_assert_not_null(h, "http_new: %s", err);
+	cr_assert_eq(http_open(&ho, &h, err, sizeof(err)), 0, "http_open: %s",
+		     err);
 }
 
 static void teardown(void)

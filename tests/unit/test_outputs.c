@@ -74,8 +74,8 @@ static void setup(void)
 
 	fx_tree_make("outputs", tdir, root, cdir);
 	cr_assert_eq(http_global_init(), 0);
-	h = http_new(&ho, err, sizeof(err));
-	cr_assert_not_null(h, "http_new: %s", err);
+	cr_assert_eq(http_open(&ho, &h, err, sizeof(err)), 0, "http_open: %s",
+		     err);
 	make_data();
 	/* No store: every miss is a range GET of just the sample. */
 	shards_open(ix, h, NULL, NULL, &sh);

@@ -188,8 +188,8 @@ static void setup(void)
 	cr_assert_eq(mkdir(mnt, 0700), 0);
 	fx_server_start(&srv, root, tdir, NULL);
 	cr_assert_eq(http_global_init(), 0);
-	h = http_new(&ho, err, sizeof(err));
-	cr_assert_not_null(h, "http_new: %s", err);
+	cr_assert_eq(http_open(&ho, &h, err, sizeof(err)), 0, "http_open: %s",
+		     err);
 	ix = index_new();
 	make_shards();
 	store_open(cdir, 1ULL << 30, &st, err, sizeof(err));
@@ -281,13 +281,22 @@ static int read_back(int s, int k)
 
 /* ---- tests ---- */
 
+static struct push *open_push(void)
+{
+	struct push *p = (struct push *)&p; /* must be set */
+	int r = push_open(se, ns, ds, &p);
+
+	cr_assert_eq(r, 0, "push_open: %s", strerror(-r));
+	cr_assert_not_null(p);
+	return p;
+}
+
 Test(push, a_shard_still_arriving_is_pushed_once_cached)
 {
-	struct push *p = push_new(se, ns, ds);
+	struct push *p = open_push();
 	struct push_stats ps;
 	uint64_t bytes = 0;
 
-	cr_assert_not_null(p);
 	for (int k = 0; k < PER_SHARD; k++)
 		look(1, k);
 	push_touch(p, 1); /* not cached yet: push waits for it */
@@ -310,10 +319,9 @@ Test(push, a_shard_still_arriving_is_pushed_once_cached)
 
 Test(push, only_the_touched_shards_files_and_only_known_inodes)
 {
-	struct push *p = push_new(se, ns, ds);
+	struct push *p = open_push();
 	struct push_stats ps;
 
-	cr_assert_not_null(p);
 	for (int s = 0; s < NSHARDS; s++)
 		for (int k = 0; k < PER_SHARD - 1;
 		     k++) /* k = 4 never looked up */
@@ -348,11 +356,10 @@ Test(push, only_the_touched_shards_files_and_only_known_inodes)
 
 Test(push, free_is_prompt_while_a_shard_waits)
 {
-	struct push *p = push_new(se, ns, ds);
+	struct push *p = open_push();
 	struct push_stats ps;
 	double t0;
 
-	cr_assert_not_null(p);
 	push_touch(p, 0); /* never fetched: push keeps retrying */
 	usleep(300000);
 	t0 = now_mono();

@@ -68,11 +68,11 @@ Test(s3, addressing)
 				    .path_style = c->path_style,
 				    .no_sign = 1};
 		char err[256];
-		struct s3 *s = s3_new(&o, err, sizeof(err));
+		struct s3 *s;
 		const struct http_auth *a;
 		char *out = NULL;
 
-		cr_assert(s, "%s", err);
+		cr_assert_eq(s3_open(&o, &s, err, sizeof(err)), 0, "%s", err);
 		a = s3_http_auth(s);
 		cr_assert_eq(a->map_url(a->ud, c->in, &out), 0, "case %zu", i);
 		if (c->want)
@@ -95,8 +95,7 @@ Test(s3, endpoint_and_region_from_environment)
 	setenv("AWS_DEFAULT_REGION", "ap-south-1", 1);
 	setenv("AWS_ENDPOINT_URL", "http://10.0.0.1:1", 1);
 	setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:7000", 1);
-	s = s3_new(&o, err, sizeof(err));
-	cr_assert(s, "%s", err);
+	cr_assert_eq(s3_open(&o, &s, err, sizeof(err)), 0, "%s", err);
 	s3_http_auth(s)->map_url(s, "s3://b/k", &out);
 	cr_expect_str_eq(out, "http://127.0.0.1:7000/b/k"); /* _S3 wins */
 	free(out);
@@ -104,8 +103,7 @@ Test(s3, endpoint_and_region_from_environment)
 	unsetenv("AWS_ENDPOINT_URL_S3");
 	unsetenv("AWS_ENDPOINT_URL");
 	setenv("AWS_REGION", "eu-north-1", 1); /* beats AWS_DEFAULT_REGION */
-	s = s3_new(&o, err, sizeof(err));
-	cr_assert(s, "%s", err);
+	cr_assert_eq(s3_open(&o, &s, err, sizeof(err)), 0, "%s", err);
 	s3_http_auth(s)->map_url(s, "s3://bkt/k", &out);
 	cr_expect_str_eq(out, "https://bkt.s3.eu-north-1.amazonaws.com/k");
 	free(out);
@@ -121,7 +119,9 @@ Test(s3, bad_endpoint_refused)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		struct s3_opts o = {.endpoint = bad[i], .no_sign = 1};
 		char err[256] = "";
-		struct s3 *s = s3_new(&o, err, sizeof(err));
+		struct s3 *s = (struct s3 *)&o; /* must be reset */
+		cr_expect_eq(s3_open(&o, &s, err, sizeof(err)), -EINVAL, "%s",
+			     bad[i]);
 		cr_expect_null(s, "%s", bad[i]);
 		cr_expect(strstr(err, "bad S3 endpoint"), "%s", err);
 		s3_free(s);
@@ -144,8 +144,7 @@ static char *sign_headers(int requester_pays, const char *token,
 	setenv("AWS_SECRET_ACCESS_KEY", "secret/key", 1);
 	if (token)
 		setenv("AWS_SESSION_TOKEN", token, 1);
-	s = s3_new(&o, err, sizeof(err));
-	cr_assert(s, "%s", err);
+	cr_assert_eq(s3_open(&o, &s, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(s3_http_auth(s)->sign(s, &ri, buf, 8192), 0);
 	s3_free(s);
 	return buf;
@@ -181,8 +180,7 @@ Test(s3, no_sign_sends_nothing)
 	struct s3 *s;
 
 	clean_env();
-	s = s3_new(&o, err, sizeof(err));
-	cr_assert(s, "%s", err);
+	cr_assert_eq(s3_open(&o, &s, err, sizeof(err)), 0, "%s", err);
 	cr_expect_eq(s3_http_auth(s)->sign(s, &ri, buf, sizeof(buf)), 0);
 	cr_expect_str_eq(buf, "");
 	s3_free(s);
@@ -242,8 +240,7 @@ static struct s3 *region_s3(const char *region)
 	clean_env();
 	setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE", 1);
 	setenv("AWS_SECRET_ACCESS_KEY", "secret/key", 1);
-	s = s3_new(&o, err, sizeof(err));
-	cr_assert(s, "%s", err);
+	cr_assert_eq(s3_open(&o, &s, err, sizeof(err)), 0, "%s", err);
 	return s;
 }
 

@@ -68,8 +68,8 @@ static void setup(void)
 	fx_tree_make("shards", tdir, root, cdir);
 	make_shards();
 	cr_assert_eq(http_global_init(), 0);
-	h = http_new(&ho, err, sizeof(err));
-	cr_assert_not_null(h, "http_new: %s", err);
+	cr_assert_eq(http_open(&ho, &h, err, sizeof(err)), 0, "http_open: %s",
+		     err);
 }
 
 static void teardown(void)

@@ -849,10 +849,11 @@ static char victim_after(bool stats, uint64_t unit)
 	if (stats) {
 		char err[256] = "";
 		struct http_opts ho = {.connections = 1};
-		struct http *h = http_new(&ho, err, sizeof(err));
+		struct http *h;
 		struct shards_opts so = {.workers = 1};
 		struct shards *sh;
-		cr_assert_not_null(h, "http_new: %s", err);
+		cr_assert_eq(http_open(&ho, &h, err, sizeof(err)), 0,
+			     "http_open: %s", err);
 		shards_open(ix, h, s, &so, &sh);
 		cr_assert_not_null(sh);
 		for (uint32_t i = 0; i < 3; i++)

@@ -59,7 +59,7 @@ int main(int argc, char **argv)
 	log_set_level(LOG_LEVEL_ERROR);
 	if (index_load(argv[1], &ix, err, sizeof(err)) || !ix->has_sums ||
 	    http_global_init() ||
-	    !(h = http_new(&(struct http_opts){0}, err, sizeof(err))) ||
+	    http_open(&(struct http_opts){0}, &h, err, sizeof(err)) ||
 	    store_open(argv[2], 1ULL << 34, &st, err, sizeof(err))) {
 		fprintf(stderr, "bench_verify_reads: %s\n", err);
 		return 1;

@@ -1,0 +1,28 @@
+/* cred_http.h - one small HTTP exchange for a credential source (instance
+ * metadata, container credentials, STS, Google's token endpoint and
+ * metadata server): its own handle, 2 s to connect, 10 s in all, a body of
+ * at most CRED_HTTP_BODY_MAX bytes, http(s) only. Shard traffic goes
+ * through fetch/net/http.c instead. Low-level: it reports, it does not
+ * log. */
+#ifndef ECHOFS_CRED_HTTP_H
+#define ECHOFS_CRED_HTTP_H
+
+#include <stddef.h>
+
+#define CRED_HTTP_BODY_MAX (64 * 1024)
+
+struct cred_http_req {
+	const char *method; /* NULL: GET, or POST when form is set */
+	const char *url;
+	const char *const *hdrs; /* nhdrs header lines */
+	size_t nhdrs;
+	const char *form; /* request body, or NULL */
+};
+
+/* Returns 0 with the body (NUL-terminated, caller frees; it may hold
+ * secrets: wipe it) in *out and the HTTP status in *status, whatever the
+ * status; or -EHOSTUNREACH (no answer, or a body over the cap) or -ENOMEM,
+ * with *out NULL. */
+int cred_http_call(const struct cred_http_req *r, long *status, char **out);
+
+#endif
