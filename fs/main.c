@@ -126,6 +126,26 @@ static int augment_binding(void *ud, const uint8_t *data, size_t len,
 	return r;
 }
 
+/* Render hooks (echo before augment, format=ppm): each READ renders its
+ * slice of the binding's crop/flip straight into the reply buffer. */
+static ssize_t augment_size(void *ud, const uint8_t *data, size_t len)
+{
+	struct app *a = ud;
+	return prep_augment_size(a->prep, data, len);
+}
+
+static ssize_t augment_range(void *ud, const uint8_t *data, size_t len,
+			     uint64_t rand, uint64_t off, uint8_t *dst,
+			     size_t n)
+{
+	struct app *a = ud;
+	ssize_t r = prep_augment_range(a->prep, data, len, rand ^ a->o.seed,
+				       off, dst, n);
+	if (r < 0)
+		log_warn("cannot augment a sample: %s", strerror((int)-r));
+	return r;
+}
+
 static int start_prep(struct app *a, char *err, size_t errlen)
 {
 	int random = a->o.echo_mount && a->o.augment;
@@ -199,6 +219,9 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot start bindings: %s", strerror(errno));
 		return -EINVAL;
 	}
+	if (a->prep && !a->o.after_augment && a->o.format == TF_PPM)
+		bindings_set_render(a->bind, &(struct bindings_render){
+			.size = augment_size, .range = augment_range, .ud = a});
 	log_info("echo mount: echo=%g echo_mode=%s", a->o.echo,
 		 echo_mode_name((enum echo_mode)a->o.echo_mode));
 	return 0;

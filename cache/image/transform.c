@@ -1089,6 +1089,90 @@ int transform_augment(struct transform_ctx *tc,
 	return r;
 }
 
+/* Bytes [from, to) of one crop row of w pixels starting at src, mirrored
+ * when flip: the flip happens while copying, not as a pass of its own. */
+static void put_row(const uint8_t *src, unsigned w, int flip, size_t from,
+		    size_t to, uint8_t *dst)
+{
+	size_t i = from;
+
+	if (!flip) {
+		memcpy(dst, src + from, to - from);
+		return;
+	}
+	/* Byte i of the mirrored row is byte i % 3 of pixel w - 1 - i / 3. */
+	for (; i < to && i % 3; i++)
+		*dst++ = src[((size_t)w - 1 - i / 3) * 3 + i % 3];
+	const uint8_t *s = src + ((size_t)w - 1 - i / 3) * 3;
+	for (; i + 3 <= to; i += 3, s -= 3, dst += 3) {
+		dst[0] = s[0];
+		dst[1] = s[1];
+		dst[2] = s[2];
+	}
+	for (; i < to; i++)
+		*dst++ = src[((size_t)w - 1 - i / 3) * 3 + i % 3];
+}
+
+/* The crop window and flip of a PPM augment, and its header. */
+static int ppm_plan(const struct transform_opts *opts, unsigned w, unsigned h,
+		    uint64_t rand, struct region *rg, int *flip, char *hdr,
+		    size_t *hlen)
+{
+	if (check_opts(opts) < 0 || opts->format != TF_PPM || !w || !h)
+		return -EINVAL;
+	*rg = (struct region){.fw = w, .fh = h};
+	int r = pick_window(opts, rg, rand, flip);
+	if (r < 0)
+		return r;
+	*hlen = (size_t)snprintf(hdr, 40, "P6\n%u %u\n255\n", rg->w, rg->h);
+	return 0;
+}
+
+ssize_t transform_augment_ppm_size(const struct transform_opts *opts,
+				   unsigned w, unsigned h)
+{
+	struct region rg;
+	char hdr[40];
+	size_t hl;
+	int flip;
+	int r = ppm_plan(opts, w, h, 0, &rg, &flip, hdr, &hl);
+
+	return r < 0 ? r : (ssize_t)(hl + (size_t)rg.w * rg.h * 3);
+}
+
+ssize_t transform_augment_ppm(const struct transform_opts *opts,
+			      const struct image *img, uint64_t rand,
+			      uint64_t off, uint8_t *dst, size_t n)
+{
+	struct region rg;
+	char hdr[40];
+	size_t hl, done = 0;
+	int flip;
+
+	if (!img || !img->rgb)
+		return -EINVAL;
+	int r = ppm_plan(opts, img->w, img->h, rand, &rg, &flip, hdr, &hl);
+	if (r < 0)
+		return r;
+	size_t row = (size_t)rg.w * 3, total = hl + row * rg.h;
+	if (off >= total)
+		return 0;
+	if (n > total - off)
+		n = (size_t)(total - off);
+	if (off < hl) {
+		done = hl - (size_t)off < n ? hl - (size_t)off : n;
+		memcpy(dst, hdr + off, done);
+	}
+	while (done < n) {
+		size_t p = (size_t)off + done - hl, j = p / row, from = p % row;
+		size_t to = row - from < n - done ? row : from + (n - done);
+		put_row(img->rgb + ((rg.y + j) * img->w + rg.x) * 3, rg.w,
+			flip, from, to, dst + done);
+		done += to - from;
+	}
+	return (ssize_t)done;
+}
+
 /* ---- lossless ------------------------------------------------------- */
 
 /* The tjTransform request for a c x c crop (0 = none) and/or a flip of a
