@@ -1066,8 +1066,8 @@ struct pool *pool_new(const struct index *ix, struct shards *sh,
 		r = group_samples(p, class_of);
 	eo = (struct echo_policy_opts){p->o.echo, p->o.mode, p->o.window,
 				       p->o.seed};
-	if (r == 0 && !(p->ep = echo_policy_new(nclasses, &eo)))
-		r = -EINVAL;
+	if (r == 0)
+		r = echo_policy_open(nclasses, &eo, &p->ep);
 	if (r < 0)
 		goto fail;
 	/* The stream's draws come from another sequence than the policy's. */
