@@ -353,6 +353,14 @@ static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 			 "stop echofs", a->o.mountpoint);
 		id = -1;
 	}
+	/* One READ per file up to 1 MB (the largest FUSE request) instead of
+	 * one per 128 KB: a 224x224 PPM echo took two round trips. Before the
+	 * session answers INIT, which keeps the smaller of this and
+	 * FS_READAHEAD (fs_op_init). */
+	if (id >= 0 &&
+	    (r = mounts_raise_readahead(id, FS_READAHEAD >> 10)) != 0)
+		log_info("read-ahead left at the kernel's default: %s",
+			 strerror(-r));
 	r = daemon_watch(a->se, id, app_cancel, a);
 	if (r) {
 		snprintf(err, errlen, "cannot watch for signals: %s",

@@ -49,3 +49,34 @@ def test_echo_ppm_is_the_same_bytes_whatever_the_reads(mounter, fault_server):
     assert m.stats()["reads"] - reads0 > 2 * len(names)
     assert m.stats()["errors"]["image"] == 0
 
+
+
+def bdi_readahead_kb(path):
+    """The read-ahead of the mount at path, from its backing device."""
+    st = os.stat(path)
+    dev = "%d:%d" % (os.major(st.st_dev), os.minor(st.st_dev))
+    with open("/sys/class/bdi/%s/read_ahead_kb" % dev) as f:
+        return int(f.read())
+
+
+def test_one_read_request_per_echo_file(mounter, fault_server):
+    """A 224x224 PPM (150,543 bytes) read with one read() costs one FUSE
+    READ: the daemon raises its mount's read-ahead (128 KB by default,
+    which made it two)."""
+    if os.geteuid() != 0:
+        import pytest
+        pytest.skip("raising read_ahead_kb in sysfs needs root")
+    m = mounter(fault_server.source, opts=echo_ppm(fault_server, crop=224))
+    d = m.path("3")
+    names = sorted(os.listdir(d))[:10]
+    # Reading .echofs/stats is itself counted: measure what one costs.
+    reads0 = m.stats()["reads"]
+    per_stats = m.stats()["reads"] - reads0
+    reads0 += per_stats
+    for name in names:
+        with open(os.path.join(d, name), "rb", buffering=0) as f:
+            data = f.read(1 << 20)
+            assert len(data) == len(b"P6\n224 224\n255\n") + 224 * 224 * 3
+            assert f.read(1 << 20) == b""
+    assert m.stats()["reads"] - reads0 - per_stats == len(names)
+    assert bdi_readahead_kb(m.path()) >= 1024
