@@ -202,12 +202,12 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 			(a->o.repartition || dataset_in_part(a->ds, (uint32_t)i))
 			? c : POOL_NO_CLASS;
 	}
-	a->pool = pool_new(dataset_index(a->ds), dataset_shards(a->ds),
-			   class_of, (uint32_t)ns->nclasses, &po);
+	int r = pool_open(dataset_index(a->ds), dataset_shards(a->ds),
+			  class_of, (uint32_t)ns->nclasses, &po, &a->pool);
 	free(class_of);
-	if (!a->pool) {
+	if (r) {
 		snprintf(err, errlen, "cannot start the echo pool: %s",
-			 strerror(errno));
+			 strerror(-r));
 		return -EINVAL;
 	}
 	a->bind = bindings_new(a->pool, ns,

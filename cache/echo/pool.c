@@ -130,7 +130,7 @@ struct owed {
 };
 
 struct pool {
-	/* Immutable after pool_new (or streamer-only). */
+	/* Immutable after pool_open (or streamer-only). */
 	const struct index *ix;
 	struct shards *sh;
 	uint32_t ncls;
@@ -1044,19 +1044,18 @@ static void alloc_state(struct pool *p)
 	p->ingesters = xcalloc(n, sizeof(*p->ingesters));
 }
 
-struct pool *pool_new(const struct index *ix, struct shards *sh,
-		      const uint32_t *class_of, uint32_t nclasses,
-		      const struct pool_opts *o)
+int pool_open(const struct index *ix, struct shards *sh,
+	      const uint32_t *class_of, uint32_t nclasses,
+	      const struct pool_opts *o, struct pool **out)
 {
 	struct pool *p;
 	struct echo_policy_opts eo;
 	int r;
 
+	*out = NULL;
 	if (!ix || !sh || !class_of || nclasses == 0 ||
-	    nclasses == POOL_NO_CLASS) {
-		errno = EINVAL;
-		return NULL;
-	}
+	    nclasses == POOL_NO_CLASS)
+		return -EINVAL;
 	p = xcalloc(1, sizeof(*p));
 	p->ix = ix;
 	p->sh = sh;
@@ -1078,14 +1077,13 @@ struct pool *pool_new(const struct index *ix, struct shards *sh,
 	r = start_threads(p);
 	if (r < 0) {
 		pool_free(p);
-		errno = -r;
-		return NULL;
+		return r;
 	}
-	return p;
+	*out = p;
+	return 0;
 fail:
 	destroy(p);
-	errno = -r;
-	return NULL;
+	return r;
 }
 
 void pool_stop(struct pool *p)

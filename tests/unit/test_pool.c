@@ -151,8 +151,9 @@ static void stack_open(struct stack *k, const char *const *faults,
 	cr_assert_not_null(k->st, "store_open: %s", err);
 	shards_open(k->ix, h, k->st, so, &k->sh);
 	cr_assert_not_null(k->sh);
-	k->p = pool_new(k->ix, k->sh, class_of, NCLS, po);
-	cr_assert_not_null(k->p, "pool_new: %s", strerror(errno));
+	int r = pool_open(k->ix, k->sh, class_of, NCLS, po, &k->p);
+	cr_assert_eq(r, 0, "pool_open: %s", strerror(-r));
+	cr_assert_not_null(k->p);
 }
 
 static void stack_close(struct stack *k)
@@ -522,14 +523,20 @@ Test(pool, bad_arguments)
 	struct stack k;
 
 	stack_open(&k, NULL, NULL, NULL);
-	cr_assert_null(pool_new(k.ix, k.sh, class_of, NCLS, &bad_echo));
-	cr_assert_eq(errno, EINVAL);
-	cr_assert_null(pool_new(k.ix, k.sh, class_of, NCLS, &bad_wait));
-	cr_assert_null(pool_new(k.ix, k.sh, class_of, 0, NULL));
-	cr_assert_null(pool_new(NULL, k.sh, class_of, NCLS, NULL));
+	struct pool *none = (struct pool *)&k;
+	cr_assert_eq(pool_open(k.ix, k.sh, class_of, NCLS, &bad_echo, &none),
+		     -EINVAL);
+	cr_assert_null(none, "*out left set on failure");
+	cr_assert_eq(pool_open(k.ix, k.sh, class_of, NCLS, &bad_wait, &none),
+		     -EINVAL);
+	cr_assert_eq(pool_open(k.ix, k.sh, class_of, 0, NULL, &none), -EINVAL);
+	cr_assert_eq(pool_open(NULL, k.sh, class_of, NCLS, NULL, &none),
+		     -EINVAL);
 	memcpy(bad_class, class_of, sizeof(bad_class));
 	bad_class[3] = NCLS;
-	cr_assert_null(pool_new(k.ix, k.sh, bad_class, NCLS, NULL));
+	cr_assert_eq(pool_open(k.ix, k.sh, bad_class, NCLS, NULL, &none),
+		     -EINVAL);
+	cr_assert_null(none);
 	cr_assert_eq(echo_mode_parse("fixed", &m), 0);
 	cr_assert_eq(m, ECHO_FIXED);
 	cr_assert_eq(echo_mode_parse("adaptive", &m), 0);
