@@ -78,7 +78,9 @@ void transform_versions(char *buf, size_t len);
 /* Per-thread TurboJPEG state (see DESIGN). */
 struct transform_ctx;
 
-/* Returns a context, or NULL if TurboJPEG could not be initialised. */
+/* A new context; never NULL (small allocation, aborts on OOM). Its
+ * TurboJPEG handles are made on first use: a failure there is that call's
+ * -ENOMEM. */
 struct transform_ctx *transform_ctx_new(void);
 void transform_ctx_free(struct transform_ctx *tc);
 
