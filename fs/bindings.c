@@ -23,6 +23,7 @@ struct binding {
 	struct pool_sample *s;  /* NULL once given back (expired or done) */
 	uint8_t *out;           /* bytes made by the make hook, or NULL */
 	uint64_t size;
+	uint64_t rand;          /* the render hook's draw for this binding */
 	uint32_t sample;        /* source sample, kept after s is dropped */
 	uint64_t nlookup;       /* references the kernel holds */
 	uint32_t opens;         /* open handles */
@@ -41,6 +42,7 @@ struct bindings {
 	double expire_s;
 	bindings_make_fn make;
 	void *make_ud;
+	struct bindings_render render; /* set before serving; read-only then */
 	pthread_t reaper;
 
 	pthread_mutex_t lock; /* guards everything below and every binding */
@@ -190,11 +192,23 @@ static int bind_sample(struct bindings *b, uint32_t file,
 	struct binding *x;
 	int r;
 
-	if (b->make) {
+	uint64_t rand = 0;
+
+	if (b->make || b->render.range) {
 		pthread_mutex_lock(&b->lock);
-		uint64_t rand = hash64(&b->made, sizeof(b->made), b->first_ino);
+		rand = hash64(&b->made, sizeof(b->made), b->first_ino);
 		b->made++;
 		pthread_mutex_unlock(&b->lock);
+	}
+	if (b->render.range) {
+		/* Rendered at each READ: only the length is needed now. */
+		ssize_t n = b->render.size(b->render.ud, s->data, s->len);
+		if (n < 0) {
+			pool_untake(b->pool, s);
+			return (int)n;
+		}
+		outlen = (size_t)n;
+	} else if (b->make) {
 		r = b->make(b->make_ud, s->data, s->len, rand, &made, &outlen);
 		if (r) {
 			pool_untake(b->pool, s);
@@ -214,6 +228,7 @@ static int bind_sample(struct bindings *b, uint32_t file,
 	x->s = s;
 	x->out = made;
 	x->size = outlen;
+	x->rand = rand;
 	x->sample = s->sample;
 	x->nlookup = 1;
 	x->created = now_mono();
@@ -316,10 +331,71 @@ int bindings_open(struct bindings *b, uint64_t ino, struct binding **out)
 	return 0;
 }
 
+/* Each thread's render buffer (grown to the largest READ it answered),
+ * freed when the thread exits: no allocation per echo serve. */
+struct render_buf {
+	uint8_t *p;
+	size_t cap;
+};
+
+static pthread_key_t render_key;
+static pthread_once_t render_once = PTHREAD_ONCE_INIT;
+
+static void render_buf_free(void *v)
+{
+	struct render_buf *rb = v;
+	free(rb->p);
+	free(rb);
+}
+
+static void render_key_make(void)
+{
+	pthread_key_create(&render_key, render_buf_free);
+}
+
+static uint8_t *render_buf_get(size_t n)
+{
+	struct render_buf *rb;
+
+	pthread_once(&render_once, render_key_make);
+	rb = pthread_getspecific(render_key);
+	if (!rb) {
+		rb = xcalloc(1, sizeof(*rb));
+		pthread_setspecific(render_key, rb);
+	}
+	if (n > rb->cap) {
+		free(rb->p);
+		rb->p = malloc(n);
+		rb->cap = rb->p ? n : 0;
+	}
+	return rb->p;
+}
+
+/* Render bytes [off, off + size) of pinned binding h for bindings_read. */
+static ssize_t render_read(struct bindings *b, struct binding *h, uint64_t off,
+			   size_t size, const void **data)
+{
+	uint8_t *buf = render_buf_get(size ? size : 1);
+	ssize_t r = -ENOMEM;
+
+	if (buf)
+		r = b->render.range(b->render.ud, h->s->data, h->s->len,
+				    h->rand, off, buf, size);
+	if (r >= 0 && (size_t)r != size)
+		r = -EIO; /* the rendering must have the length it was bound with */
+	if (r < 0) {
+		bindings_read_done(b, h);
+		return r;
+	}
+	*data = buf;
+	return r;
+}
+
 ssize_t bindings_read(struct bindings *b, struct binding *h, uint64_t off,
 		      size_t size, const void **data)
 {
 	ssize_t r = -ESTALE;
+	int render = 0;
 
 	pthread_mutex_lock(&b->lock);
 	if (h->s) {
@@ -328,11 +404,16 @@ ssize_t bindings_read(struct bindings *b, struct binding *h, uint64_t off,
 			size = 0;
 		else if (size > h->size - off)
 			size = (size_t)(h->size - off);
-		*data = (h->out ? h->out : h->s->data) + (off < h->size ? off : 0);
+		render = b->render.range != NULL && !h->out;
+		*data = h->out ? h->out + (off < h->size ? off : 0)
+		      : render ? NULL
+			       : h->s->data + (off < h->size ? off : 0);
+		render = render && size > 0;
 		r = (ssize_t)size;
 	}
 	pthread_mutex_unlock(&b->lock);
-	return r;
+	/* Pinned (reading), so h->s stays: render without the lock. */
+	return render ? render_read(b, h, off, size, data) : r;
 }
 
 /* Free x if neither the kernel, a handle nor a reply refers to it. Caller
@@ -511,6 +592,11 @@ int bindings_start(struct pool *pool, const struct namespace *ns,
 	}
 	*out = b;
 	return 0;
+}
+
+void bindings_set_render(struct bindings *b, const struct bindings_render *r)
+{
+	b->render = *r;
 }
 
 void bindings_free(struct bindings *b)

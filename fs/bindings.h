@@ -58,6 +58,24 @@ struct binding;
 typedef int (*bindings_make_fn)(void *ud, const uint8_t *data, size_t len,
 				uint64_t rand, uint8_t **out, size_t *outlen);
 
+/* Optional, instead of a make hook: the binding's bytes are rendered at
+ * each READ, straight into the reply buffer (echo before augment with PPM
+ * output: crop, flip and header in one pass, nothing kept per binding).
+ * size gives the length for a pool sample; range writes bytes
+ * [off, off + n) of the rendering for rand to dst and returns the count or
+ * -errno. The same rand always renders the same bytes, so the inode stays
+ * immutable. Both run without the bindings lock. */
+struct bindings_render {
+	ssize_t (*size)(void *ud, const uint8_t *data, size_t len);
+	ssize_t (*range)(void *ud, const uint8_t *data, size_t len,
+			 uint64_t rand, uint64_t off, uint8_t *dst, size_t n);
+	void *ud;
+};
+
+/* Use r (copied) for every binding made from now on. Call before the mount
+ * serves, after bindings_new. */
+void bindings_set_render(struct bindings *b, const struct bindings_render *r);
+
 /* pool and ns borrowed. Binding inodes are numbered from first_ino up.
  * Starts the reaper. Returns 0 with *out set, or -errno with *out NULL (the
  * reaper could not start). The x_open rule of docs/ARCHITECTURE.md under
@@ -100,8 +118,10 @@ int bindings_getattr(struct bindings *b, uint64_t ino, struct binding_attr *out)
 int bindings_open(struct bindings *b, uint64_t ino, struct binding **out);
 /* Bytes of an open binding at off: *data stays valid until the matching
  * bindings_read_done, even if the handle is released meanwhile (the kernel
- * may send RELEASE while a READ is still being answered). Returns the byte
- * count (0 past the end) or -ESTALE. */
+ * may send RELEASE while a READ is still being answered). With a render
+ * hook the bytes are rendered into a buffer of the calling thread, valid
+ * until its next bindings_read. Returns the byte count (0 past the end),
+ * -ESTALE, or the render hook's -errno (then no bindings_read_done). */
 ssize_t bindings_read(struct bindings *b, struct binding *h, uint64_t off,
 		      size_t size, const void **data);
 void bindings_read_done(struct bindings *b, struct binding *h);

@@ -126,6 +126,26 @@ static int augment_binding(void *ud, const uint8_t *data, size_t len,
 	return r;
 }
 
+/* Render hooks (echo before augment, format=ppm): each READ renders its
+ * slice of the binding's crop/flip straight into the reply buffer. */
+static ssize_t augment_size(void *ud, const uint8_t *data, size_t len)
+{
+	struct app *a = ud;
+	return prep_augment_size(a->prep, data, len);
+}
+
+static ssize_t augment_range(void *ud, const uint8_t *data, size_t len,
+			     uint64_t rand, uint64_t off, uint8_t *dst,
+			     size_t n)
+{
+	struct app *a = ud;
+	ssize_t r = prep_augment_range(a->prep, data, len, rand ^ a->o.seed,
+				       off, dst, n);
+	if (r < 0)
+		log_warn("cannot augment a sample: %s", strerror((int)-r));
+	return r;
+}
+
 static int start_prep(struct app *a, char *err, size_t errlen)
 {
 	int random = a->o.echo_mount && a->o.augment;
@@ -183,12 +203,12 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 			(a->o.repartition || dataset_in_part(a->ds, (uint32_t)i))
 			? c : POOL_NO_CLASS;
 	}
-	a->pool = pool_new(dataset_index(a->ds), dataset_shards(a->ds),
-			   class_of, (uint32_t)ns->nclasses, &po);
+	int r = pool_open(dataset_index(a->ds), dataset_shards(a->ds),
+			  class_of, (uint32_t)ns->nclasses, &po, &a->pool);
 	free(class_of);
-	if (!a->pool) {
+	if (r) {
 		snprintf(err, errlen, "cannot start the echo pool: %s",
-			 strerror(errno));
+			 strerror(-r));
 		return -EINVAL;
 	}
 	r = bindings_start(a->pool, ns, ns_file_ino(ns, (uint32_t)ns->nfiles),
@@ -201,6 +221,9 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 			 strerror(-r));
 		return r;
 	}
+	if (a->prep && !a->o.after_augment && a->o.format == TF_PPM)
+		bindings_set_render(a->bind, &(struct bindings_render){
+			.size = augment_size, .range = augment_range, .ud = a});
 	log_info("echo mount: echo=%g echo_mode=%s", a->o.echo,
 		 echo_mode_name((enum echo_mode)a->o.echo_mode));
 	return 0;
@@ -348,6 +371,14 @@ static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 			 "stop echofs", a->o.mountpoint);
 		id = -1;
 	}
+	/* One READ per file up to 1 MB (the largest FUSE request) instead of
+	 * one per 128 KB: a 224x224 PPM echo took two round trips. Before the
+	 * session answers INIT, which keeps the smaller of this and
+	 * FS_READAHEAD (fs_op_init). */
+	if (id >= 0 &&
+	    (r = mounts_raise_readahead(id, FS_READAHEAD >> 10)) != 0)
+		log_info("read-ahead left at the kernel's default: %s",
+			 strerror(-r));
 	r = daemon_watch(a->se, id, app_cancel, a);
 	if (r) {
 		snprintf(err, errlen, "cannot watch for signals: %s",

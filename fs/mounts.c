@@ -100,6 +100,55 @@ int mounts_attached(int id)
 	return found;
 }
 
+/* The "MAJ:MIN" field of the mountinfo line of mount id into dev. */
+static int mount_dev(int id, char *dev, size_t devlen)
+{
+	FILE *f = fopen(MOUNTINFO, "re");
+	char line[4 * PATH_MAX], *save = NULL, *tok;
+	int r = -ENOENT;
+
+	if (!f)
+		return -errno;
+	while (r == -ENOENT && fgets(line, sizeof(line), f)) {
+		if (line_id(line) != id)
+			continue;
+		strtok_r(line, " ", &save);	     /* ID */
+		strtok_r(NULL, " ", &save);	     /* parent */
+		tok = strtok_r(NULL, " ", &save); /* MAJ:MIN */
+		r = tok && strlen(tok) < devlen && !strchr(tok, '/') ? 0 : -EINVAL;
+		if (r == 0)
+			snprintf(dev, devlen, "%s", tok);
+	}
+	fclose(f);
+	return r;
+}
+
+int mounts_raise_readahead(int id, unsigned kb)
+{
+	char dev[64], path[128];
+	unsigned cur = 0;
+	int r = mount_dev(id, dev, sizeof(dev));
+	FILE *f;
+
+	if (r)
+		return r;
+	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", dev);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	r = fscanf(f, "%u", &cur) == 1 ? 0 : -EINVAL;
+	fclose(f);
+	if (r || cur >= kb)
+		return r;
+	f = fopen(path, "we");
+	if (!f)
+		return -errno;
+	r = fprintf(f, "%u\n", kb) < 0 ? -EIO : 0;
+	if (fclose(f) != 0 && r == 0)
+		r = -errno;
+	return r;
+}
+
 int mounts_check_free(const char *dir, char *err, size_t errlen)
 {
 	char real[PATH_MAX], type[64];

@@ -21,4 +21,11 @@ int mounts_attached(int id);
  * checked as given, before any realpath (which fails on a dead mount). */
 int mounts_check_free(const char *dir, char *err, size_t errlen);
 
+/* Raise the read-ahead of the mount with this ID (its backing device's
+ * /sys/class/bdi/MAJ:MIN/read_ahead_kb, root only) to at least kb: the
+ * kernel sends one READ per read-ahead window, 128 KB by default, so a
+ * 150 KB file costs two round trips where one would do. Never lowers it.
+ * Returns 0, -ENOENT (no such mount) or the -errno of the sysfs write. */
+int mounts_raise_readahead(int id, unsigned kb);
+
 #endif

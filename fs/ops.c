@@ -862,6 +862,9 @@ static void fs_op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~(unsigned)FUSE_CAP_READDIRPLUS_AUTO;
 	if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA)
 		conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
+	/* The kernel keeps min(this, the mount's read_ahead_kb), which main.c
+	 * raises before this INIT is answered: one READ per file up to 1 MB. */
+	conn->max_readahead = FS_READAHEAD;
 	if (!(conn->capable & FUSE_CAP_NO_OPEN_SUPPORT))
 		log_warn("kernel without FUSE no_open support: every open "
 			 "costs a request");

@@ -47,6 +47,10 @@ struct fs_ctx {
 	struct control_snapshot *snap[3]; /* guarded by snap_lock */
 };
 
+/* Read-ahead asked for the mount (bytes): FUSE's largest request, 256
+ * pages, so a whole file up to 1 MB comes in one READ. */
+#define FS_READAHEAD (1u << 20)
+
 void fs_ctx_init(struct fs_ctx *fs);
 void fs_ctx_destroy(struct fs_ctx *fs);
 

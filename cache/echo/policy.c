@@ -195,15 +195,14 @@ static uint32_t draw_copies(struct echo_policy *ep)
 	return k;
 }
 
-struct echo_policy *echo_policy_new(uint32_t nclasses,
-				    const struct echo_policy_opts *o)
+int echo_policy_open(uint32_t nclasses, const struct echo_policy_opts *o,
+		     struct echo_policy **out)
 {
 	struct echo_policy *ep;
 
-	if (!o || nclasses == 0 || !echo_ok(o->echo, o->mode)) {
-		errno = EINVAL;
-		return NULL;
-	}
+	*out = NULL;
+	if (!o || nclasses == 0 || !echo_ok(o->echo, o->mode))
+		return -EINVAL;
 	ep = xcalloc(1, sizeof(*ep));
 	ep->cls = xcalloc(nclasses, sizeof(*ep->cls));
 	ep->ncls = nclasses;
@@ -211,7 +210,8 @@ struct echo_policy *echo_policy_new(uint32_t nclasses,
 	ep->mode = o->mode;
 	ep->window = o->window;
 	echo_rng_seed(&ep->rng, o->seed);
-	return ep;
+	*out = ep;
+	return 0;
 }
 
 void echo_policy_free(struct echo_policy *ep)

@@ -103,9 +103,10 @@ struct echo_policy_stats {
 
 struct echo_policy;
 
-/* NULL with errno EINVAL for bad options or nclasses == 0. */
-struct echo_policy *echo_policy_new(uint32_t nclasses,
-				    const struct echo_policy_opts *o);
+/* 0 with *out set, or -EINVAL (*out NULL) for bad options or
+ * nclasses == 0. */
+int echo_policy_open(uint32_t nclasses, const struct echo_policy_opts *o,
+		     struct echo_policy **out);
 /* Forgets the items (the caller owns them). Accepts NULL. */
 void echo_policy_free(struct echo_policy *ep);
 

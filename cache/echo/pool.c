@@ -3,8 +3,10 @@
  *
  * DESIGN
  * - Threads: one streamer thread (streamer_main) reads samples; with an
- *   ingest hook, ingest_threads threads (ingest_main) run it on what was
- *   read (a bounded queue of read samples between them); one timer thread
+ *   ingest hook, a common/workq of ingest_threads workers (ingest_run) runs
+ *   it on what was read (its bounded queue, POOL_IQ_PER_THREAD read samples
+ *   per worker, is between them: the streamer waits for room in
+ *   workq_submit); one timer thread
  *   (timer_main) answers parked takes whose wait ran out. Readers call
  *   pool_take(_async) / pool_untake / pool_release / pool_cancel from any
  *   thread.
@@ -50,12 +52,15 @@
  *   across shards_read, shards_prefetch, the ingest hook or a done
  *   callback. Condition variables (all on CLOCK_MONOTONIC): cls_cv[c]
  *   (blocking takes of class c), room_cv (memory freed, a reader started
- *   waiting, or stop), iq_cv (ingest queue changed), timer_cv (a take was
+ *   waiting, or stop), iq_cv (ingesting dropped), timer_cv (a take was
  *   parked), idle_cv (the last caller left pool_take during pool_free).
  * - Shutdown: pool_free sets stop, answers parked takes with -ESHUTDOWN,
  *   wakes everyone (blocking readers return -ESHUTDOWN at once), waits for
- *   callers to leave pool_take, then joins the threads; the streamer may
- *   first finish the shards_read it is in.
+ *   callers to leave pool_take, shuts the ingest workq down (queued samples
+ *   dropped by ingest_cancel, a streamer waiting for room gets
+ *   -ESHUTDOWN), then joins the threads; the streamer may first finish the
+ *   shards_read it is in. Lock order: p->lock is never held while calling
+ *   into the workq, whose callbacks take p->lock themselves.
  */
 #include "cache/echo/pool.h"
 
@@ -63,6 +68,7 @@
 #include "cache/index/partition.h"
 #include "cache/store/shards.h"
 #include "common/util.h"
+#include "common/workq.h"
 #include "fetch/format/index.h"
 
 #include <errno.h>
@@ -96,6 +102,7 @@ struct entry {
 	uint8_t *data;
 	uint64_t reserved; /* bytes reserved while read and ingested */
 	bool reread;	   /* an owed sample read again: straight to the policy */
+	struct workq_item wi; /* queued for an ingest worker */
 	/* Under p->lock: */
 	unsigned refs;	/* readers holding it */
 	bool attached;	/* held by the policy */
@@ -130,7 +137,7 @@ struct owed {
 };
 
 struct pool {
-	/* Immutable after pool_new (or streamer-only). */
+	/* Immutable after pool_open (or streamer-only). */
 	const struct index *ix;
 	struct shards *sh;
 	uint32_t ncls;
@@ -141,9 +148,9 @@ struct pool {
 	uint32_t *order;       /* this pass's shard order (streamer) */
 	size_t norder;         /* shards in it: all, or this pass's part */
 	uint64_t *counts;      /* samples per shard (repartition only) */
-	pthread_t thread, timer, *ingesters;
+	pthread_t thread, timer;
 	bool started, timer_started;
-	unsigned ningest;
+	struct workq *iwq; /* ingest workers; NULL without an ingest hook */
 
 	pthread_mutex_t lock;
 	pthread_cond_t *cls_cv;
@@ -163,8 +170,7 @@ struct pool {
 	uint8_t *held;	       /* per sample: entries of it held (saturating) */
 	uint64_t nowed;
 	uint32_t owed_next;    /* class the next owed pick starts at */
-	struct entry **iq;     /* read, waiting for an ingest thread (ring) */
-	unsigned iq_head, iq_len, iq_cap, ingesting;
+	unsigned ingesting;    /* read, not yet added: queued or in the hook */
 	struct waiter *whead, *wtail; /* parked, oldest first */
 	struct waiter *done;	      /* answered, callbacks not run yet */
 	uint64_t nparked;
@@ -559,52 +565,49 @@ static void ingest_entry(struct pool *p, struct entry *e)
 	unlock_pool(p);
 }
 
-static void *ingest_main(void *arg)
+/* workq run callback: one read sample through the ingest hook. */
+static void ingest_run(void *ctx, struct workq_item *it)
 {
-	struct pool *p = arg;
-
-	pthread_mutex_lock(&p->lock);
-	for (;;) {
-		while (!p->stop && p->iq_len == 0)
-			pthread_cond_wait(&p->iq_cv, &p->lock);
-		if (p->iq_len == 0)
-			break;
-		struct entry *e = p->iq[p->iq_head];
-		p->iq_head = (p->iq_head + 1) % p->iq_cap;
-		p->iq_len--;
-		pthread_cond_broadcast(&p->iq_cv);
-		pthread_mutex_unlock(&p->lock);
-		ingest_entry(p, e);
-		pthread_mutex_lock(&p->lock);
-	}
-	pthread_mutex_unlock(&p->lock);
-	return NULL;
+	ingest_entry(ctx, list_entry(it, struct entry, wi));
 }
 
-/* Hand a read sample to the ingest threads (waits while the queue is
- * full); without ingest threads, run the hook here. */
+/* workq cancel callback (pool_free): a queued sample never ingested. */
+static void ingest_cancel(void *ctx, struct workq_item *it)
+{
+	struct pool *p = ctx;
+	struct entry *e = list_entry(it, struct entry, wi);
+
+	pthread_mutex_lock(&p->lock);
+	p->ingesting--;
+	pthread_cond_broadcast(&p->iq_cv);
+	pthread_mutex_unlock(&p->lock);
+	free(e->data);
+	free(e);
+}
+
+/* Hand a read sample to the ingest workers (waits while their queue is
+ * full); without them, run the hook here. */
 static int queue_ingest(struct pool *p, struct entry *e)
 {
+	bool stop;
+
 	pthread_mutex_lock(&p->lock);
 	p->ingesting++;
-	if (p->ningest == 0) {
-		pthread_mutex_unlock(&p->lock);
+	stop = p->stop;
+	pthread_mutex_unlock(&p->lock);
+	if (!p->iwq && !stop) {
 		ingest_entry(p, e);
 		return 1;
 	}
-	while (!p->stop && p->iq_len == p->iq_cap)
-		pthread_cond_wait(&p->iq_cv, &p->lock);
-	if (p->stop) {
-		p->ingesting--;
-		drop_failed(p, e, e->reserved, e->sample, false);
-		unlock_pool(p);
-		return -ESHUTDOWN;
-	}
-	p->iq[(p->iq_head + p->iq_len) % p->iq_cap] = e;
-	p->iq_len++;
+	/* Waits for room; -ESHUTDOWN once pool_free shuts the workq down. */
+	if (!stop && workq_submit(p->iwq, &e->wi, WORKQ_WAIT) == 0)
+		return 1;
+	pthread_mutex_lock(&p->lock); /* stopping */
+	p->ingesting--;
 	pthread_cond_broadcast(&p->iq_cv);
+	drop_failed(p, e, e->reserved, e->sample, false);
 	unlock_pool(p);
-	return 1;
+	return -ESHUTDOWN;
 }
 
 /* Read sample s (memory reserved), then ingest or add it. Returns 1, 0
@@ -974,13 +977,7 @@ static void destroy(struct pool *p)
 {
 	while (p->all)
 		free_entry(p, p->all);
-	while (p->iq && p->iq_len) {
-		struct entry *e = p->iq[p->iq_head];
-		p->iq_head = (p->iq_head + 1) % p->iq_cap;
-		p->iq_len--;
-		free(e->data);
-		free(e);
-	}
+	workq_free(p->iwq); /* shut down by pool_free: nothing queued */
 	if (p->cls_cv) {
 		for (uint32_t c = 0; c < p->ncls; c++)
 			pthread_cond_destroy(&p->cls_cv[c]);
@@ -995,8 +992,6 @@ static void destroy(struct pool *p)
 		free(p->owed[c].v);
 	free(p->owed);
 	free(p->want);
-	free(p->iq);
-	free(p->ingesters);
 	free(p->cls_cv);
 	free(p->shuf);
 	free(p->shuf_count);
@@ -1013,8 +1008,22 @@ static void destroy(struct pool *p)
 /* The streamer, the timer and the ingest threads. 0 or -errno. */
 static int start_threads(struct pool *p)
 {
-	int r = -pthread_create(&p->thread, NULL, streamer_main, p);
+	int r;
 
+	/* The workers first: the streamer submits to them from its start. */
+	if (p->o.ingest && p->o.ingest_threads) {
+		r = workq_open(&(struct workq_opts){
+				       .threads = p->o.ingest_threads,
+				       .cap = (size_t)p->o.ingest_threads *
+					      POOL_IQ_PER_THREAD,
+				       .run = ingest_run,
+				       .cancel = ingest_cancel,
+				       .ctx = p},
+			       &p->iwq);
+		if (r < 0)
+			return r;
+	}
+	r = -pthread_create(&p->thread, NULL, streamer_main, p);
 	if (r < 0)
 		return r;
 	p->started = true;
@@ -1022,41 +1031,29 @@ static int start_threads(struct pool *p)
 	if (r < 0)
 		return r;
 	p->timer_started = true;
-	for (unsigned i = 0; p->o.ingest && i < p->o.ingest_threads; i++) {
-		r = -pthread_create(&p->ingesters[i], NULL, ingest_main, p);
-		if (r < 0)
-			return r;
-		p->ningest++;
-	}
 	return 0;
 }
 
 static void alloc_state(struct pool *p)
 {
-	unsigned n = p->o.ingest_threads ? p->o.ingest_threads : 1;
-
 	p->shuf = xcalloc(p->o.shuffle_buffer, sizeof(*p->shuf));
 	p->shuf_count = xcalloc(p->ncls, sizeof(*p->shuf_count));
 	p->want = xcalloc(p->ncls, sizeof(*p->want));
 	p->owed = xcalloc(p->ncls, sizeof(*p->owed));
-	p->iq_cap = n * POOL_IQ_PER_THREAD;
-	p->iq = xcalloc(p->iq_cap, sizeof(*p->iq));
-	p->ingesters = xcalloc(n, sizeof(*p->ingesters));
 }
 
-struct pool *pool_new(const struct index *ix, struct shards *sh,
-		      const uint32_t *class_of, uint32_t nclasses,
-		      const struct pool_opts *o)
+int pool_open(const struct index *ix, struct shards *sh,
+	      const uint32_t *class_of, uint32_t nclasses,
+	      const struct pool_opts *o, struct pool **out)
 {
 	struct pool *p;
 	struct echo_policy_opts eo;
 	int r;
 
+	*out = NULL;
 	if (!ix || !sh || !class_of || nclasses == 0 ||
-	    nclasses == POOL_NO_CLASS) {
-		errno = EINVAL;
-		return NULL;
-	}
+	    nclasses == POOL_NO_CLASS)
+		return -EINVAL;
 	p = xcalloc(1, sizeof(*p));
 	p->ix = ix;
 	p->sh = sh;
@@ -1066,8 +1063,8 @@ struct pool *pool_new(const struct index *ix, struct shards *sh,
 		r = group_samples(p, class_of);
 	eo = (struct echo_policy_opts){p->o.echo, p->o.mode, p->o.window,
 				       p->o.seed};
-	if (r == 0 && !(p->ep = echo_policy_new(nclasses, &eo)))
-		r = -EINVAL;
+	if (r == 0)
+		r = echo_policy_open(nclasses, &eo, &p->ep);
 	if (r < 0)
 		goto fail;
 	/* The stream's draws come from another sequence than the policy's. */
@@ -1078,14 +1075,13 @@ struct pool *pool_new(const struct index *ix, struct shards *sh,
 	r = start_threads(p);
 	if (r < 0) {
 		pool_free(p);
-		errno = -r;
-		return NULL;
+		return r;
 	}
-	return p;
+	*out = p;
+	return 0;
 fail:
 	destroy(p);
-	errno = -r;
-	return NULL;
+	return r;
 }
 
 void pool_stop(struct pool *p)
@@ -1115,12 +1111,12 @@ void pool_free(struct pool *p)
 	while (p->active)
 		pthread_cond_wait(&p->idle_cv, &p->lock);
 	pthread_mutex_unlock(&p->lock);
+	if (p->iwq)
+		workq_shutdown(p->iwq, WORKQ_CANCEL);
 	if (p->started)
 		pthread_join(p->thread, NULL);
 	if (p->timer_started)
 		pthread_join(p->timer, NULL);
-	for (unsigned i = 0; i < p->ningest; i++)
-		pthread_join(p->ingesters[i], NULL);
 	pool_cancel_all(p); /* parked after the first call */
 	destroy(p);
 }

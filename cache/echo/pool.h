@@ -113,11 +113,12 @@ struct pool;
 
 /* ix and sh are borrowed and must outlive the pool. class_of[i] is the class
  * number (< nclasses) of index sample i, or POOL_NO_CLASS to leave it out;
- * the array is copied. Starts the streamer. NULL with errno set (EINVAL for
- * bad options). */
-struct pool *pool_new(const struct index *ix, struct shards *sh,
-		      const uint32_t *class_of, uint32_t nclasses,
-		      const struct pool_opts *o);
+ * the array is copied. Starts the streamer. Returns 0 with *out set, or
+ * -errno with *out NULL: -EINVAL for bad options or classes, or why a
+ * thread could not start. */
+int pool_open(const struct index *ix, struct shards *sh,
+	      const uint32_t *class_of, uint32_t nclasses,
+	      const struct pool_opts *o, struct pool **out);
 /* Stops the streamer and frees. Every taken sample must have been
  * released. Accepts NULL. */
 void pool_free(struct pool *p);

@@ -249,6 +249,31 @@ int prep_augment(struct prep *p, const void *prepared, size_t len,
 	return finish(&j, out, outlen, why, whylen);
 }
 
+ssize_t prep_augment_size(const struct prep *p, const void *prepared,
+			  size_t len)
+{
+	struct image img;
+
+	if (p->opts.format != TF_PPM)
+		return -ENOTSUP;
+	if (unpack(prepared, len, &img) < 0)
+		return -EINVAL;
+	return transform_augment_ppm_size(&p->opts, img.w, img.h);
+}
+
+ssize_t prep_augment_range(const struct prep *p, const void *prepared,
+			   size_t len, uint64_t rand, uint64_t off,
+			   uint8_t *dst, size_t n)
+{
+	struct image img;
+
+	if (p->opts.format != TF_PPM)
+		return -ENOTSUP;
+	if (unpack(prepared, len, &img) < 0)
+		return -EINVAL;
+	return transform_augment_ppm(&p->opts, &img, rand, off, dst, n);
+}
+
 unsigned prep_threads(const struct prep *p)
 {
 	return p ? p->nthreads : 0;

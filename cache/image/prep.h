@@ -56,6 +56,18 @@ int prep_augment(struct prep *p, const void *prepared, size_t len,
 		 uint64_t rand, uint8_t **out, size_t *outlen, char *why,
 		 size_t whylen);
 
+/* The same augment as prep_augment for format=ppm, without making a file:
+ * prep_augment_size gives its length, prep_augment_range writes bytes
+ * [off, off + n) of it to dst in one pass (transform_augment_ppm) in the
+ * calling thread, so an echo READ renders straight into its reply buffer.
+ * Same bytes as prep_augment for the same rand. Return the length / bytes
+ * written, -ENOTSUP unless format=ppm, -EINVAL for a bad buffer. */
+ssize_t prep_augment_size(const struct prep *p, const void *prepared,
+			  size_t len);
+ssize_t prep_augment_range(const struct prep *p, const void *prepared,
+			   size_t len, uint64_t rand, uint64_t off,
+			   uint8_t *dst, size_t n);
+
 /* Number of worker threads. */
 unsigned prep_threads(const struct prep *p);
 

@@ -78,7 +78,9 @@ void transform_versions(char *buf, size_t len);
 /* Per-thread TurboJPEG state (see DESIGN). */
 struct transform_ctx;
 
-/* Returns a context, or NULL if TurboJPEG could not be initialised. */
+/* A new context; never NULL (small allocation, aborts on OOM). Its
+ * TurboJPEG handles are made on first use: a failure there is that call's
+ * -ENOMEM. */
 struct transform_ctx *transform_ctx_new(void);
 void transform_ctx_free(struct transform_ctx *tc);
 
@@ -178,6 +180,23 @@ int transform_augment(struct transform_ctx *tc,
 		      const struct transform_opts *opts,
 		      const struct image *img, uint64_t rand, uint8_t **out,
 		      size_t *outlen);
+
+/* The PPM transform_augment makes of img with rand when opts->format is
+ * TF_PPM, written in one pass: bytes [off, off + n) of it go to dst, the
+ * header and then each row of the crop window copied from img, mirrored
+ * while copying when the draw flips. No intermediate image, no allocation,
+ * no context, so an echo serve can render straight into its reply buffer
+ * (any thread, img shared read-only). Returns the bytes written (fewer
+ * than n only at the end of the PPM, 0 past it) or -EINVAL (bad options,
+ * format not TF_PPM, crop larger than img). */
+ssize_t transform_augment_ppm(const struct transform_opts *opts,
+			      const struct image *img, uint64_t rand,
+			      uint64_t off, uint8_t *dst, size_t n);
+
+/* The length of what transform_augment_ppm renders of a w x h image, or
+ * -EINVAL as transform_augment_ppm would. */
+ssize_t transform_augment_ppm_size(const struct transform_opts *opts,
+				   unsigned w, unsigned h);
 
 /* Lossless JPEG-to-JPEG crop and/or flip with tjTransform (no decode, no
  * re-encode, no quality loss). The crop is c x c (0 = none) and its origin

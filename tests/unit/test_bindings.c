@@ -98,8 +98,7 @@ static void setup(void)
 			       sizeof(err)),
 		     0, "http_open: %s", err);
 	cr_assert_eq(shards_open(ix, h, NULL, NULL, &sh), 0);
-	pool = pool_new(ix, sh, class_of, NCLS, &po);
-	cr_assert_not_null(pool, "pool_new: %s", strerror(errno));
+	cr_assert_eq(pool_open(ix, sh, class_of, NCLS, &po, &pool), 0);
 }
 
 static void teardown(void)

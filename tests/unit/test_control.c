@@ -250,10 +250,11 @@ static struct pool *echo_pool(void)
 	for (size_t f = 0; f < ns->nfiles; f++)
 		class_of[ns->files[f].sample] = ns->files[f].cls;
 	struct pool_opts po = {.echo = 3, .mode = ECHO_ADAPTIVE, .seed = 1};
-	struct pool *p = pool_new(dataset_index(ds), dataset_shards(ds),
-				  class_of, (uint32_t)ns->nclasses, &po);
+	struct pool *p;
+	int r = pool_open(dataset_index(ds), dataset_shards(ds), class_of,
+			  (uint32_t)ns->nclasses, &po, &p);
 	free(class_of);
-	cr_assert_not_null(p);
+	cr_assert_eq(r, 0);
 	return p;
 }
 

@@ -42,7 +42,7 @@ static void sim_init(struct sim *s, const struct sim_case *c)
 
 	memset(s, 0, sizeof(*s));
 	s->c = c;
-	s->ep = echo_policy_new(c->ncls, &o);
+	cr_assert_eq(echo_policy_open(c->ncls, &o, &s->ep), 0);
 	cr_assert_not_null(s->ep);
 	s->items = xcalloc(c->nitems, sizeof(*s->items));
 	s->cls = xcalloc(c->nitems, sizeof(*s->cls));
@@ -269,7 +269,8 @@ Test(echo_policy, same_seed_same_choices)
 static struct echo_policy *policy(double e, enum echo_mode m, unsigned w)
 {
 	struct echo_policy_opts o = {e, m, w, 99};
-	struct echo_policy *ep = echo_policy_new(1, &o);
+	struct echo_policy *ep;
+	cr_assert_eq(echo_policy_open(1, &o, &ep), 0);
 	cr_assert_not_null(ep);
 	return ep;
 }
@@ -423,11 +424,17 @@ Test(echo_policy, bad_options_rejected)
 	struct echo_take t;
 
 	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
-		cr_assert_null(echo_policy_new(1, &bad[i]), "case %zu", i);
+		struct echo_policy *none = ep;
+		cr_assert_eq(echo_policy_open(1, &bad[i], &none), -EINVAL,
+			     "case %zu", i);
+		cr_assert_null(none, "case %zu", i);
 		cr_assert_eq(echo_policy_set(ep, bad[i].echo, bad[i].mode),
 			     -EINVAL, "case %zu", i);
 	}
-	cr_assert_null(echo_policy_new(0, &(struct echo_policy_opts){.echo = 1}));
+	struct echo_policy *none = ep;
+	cr_assert_eq(echo_policy_open(0, &(struct echo_policy_opts){.echo = 1},
+				      &none), -EINVAL);
+	cr_assert_null(none);
 	cr_assert_eq(echo_policy_add(ep, &a, 1), -EINVAL);
 	cr_assert_eq(echo_policy_take(ep, 1, &t), -EINVAL);
 	cr_assert_eq(echo_policy_ready(ep, 1), 0);

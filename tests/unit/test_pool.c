@@ -151,8 +151,9 @@ static void stack_open(struct stack *k, const char *const *faults,
 	cr_assert_not_null(k->st, "store_open: %s", err);
 	shards_open(k->ix, h, k->st, so, &k->sh);
 	cr_assert_not_null(k->sh);
-	k->p = pool_new(k->ix, k->sh, class_of, NCLS, po);
-	cr_assert_not_null(k->p, "pool_new: %s", strerror(errno));
+	int r = pool_open(k->ix, k->sh, class_of, NCLS, po, &k->p);
+	cr_assert_eq(r, 0, "pool_open: %s", strerror(-r));
+	cr_assert_not_null(k->p);
 }
 
 static void stack_close(struct stack *k)
@@ -540,14 +541,20 @@ Test(pool, bad_arguments)
 	struct stack k;
 
 	stack_open(&k, NULL, NULL, NULL);
-	cr_assert_null(pool_new(k.ix, k.sh, class_of, NCLS, &bad_echo));
-	cr_assert_eq(errno, EINVAL);
-	cr_assert_null(pool_new(k.ix, k.sh, class_of, NCLS, &bad_wait));
-	cr_assert_null(pool_new(k.ix, k.sh, class_of, 0, NULL));
-	cr_assert_null(pool_new(NULL, k.sh, class_of, NCLS, NULL));
+	struct pool *none = (struct pool *)&k;
+	cr_assert_eq(pool_open(k.ix, k.sh, class_of, NCLS, &bad_echo, &none),
+		     -EINVAL);
+	cr_assert_null(none, "*out left set on failure");
+	cr_assert_eq(pool_open(k.ix, k.sh, class_of, NCLS, &bad_wait, &none),
+		     -EINVAL);
+	cr_assert_eq(pool_open(k.ix, k.sh, class_of, 0, NULL, &none), -EINVAL);
+	cr_assert_eq(pool_open(NULL, k.sh, class_of, NCLS, NULL, &none),
+		     -EINVAL);
 	memcpy(bad_class, class_of, sizeof(bad_class));
 	bad_class[3] = NCLS;
-	cr_assert_null(pool_new(k.ix, k.sh, bad_class, NCLS, NULL));
+	cr_assert_eq(pool_open(k.ix, k.sh, bad_class, NCLS, NULL, &none),
+		     -EINVAL);
+	cr_assert_null(none);
 	cr_assert_eq(echo_mode_parse("fixed", &m), 0);
 	cr_assert_eq(m, ECHO_FIXED);
 	cr_assert_eq(echo_mode_parse("adaptive", &m), 0);
@@ -818,4 +825,64 @@ Test(pool, interrupt_just_after_the_check_is_not_lost)
 	cr_assert_eq(c.err, -EINTR);
 	cr_assert_lt(now_mono() - t0, 5.0, "waited for the timer");
 	stack_close(&k);
+}
+
+/* ---- ingest workers ---- */
+
+static _Atomic unsigned ingest_calls;
+
+/* An ingest hook that keeps each sample's bytes XORed with 0x5A, slowly
+ * enough that the queue between the streamer and the workers fills. */
+static int xor_ingest(void *ud, uint32_t sample, const uint8_t *in,
+		      size_t len, uint8_t **out, size_t *outlen)
+{
+	(void)ud;
+	(void)sample;
+	ingest_calls++;
+	*out = malloc(len ? len : 1);
+	cr_assert_not_null(*out);
+	for (size_t i = 0; i < len; i++)
+		(*out)[i] = in[i] ^ 0x5A;
+	*outlen = len;
+	nanosleep(&(struct timespec){0, 200000}, NULL);
+	return 0;
+}
+
+/* The ingest workers (a common/workq) hand every sample of a pass in once,
+ * through the hook; pool_free with samples still queued drops them (ASan
+ * checks nothing leaks) and returns. */
+Test(pool, ingest_workers_pass_every_sample_through_the_hook)
+{
+	struct pool_opts po = {.echo = 1, .seed = 2, .ingest = xor_ingest,
+			       .ingest_threads = 3};
+	unsigned seen[NSAMPLES] = {0};
+	struct pool_stats ps;
+	struct stack k;
+
+	ingest_calls = 0;
+	stack_open(&k, NULL, &po, NULL);
+	for (uint32_t c = 0; c < NCLS; c++)
+		for (uint32_t n = 0; n < per_class[c]; n++) {
+			struct pool_sample *s = NULL;
+			cr_assert_eq(pool_take(k.p, c, &s), 0);
+			pool_commit(k.p, s);
+			int sh = (int)(s->sample / PER_SHARD);
+			int j = (int)(s->sample % PER_SHARD);
+			cr_assert_eq(s->cls, c);
+			cr_assert_eq(s->len, samples[sh][j].size);
+			for (size_t i = 0; i < s->len; i++)
+				cr_assert_eq(s->data[i] ^ 0x5A,
+					     shard_data[sh][samples[sh][j].off + i],
+					     "sample %u byte %zu", s->sample, i);
+			seen[s->sample]++;
+			pool_release(k.p, s);
+		}
+	for (int i = 0; i < NSAMPLES; i++)
+		cr_assert_eq(seen[i], class_of[i] == POOL_NO_CLASS ? 0 : 1,
+			     "sample %d served %u times", i, seen[i]);
+	pool_get_stats(k.p, &ps);
+	cr_assert_eq(ps.fresh_served, NCLASSED);
+	cr_assert_eq(ps.rejected, 0);
+	cr_assert_geq(ingest_calls, NCLASSED);
+	stack_close(&k); /* pass 2 is streaming: samples queued and running */
 }

@@ -655,6 +655,103 @@ Test(transform, prepare_augment_equals_apply)
 	free(b);
 }
 
+/* The one-pass PPM serve (transform_augment_ppm) gives the very bytes of
+ * crop + flip + encode (transform_augment) for the same draw, whole or in
+ * any slices: whole, page-sized pieces back to front, and odd pieces that
+ * cut the header, rows and pixels anywhere. */
+static void expect_ppm_same(const struct transform_opts *o,
+			    const struct image *im, uint64_t rand)
+{
+	uint8_t *want, *got;
+	size_t wlen;
+
+	cr_assert_eq(transform_augment(tc, o, im, rand, &want, &wlen), 0);
+	cr_assert_eq(transform_augment_ppm_size(o, im->w, im->h), (ssize_t)wlen);
+	got = malloc(wlen + 64);
+	cr_assert_not_null(got);
+	memset(got, 0xA5, wlen + 64);
+	cr_assert_eq(transform_augment_ppm(o, im, rand, 0, got, wlen + 64),
+		     (ssize_t)wlen);
+	cr_expect(!memcmp(got, want, wlen), "whole: rand %llu differs",
+		  (unsigned long long)rand);
+	cr_expect_eq(got[wlen], 0xA5, "wrote past the end");
+	memset(got, 0, wlen);
+	for (size_t end = wlen; end > 0;) {
+		size_t start = end > 4096 ? end - 4096 : 0;
+		cr_assert_eq(transform_augment_ppm(o, im, rand, start,
+						   got + start, end - start),
+			     (ssize_t)(end - start));
+		end = start;
+	}
+	cr_expect(!memcmp(got, want, wlen), "pages: rand %llu differs",
+		  (unsigned long long)rand);
+	memset(got, 0, wlen);
+	for (size_t off = 0, step = 1; off < wlen; off += step, step = step * 7 % 1009 + 1) {
+		size_t k = wlen - off < step ? wlen - off : step;
+		cr_assert_eq(transform_augment_ppm(o, im, rand, off, got + off, k),
+			     (ssize_t)k);
+	}
+	cr_expect(!memcmp(got, want, wlen), "slices: rand %llu differs",
+		  (unsigned long long)rand);
+	cr_expect_eq(transform_augment_ppm(o, im, rand, wlen, got, 10), 0);
+	free(got);
+	free(want);
+}
+
+Test(transform, augment_ppm_one_pass_equals_augment)
+{
+	static const struct {
+		unsigned w, h, crop;
+		int random, flip;
+	} cases[] = {
+		{341, 256, 224, 1, 1}, {341, 256, 224, 0, 1},
+		{341, 256, 224, 1, 0}, {256, 341, 224, 1, 1},
+		{57, 31, 31, 1, 1},    {57, 31, 0, 0, 1},
+		{1, 1, 1, 1, 1},       {300, 200, 0, 1, 0},
+	};
+	int flips = 0, noflips = 0;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct image im = synth(cases[i].w, cases[i].h, (unsigned)i + 3);
+		struct transform_opts o = {.size = 256,
+					   .crop = cases[i].crop,
+					   .random_crop = cases[i].random,
+					   .flip_prob_half = cases[i].flip,
+					   .format = TF_PPM};
+		for (uint64_t r = 0; r < 12; r++) {
+			expect_ppm_same(&o, &im, r * 0x9E3779B97F4A7C15ULL);
+			if (cases[i].flip && transform_rand_flip(r * 0x9E3779B97F4A7C15ULL))
+				flips++;
+			else
+				noflips++;
+		}
+		transform_image_free(&im);
+	}
+	cr_expect(flips > 10 && noflips > 10, "draws: %d flips, %d not",
+		  flips, noflips);
+}
+
+Test(transform, augment_ppm_refuses_bad_arguments)
+{
+	struct image im = synth(40, 30, 1);
+	struct transform_opts o = {.crop = 31, .format = TF_PPM};
+	uint8_t buf[64];
+
+	cr_expect_eq(transform_augment_ppm(&o, &im, 0, 0, buf, sizeof(buf)),
+		     -EINVAL, "crop larger than the image");
+	cr_expect_eq(transform_augment_ppm_size(&o, 40, 30), -EINVAL);
+	o.crop = 8;
+	o.format = TF_JPEG;
+	cr_expect_eq(transform_augment_ppm(&o, &im, 0, 0, buf, sizeof(buf)),
+		     -EINVAL, "not PPM");
+	o.format = TF_PPM;
+	cr_expect_eq(transform_augment_ppm(&o, NULL, 0, 0, buf, sizeof(buf)),
+		     -EINVAL);
+	cr_expect_eq(transform_augment_ppm_size(&o, 0, 30), -EINVAL);
+	cr_expect_eq(transform_augment_ppm(&o, &im, 0, 0, buf, sizeof(buf)),
+		     (ssize_t)sizeof(buf));
+	transform_image_free(&im);
+}
+
 /* ---- lossless ------------------------------------------------------- */
 
 Test(transform, lossless_flip_matches_decode_flip)

@@ -9,7 +9,8 @@ two processes in a round: on an exact mount a second read of a file would
 come from the page cache). Each process opens, reads fully and closes its
 files, --rounds times (reshuffled each round). Prints one JSON line: files
 opened, wall seconds, files/s, and from ROOT/.echofs/stats (when there is
-one) the fresh samples served, fresh/s and echoes over the same run.
+one) the fresh samples served, fresh/s and echoes over the same run, and
+the READ and IOCTL requests per file.
 """
 import argparse
 import json
@@ -79,6 +80,11 @@ def cmd_read(a):
         echoes = s1["echoes_served"] - s0.get("echoes_served", 0)
         out.update(fresh=fresh, echoes=echoes, fresh_per_s=round(fresh / wall, 1),
                    stall_s=round(s1["stall_s"] - s0.get("stall_s", 0), 2))
+    if n and "reads" in s1:
+        # FUSE requests per file the daemon counts (READ, IOCTL): what the
+        # kernel sends for one Python open(...).read().
+        for k in ("reads", "ioctls"):
+            out[k + "_per_file"] = round((s1[k] - s0.get(k, 0)) / n, 2)
     print(json.dumps(out))
     return 1 if bad or n == 0 else 0
 
