@@ -203,8 +203,8 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 			(a->o.repartition || dataset_in_part(a->ds, (uint32_t)i))
 			? c : POOL_NO_CLASS;
 	}
-	int r = pool_open(dataset_index(a->ds), dataset_shards(a->ds),
-			  class_of, (uint32_t)ns->nclasses, &po, &a->pool);
+	r = pool_open(dataset_index(a->ds), dataset_shards(a->ds),
+		      class_of, (uint32_t)ns->nclasses, &po, &a->pool);
 	free(class_of);
 	if (r) {
 		snprintf(err, errlen, "cannot start the echo pool: %s",
