@@ -264,10 +264,10 @@ static int prepare(struct app *a, char *err, size_t errlen)
 	if (r)
 		return r;
 	static const char *const exts[] = {NULL, "jpg", "ppm"};
-	a->ns = ns_build(a->ds, exts[a->o.format]);
-	if (!a->ns) {
-		snprintf(err, errlen, "cannot build the tree: %s", strerror(errno));
-		return -errno;
+	r = ns_open(a->ds, exts[a->o.format], &a->ns);
+	if (r) {
+		snprintf(err, errlen, "cannot build the tree: %s", strerror(-r));
+		return r;
 	}
 	if (a->ns->counts.skipped_bad_label || a->ns->counts.renamed_duplicates)
 		log_warn("%llu samples skipped (label unusable as a directory "
@@ -359,8 +359,9 @@ static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 	a->fs.push = a->push;
 	init_ctx(a);
 	if (a->o.metrics &&
-	    !(a->metrics = metrics_start(a->o.metrics, a->ctl, err, errlen)))
-		return -EINVAL;
+	    (r = metrics_open(a->o.metrics, a->ctl, &a->metrics, err,
+			      errlen)) != 0)
+		return r;
 	if (fuse_session_mount(a->se, a->o.mountpoint) != 0) {
 		snprintf(err, errlen, "cannot mount on %s (is /dev/fuse there, "
 			 "and fusermount3 installed?)", a->o.mountpoint);

@@ -223,19 +223,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 		     "text/plain; version=0.0.4; charset=utf-8");
 }
 
-struct metrics *metrics_start(const char *spec, struct control *ctl,
-			      char *err, size_t errlen)
+int metrics_open(const char *spec, struct control *ctl, struct metrics **out,
+		 char *err, size_t errlen)
 {
 	struct metrics *m;
 	union addr a;
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
 
+	*out = NULL;
 	if (parse_addr(spec, &a, err, errlen) != 0)
-		return NULL;
+		return -EINVAL;
 	if (a.sa.sa_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
 	m = xcalloc(1, sizeof(*m));
 	m->ctl = ctl;
+	errno = 0;
 	m->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, m,
 				MHD_OPTION_SOCK_ADDR, &a.sa,
 				MHD_OPTION_CONNECTION_LIMIT,
@@ -243,12 +245,16 @@ struct metrics *metrics_start(const char *spec, struct control *ctl,
 				MHD_OPTION_CONNECTION_TIMEOUT,
 				(unsigned)METRICS_TIMEOUT_S, MHD_OPTION_END);
 	if (!m->d) {
+		/* libmicrohttpd leaves bind's errno when that is what failed. */
+		int e = errno ? errno : EADDRINUSE;
+
 		snprintf(err, errlen, "cannot serve metrics on %s (address in "
 			 "use or not local?)", spec);
 		free(m);
-		return NULL;
+		return -e;
 	}
-	return m;
+	*out = m;
+	return 0;
 }
 
 const char *metrics_version(void)

@@ -26,9 +26,11 @@ struct metrics;
 int metrics_check_addr(const char *spec, char *err, size_t errlen);
 
 /* Listen on spec and serve ctl's Prometheus text. ctl is borrowed and must
- * outlive the server. Returns NULL with a one-line reason in err. */
-struct metrics *metrics_start(const char *spec, struct control *ctl,
-			      char *err, size_t errlen);
+ * outlive the server. Returns 0 with *out set, or -EINVAL (spec is not a
+ * local address) or the bind error (e.g. -EADDRINUSE) with *out NULL and a
+ * one-line reason in err. */
+int metrics_open(const char *spec, struct control *ctl, struct metrics **out,
+		 char *err, size_t errlen);
 /* libmicrohttpd's version (static string). */
 const char *metrics_version(void);
 

@@ -241,7 +241,7 @@ static void group(struct namespace *ns, const struct ent *ents, size_t n,
 	}
 }
 
-struct namespace *ns_build(const struct dataset *ds, const char *ext)
+int ns_open(const struct dataset *ds, const char *ext, struct namespace **out)
 {
 	size_t nsamples = dataset_nsamples(ds);
 	struct namespace *ns;
@@ -249,10 +249,9 @@ struct namespace *ns_build(const struct dataset *ds, const char *ext)
 	uint64_t max_label;
 	size_t n;
 
-	if (nsamples >= UINT32_MAX - NS_INO_FIRST_CLASS) {
-		errno = EOVERFLOW;
-		return NULL;
-	}
+	*out = NULL;
+	if (nsamples >= UINT32_MAX - NS_INO_FIRST_CLASS)
+		return -EOVERFLOW;
 	ns = xcalloc(1, sizeof(*ns));
 	ns->ds = ds;
 	ns->ext = ext && strlen(ext) <= 7 ? ext : NULL;
@@ -262,8 +261,7 @@ struct namespace *ns_build(const struct dataset *ds, const char *ext)
 	if (!ns->names || !ents || !ns->class_of) {
 		free(ents);
 		ns_free(ns);
-		errno = ENOMEM;
-		return NULL;
+		return -ENOMEM;
 	}
 	for (size_t i = 0; i < nsamples; i++)
 		ns->class_of[i] = NS_NO_CLASS;
@@ -275,7 +273,8 @@ struct namespace *ns_build(const struct dataset *ds, const char *ext)
 		qsort_r(ents, n, sizeof(*ents), ent_cmp, &ns->numeric_labels);
 	group(ns, ents, n, max_label);
 	free(ents);
-	return ns;
+	*out = ns;
+	return 0;
 }
 
 void ns_free(struct namespace *ns)

@@ -56,9 +56,9 @@ struct namespace {
 
 /* Build the tree. ds is borrowed and must outlive the namespace. ext, when
  * not NULL, replaces every file's extension (e.g. "ppm" when files are
- * served converted). Returns NULL with errno set (ENOMEM, EOVERFLOW past
- * 2^32 files). */
-struct namespace *ns_build(const struct dataset *ds, const char *ext);
+ * served converted). Returns 0 with *out set, or -ENOMEM (the tables are
+ * sized by the dataset) or -EOVERFLOW (past 2^32 files) with *out NULL. */
+int ns_open(const struct dataset *ds, const char *ext, struct namespace **out);
 void ns_free(struct namespace *ns);
 
 /* What an inode is. For NS_CLASS and NS_FILE, *num receives the class or

@@ -75,8 +75,7 @@ static void setup(void)
 	};
 	int r = dataset_open(&o, &ds, err, sizeof(err));
 	cr_assert_eq(r, 0, "dataset_open: %s (%s)", strerror(-r), err);
-	ns = ns_build(ds, NULL);
-	cr_assert_not_null(ns);
+	cr_assert_eq(ns_open(ds, NULL, &ns), 0);
 	memset(&fc, 0, sizeof(fc));
 }
 

@@ -50,13 +50,23 @@ static const char *list_name(const struct namespace *ns, uint64_t dir,
 	return ns_list(ns, dir, i, &name, &is_dir) ? name : NULL;
 }
 
+
+/* ns_open that must succeed. */
+static struct namespace *build(const struct dataset *ds, const char *ext)
+{
+	struct namespace *ns = (struct namespace *)1;
+	int r = ns_open(ds, ext, &ns);
+
+	cr_assert_eq(r, 0, "ns_open: %s", strerror(-r));
+	return ns;
+}
 Test(namespace, numeric_labels_are_zero_padded_and_sorted)
 {
 	const struct spec s[] = {
 		{"10", "b", "jpg", 5}, {"2", "a", "jpg", 6}, {"0", "c", "png", 7},
 	};
 	struct index *ix = make_index(s, 3);
-	struct namespace *ns = ns_build(wrap(ix), NULL);
+	struct namespace *ns = build(wrap(ix), NULL);
 
 	cr_assert_not_null(ns);
 	cr_assert_eq(ns->nclasses, 3);
@@ -85,7 +95,7 @@ Test(namespace, directory_labels_keep_names_and_key_basenames)
 		{"n01", "n01/n01_0", "jpeg", 3},
 	};
 	struct index *ix = make_index(s, 3);
-	struct namespace *ns = ns_build(wrap(ix), NULL);
+	struct namespace *ns = build(wrap(ix), NULL);
 	uint64_t d = ns_lookup(ns, NS_INO_ROOT, "n01");
 
 	cr_assert_eq(ns->numeric_labels, 0);
@@ -100,7 +110,7 @@ Test(namespace, control_dir_is_reachable_but_not_listed)
 {
 	const struct spec s[] = {{"1", "k", "jpg", 1}};
 	struct index *ix = make_index(s, 1);
-	struct namespace *ns = ns_build(wrap(ix), NULL);
+	struct namespace *ns = build(wrap(ix), NULL);
 
 	cr_assert_eq(ns_lookup(ns, NS_INO_ROOT, ".echofs"), NS_INO_CONTROL_DIR);
 	cr_assert_eq(ns_lookup(ns, NS_INO_CONTROL_DIR, "stats"), NS_INO_STATS);
@@ -147,7 +157,7 @@ Test(namespace, long_names_stay_within_255_bytes)
 		{"a", "z/b" A250, "jpg", 3}, {"a", "w/b" A250, "jpg", 4},
 	};
 	struct index *ix = make_index(s, 4);
-	struct namespace *ns = ns_build(wrap(ix), NULL);
+	struct namespace *ns = build(wrap(ix), NULL);
 	uint64_t d = ns_lookup(ns, NS_INO_ROOT, "a");
 
 	cr_assert_eq(strlen("b" A250), 251);
@@ -155,7 +165,7 @@ Test(namespace, long_names_stay_within_255_bytes)
 	cr_expect_eq(check_names(ns, d, ".jpg"), 4);
 	cr_expect_neq(ns_lookup(ns, d, "b" A250 ".jpg"), 0);
 	ns_free(ns);
-	ns = ns_build(cur, "jpeg");
+	ns = build(cur, "jpeg");
 	d = ns_lookup(ns, NS_INO_ROOT, "a");
 	cr_expect_eq(check_names(ns, d, ".jpeg"), 4);
 	ns_free(ns);
@@ -171,7 +181,7 @@ Test(namespace, renamed_duplicates_do_not_collide)
 		{"a", "k_dup1", "jpg", 3}, {"a", "z/k", "jpg", 4},
 	};
 	struct index *ix = make_index(s, 4);
-	struct namespace *ns = ns_build(wrap(ix), NULL);
+	struct namespace *ns = build(wrap(ix), NULL);
 	uint64_t d = ns_lookup(ns, NS_INO_ROOT, "a");
 
 	cr_expect_eq(check_names(ns, d, ".jpg"), 4);
@@ -185,7 +195,7 @@ Test(namespace, duplicate_names_are_made_unique)
 		{"a", "x/k", "jpg", 1}, {"a", "y/k", "jpg", 2}, {"a", "z/k", "jpg", 3},
 	};
 	struct index *ix = make_index(s, 3);
-	struct namespace *ns = ns_build(wrap(ix), NULL);
+	struct namespace *ns = build(wrap(ix), NULL);
 	uint64_t d = ns_lookup(ns, NS_INO_ROOT, "a");
 
 	cr_assert_eq(ns->counts.renamed_duplicates, 2);
@@ -209,7 +219,7 @@ Test(namespace, every_inode_round_trips)
 		s[i] = (struct spec){labels[i], keys[i], "jpg", (uint64_t)i + 1};
 	}
 	struct index *ix = make_index(s, 50);
-	struct namespace *ns = ns_build(wrap(ix), NULL);
+	struct namespace *ns = build(wrap(ix), NULL);
 	size_t seen = 0;
 
 	for (size_t c = 0; c < ns->nclasses; c++) {
@@ -236,7 +246,7 @@ Test(namespace, extension_override)
 {
 	const struct spec s[] = {{"1", "a", "jpg", 1}, {"1", "b", "jpeg", 2}};
 	struct index *ix = make_index(s, 2);
-	struct namespace *ns = ns_build(wrap(ix), "ppm");
+	struct namespace *ns = build(wrap(ix), "ppm");
 	uint64_t d = ns_lookup(ns, NS_INO_ROOT, "1");
 
 	cr_assert_str_eq(list_name(ns, d, 0), "a.ppm");
@@ -271,7 +281,7 @@ Test(namespace, rank_view_keeps_every_class)
 		struct dataset *ds = dataset_wrap(ix, NULL);
 		cr_assert_eq(dataset_set_part(ds, rank, 2, 0, err, sizeof(err)),
 			     0, "%s", err);
-		struct namespace *ns = ns_build(ds, NULL);
+		struct namespace *ns = build(ds, NULL);
 		cr_assert_eq(ns->nclasses, 4, "rank %u", rank);
 		cr_assert_eq(ns->nfiles, 8, "rank %u", rank);
 		size_t empty = 0;

@@ -198,8 +198,7 @@ static void setup(void)
 	cr_assert_not_null(sh);
 	ds = dataset_wrap(ix, sh);
 	cr_assert_not_null(ds);
-	ns = ns_build(ds, NULL);
-	cr_assert_not_null(ns);
+	cr_assert_eq(ns_open(ds, NULL, &ns), 0);
 	mount_fs();
 }
 
