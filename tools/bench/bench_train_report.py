@@ -17,8 +17,8 @@ For other benchmarks (tools/bench/bench_train_decode.sh): --baseline LABEL
 compares every run with that one run instead of its mode's E=1;
 --goal-speedup X judges E=4 as "at least X times sooner" (default 2);
 --refs "A B" names reference rows (like local: images/s shown, no
-comparison); --title and --ymin set the plot's title and lower accuracy
-limit. When the runs carry load1 (the load average at their end) the table
+comparison); --title, --ymin, --ymax and --subset set the plot's title,
+accuracy range and the evaluation subset size it names. When the runs carry load1 (the load average at their end) the table
 gets a load column.
 """
 
@@ -121,7 +121,7 @@ def write_csv(runs, path):
 COLORS = {"1": "tab:blue", "2": "tab:orange", "3": "tab:red", "4": "tab:green"}
 
 
-def plot(evals, target, path, title=None, ymin=0.6, refs=("local",)):
+def plot(evals, target, path, title=None, ylim=(0.6, None), refs=("local",), subset=2000):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -149,8 +149,8 @@ def plot(evals, target, path, title=None, ymin=0.6, refs=("local",)):
     for ax, xl in ((ax1, "wall time (s)"), (ax2, "fresh examples")):
         ax.axhline(target, color="gray", linewidth=0.8)
         ax.set_xlabel(xl)
-        ax.set_ylabel("test accuracy (2,000-image subset)")
-        ax.set_ylim(ymin, max(0.92, target + 0.03))
+        ax.set_ylabel("test accuracy (%s-image subset)" % format(subset, ","))
+        ax.set_ylim(ylim[0], ylim[1] or max(0.92, target + 0.03))
         ax.grid(alpha=0.3)
     ax1.legend(fontsize=8)
     ax1.set_title(title or "Fashion-MNIST via echofs, capped upstream", fontsize=9)
@@ -171,6 +171,8 @@ def main():
     ap.add_argument("--refs", default="local", help="reference labels, space separated")
     ap.add_argument("--title")
     ap.add_argument("--ymin", type=float, default=0.6)
+    ap.add_argument("--ymax", type=float)
+    ap.add_argument("--subset", type=int, default=2000, help="test images per evaluation (plot label)")
     a = ap.parse_args()
     refs = tuple(a.refs.split())
     runs, evals = load(a.runs), load(a.evals)
@@ -179,7 +181,7 @@ def main():
     print()
     table(runs, a.target, a.baseline, a.goal_speedup, refs)
     write_csv(runs, a.csv)
-    plot(evals, a.target, a.png, a.title, a.ymin, refs)
+    plot(evals, a.target, a.png, a.title, (a.ymin, a.ymax), refs, a.subset)
 
 
 if __name__ == "__main__":
