@@ -149,7 +149,7 @@ def plot(evals, target, path, title=None, ylim=(0.6, None), refs=("local",), sub
         name = name if rep == 1 else None  # later repeats: fainter, unlabelled
         color = "gray" if lab == "local" else COLORS.get(lab.split("=")[-1], None)
         if ref and lab != "local":
-            color = None
+            color = ("gray", "tab:purple", "tab:brown")[refs.index(lab) % 3]
         ax1.plot([p["time_s"] for p in pts], [p["acc_subset"] for p in pts], style,
                  label=name, marker=".", markersize=3, color=color, **kw)
         if not ref:
