@@ -91,7 +91,7 @@ class NetRGB64(nn.Module):
 INPUTS = {"gray28": (TF, Net), "rgb64": (TF_RGB, NetRGB64)}
 
 
-def load_test(root, cache, tf):
+def load_test(root, cache, tf=TF):
     if cache and os.path.exists(cache):
         return torch.load(cache)
     ds = datasets.ImageFolder(root, transform=tf)
