@@ -18,8 +18,10 @@ compares every run with that one run instead of its mode's E=1;
 --goal-speedup X judges E=4 as "at least X times sooner" (default 2);
 --refs "A B" names reference rows (like local: images/s shown, no
 comparison); --title, --ymin, --ymax and --subset set the plot's title,
-accuracy range and the evaluation subset size it names. When the runs carry load1 (the load average at their end) the table
-gets a load column.
+accuracy range and the evaluation subset size it names. When the runs carry
+load1 (the load average at their end) the table gets img/s (median over
+repeats of the trainer's steady rate: images between its evaluation at 10 s
+and its last, from EVALS) and load columns.
 """
 
 import argparse
@@ -44,7 +46,17 @@ def median(v):
     return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
 
 
-def summarize(runs):
+def steady_rate(evals, label, repeat):
+    """Images/s between the first evaluation at >= 10 s and the last one of
+    a run: the trainer's rate without its start-up (None if too short)."""
+    es = [e for e in evals or () if e["label"] == label and e.get("repeat", 1) == repeat]
+    es = [e for e in es if e["time_s"] >= 10] or es
+    if len(es) < 2 or es[-1]["time_s"] <= es[0]["time_s"]:
+        return None
+    return (es[-1]["seen"] - es[0]["seen"]) / (es[-1]["time_s"] - es[0]["time_s"])
+
+
+def summarize(runs, evals=None):
     """label -> medians over the repeats that reached the target."""
     out = {}
     for r in runs:
@@ -64,7 +76,8 @@ def summarize(runs):
             "eff": median([r.get("effective_echo") for r in ok]),
             "acc": median([r.get("acc_full") for r in ok]),
             "times": [r["time_s"] if r.get("reached") else None for r in rs],
-            "rate": median([r["seen"] / r["time_s"] for r in rs if r["time_s"]]),
+            "rate": median([steady_rate(evals, label, r.get("repeat", 1)) or
+                            r["seen"] / r["time_s"] for r in rs if r["time_s"]]),
             "load": median([r.get("load1") for r in rs]),
             "budget": rs[0]["budget_s"]}
     return summ
@@ -74,8 +87,8 @@ def budget_note(m):
     return " (at budget)" if m["at_budget"] else ""
 
 
-def table(runs, target, baseline=None, goal=2.0, refs=("local",)):
-    summ = summarize(runs)
+def table(runs, target, baseline=None, goal=2.0, refs=("local",), evals=None):
+    summ = summarize(runs, evals)
     loads = any(m["load"] is not None for m in summ.values())
     print("| run | reached %.0f%% | time to target (s), median | per repeat | "
           "fresh examples | served | effective e | speedup vs E=1 | fresh vs E=1 |%s"
@@ -188,7 +201,7 @@ def main():
     print("### Data echoing while training: time and fresh examples to %.0f%% "
           "test accuracy" % (100 * a.target))
     print()
-    table(runs, a.target, a.baseline, a.goal_speedup, refs)
+    table(runs, a.target, a.baseline, a.goal_speedup, refs, evals)
     write_csv(runs, a.csv)
     plot(evals, a.target, a.png, a.title, (a.ymin, a.ymax), refs, a.subset)
 
