@@ -47,7 +47,7 @@ TOTAL=5400
 CMDLINE="tools/bench/bench_train_decode.sh $*"
 # shellcheck source=tools/bench/common.sh
 . tools/bench/common.sh
-bench_args 2,27 --count=COUNT --test-count=TEST_COUNT --target=TARGET \
+bench_args 2,28 --count=COUNT --test-count=TEST_COUNT --target=TARGET \
 	--budget=BUDGET --repeats=REPEATS --cases=CASES --size=SIZE --crop=CROP \
 	--threads=THREADS --workers=WORKERS --eval-seconds=EVAL_S \
 	--ceiling-seconds=CEIL_S --seed=SEED --out=OUT --total=TOTAL -- "$@"
