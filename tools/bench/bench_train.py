@@ -7,7 +7,7 @@ against wall-clock time and fresh examples until a target accuracy.
                  [--target 0.87] [--budget 300] [--eval-seconds 5]
                  [--eval-steps 0] [--eval-subset 2000] [--batch 64]
                  [--lr 0.003] [--workers 2] [--threads 1] [--seed 0]
-                 [--test-cache FILE] [--keep-going]
+                 [--test-cache FILE] [--keep-going] [--input gray28|rgb64]
 
 --train is read with ImageFolder + DataLoader(shuffle=True, num_workers);
 each open of <class>/<key>.jpg on an echo mount yields a sample of that class.
@@ -21,6 +21,10 @@ Wall time includes evaluation (it is small and paid equally per second by
 every run); fresh examples are fresh_served from MNT/.echofs/stats since the
 first batch was asked for. One JSON line per evaluation goes to --log, and a
 summary line (label, reached, time_s, fresh, served, accuracy) is printed.
+--input gray28 (default) trains on Fashion-MNIST's 28x28 JPEGs; rgb64 on
+64x64 colour images (tools/bench/bench_train_decode.sh: photo-sized JPEGs
+that an echofs mount decodes, resizes and crops to 64x64 PPMs) with a
+network of about the same cost per pixel row, so decoding stays the slow stage.
 """
 
 import argparse
@@ -43,6 +47,12 @@ TF = transforms.Compose([
 ])
 
 
+TF_RGB = transforms.Compose([
+    transforms.ToTensor(),
+    transforms.Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25)),
+])
+
+
 class Net(nn.Module):
     """Two strided conv layers and one linear layer (~21k parameters): small
     enough that Debian's CPU-only torch (generic BLAS) trains it at a few
@@ -61,10 +71,30 @@ class Net(nn.Module):
         return self.fc(x.flatten(1))
 
 
-def load_test(root, cache):
+class NetRGB64(nn.Module):
+    """The same shape for 64x64x3: a stride-4 first convolution brings the
+    image to 16x16 at once, so a step costs a few times Net's and the
+    trainer stays faster than decoding a photo."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 16, 8, stride=4, padding=2)   # 16 x 16 x 16
+        self.c2 = nn.Conv2d(16, 32, 3, stride=2, padding=1)  # 32 x 8 x 8
+        self.fc = nn.Linear(32 * 8 * 8, 10)
+
+    def forward(self, x):
+        x = F.relu(self.c1(x))
+        x = F.relu(self.c2(x))
+        return self.fc(x.flatten(1))
+
+
+INPUTS = {"gray28": (TF, Net), "rgb64": (TF_RGB, NetRGB64)}
+
+
+def load_test(root, cache, tf=TF):
     if cache and os.path.exists(cache):
         return torch.load(cache)
-    ds = datasets.ImageFolder(root, transform=TF)
+    ds = datasets.ImageFolder(root, transform=tf)
     xs, ys = [], []
     for x, y in DataLoader(ds, batch_size=500, num_workers=2):
         xs.append(x)
@@ -150,11 +180,12 @@ class Run:
 def train(a, run):
     torch.manual_seed(a.seed)
     random.seed(a.seed)
-    ds = datasets.ImageFolder(a.train, transform=TF)
+    tf, net = INPUTS[a.input]
+    ds = datasets.ImageFolder(a.train, transform=tf)
     loader = DataLoader(ds, batch_size=a.batch, shuffle=True, drop_last=True,
                         num_workers=a.workers, persistent_workers=a.workers > 0,
                         generator=torch.Generator().manual_seed(a.seed))
-    model = Net()
+    model = net()
     opt = torch.optim.Adam(model.parameters(), lr=a.lr)
     run.start()
     last = None
@@ -195,9 +226,11 @@ def main():
     ap.add_argument("--test-cache", help="tensor file for the test split")
     ap.add_argument("--keep-going", action="store_true",
                     help="train the whole budget even after the target")
+    ap.add_argument("--input", choices=sorted(INPUTS), default="gray28",
+                    help="image kind and network (default gray28)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    test = load_test(a.test, a.test_cache)
+    test = load_test(a.test, a.test_cache, INPUTS[a.input][0])
     run = Run(a, test)
     res = train(a, run)
     st = echofs_stats(a.train)

@@ -10,7 +10,11 @@ Deterministic: the same arguments give the same bytes (seeded PRNG, no
 system randomness). Used by tools/bench/bench_transform.sh.
 
 usage: /usr/bin/python3 tools/bench/echofs_photos.py --out DIR [--count 200]
-       [--seed 1] [--width 500] [--height 375] [--quality 90] [--mnist GZ]
+       [--first 0] [--seed 1] [--width 500] [--height 375] [--quality 90]
+       [--mnist GZ]
+--first skips that many articles: photo_NNNNN.jpg is named by the article's
+index in the idx file, so disjoint ranges (a training and a held-out set, or
+one range per process) can be made separately and packed together.
 """
 import argparse
 import gzip
@@ -24,12 +28,13 @@ from PIL import Image, ImageChops, ImageFilter
 MNIST = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
 
 
-def load_mnist(path, count):
+def load_mnist(path, first, count):
     with gzip.open(path, "rb") as f:
         magic, n, rows, cols = struct.unpack(">IIII", f.read(16))
         if magic != 2051 or rows != 28 or cols != 28:
             sys.exit(f"{path}: not an idx3 28x28 image file")
-        count = min(count, n)
+        count = max(0, min(count, n - first))
+        f.seek(16 + first * 784)
         data = f.read(count * 28 * 28)
     return [data[i * 784:(i + 1) * 784] for i in range(count)]
 
@@ -69,18 +74,22 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--count", type=int, default=200)
+    ap.add_argument("--first", type=int, default=0,
+                    help="index of the first article (default 0)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--width", type=int, default=500)
     ap.add_argument("--height", type=int, default=375)
     ap.add_argument("--quality", type=int, default=90)
     ap.add_argument("--mnist", default=MNIST)
     a = ap.parse_args()
-    if a.count < 1 or a.width < 32 or a.height < 32:
-        sys.exit("count >= 1, width and height >= 32")
+    if a.count < 1 or a.first < 0 or a.width < 32 or a.height < 32:
+        sys.exit("count >= 1, first >= 0, width and height >= 32")
     os.makedirs(a.out, exist_ok=True)
-    arts = load_mnist(a.mnist, a.count)
+    arts = load_mnist(a.mnist, a.first, a.count)
+    if not arts:
+        sys.exit(f"{a.mnist}: no article at index {a.first}")
     total = 0
-    for i, pix in enumerate(arts):
+    for i, pix in enumerate(arts, start=a.first):
         im = photo(pix, i, a.seed, a.width, a.height)
         path = os.path.join(a.out, f"photo_{i:05d}.jpg")
         im.save(path, "JPEG", quality=a.quality, subsampling=2)

@@ -1,0 +1,193 @@
+#!/bin/bash
+# bench_train_decode.sh - data echoing over a slow decode (issue 11): time and
+# fresh examples a small CNN needs to reach a test accuracy when its training
+# images are photo-sized JPEGs that the echofs mount decodes, resizes and crops
+# (-o size=,crop=,format=ppm), echo=1 against echo=4 (fixed and adaptive).
+#   tools/bench/bench_train_decode.sh [--count 10000] [--test-count 2000]
+#                        [--target 0.80] [--budget 400] [--repeats 1]
+#                        [--cases "1:adaptive 4:fixed 4:adaptive"]
+#                        [--size 72] [--crop 64] [--threads 1] [--workers 2]
+#                        [--eval-seconds 5] [--ceiling-seconds 60] [--seed 1]
+#                        [--out /tmp/echofs-bench] [--total 5400]
+# Photos: --count training and then --test-count held-out colour JPEGs
+# (~500x375, quality 90; both multiples of 500) made from the first articles of
+# Fashion-MNIST's training split by tools/bench/echofs_photos.py, packed 500 a
+# shard by bench_prep_e2e.py pack (training shards first, then the held-out
+# ones); made once into OUT/decode-data. nginx on
+# the host loopback, no cap; both disk caches are read once (warm) before any
+# timing, and every mount reuses them. The test split is an exact mount with
+# the same size/crop/format=ppm, read once into memory. Before the echo runs,
+# each repeat times the trainer for --ceiling-seconds on (a) local PPMs the
+# exact mount made beforehand (the trainer alone: what it could consume) and
+# (b) the exact preprocessing mount (decode in the loop); the gap shows that
+# decoding, not training, is the slow stage. Then every case "E:MODE" trains
+# on a fresh echo mount (augment=1,flip=1, seed=SEED+repeat-1) until --target
+# on the whole test split or --budget seconds. Cases of one repeat run back
+# to back, so they share the machine's load; the load average is recorded
+# with every run. Results in OUT/train-decode/: evals.jsonl, runs.jsonl,
+# runs.csv, table.md, accuracy.png.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+COUNT=10000
+TEST_COUNT=2000
+TARGET=0.80
+BUDGET=400
+REPEATS=1
+CASES="1:adaptive 4:fixed 4:adaptive"
+SIZE=72
+CROP=64
+THREADS=1
+WORKERS=2
+EVAL_S=5
+CEIL_S=60
+SEED=1
+OUT=/tmp/echofs-bench
+TOTAL=5400
+CMDLINE="tools/bench/bench_train_decode.sh $*"
+# shellcheck source=tools/bench/common.sh
+. tools/bench/common.sh
+bench_args 2,28 --count=COUNT --test-count=TEST_COUNT --target=TARGET \
+	--budget=BUDGET --repeats=REPEATS --cases=CASES --size=SIZE --crop=CROP \
+	--threads=THREADS --workers=WORKERS --eval-seconds=EVAL_S \
+	--ceiling-seconds=CEIL_S --seed=SEED --out=OUT --total=TOTAL -- "$@"
+
+mkdir -p "$OUT/train-decode"
+OUT=$(cd "$OUT" && pwd)
+DATA=$OUT/decode-data
+RES=$OUT/train-decode
+# shellcheck source=tools/bench/bench_netns.sh
+. tools/bench/bench_netns.sh
+netns_bench_start train-decode "$TOTAL"
+$PY -c 'import torch, torchvision, matplotlib' 2>/dev/null || {
+	echo "bench_train_decode.sh: needs python3-torch python3-torchvision python3-matplotlib (apt-get install)" >&2
+	exit 2
+}
+bench_snapshot
+PREP="size=$SIZE,crop=$CROP,format=ppm"
+
+# photos N: DATA/photos/photo_00000..N-1.jpg in two generator processes (the
+# photos are deterministic, so a half-made set is simply made again), packed
+# 500 a shard into DATA/www (photos-NNNNNN.tar) with the JPEG tree DATA/tree
+photos() {
+	local dir=$DATA/photos half=$(($1 / 2))
+	if [ "$(cat "$dir.done" 2>/dev/null)" != "0+$1" ]; then
+		blog "making $1 photos"
+		rm -rf "$dir" "$dir.done" "$DATA/www.done"
+		$PY tools/bench/echofs_photos.py --out "$dir" --count "$half" >&2 &
+		$PY tools/bench/echofs_photos.py --out "$dir" --first "$half" --count $(($1 - half)) >&2
+		wait $!
+		echo "0+$1" >"$dir.done"
+	fi
+	[ -f "$DATA/www.done" ] && return 0
+	rm -rf "$DATA/www" "$DATA/tree"
+	$PY tools/bench/bench_prep_e2e.py pack --photos "$dir" --tree "$DATA/tree" \
+		--shards "$DATA/www" --per-shard 500 >/dev/null
+	touch "$DATA/www.done"
+}
+
+# shards FIRST COUNT -> the shard URL pattern; SHARD_FILES: their paths
+shards() {
+	local last=$(($1 + $2 - 1)) i
+	SHARD_FILES=()
+	for ((i = $1; i <= last; i++)); do SHARD_FILES+=("$DATA/www/photos-$(printf %06d "$i").tar"); done
+	echo "$HOST_BASE/photos-{$(printf %06d "$1")..$(printf %06d "$last")}.tar"
+}
+
+# warm SPLIT FIRST COUNT: index shards FIRST.. of the split (SRC_SPLIT),
+# then read every file once through an exact mount so that the split's disk
+# cache (BTMP/cache-SPLIT) is complete
+warm() {
+	local src
+	shards "$2" "$3" >/dev/null
+	src=$(shards "$2" "$3")
+	printf -v "SRC_$1" '%s' "$src"
+	"$B"/tools/echofs-index --base-url "$HOST_BASE/" -o "$BTMP/$1.idx" "${SHARD_FILES[@]}" >/dev/null
+	bench_mount HOST "$BTMP/cache-$1" "$BTMP/warm" "$src" "index=$BTMP/$1.idx"
+	$PY tools/bench/bench_prep_e2e.py readall "$BTMP/warm" >/dev/null
+	bench_unmount "$BTMP/warm"
+	blog "$1: disk cache warm, $(du -sh "$BTMP/cache-$1" | cut -f1)"
+}
+
+# trainer LABEL TRAIN_ROOT [extra args]: one run; appends its summary and
+# the load average to runs.jsonl
+trainer() {
+	local label=$1 root=$2 out
+	shift 2
+	out=$(timeout $((BUDGET + CEIL_S + 240)) $PY tools/bench/bench_train.py --train "$root" \
+		--test "$BTMP/test" --test-cache "$BTMP/test.pt" --label "$label" --input rgb64 \
+		--log "$RES/evals.jsonl" --target "$TARGET" --budget "$BUDGET" \
+		--eval-seconds "$EVAL_S" --eval-subset 1000 --threads "$THREADS" --workers "$WORKERS" \
+		--seed "$((SEED + REP - 1))" --repeat "$REP" "$@" 2>>"$RES/trainer.log") ||
+		blog "$label: trainer failed (see $RES/trainer.log)"
+	[ -n "$out" ] || { blog "$label: no result"; return 0; }
+	out=$(echo "$out" | $PY -c 'import json,os,sys
+d=json.loads(sys.stdin.read()); d["load1"]=round(os.getloadavg()[0], 1); print(json.dumps(d))')
+	echo "$out" >>"$RES/runs.jsonl"
+	blog "$label: $out"
+}
+
+# train_on LABEL OPTS: a fresh mount of the training split over its warm cache
+train_on() {
+	bench_mount HOST "$BTMP/cache-train" "$BTMP/train" "$SRC_train" "index=$BTMP/train.idx,$2"
+	trainer "$1" "$BTMP/train" "${@:3}"
+	bench_unmount "$BTMP/train"
+}
+
+if [ $((COUNT % 500)) != 0 ] || [ $((TEST_COUNT % 500)) != 0 ] || [ "$COUNT" -le 0 ] ||
+	[ "$TEST_COUNT" -le 0 ]; then
+	echo "bench_train_decode.sh: --count and --test-count: positive multiples of 500" >&2
+	exit 2
+fi
+mkdir -p "$DATA"
+photos $((COUNT + TEST_COUNT))
+host_nginx "$DATA/www"
+NTRAIN=$((COUNT / 500))
+NTEST=$((TEST_COUNT / 500))
+SRC_train='' SRC_test=''
+warm train 0 "$NTRAIN"
+warm test "$NTRAIN" "$NTEST"
+bench_mount HOST "$BTMP/cache-test" "$BTMP/test" "$SRC_test" "index=$BTMP/test.idx,$PREP"
+
+# Local PPMs: the exact mount's own output, copied once (cp times one reader).
+bench_mount HOST "$BTMP/cache-train" "$BTMP/train" "$SRC_train" "index=$BTMP/train.idx,$PREP"
+t0=$(date +%s.%N)
+cp -r "$BTMP/train/." "$BTMP/ppm-train"
+rm -rf "$BTMP/ppm-train/.echofs"
+t1=$(date +%s.%N)
+bench_unmount "$BTMP/train"
+blog "local PPMs: $(find "$BTMP/ppm-train" -name '*.ppm' | wc -l) files, cp -r one reader $(awk -v n="$COUNT" -v a="$t0" -v b="$t1" 'BEGIN {printf "%.0f", n / (b - a)}') files/s"
+
+: >"$RES/evals.jsonl"
+: >"$RES/runs.jsonl"
+: >"$RES/trainer.log"
+for ((REP = 1; REP <= REPEATS; REP++)); do
+	blog "repeat $REP/$REPEATS: ceilings, $CEIL_S s each"
+	BUDGET_SAVED=$BUDGET
+	BUDGET=$CEIL_S
+	trainer local-ppm "$BTMP/ppm-train" --keep-going
+	train_on exact-prep "$PREP" --keep-going
+	BUDGET=$BUDGET_SAVED
+	for c in $CASES; do
+		e=${c%%:*} m=${c#*:}
+		label="$m E=$e"
+		[ "$e" = 1 ] && label="E=1"
+		train_on "$label" "$PREP,echo=$e,echo_mode=$m,augment=1,flip=1,seed=$((SEED + REP - 1))"
+	done
+done
+
+$PY tools/bench/bench_train_report.py --runs "$RES/runs.jsonl" --evals "$RES/evals.jsonl" \
+	--target "$TARGET" --csv "$RES/runs.csv" --png "$RES/accuracy.png" \
+	--baseline "E=1" --goal-speedup 1.0 --refs "local-ppm exact-prep" \
+	--title "Photo-sized JPEGs decoded by echofs ($PREP), warm disk cache, no cap" \
+	--ymin 0.3 --ymax 0.7 --subset 1000 >"$RES/table.md"
+cat >>"$RES/table.md" <<EOF
+
+- data: $COUNT training + $TEST_COUNT held-out photos (\`tools/bench/echofs_photos.py\`, ~500x375 colour JPEG, quality 90, from Fashion-MNIST train articles 0..$((COUNT - 1)) and $COUNT..$((COUNT + TEST_COUNT - 1))), $NTRAIN + $NTEST shards of 500 (\`bench_prep_e2e.py pack\`), nginx on the host loopback, no cap; disk caches warm (every file read once) before any timing
+- training mount: \`$B/echofs -o cache_dir=WARM,index=IDX,$PREP,echo=E,echo_mode=M,augment=1,flip=1,seed=$SEED+repeat-1 '$SRC_train' MNT\`; exact-prep: the same without the echo options; local-ppm: that mount's files copied to local disk first
+- test mount (exact): \`-o $PREP\`, the $TEST_COUNT held-out photos read once into memory; accuracy every $EVAL_S s on a fixed 1,000-image subset, the whole held-out set confirms the target
+- trainer: \`/usr/bin/python3 tools/bench/bench_train.py --input rgb64 --train MNT --test TESTMNT --target $TARGET --budget $BUDGET --eval-seconds $EVAL_S --eval-subset 1000 --threads $THREADS --workers $WORKERS --seed $SEED+repeat-1\` (ImageFolder + DataLoader(shuffle, batch 64, num_workers=$WORKERS), ToTensor/Normalize, conv 8x8/4 (16) + conv 3x3/2 (32) + linear, Adam 3e-3, torch.set_num_threads($THREADS)); ceilings run $CEIL_S s each with --keep-going
+- command: \`$CMDLINE\` ($ECHOFS_INFO; $(nproc) cores, torch $($PY -c 'import torch; print(torch.__version__)'), load average at end $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ))
+EOF
+cat "$RES/table.md"
+echo "plot: $RES/accuracy.png"
