@@ -130,10 +130,15 @@ struct waiter {
 	struct waiter *prev, *next;
 };
 
-/* Sample numbers given back, per class, oldest first (v[head..n)). */
+/* Sample numbers given back, per class, oldest first (v[head..n)).
+ * nfree counts those whose previous copy is no longer held: the streamer
+ * asks "is one of them readable now?" for every sample it walks, and a
+ * line of held samples (the whole data set in memory, each kept for its
+ * echoes) must answer that without a scan. */
 struct owed {
 	uint32_t *v;
 	size_t head, n, cap;
+	size_t nfree;
 };
 
 struct pool {
@@ -168,6 +173,7 @@ struct pool {
 	struct owed *owed;     /* per class */
 	uint8_t *is_owed;      /* per sample */
 	uint8_t *held;	       /* per sample: entries of it held (saturating) */
+	uint8_t *in_line;      /* per sample: in its class's owed line */
 	uint64_t nowed;
 	uint32_t owed_next;    /* class the next owed pick starts at */
 	unsigned ingesting;    /* read, not yet added: queued or in the hook */
@@ -203,8 +209,9 @@ static void unlock_pool(struct pool *p)
 
 static void free_entry(struct pool *p, struct entry *e)
 {
-	if (p->held[e->sample] && p->held[e->sample] < UINT8_MAX)
-		p->held[e->sample]--;
+	if (p->held[e->sample] && p->held[e->sample] < UINT8_MAX &&
+	    --p->held[e->sample] == 0 && p->in_line[e->sample])
+		p->owed[e->cls].nfree++;
 	if (e->prev)
 		e->prev->next = e->next;
 	else
@@ -329,6 +336,8 @@ static void owe(struct pool *p, uint32_t sample, uint32_t cls, bool counted)
 		o->v = xrealloc(o->v, o->cap * sizeof(*o->v));
 	}
 	o->v[o->n++] = sample;
+	p->in_line[sample] = 1;
+	o->nfree += !p->held[sample];
 	p->is_owed[sample] = counted ? 1 : 2;
 	p->nowed++;
 	p->given_back++;
@@ -340,26 +349,28 @@ static bool owes(const struct pool *p, uint32_t cls)
 }
 
 /* The oldest owed sample of cls whose previous copy is no longer held
- * (held ones move to the back of the line), or any when the class starves
- * (a reader waits: a small class may have all its samples inside the echo
- * window). False if there is none. */
+ * (held ones keep their place in line), or the oldest when the class
+ * starves (a reader waits: a small class may have all its samples inside
+ * the echo window). False if there is none; O(1) when all are held. */
 static bool owed_pop(struct pool *p, uint32_t cls, bool any, uint32_t *out)
 {
 	struct owed *o = &p->owed[cls];
+	size_t k = o->head;
 
-	for (size_t k = o->n - o->head; k > 0; k--) {
-		uint32_t s = o->v[o->head++];
-		if (any || !p->held[s]) {
-			if (o->head == o->n)
-				o->head = o->n = 0;
-			*out = s;
-			return true;
-		}
-		p->nowed--; /* owe() counts it again */
-		p->given_back--;
-		owe(p, s, cls, p->is_owed[s] == 1);
-	}
-	return false;
+	if (o->head == o->n || (!any && o->nfree == 0))
+		return false;
+	while (!any && k < o->n && p->held[o->v[k]])
+		k++;
+	if (k == o->n)
+		return false; /* not reached: nfree > 0 */
+	*out = o->v[k];
+	memmove(o->v + o->head + 1, o->v + o->head,
+		(k - o->head) * sizeof(*o->v));
+	if (++o->head == o->n)
+		o->head = o->n = 0;
+	p->in_line[*out] = 0;
+	o->nfree -= !p->held[*out];
+	return true;
 }
 
 /* Give back one fresh sample of a class nobody waits for: from the
@@ -502,8 +513,9 @@ static struct entry *new_entry(uint32_t sample, uint32_t cls, uint64_t len)
 static void add_entry(struct pool *p, struct entry *e)
 {
 	p->bytes = p->bytes - e->reserved + e->len;
-	if (p->held[e->sample] < UINT8_MAX)
-		p->held[e->sample]++;
+	if (p->held[e->sample] < UINT8_MAX &&
+	    p->held[e->sample]++ == 0 && p->in_line[e->sample])
+		p->owed[e->cls].nfree--;
 	e->next = p->all;
 	if (p->all)
 		p->all->prev = e;
@@ -923,6 +935,7 @@ static int group_samples(struct pool *p, const uint32_t *class_of)
 		return -EINVAL;
 	p->class_of = xmalloc((ix->nsamples + 1) * sizeof(uint32_t));
 	p->is_owed = xcalloc(ix->nsamples + 1, 1);
+	p->in_line = xcalloc(ix->nsamples + 1, 1);
 	p->held = xcalloc(ix->nsamples + 1, 1);
 	p->shard_first = xcalloc(ix->nshards + 1, sizeof(uint32_t));
 	p->by_shard = xmalloc((ix->nsamples + 1) * sizeof(uint32_t));
@@ -997,6 +1010,7 @@ static void destroy(struct pool *p)
 	free(p->shuf_count);
 	free(p->class_of);
 	free(p->is_owed);
+	free(p->in_line);
 	free(p->held);
 	free(p->by_shard);
 	free(p->shard_first);
