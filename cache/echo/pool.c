@@ -90,6 +90,11 @@
 #define POOL_SAMPLE_MAX (256ULL << 20)
 /* A pass that produced nothing (every shard failing) is retried after this. */
 #define POOL_IDLE_S 1.0
+/* Rest after a walk that streamed nothing new (every sample still held for
+ * its echoes, only owed ones re-read): long enough that the walk, O(samples),
+ * is not a busy loop; short against a reader's patience (a waiting reader
+ * ends it at once). */
+#define POOL_REST_S 0.05
 #define POOL_INGEST_MAX 64
 /* Read samples queued for the ingest threads, per thread: enough that a
  * thread finishing a decode finds the next one read. */
@@ -152,6 +157,7 @@ struct pool {
 	uint32_t *shard_first; /* nshards + 1 offsets into by_shard */
 	uint32_t *order;       /* this pass's shard order (streamer) */
 	size_t norder;         /* shards in it: all, or this pass's part */
+	uint64_t walk_new;     /* pass samples read (not re-read) this walk */
 	uint64_t *counts;      /* samples per shard (repartition only) */
 	pthread_t thread, timer;
 	bool started, timer_started;
@@ -692,6 +698,7 @@ static int stream_sample(struct pool *p, uint32_t s, bool reread)
 	if (r == 0) {
 		p->bytes += m->size; /* reserved while reading */
 		p->samples++;
+		p->walk_new += !reread;
 	}
 	unlock_pool(p);
 	return r < 0 ? r : read_sample(p, s, reread);
@@ -780,6 +787,19 @@ static uint64_t fresh_total(const struct pool *p)
 	return n;
 }
 
+/* Rest s seconds (p->lock held) unless a reader waits or the pool stops.
+ * Releases signal room_cv too and do not end it: a walk per release is
+ * what the rest is for. */
+static void rest_unless_waited(struct pool *p, double s)
+{
+	struct timespec dl = deadline_after(s);
+
+	while (!p->stop && p->waiters == 0)
+		if (pthread_cond_timedwait(&p->room_cv, &p->lock, &dl) ==
+		    ETIMEDOUT)
+			return;
+}
+
 static bool next_pass(struct pool *p, int64_t added)
 {
 	while (!p->stop && p->ingesting)
@@ -796,6 +816,8 @@ static bool next_pass(struct pool *p, int64_t added)
 	if (added == 0 && !p->stop) {
 		struct timespec dl = deadline_after(POOL_IDLE_S);
 		pthread_cond_timedwait(&p->room_cv, &p->lock, &dl);
+	} else if (p->walk_new == 0) {
+		rest_unless_waited(p, POOL_REST_S);
 	}
 	if (p->stop)
 		return false;
@@ -811,6 +833,7 @@ static void *streamer_main(void *arg)
 
 	while (more) {
 		int64_t added = 0;
+		p->walk_new = 0;
 		for (size_t i = 0; i < p->norder; i++) {
 			int64_t r = stream_shard(p, i);
 			if (r < 0)
