@@ -32,6 +32,10 @@
  *   is_owed[]; before each pass sample the streamer re-reads owed samples
  *   of wanted classes (and of empty classes while there is room), which go
  *   straight to the policy. A later pass skips samples still owed.
+ *   When the whole set is held for its echoes, every sample of a walk is
+ *   owed: each line counts its readable entries (nfree) so the per-sample
+ *   check costs O(1), and a walk that read nothing new rests POOL_REST_S
+ *   before the next, so the streamer is not a busy loop (issue 11).
  * - Memory: pool_bytes counts the data of every sample held (in the buffer,
  *   in the policy, taken by readers, and those being read or ingested,
  *   reserved before the read at their raw size and corrected after the
