@@ -32,10 +32,6 @@
  *   is_owed[]; before each pass sample the streamer re-reads owed samples
  *   of wanted classes (and of empty classes while there is room), which go
  *   straight to the policy. A later pass skips samples still owed.
- *   When the whole set is held for its echoes, every sample of a walk is
- *   owed: each line counts its readable entries (nfree) so the per-sample
- *   check costs O(1), and a walk that read nothing new rests POOL_REST_S
- *   before the next, so the streamer is not a busy loop (issue 11).
  * - Memory: pool_bytes counts the data of every sample held (in the buffer,
  *   in the policy, taken by readers, and those being read or ingested,
  *   reserved before the read at their raw size and corrected after the
@@ -94,11 +90,6 @@
 #define POOL_SAMPLE_MAX (256ULL << 20)
 /* A pass that produced nothing (every shard failing) is retried after this. */
 #define POOL_IDLE_S 1.0
-/* Rest after a walk that streamed nothing new (every sample still held for
- * its echoes, only owed ones re-read): long enough that the walk, O(samples),
- * is not a busy loop; short against a reader's patience (a waiting reader
- * ends it at once). */
-#define POOL_REST_S 0.05
 #define POOL_INGEST_MAX 64
 /* Read samples queued for the ingest threads, per thread: enough that a
  * thread finishing a decode finds the next one read. */
@@ -139,15 +130,10 @@ struct waiter {
 	struct waiter *prev, *next;
 };
 
-/* Sample numbers given back, per class, oldest first (v[head..n)).
- * nfree counts those whose previous copy is no longer held: the streamer
- * asks "is one of them readable now?" for every sample it walks, and a
- * line of held samples (the whole data set in memory, each kept for its
- * echoes) must answer that without a scan. */
+/* Sample numbers given back, per class, oldest first (v[head..n)). */
 struct owed {
 	uint32_t *v;
 	size_t head, n, cap;
-	size_t nfree;
 };
 
 struct pool {
@@ -161,7 +147,6 @@ struct pool {
 	uint32_t *shard_first; /* nshards + 1 offsets into by_shard */
 	uint32_t *order;       /* this pass's shard order (streamer) */
 	size_t norder;         /* shards in it: all, or this pass's part */
-	uint64_t walk_new;     /* pass samples read (not re-read) this walk */
 	uint64_t *counts;      /* samples per shard (repartition only) */
 	pthread_t thread, timer;
 	bool started, timer_started;
@@ -183,7 +168,6 @@ struct pool {
 	struct owed *owed;     /* per class */
 	uint8_t *is_owed;      /* per sample */
 	uint8_t *held;	       /* per sample: entries of it held (saturating) */
-	uint8_t *in_line;      /* per sample: in its class's owed line */
 	uint64_t nowed;
 	uint32_t owed_next;    /* class the next owed pick starts at */
 	unsigned ingesting;    /* read, not yet added: queued or in the hook */
@@ -219,9 +203,8 @@ static void unlock_pool(struct pool *p)
 
 static void free_entry(struct pool *p, struct entry *e)
 {
-	if (p->held[e->sample] && p->held[e->sample] < UINT8_MAX &&
-	    --p->held[e->sample] == 0 && p->in_line[e->sample])
-		p->owed[e->cls].nfree++;
+	if (p->held[e->sample] && p->held[e->sample] < UINT8_MAX)
+		p->held[e->sample]--;
 	if (e->prev)
 		e->prev->next = e->next;
 	else
@@ -346,8 +329,6 @@ static void owe(struct pool *p, uint32_t sample, uint32_t cls, bool counted)
 		o->v = xrealloc(o->v, o->cap * sizeof(*o->v));
 	}
 	o->v[o->n++] = sample;
-	p->in_line[sample] = 1;
-	o->nfree += !p->held[sample];
 	p->is_owed[sample] = counted ? 1 : 2;
 	p->nowed++;
 	p->given_back++;
@@ -359,28 +340,26 @@ static bool owes(const struct pool *p, uint32_t cls)
 }
 
 /* The oldest owed sample of cls whose previous copy is no longer held
- * (held ones keep their place in line), or the oldest when the class
- * starves (a reader waits: a small class may have all its samples inside
- * the echo window). False if there is none; O(1) when all are held. */
+ * (held ones move to the back of the line), or any when the class starves
+ * (a reader waits: a small class may have all its samples inside the echo
+ * window). False if there is none. */
 static bool owed_pop(struct pool *p, uint32_t cls, bool any, uint32_t *out)
 {
 	struct owed *o = &p->owed[cls];
-	size_t k = o->head;
 
-	if (o->head == o->n || (!any && o->nfree == 0))
-		return false;
-	while (!any && k < o->n && p->held[o->v[k]])
-		k++;
-	if (k == o->n)
-		return false; /* not reached: nfree > 0 */
-	*out = o->v[k];
-	memmove(o->v + o->head + 1, o->v + o->head,
-		(k - o->head) * sizeof(*o->v));
-	if (++o->head == o->n)
-		o->head = o->n = 0;
-	p->in_line[*out] = 0;
-	o->nfree -= !p->held[*out];
-	return true;
+	for (size_t k = o->n - o->head; k > 0; k--) {
+		uint32_t s = o->v[o->head++];
+		if (any || !p->held[s]) {
+			if (o->head == o->n)
+				o->head = o->n = 0;
+			*out = s;
+			return true;
+		}
+		p->nowed--; /* owe() counts it again */
+		p->given_back--;
+		owe(p, s, cls, p->is_owed[s] == 1);
+	}
+	return false;
 }
 
 /* Give back one fresh sample of a class nobody waits for: from the
@@ -523,9 +502,8 @@ static struct entry *new_entry(uint32_t sample, uint32_t cls, uint64_t len)
 static void add_entry(struct pool *p, struct entry *e)
 {
 	p->bytes = p->bytes - e->reserved + e->len;
-	if (p->held[e->sample] < UINT8_MAX &&
-	    p->held[e->sample]++ == 0 && p->in_line[e->sample])
-		p->owed[e->cls].nfree--;
+	if (p->held[e->sample] < UINT8_MAX)
+		p->held[e->sample]++;
 	e->next = p->all;
 	if (p->all)
 		p->all->prev = e;
@@ -702,7 +680,6 @@ static int stream_sample(struct pool *p, uint32_t s, bool reread)
 	if (r == 0) {
 		p->bytes += m->size; /* reserved while reading */
 		p->samples++;
-		p->walk_new += !reread;
 	}
 	unlock_pool(p);
 	return r < 0 ? r : read_sample(p, s, reread);
@@ -791,19 +768,6 @@ static uint64_t fresh_total(const struct pool *p)
 	return n;
 }
 
-/* Rest s seconds (p->lock held) unless a reader waits or the pool stops.
- * Releases signal room_cv too and do not end it: a walk per release is
- * what the rest is for. */
-static void rest_unless_waited(struct pool *p, double s)
-{
-	struct timespec dl = deadline_after(s);
-
-	while (!p->stop && p->waiters == 0)
-		if (pthread_cond_timedwait(&p->room_cv, &p->lock, &dl) ==
-		    ETIMEDOUT)
-			return;
-}
-
 static bool next_pass(struct pool *p, int64_t added)
 {
 	while (!p->stop && p->ingesting)
@@ -820,8 +784,6 @@ static bool next_pass(struct pool *p, int64_t added)
 	if (added == 0 && !p->stop) {
 		struct timespec dl = deadline_after(POOL_IDLE_S);
 		pthread_cond_timedwait(&p->room_cv, &p->lock, &dl);
-	} else if (p->walk_new == 0) {
-		rest_unless_waited(p, POOL_REST_S);
 	}
 	if (p->stop)
 		return false;
@@ -837,7 +799,6 @@ static void *streamer_main(void *arg)
 
 	while (more) {
 		int64_t added = 0;
-		p->walk_new = 0;
 		for (size_t i = 0; i < p->norder; i++) {
 			int64_t r = stream_shard(p, i);
 			if (r < 0)
@@ -962,7 +923,6 @@ static int group_samples(struct pool *p, const uint32_t *class_of)
 		return -EINVAL;
 	p->class_of = xmalloc((ix->nsamples + 1) * sizeof(uint32_t));
 	p->is_owed = xcalloc(ix->nsamples + 1, 1);
-	p->in_line = xcalloc(ix->nsamples + 1, 1);
 	p->held = xcalloc(ix->nsamples + 1, 1);
 	p->shard_first = xcalloc(ix->nshards + 1, sizeof(uint32_t));
 	p->by_shard = xmalloc((ix->nsamples + 1) * sizeof(uint32_t));
@@ -1037,7 +997,6 @@ static void destroy(struct pool *p)
 	free(p->shuf_count);
 	free(p->class_of);
 	free(p->is_owed);
-	free(p->in_line);
 	free(p->held);
 	free(p->by_shard);
 	free(p->shard_first);
