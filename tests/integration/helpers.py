@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 
@@ -320,3 +321,38 @@ def failed_mount(mounter, source, opts, timeout=120, one_line=True):
         assert not m.mounted
         assert len(err.splitlines()) == 1, err
     return err
+
+
+def cache_bytes(cache_dir):
+    """Bytes of the files under cache_dir/shards (entries, temp files of
+    writers in progress, lock files): what cache_size caps."""
+    d = os.path.join(cache_dir, "shards")
+    n = 0
+    try:
+        names = os.listdir(d)
+    except FileNotFoundError:
+        return 0
+    for name in names:
+        try:
+            n += os.lstat(os.path.join(d, name)).st_size
+        except FileNotFoundError:
+            continue
+    return n
+
+
+class CacheSampler(threading.Thread):
+    """cache_bytes every `period` seconds until stopped; keeps the maximum."""
+
+    def __init__(self, cache_dir, period):
+        super().__init__(daemon=True)
+        self.cache_dir = cache_dir
+        self.period = period
+        self.stop = threading.Event()
+        self.max = 0
+        self.samples = 0
+
+    def run(self):
+        while not self.stop.is_set():
+            self.max = max(self.max, cache_bytes(self.cache_dir))
+            self.samples += 1
+            self.stop.wait(self.period)

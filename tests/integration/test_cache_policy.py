@@ -20,40 +20,6 @@ sys.path.insert(0, os.path.join(helpers.REPO, "tools", "dev"))
 import nginx as nginx_mod  # noqa: E402  (tools/dev/nginx.py)
 
 
-def cache_bytes(cache_dir):
-    """Bytes of every file under cache_dir/shards (entries, temp and lock
-    files): what cache_size caps."""
-    d = os.path.join(cache_dir, "shards")
-    n = 0
-    try:
-        names = os.listdir(d)
-    except FileNotFoundError:
-        return 0
-    for name in names:
-        try:
-            n += os.lstat(os.path.join(d, name)).st_size
-        except FileNotFoundError:
-            continue
-    return n
-
-
-class Sampler(threading.Thread):
-    """cache_bytes every 0.1 s until stopped; keeps the maximum."""
-
-    def __init__(self, cache_dir):
-        super().__init__(daemon=True)
-        self.cache_dir = cache_dir
-        self.stop = threading.Event()
-        self.max = 0
-        self.samples = 0
-
-    def run(self):
-        while not self.stop.is_set():
-            self.max = max(self.max, cache_bytes(self.cache_dir))
-            self.samples += 1
-            self.stop.wait(0.1)
-
-
 def drop_page_cache():
     """So that the second pass asks the daemon again (the page-cache pusher
     filled the kernel's cache in the first)."""
@@ -95,7 +61,7 @@ def test_class_sorted_two_passes_do_not_thrash(dataset, nginx, mounter,
     ref = dataset.ref_hashes("test")
     paths = sorted(ref, key=lambda p: (p.split("/")[0], p))
     assert {p for p in helpers.list_paths(m.mnt) if not p.startswith(".")} == set(ref)
-    sampler = Sampler(cache_dir)
+    sampler = helpers.CacheSampler(cache_dir, 0.1)
     sampler.start()
     per_pass = []
     try:

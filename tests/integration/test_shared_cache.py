@@ -95,41 +95,6 @@ def shard_order_paths(dataset):
     return [p for g in shard_groups(dataset) for p in g]
 
 
-def cache_bytes(cache_dir):
-    """Bytes of the files under cache_dir/shards (entries, temp files of
-    writers in progress, lock files): what cache_size caps."""
-    d = os.path.join(cache_dir, "shards")
-    n = 0
-    try:
-        names = os.listdir(d)
-    except FileNotFoundError:
-        return 0
-    for name in names:
-        try:
-            st = os.lstat(os.path.join(d, name))
-        except FileNotFoundError:
-            continue
-        n += st.st_size
-    return n
-
-
-class Sampler(threading.Thread):
-    """Samples cache_bytes every 0.2 s until stopped; keeps the maximum."""
-
-    def __init__(self, cache_dir):
-        super().__init__(daemon=True)
-        self.cache_dir = cache_dir
-        self.stop = threading.Event()
-        self.max = 0
-        self.samples = 0
-
-    def run(self):
-        while not self.stop.is_set():
-            self.max = max(self.max, cache_bytes(self.cache_dir))
-            self.samples += 1
-            self.stop.wait(0.2)
-
-
 def test_three_mounts_share_one_cache(dataset, slow_nginx, mounter, tmp_path):
     """Three daemons, one cache_dir smaller than the data, the same shards
     read at once by all three (within one shard of each other): no wrong
@@ -148,7 +113,7 @@ def test_three_mounts_share_one_cache(dataset, slow_nginx, mounter, tmp_path):
     ref = dataset.ref_hashes("test")
     prog = os.path.join(str(tmp_path), "progress")
     os.makedirs(prog)
-    sampler = Sampler(cache_dir)
+    sampler = helpers.CacheSampler(cache_dir, 0.2)
     sampler.start()
     procs = []
     try:
