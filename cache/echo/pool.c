@@ -31,7 +31,15 @@
  *   unread). Given-back sample numbers wait in owed[c] and are marked in
  *   is_owed[]; before each pass sample the streamer re-reads owed samples
  *   of wanted classes (and of empty classes while there is room), which go
- *   straight to the policy. A later pass skips samples still owed.
+ *   straight to the policy. A later pass skips samples still owed. A
+ *   line is in pass order (debt_pass[]): a copy given back after the next
+ *   pass began goes before that pass's samples, and a sample owed for two
+ *   passes keeps one place, the older, so a reader of one class sees each
+ *   of its samples once before any twice.
+ *   When the whole set is held for its echoes, every sample of a walk is
+ *   owed: each line counts its readable entries (nfree) so the per-sample
+ *   check costs O(1), and a walk that read nothing new rests POOL_REST_S
+ *   before the next, so the streamer is not a busy loop (issue 11).
  * - Memory: pool_bytes counts the data of every sample held (in the buffer,
  *   in the policy, taken by readers, and those being read or ingested,
  *   reserved before the read at their raw size and corrected after the
@@ -90,6 +98,11 @@
 #define POOL_SAMPLE_MAX (256ULL << 20)
 /* A pass that produced nothing (every shard failing) is retried after this. */
 #define POOL_IDLE_S 1.0
+/* Rest after a walk that streamed nothing new (every sample still held for
+ * its echoes, only owed ones re-read): long enough that the walk, O(samples),
+ * is not a busy loop; short against a reader's patience (a waiting reader
+ * ends it at once). */
+#define POOL_REST_S 0.05
 #define POOL_INGEST_MAX 64
 /* Read samples queued for the ingest threads, per thread: enough that a
  * thread finishing a decode finds the next one read. */
@@ -102,6 +115,7 @@ struct entry {
 	uint8_t *data;
 	uint64_t reserved; /* bytes reserved while read and ingested */
 	bool reread;	   /* an owed sample read again: straight to the policy */
+	uint32_t pass;	   /* the pass whose serve of the sample this is */
 	struct workq_item wi; /* queued for an ingest worker */
 	/* Under p->lock: */
 	unsigned refs;	/* readers holding it */
@@ -130,10 +144,15 @@ struct waiter {
 	struct waiter *prev, *next;
 };
 
-/* Sample numbers given back, per class, oldest first (v[head..n)). */
+/* Sample numbers given back, per class, oldest first (v[head..n)).
+ * nfree counts those whose previous copy is no longer held: the streamer
+ * asks "is one of them readable now?" for every sample it walks, and a
+ * line of held samples (the whole data set in memory, each kept for its
+ * echoes) must answer that without a scan. */
 struct owed {
 	uint32_t *v;
 	size_t head, n, cap;
+	size_t nfree;
 };
 
 struct pool {
@@ -147,6 +166,9 @@ struct pool {
 	uint32_t *shard_first; /* nshards + 1 offsets into by_shard */
 	uint32_t *order;       /* this pass's shard order (streamer) */
 	size_t norder;         /* shards in it: all, or this pass's part */
+	uint64_t walk_new;     /* pass samples read (not re-read) this walk */
+	uint64_t walks;        /* walks of a pass begun (under p->lock) */
+	uint64_t owed_looks;   /* owed entries looked at to find a readable one */
 	uint64_t *counts;      /* samples per shard (repartition only) */
 	pthread_t thread, timer;
 	bool started, timer_started;
@@ -168,6 +190,8 @@ struct pool {
 	struct owed *owed;     /* per class */
 	uint8_t *is_owed;      /* per sample */
 	uint8_t *held;	       /* per sample: entries of it held (saturating) */
+	uint8_t *in_line;      /* per sample: in its class's owed line */
+	uint32_t *debt_pass;   /* per sample in line: the pass it is owed for */
 	uint64_t nowed;
 	uint32_t owed_next;    /* class the next owed pick starts at */
 	unsigned ingesting;    /* read, not yet added: queued or in the hook */
@@ -203,8 +227,9 @@ static void unlock_pool(struct pool *p)
 
 static void free_entry(struct pool *p, struct entry *e)
 {
-	if (p->held[e->sample] && p->held[e->sample] < UINT8_MAX)
-		p->held[e->sample]--;
+	if (p->held[e->sample] && p->held[e->sample] < UINT8_MAX &&
+	    --p->held[e->sample] == 0 && p->in_line[e->sample])
+		p->owed[e->cls].nfree++;
 	if (e->prev)
 		e->prev->next = e->next;
 	else
@@ -314,10 +339,16 @@ static bool evict_one(struct pool *p)
 /* ---- demand: giving back and re-reading (p->lock held) ---- */
 
 /* counted: the sample was counted in fresh_in_pass when it first came
- * (is_owed 1); else it counts when it is read (is_owed 2). */
-static void owe(struct pool *p, uint32_t sample, uint32_t cls, bool counted)
+ * (is_owed 1); else it counts when it is read (is_owed 2). pass: the pass
+ * it is owed for. The line is in pass order, oldest first within a pass:
+ * a copy of pass N given back after pass N+1 began must not queue behind
+ * pass N+1's samples, or a reader of the class would see one sample twice
+ * before another once. */
+static void owe(struct pool *p, uint32_t sample, uint32_t cls, bool counted,
+		uint32_t pass)
 {
 	struct owed *o = &p->owed[cls];
+	size_t k;
 
 	if (o->n == o->cap && o->head > 0) {
 		memmove(o->v, o->v + o->head, (o->n - o->head) * sizeof(*o->v));
@@ -328,10 +359,36 @@ static void owe(struct pool *p, uint32_t sample, uint32_t cls, bool counted)
 		o->cap = o->cap ? o->cap * 2 : 64;
 		o->v = xrealloc(o->v, o->cap * sizeof(*o->v));
 	}
-	o->v[o->n++] = sample;
+	for (k = o->n; k > o->head && p->debt_pass[o->v[k - 1]] > pass; k--)
+		;
+	memmove(o->v + k + 1, o->v + k, (o->n - k) * sizeof(*o->v));
+	o->v[k] = sample;
+	o->n++;
+	p->debt_pass[sample] = pass;
+	p->in_line[sample] = 1;
+	o->nfree += !p->held[sample];
 	p->is_owed[sample] = counted ? 1 : 2;
 	p->nowed++;
 	p->given_back++;
+}
+
+/* Take a sample out of its class's line (O(line): give-backs only). */
+static void line_remove(struct pool *p, uint32_t sample, uint32_t cls)
+{
+	struct owed *o = &p->owed[cls];
+	size_t k = o->head;
+
+	while (k < o->n && o->v[k] != sample)
+		k++;
+	if (k == o->n)
+		return;
+	memmove(o->v + k, o->v + k + 1, (o->n - k - 1) * sizeof(*o->v));
+	if (--o->n == o->head)
+		o->head = o->n = 0;
+	p->in_line[sample] = 0;
+	o->nfree -= !p->held[sample];
+	p->nowed--;
+	p->given_back--; /* owe() counts it again */
 }
 
 static bool owes(const struct pool *p, uint32_t cls)
@@ -340,26 +397,29 @@ static bool owes(const struct pool *p, uint32_t cls)
 }
 
 /* The oldest owed sample of cls whose previous copy is no longer held
- * (held ones move to the back of the line), or any when the class starves
- * (a reader waits: a small class may have all its samples inside the echo
- * window). False if there is none. */
+ * (held ones keep their place in line), or the oldest when the class
+ * starves (a reader waits: a small class may have all its samples inside
+ * the echo window). False if there is none; O(1) when all are held. */
 static bool owed_pop(struct pool *p, uint32_t cls, bool any, uint32_t *out)
 {
 	struct owed *o = &p->owed[cls];
+	size_t k = o->head;
 
-	for (size_t k = o->n - o->head; k > 0; k--) {
-		uint32_t s = o->v[o->head++];
-		if (any || !p->held[s]) {
-			if (o->head == o->n)
-				o->head = o->n = 0;
-			*out = s;
-			return true;
-		}
-		p->nowed--; /* owe() counts it again */
-		p->given_back--;
-		owe(p, s, cls, p->is_owed[s] == 1);
-	}
-	return false;
+	if (o->head == o->n || (!any && o->nfree == 0))
+		return false;
+	while (!any && k < o->n && p->held[o->v[k]])
+		k++;
+	p->owed_looks += k - o->head + 1;
+	if (k == o->n)
+		return false; /* not reached: nfree > 0 */
+	*out = o->v[k];
+	memmove(o->v + o->head + 1, o->v + o->head,
+		(k - o->head) * sizeof(*o->v));
+	if (++o->head == o->n)
+		o->head = o->n = 0;
+	p->in_line[*out] = 0;
+	o->nfree -= !p->held[*out];
+	return true;
 }
 
 /* Give back one fresh sample of a class nobody waits for: from the
@@ -393,7 +453,13 @@ static bool give_back_one(struct pool *p)
 		return false;
 	e->attached = false;
 drop:
-	owe(p, e->sample, e->cls, true);
+	if (p->in_line[e->sample])
+		/* Its next pass already waits in line (deferred while this
+		 * copy was held): one debt, served once (as a pass skips a
+		 * sample still owed from an earlier one), kept in line at
+		 * the older pass's place. */
+		line_remove(p, e->sample, e->cls);
+	owe(p, e->sample, e->cls, true, e->pass);
 	free_entry(p, e);
 	return true;
 }
@@ -502,8 +568,9 @@ static struct entry *new_entry(uint32_t sample, uint32_t cls, uint64_t len)
 static void add_entry(struct pool *p, struct entry *e)
 {
 	p->bytes = p->bytes - e->reserved + e->len;
-	if (p->held[e->sample] < UINT8_MAX)
-		p->held[e->sample]++;
+	if (p->held[e->sample] < UINT8_MAX &&
+	    p->held[e->sample]++ == 0 && p->in_line[e->sample])
+		p->owed[e->cls].nfree--;
 	e->next = p->all;
 	if (p->all)
 		p->all->prev = e;
@@ -612,7 +679,8 @@ static int queue_ingest(struct pool *p, struct entry *e)
 
 /* Read sample s (memory reserved), then ingest or add it. Returns 1, 0
  * (skipped, counted) or -ESHUTDOWN. */
-static int read_sample(struct pool *p, uint32_t s, bool reread)
+static int read_sample(struct pool *p, uint32_t s, bool reread,
+		       uint32_t pass)
 {
 	const struct index_sample *m = &p->ix->samples[s];
 	struct entry *e = new_entry(s, p->class_of[s], m->size);
@@ -621,6 +689,7 @@ static int read_sample(struct pool *p, uint32_t s, bool reread)
 
 	if (e) {
 		e->reread = reread;
+		e->pass = pass;
 		n = shards_read(p->sh, m->shard, m->offset, e->len, e->data);
 	}
 	ok = e && n == (ssize_t)m->size;
@@ -640,7 +709,7 @@ static int read_sample(struct pool *p, uint32_t s, bool reread)
 static int stream_sample(struct pool *p, uint32_t s, bool reread)
 {
 	const struct index_sample *m;
-	uint32_t cls = p->class_of[s];
+	uint32_t cls = p->class_of[s], pass;
 	int r;
 
 	pthread_mutex_lock(&p->lock);
@@ -652,7 +721,7 @@ static int stream_sample(struct pool *p, uint32_t s, bool reread)
 	if (!reread && (p->held[s] || owes(p, cls))) {
 		/* Its previous pass's copy is still held, or older samples of
 		 * its class are owed: those go first, this one waits in line. */
-		owe(p, s, cls, false);
+		owe(p, s, cls, false, (uint32_t)p->pass);
 		p->given_back--; /* moved in line, not given back */
 		if (!owed_pop(p, cls, p->want[cls] > 0, &s)) {
 			pthread_mutex_unlock(&p->lock);
@@ -672,17 +741,19 @@ static int stream_sample(struct pool *p, uint32_t s, bool reread)
 	    p->bytes + m->size > p->o.mem_size) {
 		/* Memory is full and nobody asks for this class: give it back
 		 * unread, so the stream reaches the classes asked for. */
-		owe(p, s, cls, false);
+		owe(p, s, cls, false, (uint32_t)p->pass);
 		pthread_mutex_unlock(&p->lock);
 		return 1;
 	}
+	pass = reread ? p->debt_pass[s] : (uint32_t)p->pass;
 	r = make_room(p, m->size);
 	if (r == 0) {
 		p->bytes += m->size; /* reserved while reading */
 		p->samples++;
+		p->walk_new += !reread;
 	}
 	unlock_pool(p);
-	return r < 0 ? r : read_sample(p, s, reread);
+	return r < 0 ? r : read_sample(p, s, reread, pass);
 }
 
 /* Re-read the owed samples that are wanted now. Returns how many, or
@@ -768,6 +839,19 @@ static uint64_t fresh_total(const struct pool *p)
 	return n;
 }
 
+/* Rest s seconds (p->lock held) unless a reader waits or the pool stops.
+ * Releases signal room_cv too and do not end it: a walk per release is
+ * what the rest is for. */
+static void rest_unless_waited(struct pool *p, double s)
+{
+	struct timespec dl = deadline_after(s);
+
+	while (!p->stop && p->waiters == 0)
+		if (pthread_cond_timedwait(&p->room_cv, &p->lock, &dl) ==
+		    ETIMEDOUT)
+			return;
+}
+
 static bool next_pass(struct pool *p, int64_t added)
 {
 	while (!p->stop && p->ingesting)
@@ -784,6 +868,8 @@ static bool next_pass(struct pool *p, int64_t added)
 	if (added == 0 && !p->stop) {
 		struct timespec dl = deadline_after(POOL_IDLE_S);
 		pthread_cond_timedwait(&p->room_cv, &p->lock, &dl);
+	} else if (p->walk_new == 0) {
+		rest_unless_waited(p, POOL_REST_S);
 	}
 	if (p->stop)
 		return false;
@@ -799,6 +885,10 @@ static void *streamer_main(void *arg)
 
 	while (more) {
 		int64_t added = 0;
+		p->walk_new = 0;
+		pthread_mutex_lock(&p->lock);
+		p->walks++;
+		pthread_mutex_unlock(&p->lock);
 		for (size_t i = 0; i < p->norder; i++) {
 			int64_t r = stream_shard(p, i);
 			if (r < 0)
@@ -923,6 +1013,8 @@ static int group_samples(struct pool *p, const uint32_t *class_of)
 		return -EINVAL;
 	p->class_of = xmalloc((ix->nsamples + 1) * sizeof(uint32_t));
 	p->is_owed = xcalloc(ix->nsamples + 1, 1);
+	p->in_line = xcalloc(ix->nsamples + 1, 1);
+	p->debt_pass = xcalloc(ix->nsamples + 1, sizeof(uint32_t));
 	p->held = xcalloc(ix->nsamples + 1, 1);
 	p->shard_first = xcalloc(ix->nshards + 1, sizeof(uint32_t));
 	p->by_shard = xmalloc((ix->nsamples + 1) * sizeof(uint32_t));
@@ -997,6 +1089,8 @@ static void destroy(struct pool *p)
 	free(p->shuf_count);
 	free(p->class_of);
 	free(p->is_owed);
+	free(p->in_line);
+	free(p->debt_pass);
 	free(p->held);
 	free(p->by_shard);
 	free(p->shard_first);
@@ -1379,6 +1473,8 @@ void pool_get_stats(struct pool *p, struct pool_stats *out)
 		.reread = p->reread,
 		.owed = p->nowed,
 		.parked = p->nparked,
+		.walks = p->walks,
+		.owed_looks = p->owed_looks,
 	};
 	pthread_mutex_unlock(&p->lock);
 }

@@ -99,6 +99,10 @@ struct pool_stats {
 	uint64_t reread;        /* given-back samples read again when wanted */
 	uint64_t owed;          /* given-back samples still owed a fresh serve */
 	uint64_t parked;        /* takes waiting now */
+	/* The streamer's work, for tests and profiles: walks of a pass begun,
+	 * and owed-line entries looked at to find one readable now. */
+	uint64_t walks;
+	uint64_t owed_looks;
 };
 
 /* A sample handed to a reader: immutable bytes, reference counted. */
