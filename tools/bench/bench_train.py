@@ -40,6 +40,8 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 from torchvision import datasets, transforms
 
+from benchlib import read_stats
+
 TF = transforms.Compose([
     transforms.Grayscale(1),
     transforms.ToTensor(),
@@ -117,11 +119,7 @@ def accuracy(model, x, y):
 
 
 def echofs_stats(root):
-    try:
-        with open(os.path.join(root, ".echofs", "stats")) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
+    return read_stats(root) or {}
 
 
 class Run:
