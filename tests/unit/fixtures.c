@@ -181,8 +181,8 @@ struct http *fx_http_open(unsigned connections, double retry_budget_s)
 	return h;
 }
 
-void fx_shards_teardown(struct fx_server *srv, struct http **h,
-			uint8_t **data, int n, const char *tdir)
+void fx_shards_teardown(struct fx_server *srv, struct http **h, uint8_t **data,
+			int n, const char *tdir)
 {
 	fx_server_stop(srv);
 	http_free(*h);

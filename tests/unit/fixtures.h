@@ -111,7 +111,7 @@ struct http *fx_http_open(unsigned connections, double retry_budget_s);
 
 /* The teardown of a suite that serves n shards from tdir: stops srv, frees
  * *h and the n buffers in data (set to NULL), removes tdir. */
-void fx_shards_teardown(struct fx_server *srv, struct http **h,
-			uint8_t **data, int n, const char *tdir);
+void fx_shards_teardown(struct fx_server *srv, struct http **h, uint8_t **data,
+			int n, const char *tdir);
 
 #endif

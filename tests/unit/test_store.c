@@ -1271,8 +1271,8 @@ struct fits_run {
 	uint64_t size[FS_URLS];
 	bool needed[FS_URLS];
 	unsigned seed;
-	bool hint_on;	    /* store 0 has fs_needed as its hint */
-	int walks[2];	    /* answers only a walk gave: no, yes */
+	bool hint_on; /* store 0 has fs_needed as its hint */
+	int walks[2]; /* answers only a walk gave: no, yes */
 };
 
 static struct fits_run fr;
@@ -1288,7 +1288,8 @@ static int fs_needed(void *ud, uint64_t hash)
 	(void)ud;
 	for (int i = 0; i < FS_URLS; i++) {
 		fs_url(i, url, sizeof(url));
-		if (fr.needed[i] && store_key_hash(url, "\"e\"", fr.size[i]) == hash)
+		if (fr.needed[i] &&
+		    store_key_hash(url, "\"e\"", fr.size[i]) == hash)
 			return 1;
 	}
 	return 0;
@@ -1298,19 +1299,22 @@ static int fs_needed(void *ud, uint64_t hash)
  * sizes from a sliver to more than the cap. */
 static void fs_check(uint64_t unit, int step)
 {
-	const uint64_t sizes[] = {100, 1000, 2000, 3000, unit, 2 * unit,
-				  5 * unit, 9 * unit};
+	const uint64_t sizes[] = {100,	1000,	  2000,	    3000,
+				  unit, 2 * unit, 5 * unit, 9 * unit};
 	for (int k = 0; k < 2; k++) {
 		for (size_t j = 0; j < sizeof(sizes) / sizeof(sizes[0]); j++) {
 			uint64_t sum, walk;
 			int want, got = store_fits(fr.s[k], sizes[j]);
 			store_debug_fits_walk(fr.s[k], sizes[j], &want, &sum,
 					      &walk);
-			cr_assert_eq(sum, walk, "step %d store %d: sum %" PRIu64
-				     " walk %" PRIu64, step, k, sum, walk);
-			cr_assert_eq(got, want, "step %d store %d size %" PRIu64
-				     ": fits %d, walk says %d", step, k,
-				     sizes[j], got, want);
+			cr_assert_eq(sum, walk,
+				     "step %d store %d: sum %" PRIu64
+				     " walk %" PRIu64,
+				     step, k, sum, walk);
+			cr_assert_eq(got, want,
+				     "step %d store %d size %" PRIu64
+				     ": fits %d, walk says %d",
+				     step, k, sizes[j], got, want);
 		}
 	}
 }
