@@ -148,6 +148,10 @@ struct store {
 	size_t nbuckets, nentries;
 	uint64_t gen; /* rescans started */
 	struct store_stats st;
+	/* Sum of file_bytes over entries that own their file and are not
+	 * dropped (entry_live): what eviction could free at most, so that
+	 * store_fits answers most calls without walking the table. */
+	uint64_t live_bytes;
 	/* The reader's "still needed" hint (store_set_needed); NULL: none. */
 	store_needed_fn needed;
 	void *needed_ud;
@@ -281,6 +285,13 @@ static void table_grow(struct store *s)
 	free(ot);
 }
 
+/* Does e count in s->live_bytes? Test (and adjust the sum) before any
+ * change of owns_file, dropped or table membership. */
+static bool entry_live(const struct store_entry *e)
+{
+	return e->owns_file && !e->dropped;
+}
+
 static void table_insert(struct store *s, struct store_entry *e)
 {
 	struct store_entry **b;
@@ -348,6 +359,8 @@ static void entry_destroy(struct store *s, struct store_entry *e,
 {
 	struct stat sb;
 	table_remove(s, e);
+	if (entry_live(e))
+		s->live_bytes -= e->file_bytes;
 	if (e->owns_file) {
 		if (unlink_file &&
 		    fstatat(s->dirfd, e->name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
@@ -532,6 +545,7 @@ static struct store_entry *adopt(struct store *s, struct store_entry *e)
 	table_insert(s, e);
 	s->st.entries++;
 	s->st.bytes += e->file_bytes;
+	s->live_bytes += e->file_bytes;
 	return e;
 }
 
@@ -607,6 +621,8 @@ static void forget_unseen(struct store *s, uint64_t gen)
 				entry_destroy(s, e, false);
 				continue;
 			}
+			if (entry_live(e))
+				s->live_bytes -= e->file_bytes;
 			e->owns_file = false;
 			s->st.bytes -= e->file_bytes;
 			if (!e->dropped) {
@@ -962,9 +978,31 @@ uint64_t store_key_hash(const char *url, const char *etag, uint64_t size)
 /* A footer's size for a key of a typical length: for the estimate below. */
 #define FIT_KEY_GUESS 256
 
+/* s->lock held, s->needed set. Do the live entries the hint does not name
+ * hold at least `need` bytes? Walks the table (the hint's answers change
+ * in the reader's pass without the store hearing of it), stopping once they
+ * do. */
+static bool unneeded_reach(struct store *s, uint64_t need)
+{
+	uint64_t freeable = 0;
+
+	for (size_t i = 0; i < s->nbuckets; i++)
+		for (struct store_entry *e = s->tab[i]; e; e = e->hnext) {
+			if (!entry_live(e) || s->needed(s->needed_ud, e->hash))
+				continue;
+			freeable += e->file_bytes;
+			if (freeable >= need)
+				return true;
+		}
+	return freeable >= need;
+}
+
+/* Room now, none even with every live entry gone, or no hint: answered
+ * from the sums; only a full store under a hint asks the hint per entry. */
 int store_fits(struct store *s, uint64_t size)
 {
-	uint64_t freeable = 0, want;
+	uint64_t want;
+	int fits;
 
 	if (!s)
 		return 0;
@@ -972,14 +1010,36 @@ int store_fits(struct store *s, uint64_t size)
 	if (want > s->st.cap)
 		return 1; /* never fits: store_begin refuses it and says why */
 	pthread_mutex_lock(&s->lock);
-	for (size_t i = 0; i < s->nbuckets; i++)
-		for (struct store_entry *e = s->tab[i]; e; e = e->hnext)
-			if (e->owns_file && !e->dropped &&
-			    (!s->needed || !s->needed(s->needed_ud, e->hash)))
-				freeable += e->file_bytes;
 	want += s->st.bytes;
+	if (want <= s->st.cap)
+		fits = 1;
+	else if (want - s->st.cap > s->live_bytes)
+		fits = 0;
+	else
+		fits = !s->needed || unneeded_reach(s, want - s->st.cap);
 	pthread_mutex_unlock(&s->lock);
-	return want <= s->st.cap + freeable;
+	return fits;
+}
+
+void store_debug_fits_walk(struct store *s, uint64_t size, int *fits,
+			   uint64_t *live_sum, uint64_t *live_walk)
+{
+	uint64_t freeable = 0, live = 0, want;
+
+	want = size + footer_bytes(blocks_for(size), FIT_KEY_GUESS);
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < s->nbuckets; i++)
+		for (struct store_entry *e = s->tab[i]; e; e = e->hnext) {
+			if (!entry_live(e))
+				continue;
+			live += e->file_bytes;
+			if (!s->needed || !s->needed(s->needed_ud, e->hash))
+				freeable += e->file_bytes;
+		}
+	*fits = want > s->st.cap || want + s->st.bytes <= s->st.cap + freeable;
+	*live_sum = s->live_bytes;
+	*live_walk = live;
+	pthread_mutex_unlock(&s->lock);
 }
 
 void store_interrupt(struct store *s)
@@ -1144,6 +1204,8 @@ void store_drop(struct store_entry *e)
 		return;
 	pthread_mutex_lock(&e->s->lock);
 	bool first = !e->dropped;
+	if (entry_live(e))
+		e->s->live_bytes -= e->file_bytes;
 	if (!e->dropped) {
 		e->dropped = true;
 		e->s->st.entries--;
@@ -1620,6 +1682,8 @@ static void supersede(struct store *s, uint64_t h)
 		next = e->hnext;
 		if (e->hash != h || !e->owns_file)
 			continue;
+		if (entry_live(e))
+			s->live_bytes -= e->file_bytes;
 		e->owns_file = false;
 		s->st.bytes -= e->file_bytes;
 		if (!e->dropped) {
@@ -1665,6 +1729,7 @@ static int publish(struct store_writer *w, struct store_entry *e)
 	e->born = s->gen;
 	table_insert(s, e);
 	s->st.bytes += e->file_bytes;
+	s->live_bytes += e->file_bytes;
 	s->st.entries++;
 	pthread_mutex_unlock(&s->lock);
 	dir_unlock(lk);

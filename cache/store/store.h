@@ -91,6 +91,11 @@ uint64_t store_key_hash(const char *url, const char *etag, uint64_t size);
  * ENOSPC and its reason is logged); 0 if only needed entries stand in the
  * way. For readers that would rather not queue a fetch that is refused. */
 int store_fits(struct store *s, uint64_t size);
+/* For tests: store_fits's answer by a walk of the whole table (how it was
+ * computed before the running sum), and that sum beside the same sum
+ * walked; they must agree. */
+void store_debug_fits_walk(struct store *s, uint64_t size, int *fits,
+			   uint64_t *live_sum, uint64_t *live_walk);
 
 /* End every present and future wait of store_begin with ECANCELED (for
  * shutdown). */

@@ -3,6 +3,7 @@
 
 #include "cache/image/transform.h"
 #include "common/util.h"
+#include "fetch/net/http.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -163,6 +164,34 @@ void fx_shard_finish(struct tarw *t, const char *root, int n, uint8_t **data,
 	*data = t->buf;
 	*len = t->len;
 	memset(t, 0, sizeof(*t));
+}
+
+struct http *fx_http_open(unsigned connections, double retry_budget_s)
+{
+	char err[256];
+	struct http *h = NULL;
+	struct http_opts ho = {.connections = connections,
+			       .retry_budget_s = retry_budget_s,
+			       .backoff_base_s = 0.05,
+			       .low_speed_time_s = 3};
+
+	cr_assert_eq(http_global_init(), 0);
+	cr_assert_eq(http_open(&ho, &h, err, sizeof(err)), 0, "http_open: %s",
+		     err);
+	return h;
+}
+
+void fx_shards_teardown(struct fx_server *srv, struct http **h, uint8_t **data,
+			int n, const char *tdir)
+{
+	fx_server_stop(srv);
+	http_free(*h);
+	*h = NULL;
+	for (int s = 0; s < n; s++) {
+		free(data[s]);
+		data[s] = NULL;
+	}
+	fx_rm_tree(tdir);
 }
 
 /* ---- fault server ---- */

@@ -101,4 +101,17 @@ void fx_server_start(struct fx_server *s, const char *root,
 /* Stops the server with SIGTERM and reaps it; a no-op when none runs. */
 void fx_server_stop(struct fx_server *s);
 
+struct http;
+
+/* http_global_init() and http_open() for a suite that fetches from the fault
+ * server: `connections` handles, retry_budget_s seconds of retries from a
+ * 50 ms backoff, 3 s low-speed limit. Fails the test on error; the caller
+ * frees the client (fx_shards_teardown() does). */
+struct http *fx_http_open(unsigned connections, double retry_budget_s);
+
+/* The teardown of a suite that serves n shards from tdir: stops srv, frees
+ * *h and the n buffers in data (set to NULL), removes tdir. */
+void fx_shards_teardown(struct fx_server *srv, struct http **h, uint8_t **data,
+			int n, const char *tdir);
+
 #endif

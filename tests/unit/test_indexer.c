@@ -47,14 +47,12 @@ static void make_shards(void)
 	unsigned seed = 4242;
 	for (int s = 0; s < NSHARDS; s++) {
 		struct tarw t = {0};
-		char name[96], path[160], cls[16];
+		char name[96], cls[16];
 		for (int k = 0; k < PER_SHARD; k++) {
 			struct sample *m = &samples[s][k];
 			size_t n = 100 + (size_t)(rand_r(&seed) % 60000);
-			uint8_t *img = xmalloc(n);
+			uint8_t *img = fx_random_bytes(&seed, n);
 			bool dir = k % 7 == 3;
-			for (size_t i = 0; i < n; i++)
-				img[i] = (uint8_t)rand_r(&seed);
 			m->ext = k % 5 == 1 ? "png" : "jpg";
 			snprintf(m->key, sizeof(m->key), "%s%d_%04d",
 				 dir ? "dog/" : "", s, k);
@@ -78,43 +76,20 @@ static void make_shards(void)
 		/* A label that is not a number: bad_label, not tar_skipped. */
 		tarw_add(&t, "zz_bad.jpg", "img", 3);
 		tarw_add(&t, "zz_bad.cls", "cat\n", 4);
-		tarw_end(&t);
-		shard_data[s] = t.buf;
-		shard_len[s] = t.len;
-		snprintf(path, sizeof(path), "%s/s%d.tar", root, s);
-		fx_write_file(path, t.buf, t.len);
+		fx_shard_finish(&t, root, s, &shard_data[s], &shard_len[s]);
 	}
 }
 
 static void setup(void)
 {
-	char err[256];
-	struct http_opts ho = {.connections = 8,
-			       .retry_budget_s = 3,
-			       .backoff_base_s = 0.05,
-			       .low_speed_time_s = 3};
-
-	snprintf(tdir, sizeof(tdir), "/tmp/echofs-indexer-XXXXXX");
-	cr_assert_not_null(mkdtemp(tdir));
-	snprintf(root, sizeof(root), "%s/www", tdir);
-	snprintf(cdir, sizeof(cdir), "%s/cache", tdir);
-	cr_assert_eq(mkdir(root, 0700), 0);
+	fx_tree_make("indexer", tdir, root, cdir);
 	make_shards();
-	cr_assert_eq(http_global_init(), 0);
-	cr_assert_eq(http_open(&ho, &h, err, sizeof(err)), 0, "http_open: %s",
-		     err);
+	h = fx_http_open(8, 3);
 }
 
 static void teardown(void)
 {
-	fx_server_stop(&srv);
-	http_free(h);
-	h = NULL;
-	for (int s = 0; s < NSHARDS; s++) {
-		free(shard_data[s]);
-		shard_data[s] = NULL;
-	}
-	fx_rm_tree(tdir);
+	fx_shards_teardown(&srv, &h, shard_data, NSHARDS, tdir);
 }
 
 TestSuite(indexer, .init = setup, .fini = teardown, .timeout = 90);

@@ -48,13 +48,11 @@ static void make_shards(void)
 	memset(per_class, 0, sizeof(per_class));
 	for (int s = 0; s < NSHARDS; s++) {
 		struct tarw t = {0};
-		char name[64], path[160];
+		char name[64];
 		for (int k = 0; k < PER_SHARD; k++) {
 			int i = s * PER_SHARD + k;
 			size_t n = 2000 + (size_t)(rand_r(&seed) % 20000);
-			uint8_t *img = xmalloc(n);
-			for (size_t b = 0; b < n; b++)
-				img[b] = (uint8_t)rand_r(&seed);
+			uint8_t *img = fx_random_bytes(&seed, n);
 			snprintf(name, sizeof(name), "s%d_%04d.jpg", s, k);
 			samples[s][k].off = tarw_add(&t, name, img, n);
 			samples[s][k].size = n;
@@ -64,43 +62,20 @@ static void make_shards(void)
 				per_class[class_of[i]]++;
 			free(img);
 		}
-		tarw_end(&t);
-		shard_data[s] = t.buf;
-		shard_len[s] = t.len;
-		snprintf(path, sizeof(path), "%s/s%d.tar", root, s);
-		fx_write_file(path, t.buf, t.len);
+		fx_shard_finish(&t, root, s, &shard_data[s], &shard_len[s]);
 	}
 }
 
 static void setup(void)
 {
-	char err[256];
-	struct http_opts ho = {.connections = 8,
-			       .retry_budget_s = 8,
-			       .backoff_base_s = 0.05,
-			       .low_speed_time_s = 3};
-
-	snprintf(tdir, sizeof(tdir), "/tmp/echofs-pool-XXXXXX");
-	cr_assert_not_null(mkdtemp(tdir));
-	snprintf(root, sizeof(root), "%s/www", tdir);
-	snprintf(cdir, sizeof(cdir), "%s/cache", tdir);
-	cr_assert_eq(mkdir(root, 0700), 0);
+	fx_tree_make("pool", tdir, root, cdir);
 	make_shards();
-	cr_assert_eq(http_global_init(), 0);
-	cr_assert_eq(http_open(&ho, &h, err, sizeof(err)), 0, "http_open: %s",
-		     err);
+	h = fx_http_open(8, 8);
 }
 
 static void teardown(void)
 {
-	fx_server_stop(&srv);
-	http_free(h);
-	h = NULL;
-	for (int s = 0; s < NSHARDS; s++) {
-		free(shard_data[s]);
-		shard_data[s] = NULL;
-	}
-	fx_rm_tree(tdir);
+	fx_shards_teardown(&srv, &h, shard_data, NSHARDS, tdir);
 }
 
 TestSuite(pool, .init = setup, .fini = teardown, .timeout = 120);

@@ -59,29 +59,14 @@ static void make_shards(void)
 
 static void setup(void)
 {
-	char err[256];
-	struct http_opts ho = {.connections = 8,
-			       .retry_budget_s = 8,
-			       .backoff_base_s = 0.05,
-			       .low_speed_time_s = 3};
-
 	fx_tree_make("shards", tdir, root, cdir);
 	make_shards();
-	cr_assert_eq(http_global_init(), 0);
-	cr_assert_eq(http_open(&ho, &h, err, sizeof(err)), 0, "http_open: %s",
-		     err);
+	h = fx_http_open(8, 8);
 }
 
 static void teardown(void)
 {
-	fx_server_stop(&srv);
-	http_free(h);
-	h = NULL;
-	for (int s = 0; s < NSHARDS; s++) {
-		free(shard_data[s]);
-		shard_data[s] = NULL;
-	}
-	fx_rm_tree(tdir);
+	fx_shards_teardown(&srv, &h, shard_data, NSHARDS, tdir);
 }
 
 TestSuite(shards, .init = setup, .fini = teardown, .timeout = 90);

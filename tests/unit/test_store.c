@@ -1259,3 +1259,169 @@ Test(store, peer_open_finds_live_writer_only)
 		     -ENOENT);
 	store_close(s);
 }
+
+/* ---- store_fits's running sum of live bytes ---- */
+
+#define FS_URLS 10
+#define FS_PINS 3
+
+struct fits_run {
+	struct store *s[2]; /* two stores on one directory: two processes */
+	struct store_entry *pin[FS_PINS];
+	uint64_t size[FS_URLS];
+	bool needed[FS_URLS];
+	unsigned seed;
+	bool hint_on; /* store 0 has fs_needed as its hint */
+	int walks[2]; /* answers only a walk gave: no, yes */
+};
+
+static struct fits_run fr;
+
+static void fs_url(int i, char *url, size_t n)
+{
+	snprintf(url, n, "http://h/fits-%02d.tar", i);
+}
+
+static int fs_needed(void *ud, uint64_t hash)
+{
+	char url[64];
+	(void)ud;
+	for (int i = 0; i < FS_URLS; i++) {
+		fs_url(i, url, sizeof(url));
+		if (fr.needed[i] &&
+		    store_key_hash(url, "\"e\"", fr.size[i]) == hash)
+			return 1;
+	}
+	return 0;
+}
+
+/* The sum agrees with a walk, and store_fits with the walked answer, for
+ * sizes from a sliver to more than the cap. */
+static void fs_check(uint64_t unit, int step)
+{
+	const uint64_t sizes[] = {100,	1000,	  2000,	    3000,
+				  unit, 2 * unit, 5 * unit, 9 * unit};
+	for (int k = 0; k < 2; k++) {
+		for (size_t j = 0; j < sizeof(sizes) / sizeof(sizes[0]); j++) {
+			uint64_t sum, walk;
+			int want, got = store_fits(fr.s[k], sizes[j]);
+			store_debug_fits_walk(fr.s[k], sizes[j], &want, &sum,
+					      &walk);
+			cr_assert_eq(sum, walk,
+				     "step %d store %d: sum %" PRIu64
+				     " walk %" PRIu64,
+				     step, k, sum, walk);
+			cr_assert_eq(got, want,
+				     "step %d store %d size %" PRIu64
+				     ": fits %d, walk says %d",
+				     step, k, sizes[j], got, want);
+		}
+	}
+}
+
+/* Counts the calls on store 0 that only the hint's walk could answer: full
+ * store, hint set, live bytes enough to make room for 3000 bytes (2 units
+ * above the need, clear of store_fits's footer guess). */
+static void fs_count_walk(uint64_t unit, uint64_t cap)
+{
+	struct store_stats st;
+	uint64_t sum, walk;
+	int want;
+
+	if (!fr.hint_on)
+		return;
+	store_get_stats(fr.s[0], &st);
+	store_debug_fits_walk(fr.s[0], 3000, &want, &sum, &walk);
+	if (st.bytes + unit <= cap || sum + cap < st.bytes + 2 * unit)
+		return;
+	fr.walks[want]++;
+}
+
+/* One random step: write (maybe over a pinned entry of that key, or
+ * refused), pin, unpin, drop as corrupt, or change the hint. */
+static void fs_step(void)
+{
+	int op = rand_r(&fr.seed) % 7, i = rand_r(&fr.seed) % FS_URLS;
+	int k = rand_r(&fr.seed) % 2, p = rand_r(&fr.seed) % FS_PINS;
+	char url[64];
+	struct store_entry *e;
+
+	fs_url(i, url, sizeof(url));
+	if (op <= 1) {
+		e = add(fr.s[k], url, "\"e\"", fr.size[i], (unsigned)i);
+		store_put(e);
+	} else if (op == 2 && !fr.pin[p]) {
+		fr.pin[p] = store_get(fr.s[k], url, "\"e\"", fr.size[i]);
+	} else if (op == 3 && fr.pin[p]) {
+		store_put(fr.pin[p]);
+		fr.pin[p] = NULL;
+	} else if (op == 4 && fr.pin[p]) {
+		store_drop(fr.pin[p]);
+		store_put(fr.pin[p]);
+		fr.pin[p] = NULL;
+	} else if (op == 5) {
+		fr.needed[i] = !fr.needed[i];
+	} else if (op == 6) {
+		fr.hint_on = rand_r(&fr.seed) % 4 != 0;
+		store_set_needed(fr.s[0], fr.hint_on ? fs_needed : NULL, NULL);
+	}
+}
+
+/* Store 0 reads fits-00 while store 1 drops its copy as corrupt and writes
+ * it again: store 0's next rescan finds its pinned entry's file replaced
+ * (it no longer counts), and store 1's rewrite supersedes its own. */
+static void fs_rewrite_under_pin(uint64_t unit)
+{
+	char url[64];
+	struct store_entry *a, *b;
+
+	fs_url(0, url, sizeof(url));
+	a = add(fr.s[0], url, "\"e\"", fr.size[0], 0);
+	cr_assert_not_null(a);
+	b = store_get(fr.s[1], url, "\"e\"", fr.size[0]);
+	cr_assert_not_null(b);
+	fs_check(unit, -3);
+	store_drop(b);
+	store_put(add(fr.s[1], url, "\"e\"", fr.size[0], 0));
+	store_put(b);
+	fs_check(unit, -2);
+	fs_url(1, url, sizeof(url));
+	store_put(add(fr.s[0], url, "\"e\"", fr.size[1], 1));
+	fs_check(unit, -1);
+	store_put(a);
+}
+
+/* After 400 random steps over two stores of one directory (admissions,
+ * evictions, rewrites of pinned keys, drops, the other store's changes
+ * found by rescans), the running sum store_fits uses equals a walk of the
+ * table after every step, and so do its answers; the hint's walk was taken
+ * with both outcomes. */
+Test(store, fits_sum_matches_walk)
+{
+	uint64_t unit = unit_of(3000);
+	uint64_t cap = 5 * unit + unit / 2;
+
+	memset(&fr, 0, sizeof(fr));
+	fr.seed = 20261203;
+	for (int i = 0; i < FS_URLS; i++)
+		fr.size[i] = 1000 * (uint64_t)(1 + i % 3);
+	fr.s[0] = open_store(cap);
+	fr.s[1] = open_store(cap);
+	store_set_wait(fr.s[0], 0);
+	store_set_wait(fr.s[1], 0);
+	store_set_needed(fr.s[0], fs_needed, NULL);
+	fr.hint_on = true;
+	fs_rewrite_under_pin(unit);
+	for (int step = 0; step < 400; step++) {
+		fs_step();
+		fs_check(unit, step);
+		fs_count_walk(unit, cap);
+	}
+	cr_assert_gt(fr.walks[0], 0, "the hint never kept an entry out");
+	cr_assert_gt(fr.walks[1], 0, "the hint never let one in by a walk");
+	for (int p = 0; p < FS_PINS; p++)
+		store_put(fr.pin[p]);
+	store_set_needed(fr.s[0], NULL, NULL);
+	store_close(fr.s[0]);
+	store_close(fr.s[1]);
+}

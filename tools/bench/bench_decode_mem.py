@@ -25,7 +25,8 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
+
+from benchlib import free_port, wait_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
@@ -36,14 +37,11 @@ import test_security  # noqa: E402
 
 def serve(root):
     """Python's http.server over root on a free loopback port."""
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "http.server", "--bind",
                              "127.0.0.1", "--directory", root, str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1.0)
+    wait_port(port, proc, "http.server")
     return proc, "http://127.0.0.1:%d" % port
 
 

@@ -20,6 +20,8 @@ import random
 import sys
 import time
 
+from benchlib import read_stats
+
 
 def list_files(root):
     out = []
@@ -32,11 +34,7 @@ def list_files(root):
 
 
 def stats(root):
-    try:
-        with open(os.path.join(root, ".echofs", "stats")) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
+    return read_stats(root) or {}
 
 
 def reader(part, rounds, seed, q):

@@ -27,6 +27,8 @@ import random
 import sys
 import time
 
+from benchlib import read_stats
+
 
 def list_tree(root):
     files = []
@@ -53,14 +55,6 @@ def worker(files, seed, slot, counts, errors, nbytes, stop, shuffle):
                 counts[slot] += 1
             except OSError:  # a benchmark counts failures, never stops
                 errors[slot] += 1
-
-
-def read_stats(root):
-    try:
-        with open(os.path.join(root, ".echofs", "stats")) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 def snapshot(root, counts, nbytes):

@@ -38,11 +38,16 @@ def cpu_now():
 
 
 def load_labels(count):
+    """The first count labels; exits with a message when the file has fewer
+    (a photo's article index must name an article of the training split)."""
     with gzip.open(LABELS, "rb") as f:
         head = f.read(8)
         if int.from_bytes(head[:4], "big") != 2049:
             sys.exit(f"{LABELS}: not an idx1 label file")
-        return list(f.read(count))
+        labels = list(f.read(count))
+    if len(labels) < count:
+        sys.exit(f"{LABELS}: {len(labels)} labels, a photo needs article {count - 1}")
+    return labels
 
 
 def add_member(tar, name, data):
@@ -55,13 +60,15 @@ def add_member(tar, name, data):
 
 def cmd_pack(a):
     names = sorted(n for n in os.listdir(a.photos) if n.endswith(".jpg"))
-    labels = load_labels(len(names))
+    # Labels are looked up by the article a photo was made from, which need
+    # not be below the photo count (echofs_photos.py --first).
+    idxs = [int(n[:-4].rsplit("_", 1)[1]) for n in names]
+    labels = load_labels(max(idxs) + 1 if idxs else 0)
     os.makedirs(a.shards, exist_ok=True)
     tar = None
     for i, name in enumerate(names):
         key = name[:-4]
-        idx = int(key.rsplit("_", 1)[1])
-        label = labels[idx]
+        label = labels[idxs[i]]
         with open(os.path.join(a.photos, name), "rb") as f:
             data = f.read()
         d = os.path.join(a.tree, str(label))

@@ -30,12 +30,13 @@ import json
 import os
 import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from benchlib import free_port, wait_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "tools", "dev"))
@@ -51,24 +52,6 @@ MODES = ("http", "s3-nginx", "s3-relay", "s3-verify")
 
 def log(*a):
     print("bench:", *a, file=sys.stderr, flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, proc, what):
-    for _ in range(300):
-        if proc.poll() is not None:
-            raise RuntimeError("%s exited" % what)
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("%s did not start" % what)
 
 
 class Bench:

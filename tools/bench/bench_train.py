@@ -28,6 +28,7 @@ network of about the same cost per pixel row, so decoding stays the slow stage.
 """
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -39,6 +40,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 from torchvision import datasets, transforms
+
+from benchlib import read_stats
 
 TF = transforms.Compose([
     transforms.Grayscale(1),
@@ -54,16 +57,19 @@ TF_RGB = transforms.Compose([
 
 
 class Net(nn.Module):
-    """Two strided conv layers and one linear layer (~21k parameters): small
-    enough that Debian's CPU-only torch (generic BLAS) trains it at a few
-    thousand images/s on one core, so the data path, not the model, is what
-    a capped upstream slows down."""
+    """Two strided conv layers and one linear layer: small enough that
+    Debian's CPU-only torch (generic BLAS) trains it at a few thousand
+    images/s on one core, so the data path, not the model, is what a capped
+    upstream slows down. The defaults take 1x28x28 (~21k parameters); rgb64
+    takes 3x64x64 with a stride-4 first convolution that brings the image to
+    16x16 at once, so a step costs a few times gray28's and the trainer stays
+    faster than decoding a photo. side: c2's output width."""
 
-    def __init__(self):
+    def __init__(self, chans=1, kernel=5, stride=2, side=7):
         super().__init__()
-        self.c1 = nn.Conv2d(1, 16, 5, stride=2, padding=2)   # 16 x 14 x 14
-        self.c2 = nn.Conv2d(16, 32, 3, stride=2, padding=1)  # 32 x 7 x 7
-        self.fc = nn.Linear(32 * 7 * 7, 10)
+        self.c1 = nn.Conv2d(chans, 16, kernel, stride=stride, padding=2)
+        self.c2 = nn.Conv2d(16, 32, 3, stride=2, padding=1)
+        self.fc = nn.Linear(32 * side * side, 10)
 
     def forward(self, x):
         x = F.relu(self.c1(x))
@@ -71,24 +77,8 @@ class Net(nn.Module):
         return self.fc(x.flatten(1))
 
 
-class NetRGB64(nn.Module):
-    """The same shape for 64x64x3: a stride-4 first convolution brings the
-    image to 16x16 at once, so a step costs a few times Net's and the
-    trainer stays faster than decoding a photo."""
-
-    def __init__(self):
-        super().__init__()
-        self.c1 = nn.Conv2d(3, 16, 8, stride=4, padding=2)   # 16 x 16 x 16
-        self.c2 = nn.Conv2d(16, 32, 3, stride=2, padding=1)  # 32 x 8 x 8
-        self.fc = nn.Linear(32 * 8 * 8, 10)
-
-    def forward(self, x):
-        x = F.relu(self.c1(x))
-        x = F.relu(self.c2(x))
-        return self.fc(x.flatten(1))
-
-
-INPUTS = {"gray28": (TF, Net), "rgb64": (TF_RGB, NetRGB64)}
+INPUTS = {"gray28": (TF, Net),
+          "rgb64": (TF_RGB, functools.partial(Net, chans=3, kernel=8, stride=4, side=8))}
 
 
 def load_test(root, cache, tf=TF):
@@ -117,11 +107,7 @@ def accuracy(model, x, y):
 
 
 def echofs_stats(root):
-    try:
-        with open(os.path.join(root, ".echofs", "stats")) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
+    return read_stats(root) or {}
 
 
 class Run:

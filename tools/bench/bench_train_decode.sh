@@ -11,9 +11,9 @@
 #                        [--out /tmp/echofs-bench] [--total 5400]
 # Photos: --count training and then --test-count held-out colour JPEGs
 # (~500x375, quality 90; both multiples of 500) made from the first articles of
-# Fashion-MNIST's training split by tools/bench/echofs_photos.py, packed 500 a
-# shard by bench_prep_e2e.py pack (training shards first, then the held-out
-# ones); made once into OUT/decode-data. nginx on
+# Fashion-MNIST's training split by tools/bench/echofs_photos.py (articles
+# 0.. for training, COUNT.. held out), each split packed 500 a shard by
+# bench_prep_e2e.py pack; made once into OUT/decode-data. nginx on
 # the host loopback, no cap; both disk caches are read once (warm) before any
 # timing, and every mount reuses them. The test split is an exact mount with
 # the same size/crop/format=ppm, read once into memory. Before the echo runs,
@@ -66,43 +66,46 @@ $PY -c 'import torch, torchvision, matplotlib' 2>/dev/null || {
 bench_snapshot
 PREP="size=$SIZE,crop=$CROP,format=ppm"
 
-# photos N: DATA/photos/photo_00000..N-1.jpg in two generator processes (the
+# photos SPLIT FIRST N: DATA/photos-SPLIT/photo_FIRST..FIRST+N-1.jpg (the
+# Fashion-MNIST articles they are made from) in two generator processes (the
 # photos are deterministic, so a half-made set is simply made again), packed
-# 500 a shard into DATA/www (photos-NNNNNN.tar) with the JPEG tree DATA/tree
+# 500 a shard into DATA/www/SPLIT (photos-NNNNNN.tar) with the JPEG tree
+# DATA/tree-SPLIT
 photos() {
-	local dir=$DATA/photos half=$(($1 / 2))
-	if [ "$(cat "$dir.done" 2>/dev/null)" != "0+$1" ]; then
-		blog "making $1 photos"
-		rm -rf "$dir" "$dir.done" "$DATA/www.done"
-		$PY tools/bench/echofs_photos.py --out "$dir" --count "$half" >&2 &
-		$PY tools/bench/echofs_photos.py --out "$dir" --first "$half" --count $(($1 - half)) >&2
+	local dir=$DATA/photos-$1 www=$DATA/www/$1 half=$(($3 / 2))
+	if [ "$(cat "$dir.done" 2>/dev/null)" != "$2+$3" ]; then
+		blog "making $3 $1 photos"
+		rm -rf "$dir" "$dir.done" "$www.done"
+		$PY tools/bench/echofs_photos.py --out "$dir" --first "$2" --count "$half" >&2 &
+		$PY tools/bench/echofs_photos.py --out "$dir" --first $(($2 + half)) --count $(($3 - half)) >&2
 		wait $!
-		echo "0+$1" >"$dir.done"
+		echo "$2+$3" >"$dir.done"
 	fi
-	[ -f "$DATA/www.done" ] && return 0
-	rm -rf "$DATA/www" "$DATA/tree"
-	$PY tools/bench/bench_prep_e2e.py pack --photos "$dir" --tree "$DATA/tree" \
-		--shards "$DATA/www" --per-shard 500 >/dev/null
-	touch "$DATA/www.done"
+	[ -f "$www.done" ] && return 0
+	rm -rf "$www" "$DATA/tree-$1"
+	$PY tools/bench/bench_prep_e2e.py pack --photos "$dir" --tree "$DATA/tree-$1" \
+		--shards "$www" --per-shard 500 >/dev/null
+	touch "$www.done"
 }
 
-# shards FIRST COUNT -> the shard URL pattern; SHARD_FILES: their paths
+# shards SPLIT COUNT -> the URL pattern of the split's shards; SHARD_FILES:
+# their paths
 shards() {
-	local last=$(($1 + $2 - 1)) i
+	local last=$(($2 - 1)) i
 	SHARD_FILES=()
-	for ((i = $1; i <= last; i++)); do SHARD_FILES+=("$DATA/www/photos-$(printf %06d "$i").tar"); done
-	echo "$HOST_BASE/photos-{$(printf %06d "$1")..$(printf %06d "$last")}.tar"
+	for ((i = 0; i <= last; i++)); do SHARD_FILES+=("$DATA/www/$1/photos-$(printf %06d "$i").tar"); done
+	echo "$HOST_BASE/$1/photos-{000000..$(printf %06d "$last")}.tar"
 }
 
-# warm SPLIT FIRST COUNT: index shards FIRST.. of the split (SRC_SPLIT),
-# then read every file once through an exact mount so that the split's disk
-# cache (BTMP/cache-SPLIT) is complete
+# warm SPLIT COUNT: index the split's shards (SRC_SPLIT), then read every
+# file once through an exact mount so that the split's disk cache
+# (BTMP/cache-SPLIT) is complete
 warm() {
 	local src
-	shards "$2" "$3" >/dev/null
-	src=$(shards "$2" "$3")
+	shards "$1" "$2" >/dev/null
+	src=$(shards "$1" "$2")
 	printf -v "SRC_$1" '%s' "$src"
-	"$B"/tools/echofs-index --base-url "$HOST_BASE/" -o "$BTMP/$1.idx" "${SHARD_FILES[@]}" >/dev/null
+	"$B"/tools/echofs-index --base-url "$HOST_BASE/$1/" -o "$BTMP/$1.idx" "${SHARD_FILES[@]}" >/dev/null
 	bench_mount HOST "$BTMP/cache-$1" "$BTMP/warm" "$src" "index=$BTMP/$1.idx"
 	$PY tools/bench/bench_prep_e2e.py readall "$BTMP/warm" >/dev/null
 	bench_unmount "$BTMP/warm"
@@ -139,14 +142,17 @@ if [ $((COUNT % 500)) != 0 ] || [ $((TEST_COUNT % 500)) != 0 ] || [ "$COUNT" -le
 	echo "bench_train_decode.sh: --count and --test-count: positive multiples of 500" >&2
 	exit 2
 fi
-mkdir -p "$DATA"
-photos $((COUNT + TEST_COUNT))
+mkdir -p "$DATA/www"
+# The layout before each split had its own set: one set, one shard list.
+rm -rf "$DATA/photos" "$DATA/photos.done" "$DATA/tree" "$DATA/www.done" "$DATA"/www/photos-*.tar
+photos train 0 "$COUNT"
+photos test "$COUNT" "$TEST_COUNT"
 host_nginx "$DATA/www"
 NTRAIN=$((COUNT / 500))
 NTEST=$((TEST_COUNT / 500))
 SRC_train='' SRC_test=''
-warm train 0 "$NTRAIN"
-warm test "$NTRAIN" "$NTEST"
+warm train "$NTRAIN"
+warm test "$NTEST"
 bench_mount HOST "$BTMP/cache-test" "$BTMP/test" "$SRC_test" "index=$BTMP/test.idx,$PREP"
 
 # Local PPMs: the exact mount's own output, copied once (cp times one reader).
@@ -183,7 +189,7 @@ $PY tools/bench/bench_train_report.py --runs "$RES/runs.jsonl" --evals "$RES/eva
 	--ymin 0.3 --ymax 0.7 --subset 1000 >"$RES/table.md"
 cat >>"$RES/table.md" <<EOF
 
-- data: $COUNT training + $TEST_COUNT held-out photos (\`tools/bench/echofs_photos.py\`, ~500x375 colour JPEG, quality 90, from Fashion-MNIST train articles 0..$((COUNT - 1)) and $COUNT..$((COUNT + TEST_COUNT - 1))), $NTRAIN + $NTEST shards of 500 (\`bench_prep_e2e.py pack\`), nginx on the host loopback, no cap; disk caches warm (every file read once) before any timing
+- data: $COUNT training + $TEST_COUNT held-out photos (\`tools/bench/echofs_photos.py\`, ~500x375 colour JPEG, quality 90, from Fashion-MNIST train articles 0..$((COUNT - 1)) and $COUNT..$((COUNT + TEST_COUNT - 1))), $NTRAIN + $NTEST shards of 500 (\`bench_prep_e2e.py pack\`, one list a split), nginx on the host loopback, no cap; disk caches warm (every file read once) before any timing
 - training mount: \`$B/echofs -o cache_dir=WARM,index=IDX,$PREP,echo=E,echo_mode=M,augment=1,flip=1,seed=$SEED+repeat-1 '$SRC_train' MNT\`; exact-prep: the same without the echo options; local-ppm: that mount's files copied to local disk first
 - test mount (exact): \`-o $PREP\`, the $TEST_COUNT held-out photos read once into memory; accuracy every $EVAL_S s on a fixed 1,000-image subset, the whole held-out set confirms the target
 - trainer: \`/usr/bin/python3 tools/bench/bench_train.py --input rgb64 --train MNT --test TESTMNT --target $TARGET --budget $BUDGET --eval-seconds $EVAL_S --eval-subset 1000 --threads $THREADS --workers $WORKERS --seed $SEED+repeat-1\` (ImageFolder + DataLoader(shuffle, batch 64, num_workers=$WORKERS), ToTensor/Normalize, conv 8x8/4 (16) + conv 3x3/2 (32) + linear, Adam 3e-3, torch.set_num_threads($THREADS)); ceilings run $CEIL_S s each with --keep-going

@@ -23,6 +23,8 @@ import sys
 import threading
 import time
 
+from benchlib import read_stats
+
 
 def list_tree(root):
     classes = sorted(d.name for d in os.scandir(root)
@@ -75,11 +77,7 @@ def read_all(paths, threads):
 
 
 def stats(root):
-    try:
-        with open(os.path.join(root, ".echofs", "stats")) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
+    return read_stats(root) or {}
 
 
 def main():
