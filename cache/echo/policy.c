@@ -284,28 +284,42 @@ static void retire(struct echo_policy *ep, struct eclass *c,
 	t->retired = true;
 }
 
-/* Least-used eligible candidate, ties broken at random (reservoir). */
-static struct echo_item *pick_least_used(struct echo_policy *ep,
-					 struct eclass *c)
+/* Serves a candidate has left: its drawn copies (fixed), or up to ceil(E)
+ * uses (adaptive). */
+static uint64_t copies_left(const struct echo_policy *ep,
+			    const struct echo_item *it)
 {
-	struct echo_item *pick = NULL;
-	uint32_t best = UINT32_MAX, cap = max_uses(ep);
-	uint64_t ties = 0;
+	if (ep->mode == ECHO_FIXED)
+		return it->copies;
+	return it->uses < max_uses(ep) ? max_uses(ep) - it->uses : 0;
+}
 
+/* One serve from the class's bag, uniformly over the serves left of the
+ * candidates outside the window: a sample's echoes spread over the time it
+ * is held, not one after another (issue 11: adaptive mode picked the least
+ * used, i.e. the samples just served, and a trainer learned less per step
+ * from copies a few batches apart). */
+static struct echo_item *pick_copy(struct echo_policy *ep, struct eclass *c)
+{
+	uint64_t total = 0, r;
+
+	for (size_t i = 0; i < c->nbag; i++)
+		if (eligible(ep, c, c->bag[i]))
+			total += copies_left(ep, c->bag[i]);
+	if (total == 0)
+		return NULL;
+	r = echo_rng_below(&ep->rng, total);
 	for (size_t i = 0; i < c->nbag; i++) {
 		struct echo_item *it = c->bag[i];
-		if (it->uses >= cap || !eligible(ep, c, it))
+		uint64_t n;
+		if (!eligible(ep, c, it))
 			continue;
-		if (it->uses < best) {
-			best = it->uses;
-			ties = 0;
-		} else if (it->uses > best) {
-			continue;
-		}
-		if (echo_rng_below(&ep->rng, ++ties) == 0)
-			pick = it;
+		n = copies_left(ep, it);
+		if (r < n)
+			return it;
+		r -= n;
 	}
-	return pick;
+	return NULL; /* not reached */
 }
 
 static int take_adaptive(struct echo_policy *ep, struct eclass *c,
@@ -327,35 +341,13 @@ static int take_adaptive(struct echo_policy *ep, struct eclass *c,
 	/* served + 1 <= E * fresh, with a little slack for rounding. */
 	if ((double)(ep->served + 1) > ep->echo * (double)ep->fresh + 1e-9)
 		return -EAGAIN;
-	it = pick_least_used(ep, c);
+	it = pick_copy(ep, c);
 	if (!it)
 		return -EAGAIN;
 	serve(ep, c, it, t);
 	if (it->uses >= max_uses(ep))
 		retire(ep, c, it, t);
 	return 0;
-}
-
-/* One copy from the class's bag, uniformly over copies outside the window. */
-static struct echo_item *pick_copy(struct echo_policy *ep, struct eclass *c)
-{
-	uint64_t total = 0, r;
-
-	for (size_t i = 0; i < c->nbag; i++)
-		if (eligible(ep, c, c->bag[i]))
-			total += c->bag[i]->copies;
-	if (total == 0)
-		return NULL;
-	r = echo_rng_below(&ep->rng, total);
-	for (size_t i = 0; i < c->nbag; i++) {
-		struct echo_item *it = c->bag[i];
-		if (!eligible(ep, c, it))
-			continue;
-		if (r < it->copies)
-			return it;
-		r -= it->copies;
-	}
-	return NULL; /* not reached */
 }
 
 static int take_fixed(struct echo_policy *ep, struct eclass *c,

@@ -14,8 +14,9 @@
  * tick of their last serve. Two modes:
  *  - ECHO_ADAPTIVE: a fresh sample (FIFO) whenever the class has one; else
  *    an echo, only if serving it keeps served/fresh <= E over the policy's
- *    life, chosen at random among the least-used candidates outside the
- *    window; a sample is never served more than ceil(E) times.
+ *    life, drawn at random outside the window weighted by the serves a
+ *    candidate has left (ceil(E) - uses), so its echoes spread over the time
+ *    it is held; a sample is never served more than ceil(E) times.
  *  - ECHO_FIXED: the paper's example echoing: each fresh sample gets
  *    floor(E) or ceil(E) copies (ceil with probability E - floor(E), from the
  *    seeded generator), mean E; every open draws one copy uniformly at random
