@@ -5,7 +5,8 @@
  *   NONE      nothing known; a read looks in the store, else queues a fetch
  *   QUEUED    in the FIFO, waiting for a worker
  *   FETCHING  a worker streams it; with a store writer (slot.wr), bytes below
- *             wr->avail can be read back while the rest arrives
+ *             wr->avail can be read back (copied, or a whole sample as a
+ *             zero-copy view) while the rest arrives
  *   CACHED    complete in the store; slot.c is the pinned entry, or NULL when
  *             unpinned (the next read looks it up again)
  *   FAILED    fetch failed for good; reads fail fast until slot.until
