@@ -167,8 +167,10 @@ struct dataset_span {
 
 /* The sample's bytes from off, at most len, as a span of a verified cache
  * file, when they can be served without a copy: the whole sample is asked
- * for (off 0, len at least its size) and its group is cached. The bytes
- * were checked against the index just now and the file stays pinned until
+ * for (off 0, len at least its size) and its group is cached, or still
+ * downloading with the sample's bytes already written (a span of the
+ * download's temp file). The bytes were checked against the index just now
+ * and the file stays pinned (or the download's commit waits) until
  * dataset_span_done. Returns 0, -EAGAIN (use dataset_read) or -EINVAL. */
 int dataset_read_span(struct dataset *ds, uint32_t sample, uint64_t off,
 		      size_t len, struct dataset_span *out);

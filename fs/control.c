@@ -175,6 +175,8 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 	M("bytes_served", 'c', fc->bytes_served, "bytes returned to readers");
 	M("zerocopy_reads", 'c', s->sh.views,
 	  "reads and page-cache pushes spliced from a verified cache file");
+	M("zerocopy_streaming_reads", 'c', s->sh.views_streaming,
+	  "of zerocopy_reads: spliced from a shard still downloading");
 	M("ioctls", 'c', fc->ioctls, "ioctl requests (isatty), answered ENOTTY");
 	M("page_cache_pushed", 'c', s->push.files,
 	  "files pushed into the kernel page cache");

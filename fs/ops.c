@@ -739,11 +739,13 @@ static void read_control(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 	snap_unref(fs, sn);
 }
 
-/* A cold READ of a whole sample that sits in a verified cache file: the
+/* A cold READ of a whole sample that sits in a verified cache file, or in
+ * the temp file of a shard still downloading once its bytes arrived: the
  * reply splices it from that file (no copy through our memory when the
  * kernel takes splice, FUSE_CAP_SPLICE_WRITE). The bytes were hashed
  * against the index just before (dataset_read_span) and the file stays
- * pinned until the reply is written. Returns 1 if it answered req. */
+ * pinned (or the download's commit waits) until the reply is written.
+ * Returns 1 if it answered req. */
 static int read_span(fuse_req_t req, struct fs_ctx *fs, uint32_t file,
 		     size_t size, off_t off)
 {

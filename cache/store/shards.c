@@ -5,7 +5,8 @@
  *   NONE      nothing known; a read looks in the store, else queues a fetch
  *   QUEUED    in the FIFO, waiting for a worker
  *   FETCHING  a worker streams it; with a store writer (slot.wr), bytes below
- *             wr->avail can be read back while the rest arrives
+ *             wr->avail can be read back (copied, or a whole sample as a
+ *             zero-copy view) while the rest arrives
  *   CACHED    complete in the store; slot.c is the pinned entry, or NULL when
  *             unpinned (the next read looks it up again)
  *   FAILED    fetch failed for good; reads fail fast until slot.until
@@ -1035,10 +1036,97 @@ static void view_put(struct shards *sh, struct cref *c, bool served)
 	pthread_mutex_unlock(&sh->lock);
 }
 
+/* ---- zero-copy views of a shard still streaming ---- */
+
+/* Lock held. A user reference on shard's live writer when [off, end) has
+ * been written and nobody found a bad sample in the stream; NULL
+ * otherwise. close_writer waits for the reference, so the writer (its
+ * descriptor, its wref) outlives the view. */
+static struct wref *view_wref(struct shards *sh, uint32_t shard, uint64_t end)
+{
+	struct slot *s = &sh->slots[shard];
+	struct wref *wr = s->state == FETCHING && !sh->stop ? s->wr : NULL;
+
+	if (!wr || wr->closing || wr->bad || wr->avail < end)
+		return NULL;
+	wr->users++;
+	return wr;
+}
+
+static void wref_put(struct shards *sh, uint32_t shard, struct wref *wr,
+		     bool served)
+{
+	pthread_mutex_lock(&sh->lock);
+	if (--wr->users == 0)
+		wake(&sh->slots[shard]); /* a worker in close_writer */
+	if (served) {
+		sh->stats.misses++;
+		sh->stats.views++;
+		sh->stats.views_streaming++;
+	}
+	pthread_mutex_unlock(&sh->lock);
+}
+
+/* Does sample i, at off in the temp file fd, match the index? Hashed from
+ * a read-only mapping of the pages around it, unmapped at once: the reply
+ * splices the same file's page cache through fd, the pages just hashed.
+ * Pages of a mapping past the end of its file fault (SIGBUS); store_begin
+ * sized the file to the whole shard and nothing shortens it while our
+ * writer reference lives, and the size is checked here as well. */
+static bool stream_sample_ok(struct shards *sh, size_t i, int fd,
+			     uint64_t off, size_t len)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uint64_t start, span;
+	struct stat st;
+	void *p;
+	bool ok;
+
+	if (pg <= 0 || fstat(fd, &st) != 0 || st.st_size < 0 ||
+	    (uint64_t)st.st_size < off + len)
+		return false;
+	start = off - off % (uint64_t)pg;
+	span = off + len - start;
+	if (span > SIZE_MAX)
+		return false;
+	p = mmap(NULL, (size_t)span, PROT_READ, MAP_SHARED, fd, (off_t)start);
+	if (p == MAP_FAILED)
+		return false;
+	ok = verify_sample_ok(sh->vf, i, (const uint8_t *)p + (off - start),
+			      len);
+	munmap(p, (size_t)span);
+	return ok;
+}
+
+/* wr (a reference taken by view_wref): sample i as a view of its temp
+ * file, or -EAGAIN (reference dropped) so that the copying path reads it,
+ * finds any mismatch itself and marks the stream bad as before. */
+static int view_stream(struct shards *sh, uint32_t shard, size_t i,
+		       struct wref *wr, struct shards_view *v)
+{
+	const struct index_sample *smp = &sh->ix->samples[i];
+	/* wr->w is fixed for the wref's life, which our reference extends. */
+	int fd = store_writer_fd(wr->w);
+
+	if (fd < 0 || !stream_sample_ok(sh, i, fd, smp->offset,
+					(size_t)smp->size)) {
+		wref_put(sh, shard, wr, false);
+		return -EAGAIN;
+	}
+	*v = (struct shards_view){.fd = fd,
+				  .off = smp->offset,
+				  .len = (size_t)smp->size,
+				  .ref = wr,
+				  .shard = shard,
+				  .streaming = 1};
+	return 0;
+}
+
 int shards_view(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 		struct shards_view *v)
 {
 	const struct index_sample *smp;
+	struct wref *wr = NULL;
 	struct cref *c;
 	uint64_t stop;
 	size_t i;
@@ -1057,7 +1145,11 @@ int shards_view(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 		return -EAGAIN;
 	pthread_mutex_lock(&sh->lock);
 	c = view_ref(sh, shard);
+	if (!c)
+		wr = view_wref(sh, shard, off + len);
 	pthread_mutex_unlock(&sh->lock);
+	if (wr)
+		return view_stream(sh, shard, i, wr, v);
 	if (!c)
 		return -EAGAIN;
 	/* The same check as read_member, on the very pages the reply will
@@ -1068,7 +1160,8 @@ int shards_view(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 		view_put(sh, c, false);
 		return -EAGAIN;
 	}
-	*v = (struct shards_view){.fd = c->fd, .off = off, .len = len, .ref = c};
+	*v = (struct shards_view){
+		.fd = c->fd, .off = off, .len = len, .ref = c, .shard = shard};
 	return 0;
 }
 
@@ -1076,7 +1169,10 @@ void shards_view_done(struct shards *sh, struct shards_view *v)
 {
 	if (!sh || !v || !v->ref)
 		return;
-	view_put(sh, v->ref, true);
+	if (v->streaming)
+		wref_put(sh, v->shard, v->ref, true);
+	else
+		view_put(sh, v->ref, true);
 	v->ref = NULL;
 }
 

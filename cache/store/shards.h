@@ -39,11 +39,28 @@
  *   no data I/O; unmapped when the entry is released). The view holds a
  *   user reference like a reader does, so the entry stays pinned until
  *   shards_view_done.
+ * - Views of a shard still streaming (FETCHING with a store writer): a
+ *   whole sample below the bytes already written is handed out as the
+ *   writer's temp file and the sample's offset in it, after hashing it from
+ *   a read-only mapping of the page-aligned range around it (made and
+ *   unmapped within shards_view, no lock held: the splice reads the file's
+ *   page cache through the descriptor, not the mapping, so keeping the
+ *   mapping until the reply would guard nothing). The temp file was sized
+ *   to the whole shard by store_begin and never shrinks while the writer
+ *   lives, so the mapping cannot fault (SIGBUS); shards_view checks the
+ *   size anyway. The view holds a writer user reference (wref.users) until
+ *   shards_view_done, so the worker's commit or abort (close_writer) waits
+ *   for it and the descriptor stays open. Counted in views_streaming.
  * - Locking: one mutex guards the per-shard state table and the queue; it is
  *   never held across network I/O or disk reads. It may be held while calling
  *   into the store (store_put, store_drop: short, no data I/O).
  *   Lock order: shards lock, then store lock (inside store_*) or the work
  *   queue's (queueing a fetch), never reverse; workers run without either.
+ *   A view of a stream takes the shards lock only to add and drop its
+ *   wref.users reference (nothing inside it); it maps, hashes and unmaps
+ *   with no lock held, and the FUSE reply that splices it runs lock free.
+ *   The worker's close_writer waits on the slot's cond (under the shards
+ *   lock) for that reference to go, before store_commit / store_abort.
  */
 #ifndef ECHOFS_SHARDS_H
 #define ECHOFS_SHARDS_H
@@ -84,7 +101,9 @@ struct shards_stats {
 				 * the index's checksums */
 	uint64_t queued;        /* shards waiting for a worker now */
 	uint64_t active;        /* shard fetches in progress now */
-	uint64_t views;         /* hits answered as zero-copy views */
+	uint64_t views;         /* reads answered as zero-copy views (all) */
+	uint64_t views_streaming; /* of views: from a shard still streaming
+				   * (counted in misses, not hits) */
 	uint64_t bypassed;      /* range reads of shards not admitted, to keep
 				 * what the pass still needs (shards_track) */
 	uint64_t peer_reads;    /* samples served from another mount's partial
@@ -122,20 +141,25 @@ struct shards_view {
 	int fd;
 	uint64_t off;
 	size_t len;
-	void *ref; /* the pinned entry, for shards_view_done */
+	void *ref; /* the pinned entry or the writer, for shards_view_done */
+	uint32_t shard;
+	int streaming; /* ref is the writer of a shard still streaming */
 };
 
 /* The bytes of one whole sample member (off and len exactly the index's)
- * as a place in a committed cache file, for a reply that splices them
+ * as a place in a committed cache file, or in the temp file of a shard
+ * still streaming once the member has been written, for a reply that
+ * splices them
  * (fuse_reply_data with FUSE_BUF_IS_FD). The member is hashed and compared
  * with the index on every call, from a read-only mapping of the same file
  * whose pages the reply then takes, so no byte goes out unchecked; the
  * entry stays pinned (never evicted or reused; an unlinked file stays
- * readable) until shards_view_done. Returns 0, or -EAGAIN when the bytes
- * are not servable this way now (not cached or not pinned yet, streaming,
+ * readable), or the stream's writer stays open (its commit or abort waits),
+ * until shards_view_done. Returns 0, or -EAGAIN when the bytes are not
+ * servable this way now (not cached or not pinned yet, not written yet,
  * index without checksums, a partial member, or a mismatch: shards_read
- * then handles the read as before), or -EINVAL. Counted in hits and views
- * once done. */
+ * then handles the read as before), or -EINVAL. Counted once done: in hits
+ * and views (cache file), or misses, views and views_streaming (stream). */
 int shards_view(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 		struct shards_view *v);
 void shards_view_done(struct shards *sh, struct shards_view *v);

@@ -1646,6 +1646,12 @@ ssize_t store_writer_pread(struct store_writer *w, void *buf, size_t len,
 	return r >= 0 && (size_t)r != len ? -EIO : r;
 }
 
+int store_writer_fd(const struct store_writer *w)
+{
+	/* w->fd is set by store_begin and closed only by commit or abort. */
+	return w && w->fd >= 0 ? w->fd : -EBADF;
+}
+
 /* Footer bytes and tail, then durable (fsync). */
 static int write_footer(struct store_writer *w)
 {

@@ -160,6 +160,12 @@ uint64_t store_written(const struct store_writer *w);
  * serve readers while the rest of the shard is still arriving. */
 ssize_t store_writer_pread(struct store_writer *w, void *buf, size_t len,
 			   uint64_t off);
+/* The temp file's descriptor (borrowed: valid until store_commit or
+ * store_abort), for readers that map or splice bytes below store_written
+ * instead of copying them. The file was sized to the whole entry by
+ * store_begin and is never shortened while the writer lives, so a mapping
+ * of bytes below the entry's size cannot fault. -EBADF for NULL. */
+int store_writer_fd(const struct store_writer *w);
 /* Finish: all `size` bytes must have been written (-EPROTO otherwise). Writes
  * the footer, fsyncs, renames into place. Returns the entry pinned (as
  * store_get would), or NULL with errno set. The writer is freed either way. */

@@ -189,3 +189,108 @@ def test_python_open_costs_one_ioctl_per_file(photo_site, mounter, tmp_path):
     assert mid - before == 2 * len(paths), (before, mid)
     assert read_all(m, paths) == {p: want[p] for p in paths}
     assert ioctls(m) == mid
+
+
+# ---- shards still downloading ----
+
+SLOW_RATE = "200k"  # nginx limit_rate: a shard of about 1 MB takes ~5 s
+
+
+@pytest.fixture(scope="module")
+def slow_site(photo_site, tmp_path_factory):
+    """The same shards behind a second nginx that sends each response at
+    SLOW_RATE, with its own index (the index holds the URLs)."""
+    root = str(tmp_path_factory.mktemp("zcslow"))
+    srv = nginx_mod.Nginx(photo_site["www"], os.path.join(root, "nginx"),
+                          limit_rate=SLOW_RATE)
+    try:
+        index = os.path.join(root, "slow.echofs-index")
+        shards = [os.path.join(photo_site["www"], "zc-%06d.tar" % s)
+                  for s in range(NSHARDS)]
+        subprocess.run([INDEXER, "--base-url", srv.url, "-o", index] + shards,
+                       check=True, capture_output=True)
+        source = "%s/zc-{000000..%06d}.tar" % (srv.url, NSHARDS - 1)
+        yield dict(photo_site, source=source, index=index)
+    finally:
+        srv.stop()
+
+
+def shard0_big(site):
+    """Shard 0's files of 8 KiB and more in tar order, with (offset, size)
+    of each member in the shard."""
+    shard0 = os.path.join(site["www"], "zc-000000.tar")
+    members = {key + "." + ext: (off, size)
+               for off, size, _, key, ext in helpers.shard_samples(shard0)}
+    paths = sorted((p for p in big(site["want"])
+                    if os.path.basename(p).startswith("k00")),
+                   key=lambda p: members[os.path.basename(p)][0])
+    return paths, {p: members[os.path.basename(p)] for p in paths}
+
+
+def wait_fetched(m, least, timeout=30.0):
+    """Until the (only) stream has delivered `least` bytes of its shard."""
+    deadline = time.monotonic() + timeout
+    while m.stats()["bytes_fetched"] < least:
+        assert time.monotonic() < deadline, m.stats()
+        time.sleep(0.05)
+
+
+def streaming(m):
+    st = m.stats()
+    return st["fetches_active"] >= 1 and st["shards_cached"] == 0
+
+
+def test_streaming_shard_files_spliced_from_the_download(slow_site, mounter,
+                                                         tmp_path):
+    """Files of shard 0 whose bytes have arrived, read while the shard is
+    still downloading, are spliced from the download's temp file (counted in
+    zerocopy_streaming_reads) and byte-exact."""
+    want = slow_site["want"]
+    paths, where = shard0_big(slow_site)
+    m = mounter(slow_site["source"], str(tmp_path / "cache"),
+                {"index": slow_site["index"]})
+    # The first READ starts the stream and waits for its bytes (copied).
+    assert read_all(m, paths[:1]) == {paths[0]: want[paths[0]]}
+    early = paths[1:5]
+    off, size = where[early[-1]]
+    wait_fetched(m, off + size)
+    assert streaming(m), m.stats()
+    assert read_all(m, early) == {p: want[p] for p in early}
+    st = m.stats()
+    assert streaming(m), "the shard finished before the reads: %s" % st
+    # A READ is a view only when the kernel asks for the whole file at once.
+    assert st.get("zerocopy_streaming_reads", 0) >= 1, st
+    assert st["zerocopy_reads"] >= st["zerocopy_streaming_reads"]
+    assert st["errors"]["verify"] == 0 and st["errors"]["cache_corrupt"] == 0
+    # The rest, and everything once more after the commit.
+    assert read_all(m, paths) == {p: want[p] for p in paths}
+
+
+def temp_file_of(cache):
+    d = os.path.join(cache, "shards")
+    tmp = [n for n in os.listdir(d) if n.startswith(".tmp-")]
+    assert len(tmp) == 1, tmp
+    return os.path.join(d, tmp[0])
+
+
+def test_changed_download_bytes_are_not_spliced(slow_site, mounter, tmp_path):
+    """A file's bytes changed in the download's temp file after they arrived
+    (and before the file is read): the READ must not splice them. The view
+    hashes the file against the index first, sees the mismatch and leaves the
+    read to the copying path, which counts it and serves a good copy."""
+    want = slow_site["want"]
+    paths, where = shard0_big(slow_site)
+    cache = str(tmp_path / "cache")
+    m = mounter(slow_site["source"], cache, {"index": slow_site["index"]})
+    assert read_all(m, paths[:1]) == {paths[0]: want[paths[0]]}
+    b = paths[2]
+    off, size = where[b]
+    wait_fetched(m, off + size)
+    assert streaming(m), m.stats()
+    with open(temp_file_of(cache), "r+b") as f:
+        f.seek(off + size // 2)
+        f.write(bytes(x ^ 0xFF for x in want[b][size // 2:size // 2 + 64]))
+    assert read_all(m, [b]) == {b: want[b]}
+    st = m.stats()
+    assert st["errors"]["cache_corrupt"] + st["errors"]["verify"] >= 1, st
+    assert st.get("zerocopy_streaming_reads", 0) == 0, st

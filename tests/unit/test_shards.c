@@ -821,3 +821,164 @@ Test(shards, admission_waits_for_a_finished_shard)
 	store_close(st);
 	index_free(ix);
 }
+
+/* ---- zero-copy views of a shard still streaming ---- */
+
+/* Shard 0 streaming at bps through one worker, with sums; sample 0 read
+ * (copied: it waits for its bytes), so its bytes are in the temp file. */
+static struct shards *open_streaming(const char *fault, struct index **ix,
+				     struct store **st)
+{
+	const char *faults[] = {fault, NULL};
+	struct shards_opts o = {.workers = 1};
+	struct shards *sh;
+
+	fx_server_start(&srv, root, tdir, faults);
+	*ix = make_index_v2(-1, -1, -1);
+	*st = open_store(1ULL << 30);
+	cr_assert_eq(shards_open(*ix, h, *st, &o, &sh), 0);
+	check_sample(sh, 0, 0);
+	return sh;
+}
+
+/* A view's bytes, read back through its descriptor. */
+static void check_view(const struct shards_view *v, int s, int k)
+{
+	const struct sample *m = &samples[s][k];
+	uint8_t *buf = xmalloc(m->size);
+
+	cr_assert_eq(v->off, m->off);
+	cr_assert_eq(v->len, m->size);
+	cr_assert_eq(pread(v->fd, buf, v->len, (off_t)v->off), (ssize_t)v->len);
+	cr_assert(memcmp(buf, shard_data[s] + m->off, m->size) == 0,
+		  "view of shard %d sample %d: bytes differ", s, k);
+	free(buf);
+}
+
+/* While the shard is still arriving (200 kB/s: about 15 s for it), a
+ * sample already written is a view of the writer's temp file, counted in
+ * views_streaming; one not written yet is -EAGAIN. */
+Test(shards, streaming_sample_below_written_is_a_view)
+{
+	const struct sample *m0 = &samples[0][0];
+	const struct sample *ml = &samples[0][PER_SHARD - 1];
+	struct shards_view v = {0}, w = {0};
+	struct shards_stats ss;
+	struct index *ix;
+	struct store *st;
+	struct shards *sh = open_streaming("/s0.tar=slow:200000", &ix, &st);
+
+	cr_assert_eq(shards_view(sh, 0, ml->off, ml->size, &w), -EAGAIN,
+		     "the last sample cannot have arrived yet");
+	cr_assert_eq(shards_view(sh, 0, m0->off, m0->size, &v), 0,
+		     "a written sample of a streaming shard is not a view");
+	cr_assert(v.streaming);
+	check_view(&v, 0, 0);
+	shards_get_stats(sh, &ss);
+	cr_assert_eq(ss.active, 1, "the shard is no longer streaming");
+	cr_assert_eq(ss.views, 0, "counted once done, not before");
+	shards_view_done(sh, &v);
+	shards_get_stats(sh, &ss);
+	cr_assert_eq(ss.views_streaming, 1);
+	cr_assert_eq(ss.views, 1);
+	cr_assert_eq(ss.hits, 0);
+	cr_assert_eq(ss.misses, 2); /* the copied read and the view */
+	shards_free(sh);
+	store_close(st);
+	index_free(ix);
+}
+
+/* The stream ends while a view is out: the worker's commit waits for the
+ * view (the descriptor stays the writer's, the bytes stay right), and the
+ * shard is cached once the view is done. */
+Test(shards, streaming_view_holds_the_commit)
+{
+	const struct sample *m0 = &samples[0][0];
+	struct shards_view v = {0};
+	struct shards_stats ss;
+	struct index *ix;
+	struct store *st;
+	struct shards *sh = open_streaming("/s0.tar=slow:4000000", &ix, &st);
+
+	cr_assert_eq(shards_view(sh, 0, m0->off, m0->size, &v), 0);
+	for (int i = 0; i < 1000; i++) {
+		shards_get_stats(sh, &ss);
+		if (ss.fetched_bytes == shard_len[0])
+			break;
+		usleep(10000);
+	}
+	cr_assert_eq(ss.fetched_bytes, shard_len[0], "the stream never ended");
+	usleep(200000);
+	cr_assert_not(shards_is_cached(sh, 0),
+		      "committed while a view of the writer was out");
+	check_view(&v, 0, 0);
+	shards_view_done(sh, &v);
+	wait_cached(sh, 0);
+	check_all(sh, 1);
+	shards_free(sh);
+	store_close(st);
+	index_free(ix);
+}
+
+/* The stream stops for good (shutdown) while a view is out: the abort
+ * waits for the view, whose descriptor still reads the verified bytes. */
+Test(shards, streaming_view_survives_an_aborted_stream)
+{
+	const struct sample *m0 = &samples[0][0];
+	struct shards_view v = {0};
+	struct index *ix;
+	struct store *st;
+	struct shards *sh = open_streaming("/s0.tar=slow:200000", &ix, &st);
+
+	cr_assert_eq(shards_view(sh, 0, m0->off, m0->size, &v), 0);
+	shards_cancel(sh);
+	http_cancel(h);
+	usleep(300000); /* the sink sees the cancel at its next chunk */
+	check_view(&v, 0, 0);
+	shards_view_done(sh, &v);
+	shards_free(sh); /* joins the worker: it aborts after the view */
+	store_close(st);
+	index_free(ix);
+}
+
+/* Flip a byte at off of the stream's temp file. */
+static void flip_in_temp(uint64_t off)
+{
+	char cmd[400], path[512] = "";
+	uint8_t b;
+	FILE *p;
+	int fd;
+
+	snprintf(cmd, sizeof(cmd), "ls %s/shards/.tmp-* | head -n 1", cdir);
+	p = popen(cmd, "r");
+	cr_assert_not_null(p);
+	cr_assert_not_null(fgets(path, sizeof(path), p), "no temp file");
+	pclose(p);
+	path[strcspn(path, "\n")] = '\0';
+	fd = open(path, O_RDWR);
+	cr_assert_geq(fd, 0, "%s", path);
+	cr_assert_eq(pread(fd, &b, 1, (off_t)off), 1);
+	b ^= 1;
+	cr_assert_eq(pwrite(fd, &b, 1, (off_t)off), 1);
+	close(fd);
+}
+
+/* Bytes of the temp file that no longer match the index are never a view:
+ * -EAGAIN, nothing counted, so the copying path reads (and judges) them. */
+Test(shards, streaming_mismatch_is_not_a_view)
+{
+	const struct sample *m0 = &samples[0][0];
+	struct shards_view v = {0};
+	struct shards_stats ss;
+	struct index *ix;
+	struct store *st;
+	struct shards *sh = open_streaming("/s0.tar=slow:200000", &ix, &st);
+
+	flip_in_temp(m0->off + m0->size / 2);
+	cr_assert_eq(shards_view(sh, 0, m0->off, m0->size, &v), -EAGAIN);
+	shards_get_stats(sh, &ss);
+	cr_assert_eq(ss.views + ss.views_streaming, 0);
+	shards_free(sh);
+	store_close(st);
+	index_free(ix);
+}
