@@ -11,8 +11,8 @@ import json
 import multiprocessing
 import os
 import signal
-import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -23,6 +23,13 @@ ECHOFS = os.path.join(BUILD, "echofs")
 PACK = os.path.join(BUILD, "tools", "echofs-pack")
 PYTHON = "/usr/bin/python3"
 FAULT_SERVER = os.path.join(REPO, "tests", "fault_server.py")
+# free_port and wait_port: one copy, in the benches' helper module (tools/
+# must not import from tests/, so the shared code lives there).
+sys.path.insert(0, os.path.join(REPO, "tools", "bench"))
+import benchlib  # noqa: E402
+
+free_port = benchlib.free_port
+wait_port = benchlib.wait_port
 
 TRAIN_SHARDS = 60
 TEST_SHARDS = 10
@@ -240,28 +247,6 @@ def read_errno(path):
 
 
 # ---- loopback stand-ins and their checks (test_s3, test_gcs, s3stack) ----
-
-def free_port():
-    """A TCP port on 127.0.0.1 free right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, proc, what, timeout=30):
-    """Waits until 127.0.0.1:port accepts; raises when proc (named what in
-    the message) exits first or timeout seconds pass."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("%s exited with %s" % (what, proc.returncode))
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("%s did not start" % what)
-
 
 def stop_proc(proc):
     """SIGTERM, then SIGKILL after 10 s; reaps proc."""

@@ -1,6 +1,7 @@
 """benchlib.py - small helpers the tools/bench Python scripts share (free
 loopback ports, waiting for a server's port, reading a mount's stats);
-tools/ must not import from tests/, so this is the benches' own copy."""
+tools/ must not import from tests/, so free_port and wait_port live here
+and tests/integration/helpers.py imports them."""
 
 import json
 import os
