@@ -21,37 +21,46 @@ struct dataset;
 #define NS_INO_FIRST_CLASS 16
 #define NS_CONTROL_DIR_NAME ".echofs"
 
-enum ns_kind { NS_NONE, NS_ROOT, NS_CONTROL_DIR, NS_CONTROL_FILE, NS_CLASS,
-	       NS_FILE };
+enum ns_kind {
+	NS_NONE,
+	NS_ROOT,
+	NS_CONTROL_DIR,
+	NS_CONTROL_FILE,
+	NS_CLASS,
+	NS_FILE
+};
 
 struct ns_class {
-	const char *name;  /* directory name, owned by the namespace */
-	uint32_t first;    /* first file number of this class */
-	uint32_t count;    /* number of files */
+	const char *name; /* directory name, owned by the namespace */
+	uint32_t first;	  /* first file number of this class */
+	uint32_t count;	  /* number of files */
 };
 
 struct ns_file {
-	const char *name;  /* file name, owned by the namespace */
-	uint32_t sample;   /* sample number in the dataset */
-	uint32_t cls;      /* class number */
+	const char *name; /* file name, owned by the namespace */
+	uint32_t sample;  /* sample number in the dataset */
+	uint32_t cls;	  /* class number */
 };
 
 struct ns_counts {
-	uint64_t skipped_bad_label; /* labels that can't be a directory name */
+	uint64_t skipped_bad_label;  /* labels that can't be a directory name */
 	uint64_t renamed_duplicates; /* names made unique within a class */
 };
 
-struct namespace {
+struct namespace
+{
 	const struct dataset *ds; /* borrowed */
 	struct ns_class *classes;
 	size_t nclasses;
 	struct ns_file *files;
 	size_t nfiles;
 	struct ns_counts counts;
-	char *names;            /* storage for every name */
-	int numeric_labels;     /* 1 if every label was an integer */
-	const char *ext;        /* extension override or NULL (static string) */
-	uint32_t *class_of;     /* per dataset sample: class, or NS_NO_CLASS */
+	char *names;	/* storage for every name as first written */
+	char **renamed; /* names given to duplicates, each malloc'd */
+	size_t nrenamed, caprenamed;
+	int numeric_labels; /* 1 if every label was an integer */
+	const char *ext;    /* extension override or NULL (static string) */
+	uint32_t *class_of; /* per dataset sample: class, or NS_NO_CLASS */
 };
 
 /* Build the tree. ds is borrowed and must outlive the namespace. ext, when

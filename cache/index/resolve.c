@@ -15,15 +15,14 @@
 #include "common/file.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "fetch/net/http.h"
 #include "fetch/format/index.h"
-#include "fetch/net/shardlist.h"
 #include "fetch/net/gcs.h"
+#include "fetch/net/http.h"
 #include "fetch/net/s3.h"
+#include "fetch/net/shardlist.h"
 
 #define MAX_SHARDS 10000000
 #define LIST_CAP (256u << 20)
-#define INDEX_CAP (1u << 30)
 
 /* URL or local path into memory. */
 static int read_any(struct http *h, const char *where, size_t cap, char **out,
@@ -47,7 +46,8 @@ static const char *last_component(const char *s)
 /* A source names shards when its last component holds ".tar". */
 static int is_shard_pattern(const char *source)
 {
-	return shardlist_is_url(source) && strstr(last_component(source), ".tar");
+	return shardlist_is_url(source) &&
+	       strstr(last_component(source), ".tar");
 }
 
 static int shard_list(const struct resolve_opts *o, struct http *h,
@@ -60,12 +60,14 @@ static int shard_list(const struct resolve_opts *o, struct http *h,
 	if (s3_is_listing(o->source))
 		return s3_list_shards(h, o->source, MAX_SHARDS, l, err, errlen);
 	if (gcs_is_listing(o->source))
-		return gcs_list_shards(h, o->source, MAX_SHARDS, l, err, errlen);
+		return gcs_list_shards(h, o->source, MAX_SHARDS, l, err,
+				       errlen);
 	if (is_shard_pattern(o->source)) {
 		r = shardlist_expand(o->source, MAX_SHARDS, l);
 		if (r)
 			snprintf(err, errlen, "bad shard pattern %s (%s)",
-				 http_redact(o->source, red, sizeof(red)), strerror(-r));
+				 http_redact(o->source, red, sizeof(red)),
+				 strerror(-r));
 		return r;
 	}
 	r = read_any(h, o->source, LIST_CAP, &text, &len);
@@ -87,8 +89,8 @@ static int shard_list(const struct resolve_opts *o, struct http *h,
 		snprintf(err, errlen, "bad shard list %s (line %zu): %s",
 			 http_redact(o->source, red, sizeof(red)), bad,
 			 r == -EPROTONOSUPPORT ? "not an http(s), s3 or gs URL"
-			 : r == -ENODATA      ? "no shards listed"
-					      : strerror(-r));
+			 : r == -ENODATA       ? "no shards listed"
+					       : strerror(-r));
 	return r;
 }
 
@@ -119,7 +121,8 @@ int resolve_beside_index(const char *source, char *buf, size_t buflen)
 		stem = (size_t)(brace - comp);
 	} else {
 		dot = strrchr(comp, '.');
-		stem = dot && dot != comp ? (size_t)(dot - comp) : strcspn(comp, "?#");
+		stem = dot && dot != comp ? (size_t)(dot - comp)
+					  : strcspn(comp, "?#");
 	}
 	while (stem > 0 && strchr("-_.", comp[stem - 1]))
 		stem--;
@@ -135,9 +138,8 @@ int resolve_beside_index(const char *source, char *buf, size_t buflen)
 }
 
 /* cache_dir/index/<hash of the shard URLs>.echofs-index */
-static void cached_index_path(const char *cache_dir,
-			      const struct shardlist *l, char *buf,
-			      size_t buflen)
+static void cached_index_path(const char *cache_dir, const struct shardlist *l,
+			      char *buf, size_t buflen)
 {
 	uint64_t hsh = hash64("echofs-index", 12, l->n);
 	/* Without credentials: a new token finds the same cached index. */
@@ -187,7 +189,8 @@ static int check_matches(struct index *ix, const struct shardlist *l,
 		if (strcmp(ix->shards[i].url, l->urls[i]) != 0) {
 			snprintf(err, errlen,
 				 "%s does not match SOURCE at shard %zu (%s)",
-				 what, i, http_redact(l->urls[i], red, sizeof(red)));
+				 what, i,
+				 http_redact(l->urls[i], red, sizeof(red)));
 			return -EINVAL;
 		}
 	}
@@ -200,16 +203,27 @@ static int load_index(struct http *h, const char *where, struct index **out,
 {
 	char perr[256], red[512], *text = NULL;
 	size_t len;
-	int r = read_any(h, where, INDEX_CAP, &text, &len);
+	int r;
 
+	/* A local file is read once, at its size (index_load); a fetched one
+	 * is parsed in the buffer it arrived in. */
+	if (!shardlist_is_url(where)) {
+		r = index_load(where, out, perr, sizeof(perr));
+		if (r && r != -EBADMSG) {
+			snprintf(err, errlen, "cannot read index %s: %s", where,
+				 strerror(-r));
+			return r;
+		}
+		goto parsed;
+	}
+	r = http_get_all(h, where, INDEX_FILE_MAX - 1, &text, &len);
 	if (r) {
 		snprintf(err, errlen, "cannot read index %s: %s",
-			 http_redact(where, red, sizeof(red)),
-			 shardlist_is_url(where) ? http_reason(r) : strerror(-r));
+			 http_redact(where, red, sizeof(red)), http_reason(r));
 		return r;
 	}
-	r = index_parse(text, len, out, perr, sizeof(perr));
-	free(text);
+	r = index_parse_owned(text, len, out, perr, sizeof(perr));
+parsed:
 	if (r)
 		snprintf(err, errlen, "corrupt index %s: %s",
 			 http_redact(where, red, sizeof(red)), perr);
@@ -282,8 +296,8 @@ static int probe(struct http *h, struct store *st, const struct index *ix,
 {
 	for (size_t i = 0; i < ix->nshards; i++) {
 		const struct index_shard *s = &ix->shards[i];
-		struct store_entry *e = st ? store_get(st, s->url, s->etag, s->size)
-					   : NULL;
+		struct store_entry *e =
+			st ? store_get(st, s->url, s->etag, s->size) : NULL;
 		if (e) {
 			store_put(e);
 			continue;
@@ -304,8 +318,10 @@ static int probe(struct http *h, struct store *st, const struct index *ix,
 			return r;
 		}
 		if (size != s->size || (s->etag[0] && strcmp(etag, s->etag)))
-			log_warn("shard %s changed since it was indexed: its files "
-				 "will fail with EIO; index it again", red);
+			log_warn("shard %s changed since it was indexed: its "
+				 "files "
+				 "will fail with EIO; index it again",
+				 red);
 		return 0;
 	}
 	return 0;
@@ -329,7 +345,8 @@ static int find_index(const struct resolve_opts *o, struct http *h,
 	if (cached[0] && access(cached, R_OK) == 0) {
 		info->index_from = "cache";
 		r = load_index(h, cached, out, err, errlen);
-		if (r == 0 && check_matches(*out, l, "cached index", err, errlen) == 0)
+		if (r == 0 &&
+		    check_matches(*out, l, "cached index", err, errlen) == 0)
 			return 0;
 		log_warn("ignoring cached index %s: %s", cached, err);
 		index_free(*out);
@@ -345,9 +362,9 @@ static int find_index(const struct resolve_opts *o, struct http *h,
 	return r;
 }
 
-int resolve_open(const struct resolve_opts *o, struct http *h,
-		 struct store *st, struct index **out,
-		 struct resolve_info *info, char *err, size_t errlen)
+int resolve_open(const struct resolve_opts *o, struct http *h, struct store *st,
+		 struct index **out, struct resolve_info *info, char *err,
+		 size_t errlen)
 {
 	struct shardlist l = {0};
 	char cached[4096] = "";
@@ -380,8 +397,9 @@ int resolve_open(const struct resolve_opts *o, struct http *h,
 	}
 	if (r)
 		goto out;
-	r = check_matches(*out, &l, o->index ? "index" : "index beside the shards",
-			  err, errlen);
+	r = check_matches(*out, &l,
+			  o->index ? "index" : "index beside the shards", err,
+			  errlen);
 	if (r)
 		goto out;
 	/* Keep a copy for later mounts, unless it came from there or the

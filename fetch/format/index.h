@@ -105,13 +105,22 @@ int index_add_sample(struct index *ix, uint32_t shard, uint64_t offset,
 		     uint64_t size, const char *label, const char *key,
 		     const char *ext);
 
-/* Parse an index held in memory (copied once; the index's strings point into
- * that copy). On error returns -EBADMSG (or -ENOMEM) and writes
+/* Parse an index held in memory (its strings are copied into the index). On error returns -EBADMSG (or -ENOMEM) and writes
  * "line N: reason" into err. *out is caller-freed. */
 int index_parse(const char *buf, size_t len, struct index **out, char *err,
 		size_t errlen);
 /* Read and parse a local file. -errno on I/O failure, with a reason in err. */
 int index_load(const char *path, struct index **out, char *err, size_t errlen);
+/* index_parse on a malloc'd buffer of len bytes plus a NUL at text[len]
+ * (file_read_all's and http_get_all's), which it takes over and frees:
+ * no second copy of a big index. */
+int index_parse_owned(char *text, size_t len, struct index **out, char *err,
+		      size_t errlen);
+
+/* The largest index file read: far above any real one (14.2 M samples,
+ * ImageNet-21k, are 1.1 GB); a guard against reading something that is not
+ * an index. */
+#define INDEX_FILE_MAX ((size_t)4 << 30)
 
 /* Write in the format above (2 when has_sums, else 1). Returns 0, -EINVAL (a
  * shard URL or ETag that breaks the rules) or -EIO. */
