@@ -32,13 +32,13 @@
 #include "cache/store/shards.h"
 
 #include "cache/store/store.h"
-#include "common/deadline.h"
 #include "cache/store/verify.h"
+#include "common/deadline.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "common/workq.h"
-#include "fetch/net/http.h"
 #include "fetch/format/index.h"
+#include "fetch/net/http.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -86,7 +86,7 @@ struct slot {
 	double queued_at; /* when it entered the queue */
 	uint64_t last_use;
 	unsigned waiters;
-	double tmo_at;	  /* when a read at tmo_off last timed out */
+	double tmo_at; /* when a read at tmo_off last timed out */
 	uint64_t tmo_off;
 	unsigned bad_copies; /* checksum failures since the last good copy */
 	double bypass_until; /* the store refused it (EDQUOT) until then */
@@ -103,15 +103,15 @@ struct keyed {
  * a leaf: taken by readers on every noted sample, nothing taken inside. */
 struct pass {
 	pthread_mutex_t lock;
-	uint8_t *seen;	       /* per index sample: read this pass */
-	uint8_t *in_view;      /* per index sample: part of the view */
-	uint32_t *view_count;  /* per shard: samples in the view */
-	atomic_uint *left;     /* per shard: not read yet this pass; read
-				* without the lock by the store's hint */
-	uint64_t view_left;    /* samples of the view not read yet */
+	uint8_t *seen;	      /* per index sample: read this pass */
+	uint8_t *in_view;     /* per index sample: part of the view */
+	uint32_t *view_count; /* per shard: samples in the view */
+	atomic_uint *left;    /* per shard: not read yet this pass; read
+			       * without the lock by the store's hint */
+	uint64_t view_left;   /* samples of the view not read yet */
 	uint64_t view_total;
-	uint64_t passes;       /* completed */
-	struct keyed *keys;    /* sorted by hash */
+	uint64_t passes;    /* completed */
+	struct keyed *keys; /* sorted by hash */
 };
 
 struct shards {
@@ -397,40 +397,46 @@ static void cache_refused(struct shards *sh, const struct index_shard *is,
 	store_get_stats(sh->st, &ss);
 	http_redact(is->url, red, sizeof(red));
 	if (err == ENOSPC && is->size >= ss.cap)
-		log_counted("cache_write", "shard %s (%llu MB) is larger than "
+		log_counted("cache_write",
+			    "shard %s (%llu MB) is larger than "
 			    "cache_size (%llu MB): served without the disk "
-			    "cache", red, (unsigned long long)(is->size >> 20),
+			    "cache",
+			    red, (unsigned long long)(is->size >> 20),
 			    (unsigned long long)(ss.cap >> 20));
 	else
 		log_counted("cache_write", "shard %s not cached: %s", red,
 			    strerror(err));
 }
 
-static struct store_writer *begin_writer(struct shards *sh,
-					 const struct index_shard *is)
+/* A writer for shard `is` in *w, or -errno: -ENODEV without a store,
+ * -EDQUOT when only what the pass still needs stands in the way, -EEXIST
+ * when another mount has just written it; others are logged here. */
+static int begin_writer(struct shards *sh, const struct index_shard *is,
+			struct store_writer **w)
 {
-	struct store_writer *w;
+	int r;
+
+	*w = NULL;
 	if (!sh->st)
-		return NULL;
-	w = store_begin(sh->st, is->url, is->etag, is->size);
+		return -ENODEV;
+	r = store_begin(sh->st, is->url, is->etag, is->size, w);
 	/* Our own pins may be what keeps the store from evicting: drop them
 	 * and give readers still holding one a moment to let go. */
-	for (int i = 0; !w && (errno == ENOSPC || (errno == EDQUOT && !i)) &&
-			i < 3;
-	     i++) {
+	for (int i = 0; (r == -ENOSPC || (r == -EDQUOT && !i)) && i < 3; i++) {
 		pthread_mutex_lock(&sh->lock);
 		unpin_some(sh, UINT32_MAX, true);
 		pthread_mutex_unlock(&sh->lock);
 		if (i)
 			nanosleep(&(struct timespec){0, 20000000L}, NULL);
-		w = store_begin(sh->st, is->url, is->etag, is->size);
+		r = store_begin(sh->st, is->url, is->etag, is->size, w);
 	}
 	/* EDQUOT: room only by evicting what the pass still needs; the
 	 * policy, not a failure (counted as admission_bypass by readers).
-	 * EEXIST: another mount wrote it while we waited; fetch_one takes it. */
-	if (!w && errno != EDQUOT && errno != EEXIST)
-		cache_refused(sh, is, errno);
-	return w;
+	 * EEXIST: another mount wrote it while we waited; fetch_one takes it.
+	 */
+	if (r && r != -EDQUOT && r != -EEXIST)
+		cache_refused(sh, is, -r);
+	return r;
 }
 
 /* Stream shard n into a store writer; readers follow wr->avail. */
@@ -462,8 +468,8 @@ static void fetch_cached(struct shards *sh, uint32_t n, struct store_writer *w)
 		r = -EIO;
 	}
 	verify_stream_free(x.vs);
-	if (r == 0 && !(e = store_commit(w)))
-		x.store_err = -errno;
+	if (r == 0)
+		x.store_err = store_commit(w, &e);
 	else if (r != 0)
 		store_abort(w);
 	free(wr);
@@ -495,17 +501,18 @@ static void fetch_one(struct shards *sh, uint32_t n)
 	struct store_entry *e = NULL;
 	struct store_writer *w;
 	bool refused;
+	int r = 0;
 
 	/* A reader or an earlier mount may have cached it already. */
 	if (sh->st)
 		e = store_get(sh->st, is->url, is->etag, is->size);
-	if (!e && (w = begin_writer(sh, is)) != NULL) {
+	if (!e && (r = begin_writer(sh, is, &w)) == 0) {
 		fetch_cached(sh, n, w);
 		return;
 	}
-	refused = !e && errno == EDQUOT;
+	refused = r == -EDQUOT;
 	/* Another mount sharing the cache fetched it while we waited. */
-	if (!e && sh->st && errno == EEXIST)
+	if (r == -EEXIST)
 		e = store_get(sh->st, is->url, is->etag, is->size);
 	pthread_mutex_lock(&sh->lock);
 	sh->nfetching--;
@@ -676,8 +683,8 @@ static ssize_t step_peer(struct shards *sh, struct slot *s, struct req *q)
 {
 	const struct index_shard *is = &sh->ix->shards[q->n];
 	uint64_t stop;
-	size_t i = sh->vf ? verify_find(sh->vf, q->n, q->off, &stop)
-			  : VERIFY_NONE;
+	size_t i =
+		sh->vf ? verify_find(sh->vf, q->n, q->off, &stop) : VERIFY_NONE;
 	struct deadline until;
 	ssize_t r = -1;
 	int fd;
@@ -692,7 +699,8 @@ static ssize_t step_peer(struct shards *sh, struct slot *s, struct req *q)
 		close(fd);
 	}
 	pthread_mutex_lock(&sh->lock);
-	if (r == (ssize_t)q->len && verify_sample_ok(sh->vf, i, q->buf, q->len)) {
+	if (r == (ssize_t)q->len &&
+	    verify_sample_ok(sh->vf, i, q->buf, q->len)) {
 		sh->stats.peer_reads++;
 		return r;
 	}
@@ -1073,8 +1081,8 @@ static void wref_put(struct shards *sh, uint32_t shard, struct wref *wr,
  * Pages of a mapping past the end of its file fault (SIGBUS); store_begin
  * sized the file to the whole shard and nothing shortens it while our
  * writer reference lives, and the size is checked here as well. */
-static bool stream_sample_ok(struct shards *sh, size_t i, int fd,
-			     uint64_t off, size_t len)
+static bool stream_sample_ok(struct shards *sh, size_t i, int fd, uint64_t off,
+			     size_t len)
 {
 	long pg = sysconf(_SC_PAGESIZE);
 	uint64_t start, span;
@@ -1108,8 +1116,8 @@ static int view_stream(struct shards *sh, uint32_t shard, size_t i,
 	/* wr->w is fixed for the wref's life, which our reference extends. */
 	int fd = store_writer_fd(wr->w);
 
-	if (fd < 0 || !stream_sample_ok(sh, i, fd, smp->offset,
-					(size_t)smp->size)) {
+	if (fd < 0 ||
+	    !stream_sample_ok(sh, i, fd, smp->offset, (size_t)smp->size)) {
 		wref_put(sh, shard, wr, false);
 		return -EAGAIN;
 	}
@@ -1236,7 +1244,8 @@ static struct pass *pass_new(struct shards *sh, const uint32_t *samples,
 		const struct index_shard *is = &ix->shards[g];
 		atomic_init(&p->left[g], 0);
 		p->keys[g] = (struct keyed){
-			store_key_hash(is->url, is->etag, is->size), (uint32_t)g};
+			store_key_hash(is->url, is->etag, is->size),
+			(uint32_t)g};
 	}
 	qsort(p->keys, nshards(sh), sizeof(*p->keys), cmp_keyed);
 	pthread_mutex_init(&p->lock, NULL);

@@ -518,8 +518,10 @@ static struct store_entry *load_entry(struct store *s, const char *name)
 		 * (store_open runs before any thread: no lock). */
 		unlinkat(s->dirfd, name, 0);
 		s->st.corrupt++;
-		log_counted("cache_corrupt", "cache: entry %s is truncated or "
-			    "corrupt; dropped at start-up", name);
+		log_counted("cache_corrupt",
+			    "cache: entry %s is truncated or "
+			    "corrupt; dropped at start-up",
+			    name);
 		return NULL;
 	}
 	e = entry_new(s, key, hash64(key, strlen(key), 0), size, crcs);
@@ -825,8 +827,8 @@ static bool evict_pass(struct store *s, uint64_t tmp_bytes, uint64_t need,
 	size_t pos[3] = {0, 0, 0};
 
 	candidates(s, &v);
-	if (!needed && s->st.bytes + tmp_bytes + need >
-			       s->st.cap + v.free_bytes) {
+	if (!needed &&
+	    s->st.bytes + tmp_bytes + need > s->st.cap + v.free_bytes) {
 		victims_free(&v);
 		return false;
 	}
@@ -1213,7 +1215,8 @@ void store_drop(struct store_entry *e)
 	}
 	pthread_mutex_unlock(&e->s->lock);
 	if (first)
-		log_counted("cache_corrupt", "cache: entry %s failed its "
+		log_counted("cache_corrupt",
+			    "cache: entry %s failed its "
 			    "checksum; dropped, the shard is fetched again",
 			    e->name);
 }
@@ -1547,16 +1550,15 @@ static int begin_locked(struct store_writer *w)
 	return w->crcs ? admit(w) : -ENOMEM;
 }
 
-struct store_writer *store_begin(struct store *s, const char *url,
-				 const char *etag, uint64_t size)
+int store_begin(struct store *s, const char *url, const char *etag,
+		uint64_t size, struct store_writer **out)
 {
 	struct store_writer *w;
 	int r;
 
-	if (!s) {
-		errno = EINVAL;
-		return NULL;
-	}
+	*out = NULL;
+	if (!s)
+		return -EINVAL;
 	w = xcalloc(1, sizeof(*w));
 	w->s = s;
 	w->fd = w->lockfd = -1;
@@ -1577,10 +1579,10 @@ struct store_writer *store_begin(struct store *s, const char *url,
 		r = begin_locked(w);
 	if (r) {
 		writer_free(w);
-		errno = -r;
-		return NULL;
+		return r;
 	}
-	return w;
+	*out = w;
+	return 0;
 }
 
 static void crc_update(struct store_writer *w, const uint8_t *p, size_t len,
@@ -1743,30 +1745,29 @@ static int publish(struct store_writer *w, struct store_entry *e)
 	return 0;
 }
 
-struct store_entry *store_commit(struct store_writer *w)
+int store_commit(struct store_writer *w, struct store_entry **out)
 {
 	struct store_entry *e;
 	int r;
 
-	if (!w) {
-		errno = EINVAL;
-		return NULL;
-	}
+	*out = NULL;
+	if (!w)
+		return -EINVAL;
 	r = w->err ? w->err : w->written != w->size ? -EPROTO : 0;
 	if (r == 0) {
 		e = entry_new(w->s, w->key, w->hash, w->size, w->crcs);
 		if ((r = write_footer(w)) == 0 && (r = publish(w, e)) == 0) {
 			w->crcs = NULL; /* now the entry's */
 			writer_free(w);
-			return e;
+			*out = e;
+			return 0;
 		}
 		e->crcs = NULL;
 		entry_free(e);
 		count_write_error(w->s, r);
 	}
 	store_abort(w);
-	errno = -r;
-	return NULL;
+	return r;
 }
 
 void store_abort(struct store_writer *w)

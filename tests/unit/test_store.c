@@ -67,12 +67,17 @@ static void fill(uint8_t *b, size_t n, unsigned seed, uint64_t off)
 static struct store_entry *add(struct store *s, const char *url,
 			       const char *etag, uint64_t size, unsigned seed)
 {
-	struct store_writer *w = store_begin(s, url, etag, size);
+	struct store_writer *w;
+	struct store_entry *e;
 	uint8_t *buf;
 	uint64_t off = 0;
+	int r = store_begin(s, url, etag, size, &w);
 
-	if (!w)
+	if (r) {
+		cr_assert_null(w);
+		errno = -r; /* for the callers' messages */
 		return NULL;
+	}
 	buf = malloc(300001);
 	cr_assert_not_null(buf);
 	while (off < size) {
@@ -83,7 +88,9 @@ static struct store_entry *add(struct store *s, const char *url,
 		cr_assert_eq(store_written(w), off);
 	}
 	free(buf);
-	return store_commit(w);
+	r = store_commit(w, &e);
+	errno = -r;
+	return e;
 }
 
 static void add_put(struct store *s, const char *url, uint64_t size,
@@ -203,10 +210,11 @@ Test(store, round_trip_sizes)
 Test(store, writer_pread_serves_partial)
 {
 	struct store *s = open_store(1ULL << 30);
-	struct store_writer *w = store_begin(s, "http://h/a", "x", 5000);
+	struct store_writer *w;
 	uint8_t buf[5000], got[5000];
 	struct store_entry *e;
 
+	cr_assert_eq(store_begin(s, "http://h/a", "x", 5000, &w), 0);
 	cr_assert_not_null(w);
 	fill(buf, sizeof(buf), 7, 0);
 	cr_assert_eq(store_write(w, buf, 1000), 0);
@@ -218,7 +226,7 @@ Test(store, writer_pread_serves_partial)
 	cr_assert_eq(store_write(w, buf + 1000, 4000), 0);
 	/* Not yet committed: invisible to readers. */
 	cr_assert_null(store_get(s, "http://h/a", "x", 5000));
-	e = store_commit(w);
+	cr_assert_eq(store_commit(w, &e), 0);
 	cr_assert_not_null(e);
 	check_range(e, 0, 5000, 7, 5000);
 	store_put(e);
@@ -228,17 +236,18 @@ Test(store, writer_pread_serves_partial)
 Test(store, commit_incomplete_fails)
 {
 	struct store *s = open_store(1ULL << 30);
-	struct store_writer *w = store_begin(s, "http://h/a", "", 100);
+	struct store_writer *w;
+	struct store_entry *e = (struct store_entry *)&w; /* not NULL */
 	uint8_t buf[50] = {0};
 	struct store_stats st;
 
+	cr_assert_eq(store_begin(s, "http://h/a", "", 100, &w), 0);
 	cr_assert_eq(store_write(w, buf, 50), 0);
-	errno = 0;
-	cr_assert_null(store_commit(w));
-	cr_assert_eq(errno, EPROTO);
+	cr_assert_eq(store_commit(w, &e), -EPROTO);
+	cr_assert_null(e);
 	cr_assert_null(store_get(s, "http://h/a", "", 100));
 	cr_assert_eq(count_files(".tmp-"), 0);
-	w = store_begin(s, "http://h/b", "", 100);
+	cr_assert_eq(store_begin(s, "http://h/b", "", 100, &w), 0);
 	store_abort(w);
 	store_abort(NULL);
 	cr_assert_eq(count_files(".tmp-"), 0);
@@ -434,6 +443,7 @@ Test(store, pinned_never_evicted)
 	struct store *s = open_store(1ULL << 30);
 	struct store_entry *a, *b;
 	struct store_stats st;
+	struct store_writer *w;
 	uint64_t unit;
 
 	add_put(s, "http://h/Z.tar", 1000, 1);
@@ -454,9 +464,8 @@ Test(store, pinned_never_evicted)
 	b = store_get(s, "http://h/F.tar", "\"e\"", 1000);
 	cr_assert_not_null(b);
 	/* Both pinned, cap full: nothing can be written. */
-	errno = 0;
-	cr_assert_null(store_begin(s, "http://h/G.tar", "", 1000));
-	cr_assert_eq(errno, ENOSPC);
+	cr_assert_eq(store_begin(s, "http://h/G.tar", "", 1000, &w), -ENOSPC);
+	cr_assert_null(w);
 	store_put(b);
 	add_put(s, "http://h/G.tar", 1000, 'G');
 	cr_assert_null(store_get(s, "http://h/F.tar", "\"e\"", 1000));
@@ -470,11 +479,11 @@ Test(store, pinned_never_evicted)
 
 Test(store, larger_than_cap_refused)
 {
+	struct store_writer *w;
 	struct store *s = open_store(4096);
 	struct store_stats st;
-	errno = 0;
-	cr_assert_null(store_begin(s, "http://h/big", "", 5000));
-	cr_assert_eq(errno, ENOSPC);
+	cr_assert_eq(store_begin(s, "http://h/big", "", 5000, &w), -ENOSPC);
+	cr_assert_null(w);
 	store_get_stats(s, &st);
 	cr_assert_eq(st.write_errors, 0);
 	cr_assert_eq(count_files(".tmp-"), 0);
@@ -615,6 +624,7 @@ Test(store, same_key_rewritten_while_pinned)
 	struct store_entry *old, *neu, *again;
 	struct store_stats st;
 	char path[512];
+	struct store_writer *w;
 
 	old = add(s, "http://h/k.tar", "\"e\"", 5000, 1);
 	cr_assert_not_null(old);
@@ -630,9 +640,9 @@ Test(store, same_key_rewritten_while_pinned)
 	cr_assert_not_null(again);
 	check_range(again, 0, 5000, 1, 5000);
 	/* A live key is not written twice: the writer is told it is there. */
-	errno = 0;
-	cr_assert_null(store_begin(s, "http://h/k.tar", "\"e\"", 5000));
-	cr_assert_eq(errno, EEXIST);
+	cr_assert_eq(store_begin(s, "http://h/k.tar", "\"e\"", 5000, &w),
+		     -EEXIST);
+	cr_assert_null(w);
 	check_range(again, 0, 5000, 1, 5000);
 	store_put(again);
 	store_get_stats(s, &st);
@@ -681,6 +691,8 @@ Test(store, disk_full_is_an_error_not_a_crash)
 	struct store *s;
 	struct store_stats st;
 	struct store_entry *e;
+	struct store_writer *w;
+	int r;
 
 	mount_small(m, sizeof(m), "size=256k");
 	store_open(m, 64ULL << 20, &s, err, sizeof(err));
@@ -688,9 +700,9 @@ Test(store, disk_full_is_an_error_not_a_crash)
 	e = add(s, "http://h/small", "", 10000, 1);
 	cr_assert_not_null(e);
 	store_put(e);
-	errno = 0;
-	cr_assert_null(store_begin(s, "http://h/big", "", 1 << 20));
-	cr_assert_eq(errno, ENOSPC, "errno %s", strerror(errno));
+	r = store_begin(s, "http://h/big", "", 1 << 20, &w);
+	cr_assert_eq(r, -ENOSPC, "%s", strerror(-r));
+	cr_assert_null(w);
 	store_get_stats(s, &st);
 	cr_assert_eq(st.write_errors, 1);
 	e = store_get(s, "http://h/small", "", 10000);
@@ -718,6 +730,8 @@ Test(store, unwritable_dir)
 	struct store *s;
 	struct store_stats st;
 	struct store_entry *e;
+	struct store_writer *w;
+	int r;
 
 	mount_small(m, sizeof(m), "size=1m");
 	store_open(m, 64ULL << 20, &s, err, sizeof(err));
@@ -735,9 +749,9 @@ Test(store, unwritable_dir)
 	cr_assert_not_null(e);
 	check_range(e, 0, 4000, 2, 4000);
 	store_put(e);
-	errno = 0;
-	cr_assert_null(store_begin(s, "http://h/b", "", 100));
-	cr_assert_eq(errno, EROFS, "errno %s", strerror(errno));
+	r = store_begin(s, "http://h/b", "", 100, &w);
+	cr_assert_eq(r, -EROFS, "%s", strerror(-r));
+	cr_assert_null(w);
 	store_get_stats(s, &st);
 	cr_assert_eq(st.write_errors, 1);
 	store_close(s);
@@ -923,19 +937,20 @@ Test(store, contains_touches_nothing)
 Test(store, second_open_keeps_live_writer_temp)
 {
 	struct store *a = open_store(1ULL << 30), *b;
-	struct store_writer *w = store_begin(a, "http://h/X.tar", "", 3000);
+	struct store_writer *w;
 	struct store_entry *e;
+	int r;
 	uint8_t buf[3000];
 
-	cr_assert_not_null(w);
+	cr_assert_eq(store_begin(a, "http://h/X.tar", "", 3000, &w), 0);
 	fill(buf, sizeof(buf), 5, 0);
 	cr_assert_eq(store_write(w, buf, 1000), 0);
 	b = open_store(1ULL << 30);
 	cr_assert_eq(count_files(".tmp-"), 1,
 		     "another mount's start-up removed a live temp file");
 	cr_assert_eq(store_write(w, buf + 1000, 2000), 0);
-	e = store_commit(w);
-	cr_assert_not_null(e, "commit after another open: %s", strerror(errno));
+	r = store_commit(w, &e);
+	cr_assert_eq(r, 0, "commit after another open: %s", strerror(-r));
 	store_put(e);
 	e = store_get(b, "http://h/X.tar", "", 3000);
 	cr_assert_not_null(e, "the other mount does not find the new entry");
@@ -996,9 +1011,7 @@ static void *begin_thread(void *arg)
 {
 	struct waiter *x = arg;
 	double t0 = now_mono();
-	errno = 0;
-	x->w = store_begin(x->s, "http://h/X.tar", "", 3000);
-	x->err = errno;
+	x->err = -store_begin(x->s, "http://h/X.tar", "", 3000, &x->w);
 	x->took = now_mono() - t0;
 	return NULL;
 }
@@ -1006,20 +1019,20 @@ static void *begin_thread(void *arg)
 Test(store, second_writer_waits_and_finds_entry)
 {
 	struct store *a = open_store(1ULL << 30), *b = open_store(1ULL << 30);
-	struct store_writer *w = store_begin(a, "http://h/X.tar", "", 3000);
+	struct store_writer *w;
+	int r = store_begin(a, "http://h/X.tar", "", 3000, &w);
 	struct waiter x = {.s = b};
 	struct store_entry *e;
 	struct store_stats st;
 	uint8_t buf[3000];
 	pthread_t t;
 
-	cr_assert_not_null(w);
+	cr_assert_eq(r, 0, "%s", strerror(-r));
 	pthread_create(&t, NULL, begin_thread, &x);
 	nanosleep(&(struct timespec){0, 300000000L}, NULL);
 	fill(buf, sizeof(buf), 6, 0);
 	cr_assert_eq(store_write(w, buf, sizeof(buf)), 0);
-	e = store_commit(w);
-	cr_assert_not_null(e);
+	cr_assert_eq(store_commit(w, &e), 0);
 	store_put(e);
 	pthread_join(t, NULL);
 	cr_assert_null(x.w, "the same shard was written twice");
@@ -1040,11 +1053,12 @@ Test(store, second_writer_waits_and_finds_entry)
 Test(store, writer_wait_is_bounded_and_interruptible)
 {
 	struct store *a = open_store(1ULL << 30), *b = open_store(1ULL << 30);
-	struct store_writer *w = store_begin(a, "http://h/X.tar", "", 3000);
+	struct store_writer *w;
+	int r = store_begin(a, "http://h/X.tar", "", 3000, &w);
 	struct waiter x = {.s = b};
 	pthread_t t;
 
-	cr_assert_not_null(w);
+	cr_assert_eq(r, 0, "%s", strerror(-r));
 	store_set_wait(b, 0.3);
 	begin_thread(&x);
 	cr_assert_null(x.w);
@@ -1060,8 +1074,7 @@ Test(store, writer_wait_is_bounded_and_interruptible)
 	cr_assert_lt(x.took, 5);
 	store_abort(w);
 	/* The lock is free again: a writer of the entry goes ahead. */
-	w = store_begin(a, "http://h/X.tar", "", 3000);
-	cr_assert_not_null(w);
+	cr_assert_eq(store_begin(a, "http://h/X.tar", "", 3000, &w), 0);
 	store_abort(w);
 	store_close(a);
 	store_close(b);
@@ -1187,6 +1200,7 @@ Test(store, admission_refused_rather_than_evict_needed)
 	struct store *s = open_store(3 * unit + unit / 2);
 	struct store_stats st;
 	struct store_writer *w;
+	int r;
 
 	for (int i = 0; i < 3; i++)
 		add_put(s, abc[i], 1000, (unsigned)i);
@@ -1197,10 +1211,9 @@ Test(store, admission_refused_rather_than_evict_needed)
 	cr_assert_not(store_fits(s, 1000));
 	/* Larger than the cap: not the hint's business; store_begin says. */
 	cr_assert(store_fits(s, 4 * unit));
-	errno = 0;
-	w = store_begin(s, "http://h/D.tar", "\"e\"", 1000);
+	r = store_begin(s, "http://h/D.tar", "\"e\"", 1000, &w);
 	cr_assert_null(w, "admitted by evicting a needed entry");
-	cr_assert_eq(errno, EDQUOT, "errno %d", errno);
+	cr_assert_eq(r, -EDQUOT, "%s", strerror(-r));
 	store_get_stats(s, &st);
 	cr_assert_eq(st.evictions, 0);
 	cr_assert_eq(st.write_errors, 0, "a policy refusal is no write error");
@@ -1226,13 +1239,14 @@ Test(store, admission_refused_rather_than_evict_needed)
 Test(store, peer_open_finds_live_writer_only)
 {
 	struct store *s = open_store(1ULL << 30);
-	struct store_writer *w = store_begin(s, "http://h/P.tar", "\"e\"", 5000);
+	struct store_writer *w;
+	int r = store_begin(s, "http://h/P.tar", "\"e\"", 5000, &w);
 	uint8_t want[3000], got[3000];
 	struct store_entry *e;
 	char dead[128];
 	int fd;
 
-	cr_assert_not_null(w);
+	cr_assert_eq(r, 0, "%s", strerror(-r));
 	fill(want, sizeof(want), 7, 0);
 	cr_assert_eq(store_write(w, want, sizeof(want)), 0);
 	fd = store_peer_open(s, "http://h/P.tar", "\"e\"", 5000);
@@ -1244,8 +1258,7 @@ Test(store, peer_open_finds_live_writer_only)
 		     -ENOENT);
 	fill(want, 2000, 7, 3000);
 	cr_assert_eq(store_write(w, want, 2000), 0);
-	e = store_commit(w);
-	cr_assert_not_null(e);
+	cr_assert_eq(store_commit(w, &e), 0);
 	store_put(e);
 	cr_assert_eq(store_peer_open(s, "http://h/P.tar", "\"e\"", 5000),
 		     -ENOENT);
