@@ -23,6 +23,10 @@
  *   file, and to rename a finished entry into place, so every rescan sees
  *   every byte on disk: entry files plus other writers' temp files, which are
  *   allocated to their full size when created.
+ * - Invalid entry files (not ours, truncated, corrupt) met by a rescan or a
+ *   lookup are removed under the directory lock, and only if the name still
+ *   holds the file that was read (dev/ino): a rename into place, which
+ *   holds that lock too, may have put a good entry there since.
  * - Temp files ".tmp-<entry hash>-<pid>-<counter>-<random>" are
  *   flock(LOCK_EX)ed by their
  *   writer from creation (under the directory lock) to rename; the start-up
@@ -155,6 +159,8 @@ struct store {
 	/* The reader's "still needed" hint (store_set_needed); NULL: none. */
 	store_needed_fn needed;
 	void *needed_ud;
+	store_invalid_fn on_invalid; /* tests only (store_debug_on_invalid) */
+	void *on_invalid_ud;
 };
 
 static uint32_t blocks_for(uint64_t size)
@@ -495,11 +501,45 @@ out:
 	return crcs;
 }
 
-/* Read and check the entry file `name` (no lock held: this reads). Returns
- * the entry, unpinned and not in the table, or NULL when the file is absent
- * or not a valid entry (then it is removed: not ours, truncated or
- * corrupt). */
-static struct store_entry *load_entry(struct store *s, const char *name)
+/* The file `name` was read and found invalid (not ours, truncated or
+ * corrupt; dev and ino say which file that was): remove it, but only if
+ * the name still holds that very file, since another process may have
+ * renamed a new entry there meanwhile. Under the directory lock (taken here
+ * unless `dir_locked`), which every rename into place holds too, so that
+ * the check and the unlink are one step for every echofs process. Counted
+ * under s->lock, like store_drop's count. */
+static void drop_invalid(struct store *s, const char *name, dev_t dev,
+			 ino_t ino, bool dir_locked)
+{
+	struct stat sb;
+	bool removed = false;
+	int lk = -1;
+
+	if (s->on_invalid)
+		s->on_invalid(s->on_invalid_ud, name);
+	if (!dir_locked && (lk = dir_lock(s)) < 0)
+		return; /* the next rescan finds it again */
+	if (fstatat(s->dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    sb.st_dev == dev && sb.st_ino == ino)
+		removed = unlinkat(s->dirfd, name, 0) == 0;
+	if (!dir_locked)
+		dir_unlock(lk);
+	if (!removed)
+		return;
+	pthread_mutex_lock(&s->lock);
+	s->st.corrupt++;
+	pthread_mutex_unlock(&s->lock);
+	log_counted("cache_corrupt",
+		    "cache: entry %s is truncated or corrupt; removed", name);
+}
+
+/* Read and check the entry file `name` (no lock of ours held: this reads;
+ * `dir_locked` says whether the caller holds the directory lock). Returns
+ * the entry, unpinned and not in the table, or NULL when there is no such
+ * regular file or it is not a valid entry (then it is removed:
+ * drop_invalid). */
+static struct store_entry *load_entry(struct store *s, const char *name,
+				      bool dir_locked)
 {
 	struct store_entry *e = NULL;
 	struct stat sb;
@@ -510,18 +550,14 @@ static struct store_entry *load_entry(struct store *s, const char *name)
 
 	if (fd < 0)
 		return NULL;
-	if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode))
-		crcs = read_footer(fd, (uint64_t)sb.st_size, name, &size, &key);
+	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+		close(fd);
+		return NULL;
+	}
+	crcs = read_footer(fd, (uint64_t)sb.st_size, name, &size, &key);
 	close(fd);
 	if (!crcs) {
-		/* Not ours, truncated or corrupt: treat as absent, but say so
-		 * (store_open runs before any thread: no lock). */
-		unlinkat(s->dirfd, name, 0);
-		s->st.corrupt++;
-		log_counted("cache_corrupt",
-			    "cache: entry %s is truncated or "
-			    "corrupt; dropped at start-up",
-			    name);
+		drop_invalid(s, name, sb.st_dev, sb.st_ino, dir_locked);
 		return NULL;
 	}
 	e = entry_new(s, key, hash64(key, strlen(key), 0), size, crcs);
@@ -599,7 +635,7 @@ static void rescan_entry(struct store *s, const char *name)
 			e->use = sb.st_mtim;
 	}
 	pthread_mutex_unlock(&s->lock);
-	if (!e && (e = load_entry(s, name)) != NULL) {
+	if (!e && (e = load_entry(s, name, true)) != NULL) {
 		pthread_mutex_lock(&s->lock);
 		adopt(s, e)->seen = true;
 		pthread_mutex_unlock(&s->lock);
@@ -1044,6 +1080,12 @@ void store_debug_fits_walk(struct store *s, uint64_t size, int *fits,
 	pthread_mutex_unlock(&s->lock);
 }
 
+void store_debug_on_invalid(struct store *s, store_invalid_fn fn, void *ud)
+{
+	s->on_invalid = fn;
+	s->on_invalid_ud = ud;
+}
+
 void store_interrupt(struct store *s)
 {
 	if (s)
@@ -1094,7 +1136,7 @@ static struct store_entry *discover(struct store *s, const char *key,
 	pthread_mutex_unlock(&s->lock);
 	if (e || known)
 		return e;
-	if (!(e = load_entry(s, name)))
+	if (!(e = load_entry(s, name, false)))
 		return NULL;
 	if (strcmp(e->key, key) != 0) { /* another key of the same hash */
 		entry_free(e);

@@ -97,6 +97,13 @@ int store_fits(struct store *s, uint64_t size);
 void store_debug_fits_walk(struct store *s, uint64_t size, int *fits,
 			   uint64_t *live_sum, uint64_t *live_walk);
 
+/* For tests: fn(ud, name) runs when a lookup or a rescan has found the
+ * entry file `name` invalid, before the file is removed (the store's mutex
+ * not held), so that a test can put another file under that name at that
+ * moment. Set it before other threads use the store; NULL removes it. */
+typedef void (*store_invalid_fn)(void *ud, const char *name);
+void store_debug_on_invalid(struct store *s, store_invalid_fn fn, void *ud);
+
 /* End every present and future wait of store_begin with ECANCELED (for
  * shutdown). */
 void store_interrupt(struct store *s);
