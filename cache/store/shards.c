@@ -1319,12 +1319,20 @@ void shards_get_stats(struct shards *sh, struct shards_stats *out)
 
 /* ---- life cycle ---- */
 
-static void init_slots(struct shards *sh)
+/* Readers wait on a slot's cond with their deadline: one that cannot be
+ * made fails the open (those made before it are undone). */
+static int init_slots(struct shards *sh)
 {
 	for (size_t i = 0; i < nshards(sh); i++) {
+		int r = cond_init_monotonic(&sh->slots[i].cond);
+		if (r) {
+			while (i-- > 0)
+				pthread_cond_destroy(&sh->slots[i].cond);
+			return r;
+		}
 		workq_item_init(&sh->slots[i].item);
-		cond_init_monotonic(&sh->slots[i].cond);
 	}
+	return 0;
 }
 
 int shards_open(const struct index *ix, struct http *h, struct store *st,
@@ -1357,8 +1365,13 @@ int shards_open(const struct index *ix, struct http *h, struct store *st,
 	sh->range_after_s = o && o->range_after_s > 0 ? o->range_after_s : 0;
 	sh->max_pinned = workers * 8 < 32 ? 32 : workers * 8;
 	sh->slots = xcalloc(ix->nshards ? ix->nshards : 1, sizeof(*sh->slots));
+	if ((r = init_slots(sh)) != 0) {
+		verify_free(sh->vf);
+		free(sh->slots);
+		free(sh);
+		return r;
+	}
 	pthread_mutex_init(&sh->lock, NULL);
-	init_slots(sh);
 	r = workq_open(&(struct workq_opts){.threads = workers,
 					    .run = fetch_slot,
 					    .ctx = sh},

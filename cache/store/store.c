@@ -1783,7 +1783,12 @@ static int publish(struct store_writer *w, struct store_entry *e)
 	s->st.entries++;
 	pthread_mutex_unlock(&s->lock);
 	dir_unlock(lk);
-	fsync(s->dirfd);
+	/* The rename is durable once the directory is. If it is not, the entry
+	 * still serves now (its bytes were synced); a crash may lose its name,
+	 * which costs a fetch: a disk error to count and say, not a failed
+	 * commit. */
+	if (fsync(s->dirfd) != 0)
+		count_write_error(s, -errno);
 	return 0;
 }
 

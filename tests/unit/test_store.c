@@ -25,6 +25,22 @@
 
 static char tdir[64];
 
+/* fsync, wrapped at link time for this suite (tests/meson.build): while
+ * `fail_dir_fsync` is set, a directory's fsync fails with EIO. */
+int __real_fsync(int fd);
+int __wrap_fsync(int fd);
+static int fail_dir_fsync;
+
+int __wrap_fsync(int fd)
+{
+	struct stat sb;
+	if (fail_dir_fsync && fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+		errno = EIO;
+		return -1;
+	}
+	return __real_fsync(fd);
+}
+
 static int rm_cb(const char *p, const struct stat *sb, int flag,
 		 struct FTW *ftw)
 {
@@ -1584,5 +1600,26 @@ Test(store, rescan_and_drop_count_corrupt_once_each)
 	store_get_stats(s, &st);
 	cr_assert_eq(st.corrupt, 2 * RACE_N, "corrupt %" PRIu64, st.corrupt);
 	cr_assert_eq(count_files("0000000000bad"), 0);
+	store_close(s);
+}
+
+/* The directory's fsync after the rename failing: the entry serves (its
+ * bytes were synced), and the disk error is counted, not ignored. */
+Test(store, directory_fsync_failure_is_counted)
+{
+	struct store *s = open_store(1ULL << 30);
+	struct store_entry *e;
+	struct store_stats st;
+
+	fail_dir_fsync = 1;
+	e = add(s, "http://h/F.tar", "\"e\"", 3000, 8);
+	fail_dir_fsync = 0;
+	cr_assert_not_null(e, "commit: %s", strerror(errno));
+	check_range(e, 0, 3000, 8, 3000);
+	store_put(e);
+	store_get_stats(s, &st);
+	cr_assert_eq(st.write_errors, 1, "write_errors %" PRIu64,
+		     st.write_errors);
+	cr_assert_eq(st.entries, 1);
 	store_close(s);
 }

@@ -8,6 +8,23 @@
 #include "common/util.h"
 #include "common/workq.h"
 
+/* pthread_cond_init, wrapped at link time for this suite (tests/meson.build):
+ * once `cond_fail_after` monotonic inits (those given an attr: made by
+ * cond_init_monotonic) have succeeded, the next ones fail with ENOMEM.
+ * -1: none fails. */
+int __real_pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a);
+int __wrap_pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a);
+static int cond_fail_after = -1;
+
+int __wrap_pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
+{
+	if (a && cond_fail_after >= 0 && cond_fail_after-- == 0) {
+		cond_fail_after = 0;
+		return ENOMEM;
+	}
+	return __real_pthread_cond_init(c, a);
+}
+
 struct job {
 	struct workq_item it;
 	int id;
@@ -239,8 +256,8 @@ Test(workq, urgent_items_pass_a_full_queue_in_fifo_order)
 	struct job u[3] = {{.id = 10}, {.id = 11}, {.id = 12}};
 	struct submitter s[3];
 	pthread_t t[3];
-	struct workq_opts o = {.threads = 1, .cap = 2, .urgent = 2,
-			       .run = run, .ctx = &x};
+	struct workq_opts o = {
+		.threads = 1, .cap = 2, .urgent = 2, .run = run, .ctx = &x};
 
 	ctx_init(&x);
 	workq_open(&o, &x.q);
@@ -521,4 +538,28 @@ Test(workq, each_worker_has_its_own_state)
 	cr_assert_eq(w.made, 3);
 	cr_assert_eq(w.freed, 3);
 	cr_assert_eq(w.mismatch, 0);
+}
+
+/* A monotonic condition variable that cannot be made fails the open (it
+ * used to be ignored, leaving workq_pause to wait on an unmade one). */
+Test(workq, open_fails_when_its_timed_cond_cannot_be_made)
+{
+	struct ctx x;
+	struct workq *q = (struct workq *)&x; /* not NULL */
+
+	ctx_init(&x);
+	cond_fail_after = 0;
+	cr_assert_eq(workq_open(&(struct workq_opts){.threads = 2,
+						     .run = run,
+						     .ctx = &x},
+				&q),
+		     -ENOMEM);
+	cr_assert_null(q);
+	cond_fail_after = -1;
+	cr_assert_eq(workq_open(&(struct workq_opts){.threads = 2,
+						     .run = run,
+						     .ctx = &x},
+				&q),
+		     0);
+	workq_free(q);
 }
