@@ -1367,12 +1367,19 @@ static void lock_name(const char *name, char *out, size_t n)
 }
 
 /* Wait for flock(LOCK_EX) on fd, polling so the wait is bounded and can be
- * interrupted. Returns 0, -EBUSY (deadline), -ECANCELED or -errno. */
+ * interrupted. A wait is counted (st.waits) when it starts, once per
+ * writer, so that it can be seen while it lasts. Returns 0, -EBUSY
+ * (deadline), -ECANCELED or -errno. */
 static int wait_flock(struct store *s, int fd, double deadline, bool *waited)
 {
 	while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
 		if (errno != EWOULDBLOCK && errno != EINTR)
 			return -errno;
+		if (!*waited) {
+			pthread_mutex_lock(&s->lock);
+			s->st.waits++;
+			pthread_mutex_unlock(&s->lock);
+		}
 		*waited = true;
 		if (__atomic_load_n(&s->interrupted, __ATOMIC_ACQUIRE))
 			return -ECANCELED;
@@ -1575,11 +1582,6 @@ static int begin_locked(struct store_writer *w)
 	bool waited = false;
 	int r = entry_lock(s, w->name, &waited);
 
-	if (waited) {
-		pthread_mutex_lock(&s->lock);
-		s->st.waits++;
-		pthread_mutex_unlock(&s->lock);
-	}
 	if (r < 0) {
 		if (r != -EBUSY && r != -ECANCELED)
 			count_write_error(s, r);

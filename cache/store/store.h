@@ -51,7 +51,8 @@ struct store_stats {
 	uint64_t write_errors; /* entries that could not be written (disk
 				  full...) */
 	uint64_t waits;	       /* writers that waited for another writer of
-				* the same entry (another mount's fetch) */
+				* the same entry (another mount's fetch);
+				* counted when the wait starts */
 };
 
 struct store;

@@ -274,20 +274,18 @@ Test(shards, failed_shard_fails_fast_others_work)
 	struct shards *sh;
 	struct shards_stats ss;
 	uint8_t b[100];
-	double t0;
 	long before;
 
 	fx_server_start(&srv, root, tdir, faults);
 	ix = make_index();
 	st = open_store(1ULL << 30);
 	shards_open(ix, h, st, &o, &sh);
-	t0 = now_mono();
+	/* Fast is counted in requests, not seconds: the 404 is not retried,
+	 * and the second read is answered from the remembered failure. */
 	cr_assert_eq(shards_read(sh, 1, 0, sizeof(b), b), -EIO);
-	cr_assert_lt(now_mono() - t0, 5.0, "404 took %.1f s", now_mono() - t0);
 	before = srv_requests("/s1.tar");
-	t0 = now_mono();
+	cr_assert_eq(before, 1, "a 404 was asked %ld times", before);
 	cr_assert_eq(shards_read(sh, 1, 4096, sizeof(b), b), -EIO);
-	cr_assert_lt(now_mono() - t0, 0.5);
 	cr_assert_eq(srv_requests("/s1.tar"), before, "failed shard retried");
 	check_sample(sh, 0, 3);
 	check_sample(sh, 2, 5);
@@ -499,15 +497,15 @@ Test(shards, read_times_out_on_stalled_server)
 	struct store *st;
 	struct shards *sh;
 	uint8_t b[64];
-	double t0;
 
 	fx_server_start(&srv, root, tdir, faults);
 	ix = make_index();
 	st = open_store(1ULL << 30);
 	shards_open(ix, h, st, &o, &sh);
-	t0 = now_mono();
+	/* The server stalls 4 s once, then sends: a read that waited past its
+	 * 1 s timeout would get the bytes, so -ETIMEDOUT alone shows the
+	 * deadline ended it (no clock needed). */
 	cr_assert_eq(shards_read(sh, 0, 0, sizeof(b), b), -ETIMEDOUT);
-	cr_assert_lt(now_mono() - t0, 2.5);
 	/* Freeing aborts the stalled transfer (it must not hang). */
 	shards_free(sh);
 	store_close(st);
@@ -544,21 +542,19 @@ Test(shards, slow_streams_let_readers_take_range_gets)
 	struct store *st;
 	struct shards *sh;
 	struct shards_stats ss;
-	double t0;
 
 	fx_server_start(&srv, root, tdir, faults);
 	ix = make_index();
 	st = open_store(1ULL << 30);
 	shards_open(ix, h, st, &o, &sh);
-	t0 = now_mono();
 	check_sample(sh, 0, 0); /* shard 0 streams (the one worker) */
 	check_sample(sh, 1, PER_SHARD - 1); /* shard 1 waits in the queue */
 	check_sample(sh, 0, PER_SHARD - 1); /* far ahead of a slow stream */
 	shards_get_stats(sh, &ss);
 	cr_assert_geq(ss.range_reads, 2, "range reads: %llu",
 		      (unsigned long long)ss.range_reads);
-	/* Streaming either shard whole at 200 kB/s takes well over 5 s. */
-	cr_assert_lt(now_mono() - t0, 5.0);
+	/* The range reads counted above are the readers that did not wait
+	 * for the slow whole-shard stream (no clock needed). */
 	cr_assert_eq(ss.read_errors, 0);
 	shards_free(sh);
 	store_close(st);
