@@ -19,12 +19,12 @@ struct workq {
 	pthread_cond_t work;  /* an item queued, or stop: idle workers */
 	pthread_cond_t room;  /* a slot freed, or stop: WAIT submitters */
 	pthread_cond_t room_urgent; /* the same for workq_run_first callers */
-	pthread_cond_t poke;  /* an item queued, or stop: workq_pause */
+	pthread_cond_t poke;	    /* an item queued, or stop: workq_pause */
 	struct list_node queue;
 	size_t nqueued;
-	size_t nurgent;		  /* urgent items queued (all at the front) */
+	size_t nurgent; /* urgent items queued (all at the front) */
 	struct list_node *urgent_tail; /* the last of them, NULL when none */
-	unsigned nroom_urgent;	  /* workq_run_first callers waiting for room */
+	unsigned nroom_urgent; /* workq_run_first callers waiting for room */
 	unsigned npausing;
 	bool stop, joined;
 };
@@ -131,8 +131,8 @@ static int enqueue(struct workq *q, struct workq_item *it, bool urgent,
 	if (!urgent) {
 		list_push_back(&q->queue, &it->link);
 	} else {
-		struct list_node *prev = q->urgent_tail ? q->urgent_tail
-							: &q->queue;
+		struct list_node *prev =
+			q->urgent_tail ? q->urgent_tail : &q->queue;
 		list_insert_between(&it->link, prev, prev->next);
 		q->urgent_tail = &it->link;
 		q->nurgent++;
@@ -270,22 +270,27 @@ size_t workq_pending(struct workq *q)
 int workq_open(const struct workq_opts *o, struct workq **out)
 {
 	struct workq *q;
+	int r;
 
 	*out = NULL;
 	if (!o || !o->run || o->threads == 0)
 		return -EINVAL;
 	q = xcalloc(1, sizeof(*q));
+	/* workq_pause waits on poke with a deadline: without it, none. */
+	if ((r = cond_init_monotonic(&q->poke)) != 0) {
+		free(q);
+		return r;
+	}
 	q->o = *o;
 	list_init(&q->queue);
 	pthread_mutex_init(&q->lock, NULL);
 	pthread_cond_init(&q->work, NULL);
 	pthread_cond_init(&q->room, NULL);
 	pthread_cond_init(&q->room_urgent, NULL);
-	cond_init_monotonic(&q->poke);
 	q->threads = xcalloc(o->threads, sizeof(*q->threads));
 	for (; q->nthreads < o->threads; q->nthreads++) {
-		int r = pthread_create(&q->threads[q->nthreads], NULL,
-				       worker_main, q);
+		r = pthread_create(&q->threads[q->nthreads], NULL, worker_main,
+				   q);
 		if (r) {
 			workq_free(q);
 			return -r;

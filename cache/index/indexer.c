@@ -280,13 +280,13 @@ static int fetch_shard(struct build *b, size_t i, bool reuse)
 		return r;
 	}
 	if (b->st) {
-		j.w = store_begin(b->st, url, res->etag, res->size);
-		if (!j.w && errno == EEXIST && reuse) {
+		int sr = store_begin(b->st, url, res->etag, res->size, &j.w);
+		if (sr == -EEXIST && reuse) {
 			end_shard(&j);
 			return -EEXIST;
 		}
-		if (!j.w)
-			cache_failed(&j, -errno);
+		if (sr)
+			cache_failed(&j, sr);
 	}
 	r = http_stream(b->h, url, res->etag, res->size, sink, &j);
 	r = finish_shard(b, i, &j, r);
@@ -295,10 +295,11 @@ static int fetch_shard(struct build *b, size_t i, bool reuse)
 		 * first so cache_failed does not abort it a second time. */
 		struct store_writer *w = j.w;
 		struct store_entry *e;
+		int cr;
 		j.w = NULL;
-		e = store_commit(w);
-		if (!e)
-			cache_failed(&j, -errno);
+		cr = store_commit(w, &e);
+		if (cr)
+			cache_failed(&j, cr);
 		store_put(e);
 	} else {
 		store_abort(j.w);

@@ -1,6 +1,11 @@
 /* shards.c - shard data for readers: byte ranges served from the disk cache,
  * whole shards fetched in the background (see the DESIGN note in shards.h).
  *
+ * This file: the read path (the per-state steps below, checksummed reads),
+ * pinned entries, pass tracking and the life cycle. The fetch workers are
+ * in shards_fetch.c, zero-copy views in shards_view.c; shards_int.h holds
+ * the structs they share.
+ *
  * Per-shard states (slot.state, sh->lock):
  *   NONE      nothing known; a read looks in the store, else queues a fetch
  *   QUEUED    in the FIFO, waiting for a worker
@@ -31,14 +36,16 @@
  * is marked FAILED. */
 #include "cache/store/shards.h"
 
+#include "cache/store/shards_int.h"
+
 #include "cache/store/store.h"
-#include "common/deadline.h"
 #include "cache/store/verify.h"
+#include "common/deadline.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "common/workq.h"
-#include "fetch/net/http.h"
 #include "fetch/format/index.h"
+#include "fetch/net/http.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -51,103 +58,11 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Not an errno: "state changed, look again". */
-#define AGAIN ((ssize_t)-0x40000000)
-
-enum state { NONE, QUEUED, FETCHING, CACHED, FAILED, UNCACHED };
-
-struct cref {
-	struct store_entry *e;
-	unsigned users;
-	bool retired;
-	/* Zero-copy views (shards_view): the entry's file mapped read only,
-	 * made by the first view, unmapped with the cref. */
-	const uint8_t *map;
-	uint64_t map_len;
-	int fd;
-	bool map_failed; /* do not try again */
-};
-
-struct wref {
-	struct store_writer *w;
-	double started; /* when the stream began, for its rate */
-	uint64_t avail; /* bytes readable through w */
-	unsigned users;
-	bool closing; /* worker is committing: no new users */
-	bool bad;     /* a sample read from it failed its checksum */
-};
-
-struct slot {
-	struct workq_item item; /* in the fetch queue while QUEUED */
-	enum state state;
-	struct cref *c;
-	struct wref *wr;
-	double until;
-	double queued_at; /* when it entered the queue */
-	uint64_t last_use;
-	unsigned waiters;
-	double tmo_at;	  /* when a read at tmo_off last timed out */
-	uint64_t tmo_off;
-	unsigned bad_copies; /* checksum failures since the last good copy */
-	double bypass_until; /* the store refused it (EDQUOT) until then */
-	pthread_cond_t cond; /* state, avail or users changed */
-};
-
-/* A shard's store key hash, for the store's "needed" hint. */
-struct keyed {
-	uint64_t hash;
-	uint32_t shard;
-};
-
-/* The current pass over the mount's view (shards_track). Its own lock,
- * a leaf: taken by readers on every noted sample, nothing taken inside. */
-struct pass {
-	pthread_mutex_t lock;
-	uint8_t *seen;	       /* per index sample: read this pass */
-	uint8_t *in_view;      /* per index sample: part of the view */
-	uint32_t *view_count;  /* per shard: samples in the view */
-	atomic_uint *left;     /* per shard: not read yet this pass; read
-				* without the lock by the store's hint */
-	uint64_t view_left;    /* samples of the view not read yet */
-	uint64_t view_total;
-	uint64_t passes;       /* completed */
-	struct keyed *keys;    /* sorted by hash */
-};
-
-struct shards {
-	const struct index *ix;
-	struct pass *pass; /* NULL: not tracked (set once by shards_track) */
-	struct http *h;
-	struct store *st;
-	struct verify *vf; /* NULL: the index has no checksums */
-	double retry_failed_s, read_timeout_s;
-	double range_after_s; /* 0: readers always wait for the stream */
-	unsigned max_pinned;
-	struct workq *wq; /* the fetch workers and their FIFO of slots */
-	/* Everything below is guarded by lock (lock order: this lock, then the
-	 * store's or the work queue's). */
-	pthread_mutex_t lock;
-	struct slot *slots;
-	unsigned npinned, nfetching;
-	uint64_t use_clock;
-	bool stop;
-	struct shards_stats stats;
-};
-
-static size_t nshards(const struct shards *sh)
-{
-	return sh->ix->nshards;
-}
-
-static void wake(struct slot *s)
-{
-	if (s->waiters)
-		pthread_cond_broadcast(&s->cond);
-}
+/* ---- the fetch queue and pinned entries (lock held) ---- */
 
 /* Lock held. A slot is queued at most once (state QUEUED until a worker
  * takes it), so the unbounded queue holds at most nshards items. */
-static void enqueue(struct shards *sh, uint32_t n)
+void shards_enqueue(struct shards *sh, uint32_t n)
 {
 	struct slot *s = &sh->slots[n];
 	/* Refused only once shards_free began: readers then see stop. */
@@ -157,19 +72,7 @@ static void enqueue(struct shards *sh, uint32_t n)
 	s->queued_at = now_mono();
 }
 
-/* With range_after_s set, a reader waiting for a stream switches to a range
- * GET of its own bytes when the shard has sat in the queue that long, or
- * the stream, after that long, would take over RANGE_ETA_S to reach them. */
-#define RANGE_ETA_S 2.0
-#define RANGE_RECHECK_S 0.25
-/* The kernel repeats a failed readahead as a synchronous read of the same
- * bytes at once: fail that repeat at once, so that one read(2) waits
- * read_timeout, not twice that. */
-#define TIMEOUT_REPEAT_S 1.0
-
-/* ---- pinned entries (lock held) ---- */
-
-static void cref_release(struct cref *c)
+void shards_cref_release(struct cref *c)
 {
 	if (c->retired && c->users == 0) {
 		if (c->map)
@@ -179,7 +82,7 @@ static void cref_release(struct cref *c)
 	}
 }
 
-static void retire(struct shards *sh, struct slot *s)
+void shards_retire(struct shards *sh, struct slot *s)
 {
 	struct cref *c = s->c;
 	if (!c)
@@ -187,12 +90,12 @@ static void retire(struct shards *sh, struct slot *s)
 	s->c = NULL;
 	sh->npinned--;
 	c->retired = true;
-	cref_release(c);
+	shards_cref_release(c);
 }
 
 /* Unpin the least recently read entry (not `keep`), or all of them (entries
  * in use are released by their last reader, a moment later). */
-static void unpin_some(struct shards *sh, uint32_t keep, bool all)
+void shards_unpin_some(struct shards *sh, uint32_t keep, bool all)
 {
 	struct slot *best = NULL;
 	for (size_t i = 0; i < nshards(sh); i++) {
@@ -200,16 +103,16 @@ static void unpin_some(struct shards *sh, uint32_t keep, bool all)
 		if (!s->c || i == keep)
 			continue;
 		if (all)
-			retire(sh, s);
+			shards_retire(sh, s);
 		else if (!best || s->last_use < best->last_use)
 			best = s;
 	}
 	if (best)
-		retire(sh, best);
+		shards_retire(sh, best);
 }
 
 /* Make e (pinned by the caller) the shard's cache entry. */
-static void attach(struct shards *sh, uint32_t n, struct store_entry *e)
+void shards_attach(struct shards *sh, uint32_t n, struct store_entry *e)
 {
 	struct slot *s = &sh->slots[n];
 	if (s->c) {
@@ -219,7 +122,7 @@ static void attach(struct shards *sh, uint32_t n, struct store_entry *e)
 		s->c->e = e;
 		sh->npinned++;
 		if (sh->npinned > sh->max_pinned)
-			unpin_some(sh, n, false);
+			shards_unpin_some(sh, n, false);
 	}
 	s->state = CACHED;
 	wake(s);
@@ -229,7 +132,6 @@ static void attach(struct shards *sh, uint32_t n, struct store_entry *e)
 
 /* After the store refused a shard to keep what the pass still needs, its
  * reads take range GETs without asking the store again for this long. */
-#define BYPASS_S 1.0
 
 static int cmp_keyed(const void *a, const void *b)
 {
@@ -269,7 +171,7 @@ static void pass_finished(struct shards *sh, uint32_t g)
 
 	pthread_mutex_lock(&sh->lock);
 	if (s->state == CACHED)
-		retire(sh, s);
+		shards_retire(sh, s);
 	pthread_mutex_unlock(&sh->lock);
 }
 
@@ -283,262 +185,6 @@ static bool bypass_store(struct shards *sh, struct slot *s, uint32_t n)
 	if (now_mono() < s->bypass_until)
 		return true;
 	return !store_fits(sh->st, sh->ix->shards[n].size);
-}
-
-/* ---- state changes by workers ---- */
-
-static void log_failure(struct shards *sh, uint32_t n, int err)
-{
-	char red[512];
-	http_redact(sh->ix->shards[n].url, red, sizeof(red));
-	log_counted("shard_failed", "shard %u (%s) failed: %s", n, red,
-		    http_reason(err));
-}
-
-/* Lock held. */
-static void set_failed(struct shards *sh, uint32_t n)
-{
-	struct slot *s = &sh->slots[n];
-	s->state = FAILED;
-	s->until = now_mono() + sh->retry_failed_s;
-	sh->stats.failed_shards++;
-	wake(s);
-}
-
-/* Lock held. */
-static void set_uncached(struct shards *sh, uint32_t n)
-{
-	struct slot *s = &sh->slots[n];
-	s->state = UNCACHED;
-	s->until = now_mono() + sh->retry_failed_s;
-	wake(s);
-}
-
-/* Lock held. A copy of shard n failed its checksum: counted, read again
- * by the next reader (state NONE), or failed fast after two bad copies in
- * a row. */
-static void bad_copy(struct shards *sh, uint32_t n)
-{
-	struct slot *s = &sh->slots[n];
-
-	sh->stats.verify_errors++;
-	if (++s->bad_copies >= 2) {
-		set_failed(sh, n);
-	} else {
-		s->state = NONE;
-		wake(s);
-	}
-}
-
-/* sample: the sample's key, or NULL for the whole shard. */
-static void log_mismatch(struct shards *sh, uint32_t n, const char *sample,
-			 unsigned bad_copies)
-{
-	char red[512];
-
-	http_redact(sh->ix->shards[n].url, red, sizeof(red));
-	log_warn("shard %u (%s): %s%s does not match the index's checksum: "
-		 "%s",
-		 n, red, sample ? "sample " : "whole shard",
-		 sample ? sample : "",
-		 bad_copies >= 2 ? "second bad copy, failing it (EIO)"
-				 : "not served, fetching it again");
-}
-
-/* ---- the worker ---- */
-
-struct sink_ctx {
-	struct shards *sh;
-	struct slot *s;
-	struct wref *wr;
-	struct verify_stream *vs; /* whole-shard checksum, or NULL */
-	int store_err; /* store_write failed: not the server's fault */
-};
-
-static int sink(void *ud, const void *data, size_t len)
-{
-	struct sink_ctx *x = ud;
-	int r = store_write(x->wr->w, data, len);
-
-	if (x->vs)
-		verify_stream_feed(x->vs, data, len);
-	pthread_mutex_lock(&x->sh->lock);
-	if (x->sh->stop) {
-		r = -ECANCELED;
-	} else if (r) {
-		x->store_err = r;
-	} else {
-		x->wr->avail += len;
-		x->sh->stats.fetched_bytes += len;
-		wake(x->s);
-	}
-	pthread_mutex_unlock(&x->sh->lock);
-	return r;
-}
-
-/* Lock held. Stop new readers of wr and wait for the current ones. */
-static void close_writer(struct shards *sh, struct slot *s, struct wref *wr)
-{
-	wr->closing = true;
-	s->waiters++;
-	while (wr->users)
-		pthread_cond_wait(&s->cond, &sh->lock);
-	s->waiters--;
-	s->wr = NULL;
-}
-
-/* The store said no: the shard is served by range reads; say why. */
-static void cache_refused(struct shards *sh, const struct index_shard *is,
-			  int err)
-{
-	struct store_stats ss;
-	char red[512];
-
-	store_get_stats(sh->st, &ss);
-	http_redact(is->url, red, sizeof(red));
-	if (err == ENOSPC && is->size >= ss.cap)
-		log_counted("cache_write", "shard %s (%llu MB) is larger than "
-			    "cache_size (%llu MB): served without the disk "
-			    "cache", red, (unsigned long long)(is->size >> 20),
-			    (unsigned long long)(ss.cap >> 20));
-	else
-		log_counted("cache_write", "shard %s not cached: %s", red,
-			    strerror(err));
-}
-
-static struct store_writer *begin_writer(struct shards *sh,
-					 const struct index_shard *is)
-{
-	struct store_writer *w;
-	if (!sh->st)
-		return NULL;
-	w = store_begin(sh->st, is->url, is->etag, is->size);
-	/* Our own pins may be what keeps the store from evicting: drop them
-	 * and give readers still holding one a moment to let go. */
-	for (int i = 0; !w && (errno == ENOSPC || (errno == EDQUOT && !i)) &&
-			i < 3;
-	     i++) {
-		pthread_mutex_lock(&sh->lock);
-		unpin_some(sh, UINT32_MAX, true);
-		pthread_mutex_unlock(&sh->lock);
-		if (i)
-			nanosleep(&(struct timespec){0, 20000000L}, NULL);
-		w = store_begin(sh->st, is->url, is->etag, is->size);
-	}
-	/* EDQUOT: room only by evicting what the pass still needs; the
-	 * policy, not a failure (counted as admission_bypass by readers).
-	 * EEXIST: another mount wrote it while we waited; fetch_one takes it. */
-	if (!w && errno != EDQUOT && errno != EEXIST)
-		cache_refused(sh, is, errno);
-	return w;
-}
-
-/* Stream shard n into a store writer; readers follow wr->avail. */
-static void fetch_cached(struct shards *sh, uint32_t n, struct store_writer *w)
-{
-	const struct index_shard *is = &sh->ix->shards[n];
-	struct slot *s = &sh->slots[n];
-	struct wref *wr = xcalloc(1, sizeof(*wr));
-	struct sink_ctx x = {sh, s, wr, NULL, 0};
-	struct store_entry *e = NULL;
-	bool bad_sum = false;
-	int r = 0;
-
-	wr->w = w;
-	wr->started = now_mono();
-	pthread_mutex_lock(&sh->lock);
-	s->wr = wr;
-	pthread_mutex_unlock(&sh->lock);
-	if (sh->vf)
-		x.vs = verify_stream_new();
-	if (r == 0)
-		r = http_stream(sh->h, is->url, is->etag, is->size, sink, &x);
-	pthread_mutex_lock(&sh->lock);
-	close_writer(sh, s, wr);
-	pthread_mutex_unlock(&sh->lock);
-	/* The whole shard must match before its entry becomes visible. */
-	if (r == 0 && x.vs && !verify_stream_ok(sh->vf, x.vs, n)) {
-		bad_sum = true;
-		r = -EIO;
-	}
-	verify_stream_free(x.vs);
-	if (r == 0 && !(e = store_commit(w)))
-		x.store_err = -errno;
-	else if (r != 0)
-		store_abort(w);
-	free(wr);
-	pthread_mutex_lock(&sh->lock);
-	sh->nfetching--;
-	if (e) {
-		sh->stats.fetched_shards++;
-		s->bad_copies = 0;
-		attach(sh, n, e);
-	} else if (sh->stop) {
-		s->state = NONE;
-	} else if (bad_sum) {
-		bad_copy(sh, n);
-	} else if (x.store_err) {
-		set_uncached(sh, n);
-	} else {
-		set_failed(sh, n);
-	}
-	pthread_mutex_unlock(&sh->lock);
-	if (bad_sum)
-		log_mismatch(sh, n, NULL, s->bad_copies);
-	else if (!e && !x.store_err && r != -ECANCELED)
-		log_failure(sh, n, r);
-}
-
-static void fetch_one(struct shards *sh, uint32_t n)
-{
-	const struct index_shard *is = &sh->ix->shards[n];
-	struct store_entry *e = NULL;
-	struct store_writer *w;
-	bool refused;
-
-	/* A reader or an earlier mount may have cached it already. */
-	if (sh->st)
-		e = store_get(sh->st, is->url, is->etag, is->size);
-	if (!e && (w = begin_writer(sh, is)) != NULL) {
-		fetch_cached(sh, n, w);
-		return;
-	}
-	refused = !e && errno == EDQUOT;
-	/* Another mount sharing the cache fetched it while we waited. */
-	if (!e && sh->st && errno == EEXIST)
-		e = store_get(sh->st, is->url, is->etag, is->size);
-	pthread_mutex_lock(&sh->lock);
-	sh->nfetching--;
-	if (e) {
-		attach(sh, n, e);
-	} else if (refused) {
-		/* Readers take range GETs (step_none) for a while. */
-		sh->slots[n].bypass_until = now_mono() + BYPASS_S;
-		sh->slots[n].state = NONE;
-		wake(&sh->slots[n]);
-	} else {
-		set_uncached(sh, n);
-	}
-	pthread_mutex_unlock(&sh->lock);
-}
-
-/* A fetch worker took a queued slot (run by the work queue). */
-static void fetch_slot(void *ctx, struct workq_item *it)
-{
-	struct shards *sh = ctx;
-	struct slot *s = list_entry(it, struct slot, item);
-	uint32_t n = (uint32_t)(s - sh->slots);
-
-	pthread_mutex_lock(&sh->lock);
-	if (sh->stop) {
-		s->state = NONE;
-		pthread_mutex_unlock(&sh->lock);
-		return;
-	}
-	s->state = FETCHING;
-	sh->nfetching++;
-	pthread_mutex_unlock(&sh->lock);
-	fetch_one(sh, n);
 }
 
 /* ---- readers (each step: lock held on entry and exit) ---- */
@@ -591,9 +237,9 @@ static ssize_t range_read(struct shards *sh, struct slot *s, struct req *q,
 		return (ssize_t)q->len;
 	}
 	if (s->state == st) {
-		set_failed(sh, q->n);
+		shards_set_failed(sh, q->n);
 		pthread_mutex_unlock(&sh->lock);
-		log_failure(sh, q->n, r);
+		shards_log_failure(sh, q->n, r);
 		pthread_mutex_lock(&sh->lock);
 	}
 	return -EIO;
@@ -614,13 +260,13 @@ static ssize_t step_none(struct shards *sh, struct slot *s, struct req *q)
 	e = store_get(sh->st, is->url, is->etag, is->size);
 	pthread_mutex_lock(&sh->lock);
 	if (e && (s->state == NONE || s->state == CACHED))
-		attach(sh, q->n, e);
+		shards_attach(sh, q->n, e);
 	else if (e)
 		store_put(e);
 	else if (s->state == NONE && bypass_store(sh, s, q->n))
 		return range_read(sh, s, q, NONE, true);
 	else if (s->state == NONE)
-		enqueue(sh, q->n);
+		shards_enqueue(sh, q->n);
 	else if (s->state == CACHED && !s->c)
 		s->state = NONE; /* evicted since */
 	return AGAIN;
@@ -630,9 +276,9 @@ static ssize_t step_none(struct shards *sh, struct slot *s, struct req *q)
 static void refetch(struct shards *sh, struct slot *s, uint32_t n)
 {
 	store_drop(s->c->e);
-	retire(sh, s);
+	shards_retire(sh, s);
 	sh->stats.refetches++;
-	enqueue(sh, n);
+	shards_enqueue(sh, n);
 }
 
 static ssize_t step_cached(struct shards *sh, struct slot *s, struct req *q)
@@ -653,7 +299,7 @@ static ssize_t step_cached(struct shards *sh, struct slot *s, struct req *q)
 	if (r == -EBADMSG && s->c == c)
 		refetch(sh, s, q->n); /* retires and releases c */
 	else
-		cref_release(c);
+		shards_cref_release(c);
 	if (r == -EBADMSG)
 		return AGAIN;
 	if (r >= 0 && q->waited)
@@ -676,8 +322,8 @@ static ssize_t step_peer(struct shards *sh, struct slot *s, struct req *q)
 {
 	const struct index_shard *is = &sh->ix->shards[q->n];
 	uint64_t stop;
-	size_t i = sh->vf ? verify_find(sh->vf, q->n, q->off, &stop)
-			  : VERIFY_NONE;
+	size_t i =
+		sh->vf ? verify_find(sh->vf, q->n, q->off, &stop) : VERIFY_NONE;
 	struct deadline until;
 	ssize_t r = -1;
 	int fd;
@@ -692,7 +338,8 @@ static ssize_t step_peer(struct shards *sh, struct slot *s, struct req *q)
 		close(fd);
 	}
 	pthread_mutex_lock(&sh->lock);
-	if (r == (ssize_t)q->len && verify_sample_ok(sh->vf, i, q->buf, q->len)) {
+	if (r == (ssize_t)q->len &&
+	    verify_sample_ok(sh->vf, i, q->buf, q->len)) {
 		sh->stats.peer_reads++;
 		return r;
 	}
@@ -837,7 +484,7 @@ static void sample_mismatch(struct shards *sh, uint32_t n, size_t i,
 	} else if (s->state == FETCHING && s->wr)
 		s->wr->bad = true; /* readers wait for the next copy */
 	pthread_mutex_unlock(&sh->lock);
-	log_mismatch(sh, n, sh->ix->samples[i].key, attempt + 1);
+	shards_log_mismatch(sh, n, sh->ix->samples[i].key, attempt + 1);
 }
 
 /* Sample i's whole member into buf (size bytes), checked; a mismatch drops
@@ -976,206 +623,6 @@ ssize_t shards_read(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 	return r;
 }
 
-/* ---- zero-copy views ---- */
-
-/* Lock held. Map c's file once, read only, so that views hash the bytes
- * they serve straight from the page cache (no copy into a buffer).
- * mmap and fstat do no data I/O. A file shorter than its entry would
- * fault (SIGBUS) where pages are missing: such a file is not mapped, and
- * the copying path then finds it corrupt. */
-static int cref_map(struct cref *c)
-{
-	struct stat st;
-	uint64_t size;
-	void *p;
-	int fd;
-
-	if (c->map)
-		return 0;
-	if (c->map_failed)
-		return -EAGAIN;
-	c->map_failed = true; /* until it worked */
-	fd = store_entry_fd(c->e, &size);
-	if (fd < 0 || size == 0 || size > SIZE_MAX)
-		return -EAGAIN;
-	if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < size)
-		return -EAGAIN;
-	p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
-	if (p == MAP_FAILED)
-		return -EAGAIN;
-	c->map = p;
-	c->map_len = size;
-	c->fd = fd;
-	c->map_failed = false;
-	return 0;
-}
-
-/* Lock held. The whole member of sample i, if its shard is cached and
- * pinned: a user reference on the entry, mapped. NULL otherwise. */
-static struct cref *view_ref(struct shards *sh, uint32_t shard)
-{
-	struct slot *s = &sh->slots[shard];
-	struct cref *c = s->state == CACHED && !sh->stop ? s->c : NULL;
-
-	if (!c || cref_map(c) != 0)
-		return NULL;
-	c->users++;
-	s->last_use = ++sh->use_clock;
-	return c;
-}
-
-static void view_put(struct shards *sh, struct cref *c, bool served)
-{
-	pthread_mutex_lock(&sh->lock);
-	c->users--;
-	cref_release(c);
-	if (served) {
-		sh->stats.hits++;
-		sh->stats.views++;
-	}
-	pthread_mutex_unlock(&sh->lock);
-}
-
-/* ---- zero-copy views of a shard still streaming ---- */
-
-/* Lock held. A user reference on shard's live writer when [off, end) has
- * been written and nobody found a bad sample in the stream; NULL
- * otherwise. close_writer waits for the reference, so the writer (its
- * descriptor, its wref) outlives the view. */
-static struct wref *view_wref(struct shards *sh, uint32_t shard, uint64_t end)
-{
-	struct slot *s = &sh->slots[shard];
-	struct wref *wr = s->state == FETCHING && !sh->stop ? s->wr : NULL;
-
-	if (!wr || wr->closing || wr->bad || wr->avail < end)
-		return NULL;
-	wr->users++;
-	return wr;
-}
-
-static void wref_put(struct shards *sh, uint32_t shard, struct wref *wr,
-		     bool served)
-{
-	pthread_mutex_lock(&sh->lock);
-	if (--wr->users == 0)
-		wake(&sh->slots[shard]); /* a worker in close_writer */
-	if (served) {
-		sh->stats.misses++;
-		sh->stats.views++;
-		sh->stats.views_streaming++;
-	}
-	pthread_mutex_unlock(&sh->lock);
-}
-
-/* Does sample i, at off in the temp file fd, match the index? Hashed from
- * a read-only mapping of the pages around it, unmapped at once: the reply
- * splices the same file's page cache through fd, the pages just hashed.
- * Pages of a mapping past the end of its file fault (SIGBUS); store_begin
- * sized the file to the whole shard and nothing shortens it while our
- * writer reference lives, and the size is checked here as well. */
-static bool stream_sample_ok(struct shards *sh, size_t i, int fd,
-			     uint64_t off, size_t len)
-{
-	long pg = sysconf(_SC_PAGESIZE);
-	uint64_t start, span;
-	struct stat st;
-	void *p;
-	bool ok;
-
-	if (pg <= 0 || fstat(fd, &st) != 0 || st.st_size < 0 ||
-	    (uint64_t)st.st_size < off + len)
-		return false;
-	start = off - off % (uint64_t)pg;
-	span = off + len - start;
-	if (span > SIZE_MAX)
-		return false;
-	p = mmap(NULL, (size_t)span, PROT_READ, MAP_SHARED, fd, (off_t)start);
-	if (p == MAP_FAILED)
-		return false;
-	ok = verify_sample_ok(sh->vf, i, (const uint8_t *)p + (off - start),
-			      len);
-	munmap(p, (size_t)span);
-	return ok;
-}
-
-/* wr (a reference taken by view_wref): sample i as a view of its temp
- * file, or -EAGAIN (reference dropped) so that the copying path reads it,
- * finds any mismatch itself and marks the stream bad as before. */
-static int view_stream(struct shards *sh, uint32_t shard, size_t i,
-		       struct wref *wr, struct shards_view *v)
-{
-	const struct index_sample *smp = &sh->ix->samples[i];
-	/* wr->w is fixed for the wref's life, which our reference extends. */
-	int fd = store_writer_fd(wr->w);
-
-	if (fd < 0 || !stream_sample_ok(sh, i, fd, smp->offset,
-					(size_t)smp->size)) {
-		wref_put(sh, shard, wr, false);
-		return -EAGAIN;
-	}
-	*v = (struct shards_view){.fd = fd,
-				  .off = smp->offset,
-				  .len = (size_t)smp->size,
-				  .ref = wr,
-				  .shard = shard,
-				  .streaming = 1};
-	return 0;
-}
-
-int shards_view(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
-		struct shards_view *v)
-{
-	const struct index_sample *smp;
-	struct wref *wr = NULL;
-	struct cref *c;
-	uint64_t stop;
-	size_t i;
-
-	if (!sh || shard >= nshards(sh))
-		return -EINVAL;
-	/* Without sample sums only store_pread's block check covers the
-	 * bytes: copy them through it. */
-	if (!sh->vf)
-		return -EAGAIN;
-	i = verify_find(sh->vf, shard, off, &stop);
-	if (i == VERIFY_NONE)
-		return -EAGAIN;
-	smp = &sh->ix->samples[i];
-	if (smp->offset != off || smp->size != len || len == 0)
-		return -EAGAIN;
-	pthread_mutex_lock(&sh->lock);
-	c = view_ref(sh, shard);
-	if (!c)
-		wr = view_wref(sh, shard, off + len);
-	pthread_mutex_unlock(&sh->lock);
-	if (wr)
-		return view_stream(sh, shard, i, wr, v);
-	if (!c)
-		return -EAGAIN;
-	/* The same check as read_member, on the very pages the reply will
-	 * splice: a mismatch is left to the copying path, which counts it,
-	 * drops the entry and fetches the shard again. */
-	if (off > c->map_len || len > c->map_len - off ||
-	    !verify_sample_ok(sh->vf, i, c->map + off, len)) {
-		view_put(sh, c, false);
-		return -EAGAIN;
-	}
-	*v = (struct shards_view){
-		.fd = c->fd, .off = off, .len = len, .ref = c, .shard = shard};
-	return 0;
-}
-
-void shards_view_done(struct shards *sh, struct shards_view *v)
-{
-	if (!sh || !v || !v->ref)
-		return;
-	if (v->streaming)
-		wref_put(sh, v->shard, v->ref, true);
-	else
-		view_put(sh, v->ref, true);
-	v->ref = NULL;
-}
-
 void shards_prefetch(struct shards *sh, uint32_t shard)
 {
 	struct slot *s;
@@ -1184,7 +631,7 @@ void shards_prefetch(struct shards *sh, uint32_t shard)
 	pthread_mutex_lock(&sh->lock);
 	s = &sh->slots[shard];
 	if (s->state == NONE || (s->state == FAILED && now_mono() >= s->until))
-		enqueue(sh, shard);
+		shards_enqueue(sh, shard);
 	pthread_mutex_unlock(&sh->lock);
 }
 
@@ -1236,7 +683,8 @@ static struct pass *pass_new(struct shards *sh, const uint32_t *samples,
 		const struct index_shard *is = &ix->shards[g];
 		atomic_init(&p->left[g], 0);
 		p->keys[g] = (struct keyed){
-			store_key_hash(is->url, is->etag, is->size), (uint32_t)g};
+			store_key_hash(is->url, is->etag, is->size),
+			(uint32_t)g};
 	}
 	qsort(p->keys, nshards(sh), sizeof(*p->keys), cmp_keyed);
 	pthread_mutex_init(&p->lock, NULL);
@@ -1310,12 +758,20 @@ void shards_get_stats(struct shards *sh, struct shards_stats *out)
 
 /* ---- life cycle ---- */
 
-static void init_slots(struct shards *sh)
+/* Readers wait on a slot's cond with their deadline: one that cannot be
+ * made fails the open (those made before it are undone). */
+static int init_slots(struct shards *sh)
 {
 	for (size_t i = 0; i < nshards(sh); i++) {
+		int r = cond_init_monotonic(&sh->slots[i].cond);
+		if (r) {
+			while (i-- > 0)
+				pthread_cond_destroy(&sh->slots[i].cond);
+			return r;
+		}
 		workq_item_init(&sh->slots[i].item);
-		cond_init_monotonic(&sh->slots[i].cond);
 	}
+	return 0;
 }
 
 int shards_open(const struct index *ix, struct http *h, struct store *st,
@@ -1348,10 +804,15 @@ int shards_open(const struct index *ix, struct http *h, struct store *st,
 	sh->range_after_s = o && o->range_after_s > 0 ? o->range_after_s : 0;
 	sh->max_pinned = workers * 8 < 32 ? 32 : workers * 8;
 	sh->slots = xcalloc(ix->nshards ? ix->nshards : 1, sizeof(*sh->slots));
+	if ((r = init_slots(sh)) != 0) {
+		verify_free(sh->vf);
+		free(sh->slots);
+		free(sh);
+		return r;
+	}
 	pthread_mutex_init(&sh->lock, NULL);
-	init_slots(sh);
 	r = workq_open(&(struct workq_opts){.threads = workers,
-					    .run = fetch_slot,
+					    .run = shards_fetch_slot,
 					    .ctx = sh},
 		       &sh->wq);
 	if (r) {
@@ -1390,7 +851,7 @@ void shards_free(struct shards *sh)
 		workq_shutdown(sh->wq, WORKQ_CANCEL);
 	workq_free(sh->wq);
 	for (size_t i = 0; i < nshards(sh); i++) {
-		retire(sh, &sh->slots[i]);
+		shards_retire(sh, &sh->slots[i]);
 		pthread_cond_destroy(&sh->slots[i].cond);
 	}
 	pthread_mutex_destroy(&sh->lock);

@@ -10,10 +10,10 @@
  *
  * Sharing (the DESIGN note at the top of store.c has the details): processes
  * coordinate through flock(2) on files in the directory, never by guessing.
- * A writer's temp file ("<dir>/shards/.tmp-<hash>-<pid>-<n>-<random>") stays locked
- * until it is renamed, and store_open removes only temp files nobody holds;
- * the cap is kept over the whole directory (every admission rescans it under
- * a directory lock and counts other writers' temp files); an entry pinned
+ * A writer's temp file ("<dir>/shards/.tmp-<hash>-<pid>-<n>-<random>") stays
+ * locked until it is renamed, and store_open removes only temp files nobody
+ * holds; the cap is kept over the whole directory (every admission rescans it
+ * under a directory lock and counts other writers' temp files); an entry pinned
  * here is never evicted, and one pinned by another process only when nothing
  * else frees enough (that process keeps reading the unlinked file); and an
  * entry being written by one process is waited for, not written again, by
@@ -51,7 +51,8 @@ struct store_stats {
 	uint64_t write_errors; /* entries that could not be written (disk
 				  full...) */
 	uint64_t waits;	       /* writers that waited for another writer of
-				* the same entry (another mount's fetch) */
+				* the same entry (another mount's fetch);
+				* counted when the wait starts */
 };
 
 struct store;
@@ -97,6 +98,13 @@ int store_fits(struct store *s, uint64_t size);
 void store_debug_fits_walk(struct store *s, uint64_t size, int *fits,
 			   uint64_t *live_sum, uint64_t *live_walk);
 
+/* For tests: fn(ud, name) runs when a lookup or a rescan has found the
+ * entry file `name` invalid, before the file is removed (the store's mutex
+ * not held), so that a test can put another file under that name at that
+ * moment. Set it before other threads use the store; NULL removes it. */
+typedef void (*store_invalid_fn)(void *ud, const char *name);
+void store_debug_on_invalid(struct store *s, store_invalid_fn fn, void *ud);
+
 /* End every present and future wait of store_begin with ECANCELED (for
  * shutdown). */
 void store_interrupt(struct store *s);
@@ -132,17 +140,19 @@ void store_drop(struct store_entry *e);
  * same entry, first waits for it to finish (see store_set_wait). Evicts
  * unpinned entries to make room for size bytes plus footer, and claims the
  * disk space up front (fallocate) so a full disk shows here rather than half
- * way through. Returns NULL (errno set: EEXIST when the entry is complete in
- * the store now, written by the writer waited for: store_get it; EBUSY when
- * that writer took longer than the wait, ECANCELED after store_interrupt;
- * ENOSPC when it can't fit under the cap even after eviction, or is larger
- * than the cap, or the disk is full; EDQUOT when it would fit only by
- * evicting entries the needed hint names (store_set_needed); EROFS, EACCES... from creating the file)
- * when the entry can't be written: the caller then serves without the cache.
- * Disk errors are counted in write_errors; the others are not. A writer is
- * used by one thread; store_writer_pread may be called from others. */
-struct store_writer *store_begin(struct store *s, const char *url,
-				 const char *etag, uint64_t size);
+ * way through. Returns 0 with *out set (the caller finishes it with
+ * store_commit or store_abort), or -errno with *out NULL when the entry
+ * can't be written: -EEXIST when the entry is complete in the store now,
+ * written by the writer waited for (store_get it); -EBUSY when that writer
+ * took longer than the wait; -ECANCELED after store_interrupt; -ENOSPC when
+ * it can't fit under the cap even after eviction, or is larger than the
+ * cap, or the disk is full; -EDQUOT when it would fit only by evicting
+ * entries the needed hint names (store_set_needed); -EROFS, -EACCES... from
+ * creating the file. The caller then serves without the cache. Disk errors
+ * are counted in write_errors; the others are not. A writer is used by one
+ * thread; store_writer_pread may be called from others. */
+int store_begin(struct store *s, const char *url, const char *etag,
+		uint64_t size, struct store_writer **out);
 /* A read-only descriptor of the temp file a live writer (in any process,
  * this one included) is writing for this key, or -ENOENT. Its bytes are
  * what has arrived so far and zeros (allocated, unwritten) after: a caller
@@ -167,9 +177,10 @@ ssize_t store_writer_pread(struct store_writer *w, void *buf, size_t len,
  * of bytes below the entry's size cannot fault. -EBADF for NULL. */
 int store_writer_fd(const struct store_writer *w);
 /* Finish: all `size` bytes must have been written (-EPROTO otherwise). Writes
- * the footer, fsyncs, renames into place. Returns the entry pinned (as
- * store_get would), or NULL with errno set. The writer is freed either way. */
-struct store_entry *store_commit(struct store_writer *w);
+ * the footer, fsyncs, renames into place. Returns 0 with *out set to the
+ * entry, pinned (as store_get would), or -errno with *out NULL. The writer
+ * is freed either way. */
+int store_commit(struct store_writer *w, struct store_entry **out);
 /* Discard a partial entry. Frees the writer. Accepts NULL. */
 void store_abort(struct store_writer *w);
 

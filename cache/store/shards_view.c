@@ -1,0 +1,219 @@
+/* shards_view.c - zero-copy views of samples (shards_view): a sample
+ * served straight from the pinned entry's mapped file, or from a writer's
+ * temp file while its shard still streams, hashed where it lies before it
+ * is handed out. Views hold a reference (cref / wref users) under
+ * sh->lock and read outside it. */
+#include "cache/store/shards_int.h"
+
+#include "cache/store/store.h"
+#include "cache/store/verify.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "fetch/format/index.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- zero-copy views ---- */
+
+/* Lock held. Map c's file once, read only, so that views hash the bytes
+ * they serve straight from the page cache (no copy into a buffer).
+ * mmap and fstat do no data I/O. A file shorter than its entry would
+ * fault (SIGBUS) where pages are missing: such a file is not mapped, and
+ * the copying path then finds it corrupt. */
+static int cref_map(struct cref *c)
+{
+	struct stat st;
+	uint64_t size;
+	void *p;
+	int fd;
+
+	if (c->map)
+		return 0;
+	if (c->map_failed)
+		return -EAGAIN;
+	c->map_failed = true; /* until it worked */
+	fd = store_entry_fd(c->e, &size);
+	if (fd < 0 || size == 0 || size > SIZE_MAX)
+		return -EAGAIN;
+	if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < size)
+		return -EAGAIN;
+	p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return -EAGAIN;
+	c->map = p;
+	c->map_len = size;
+	c->fd = fd;
+	c->map_failed = false;
+	return 0;
+}
+
+/* Lock held. The whole member of sample i, if its shard is cached and
+ * pinned: a user reference on the entry, mapped. NULL otherwise. */
+static struct cref *view_ref(struct shards *sh, uint32_t shard)
+{
+	struct slot *s = &sh->slots[shard];
+	struct cref *c = s->state == CACHED && !sh->stop ? s->c : NULL;
+
+	if (!c || cref_map(c) != 0)
+		return NULL;
+	c->users++;
+	s->last_use = ++sh->use_clock;
+	return c;
+}
+
+static void view_put(struct shards *sh, struct cref *c, bool served)
+{
+	pthread_mutex_lock(&sh->lock);
+	c->users--;
+	shards_cref_release(c);
+	if (served) {
+		sh->stats.hits++;
+		sh->stats.views++;
+	}
+	pthread_mutex_unlock(&sh->lock);
+}
+
+/* ---- zero-copy views of a shard still streaming ---- */
+
+/* Lock held. A user reference on shard's live writer when [off, end) has
+ * been written and nobody found a bad sample in the stream; NULL
+ * otherwise. close_writer waits for the reference, so the writer (its
+ * descriptor, its wref) outlives the view. */
+static struct wref *view_wref(struct shards *sh, uint32_t shard, uint64_t end)
+{
+	struct slot *s = &sh->slots[shard];
+	struct wref *wr = s->state == FETCHING && !sh->stop ? s->wr : NULL;
+
+	if (!wr || wr->closing || wr->bad || wr->avail < end)
+		return NULL;
+	wr->users++;
+	return wr;
+}
+
+static void wref_put(struct shards *sh, uint32_t shard, struct wref *wr,
+		     bool served)
+{
+	pthread_mutex_lock(&sh->lock);
+	if (--wr->users == 0)
+		wake(&sh->slots[shard]); /* a worker in close_writer */
+	if (served) {
+		sh->stats.misses++;
+		sh->stats.views++;
+		sh->stats.views_streaming++;
+	}
+	pthread_mutex_unlock(&sh->lock);
+}
+
+/* Does sample i, at off in the temp file fd, match the index? Hashed from
+ * a read-only mapping of the pages around it, unmapped at once: the reply
+ * splices the same file's page cache through fd, the pages just hashed.
+ * Pages of a mapping past the end of its file fault (SIGBUS); store_begin
+ * sized the file to the whole shard and nothing shortens it while our
+ * writer reference lives, and the size is checked here as well. */
+static bool stream_sample_ok(struct shards *sh, size_t i, int fd, uint64_t off,
+			     size_t len)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uint64_t start, span;
+	struct stat st;
+	void *p;
+	bool ok;
+
+	if (pg <= 0 || fstat(fd, &st) != 0 || st.st_size < 0 ||
+	    (uint64_t)st.st_size < off + len)
+		return false;
+	start = off - off % (uint64_t)pg;
+	span = off + len - start;
+	if (span > SIZE_MAX)
+		return false;
+	p = mmap(NULL, (size_t)span, PROT_READ, MAP_SHARED, fd, (off_t)start);
+	if (p == MAP_FAILED)
+		return false;
+	ok = verify_sample_ok(sh->vf, i, (const uint8_t *)p + (off - start),
+			      len);
+	munmap(p, (size_t)span);
+	return ok;
+}
+
+/* wr (a reference taken by view_wref): sample i as a view of its temp
+ * file, or -EAGAIN (reference dropped) so that the copying path reads it,
+ * finds any mismatch itself and marks the stream bad as before. */
+static int view_stream(struct shards *sh, uint32_t shard, size_t i,
+		       struct wref *wr, struct shards_view *v)
+{
+	const struct index_sample *smp = &sh->ix->samples[i];
+	/* wr->w is fixed for the wref's life, which our reference extends. */
+	int fd = store_writer_fd(wr->w);
+
+	if (fd < 0 ||
+	    !stream_sample_ok(sh, i, fd, smp->offset, (size_t)smp->size)) {
+		wref_put(sh, shard, wr, false);
+		return -EAGAIN;
+	}
+	*v = (struct shards_view){.fd = fd,
+				  .off = smp->offset,
+				  .len = (size_t)smp->size,
+				  .ref = wr,
+				  .shard = shard,
+				  .streaming = 1};
+	return 0;
+}
+
+int shards_view(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
+		struct shards_view *v)
+{
+	const struct index_sample *smp;
+	struct wref *wr = NULL;
+	struct cref *c;
+	uint64_t stop;
+	size_t i;
+
+	if (!sh || shard >= nshards(sh))
+		return -EINVAL;
+	/* Without sample sums only store_pread's block check covers the
+	 * bytes: copy them through it. */
+	if (!sh->vf)
+		return -EAGAIN;
+	i = verify_find(sh->vf, shard, off, &stop);
+	if (i == VERIFY_NONE)
+		return -EAGAIN;
+	smp = &sh->ix->samples[i];
+	if (smp->offset != off || smp->size != len || len == 0)
+		return -EAGAIN;
+	pthread_mutex_lock(&sh->lock);
+	c = view_ref(sh, shard);
+	if (!c)
+		wr = view_wref(sh, shard, off + len);
+	pthread_mutex_unlock(&sh->lock);
+	if (wr)
+		return view_stream(sh, shard, i, wr, v);
+	if (!c)
+		return -EAGAIN;
+	/* The same check as read_member, on the very pages the reply will
+	 * splice: a mismatch is left to the copying path, which counts it,
+	 * drops the entry and fetches the shard again. */
+	if (off > c->map_len || len > c->map_len - off ||
+	    !verify_sample_ok(sh->vf, i, c->map + off, len)) {
+		view_put(sh, c, false);
+		return -EAGAIN;
+	}
+	*v = (struct shards_view){
+		.fd = c->fd, .off = off, .len = len, .ref = c, .shard = shard};
+	return 0;
+}
+
+void shards_view_done(struct shards *sh, struct shards_view *v)
+{
+	if (!sh || !v || !v->ref)
+		return;
+	if (v->streaming)
+		wref_put(sh, v->shard, v->ref, true);
+	else
+		view_put(sh, v->ref, true);
+	v->ref = NULL;
+}

@@ -1,0 +1,51 @@
+/* store_format.h - the store's entry file format: where a shard's bytes,
+ * block checksums and key sit in "<dir>/shards/<16 hex>.shard", how a file
+ * is read back and checked, and how names and keys are made (layout in
+ * store_format.c). No state, no locks: callers hold what they need. */
+#ifndef ECHOFS_STORE_FORMAT_H
+#define ECHOFS_STORE_FORMAT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define STORE_FMT_KEY_MAX 16384
+#define STORE_FMT_NAME_LEN 22 /* 16 hex digits + ".shard" */
+
+/* Blocks of STORE_BLOCK bytes for `size` data bytes (UINT32_MAX: too many).
+ */
+uint32_t store_fmt_blocks(uint64_t size);
+/* Bytes after the data: block crcs, key and the fixed tail. */
+uint64_t store_fmt_footer_bytes(uint32_t nblocks, size_t keylen);
+/* Data bytes in block b of an entry of `size` bytes. */
+size_t store_fmt_block_len(uint64_t size, uint32_t b);
+/* zlib's crc32 over any length. */
+uint32_t store_fmt_crc(uint32_t crc, const void *p, size_t n);
+/* pread / pwrite until done (EINTR retried). read: bytes read (short at
+ * end of file) or -errno; write: 0 or -errno. */
+ssize_t store_fmt_read_full(int fd, void *buf, size_t len, uint64_t off);
+int store_fmt_write_full(int fd, const void *buf, size_t len, uint64_t off);
+/* The key of (url, etag, size): "url|etag|size", the URL without userinfo
+ * or query. Caller frees. */
+char *store_fmt_key(const char *url, const char *etag, uint64_t size);
+/* The file name of the entry whose key hashes to h (hash64 of the key),
+ * into name[STORE_FMT_NAME_LEN + 1]. */
+void store_fmt_name(uint64_t h, char *name);
+/* Is n named like an entry file? */
+bool store_fmt_is_entry_name(const char *n);
+/* Open entry file `name` under dirfd to read it, without moving its atime
+ * (when it was written) where the kernel allows. A descriptor or -1 with
+ * errno set. */
+int store_fmt_open(int dirfd, const char *name);
+/* Check the tail and footer of an open entry file of fsize bytes named
+ * `name`. Returns the block crcs (malloc'd) with *size and *key (malloc'd)
+ * set, or NULL when the file is not a valid entry of that name. */
+uint32_t *store_fmt_read_footer(int fd, uint64_t fsize, const char *name,
+				uint64_t *size, char **key);
+/* Write the footer of an entry (crcs, key, tail) after its `size` data
+ * bytes. Returns 0 or -errno. */
+int store_fmt_write_footer(int fd, const char *key, uint64_t size,
+			   uint32_t nblocks, const uint32_t *crcs);
+
+#endif
