@@ -163,6 +163,21 @@ static tjhandle get_xf(struct transform_ctx *tc)
 	return tc->xf;
 }
 
+/* Destroys a handle after a TurboJPEG call on it failed; the next use makes
+ * a fresh one. libjpeg-turbo 2.1's tjDecompressHeader3 returns from its
+ * error longjmp without aborting the decompressor, so the handle stays
+ * mid-parse and the next image is read as the rest of the bad one: every
+ * later JPEG of that worker failed with the bad one's message (issue 21).
+ * Dropping the handle after any failure leaves nothing for a bad image to
+ * pass on, whatever state a library version keeps; it costs one handle
+ * creation per bad image. */
+static void tj_drop(tjhandle *tj)
+{
+	if (*tj)
+		tjDestroy(*tj);
+	*tj = NULL;
+}
+
 void transform_image_free(struct image *img)
 {
 	if (!img)
@@ -314,17 +329,21 @@ struct jpeg_info {
 	int w, h, subsamp, cs;
 };
 
-static int jpeg_header(tjhandle tj, const uint8_t *p, size_t len,
+/* Reads the header with *tj, which is dropped (tj_drop) when that fails. */
+static int jpeg_header(tjhandle *tj, const uint8_t *p, size_t len,
 		       uint64_t maxpx, struct jpeg_info *ji, char *why,
 		       size_t whylen)
 {
 	int r = check_jpeg_frame(p, len, maxpx, why, whylen);
 	if (r < 0)
 		return r;
-	if (tjDecompressHeader3(tj, p, (unsigned long)len, &ji->w, &ji->h,
-				&ji->subsamp, &ji->cs) < 0)
-		return fail(why, whylen, -EBADMSG, "JPEG header: %s",
-			    tjGetErrorStr2(tj));
+	if (tjDecompressHeader3(*tj, p, (unsigned long)len, &ji->w, &ji->h,
+				&ji->subsamp, &ji->cs) < 0) {
+		r = fail(why, whylen, -EBADMSG, "JPEG header: %s",
+			 tjGetErrorStr2(*tj));
+		tj_drop(tj);
+		return r;
+	}
 	/* The pre-scan and libjpeg agree unless the file is odd; trust the
 	 * stricter of the two for the cap. */
 	if (ji->w <= 0 || ji->h <= 0 ||
@@ -466,11 +485,10 @@ int transform_probe(struct transform_ctx *tc, const void *in, size_t len,
 		return probe_other(k, p, len, max_pixels, w, h, why, whylen);
 	if (k != IN_JPEG)
 		return fail(why, whylen, -EBADMSG, "not a JPEG, PNG, WebP or PPM");
-	tjhandle tj = get_dec(tc);
-	if (!tj)
+	if (!get_dec(tc))
 		return fail(why, whylen, -ENOMEM, "TurboJPEG init failed");
 	struct jpeg_info ji;
-	r = jpeg_header(tj, p, len, max_pixels, &ji, why, whylen);
+	r = jpeg_header(&tc->dec, p, len, max_pixels, &ji, why, whylen);
 	if (r < 0)
 		return r;
 	*w = (unsigned)ji.w;
@@ -523,7 +541,7 @@ static int decode_jpeg(struct transform_ctx *tc, const uint8_t *p, size_t len,
 	if (!tj)
 		return fail(why, whylen, -ENOMEM, "TurboJPEG init failed");
 	struct jpeg_info ji;
-	int r = jpeg_header(tj, p, len, maxpx, &ji, why, whylen);
+	int r = jpeg_header(&tc->dec, p, len, maxpx, &ji, why, whylen);
 	if (r < 0)
 		return r;
 	tjscalingfactor sf = pick_scale(ji.w, ji.h, hint);
@@ -539,8 +557,9 @@ static int decode_jpeg(struct transform_ctx *tc, const uint8_t *p, size_t len,
 			  DECODE_FLAGS) < 0) {
 		if (!sc)
 			free(buf);
-		return fail(why, whylen, -EBADMSG, "JPEG: %s",
-			    tjGetErrorStr2(tj));
+		r = fail(why, whylen, -EBADMSG, "JPEG: %s", tjGetErrorStr2(tj));
+		tj_drop(&tc->dec);
+		return r;
 	}
 	if (cmyk)
 		cmyk_to_rgb(buf, (size_t)dw * dh);
@@ -918,6 +937,8 @@ int transform_encode_jpeg(struct transform_ctx *tc, const struct image *img,
 			    &buf, &n, TJSAMP_420,
 			    quality ? quality : TRANSFORM_DEFAULT_QUALITY,
 			    ENCODE_FLAGS);
+	if (r < 0)
+		tj_drop(&tc->enc);
 	*out = r < 0 ? NULL : malloc(n);
 	if (*out) {
 		memcpy(*out, buf, n);
@@ -1269,7 +1290,7 @@ int transform_lossless(struct transform_ctx *tc, const void *in, size_t inlen,
 	if (!tj)
 		return fail(why, whylen, -ENOMEM, "TurboJPEG init failed");
 	struct jpeg_info ji;
-	int r = jpeg_header(tj, in, inlen, max_pixels, &ji, why, whylen);
+	int r = jpeg_header(&tc->xf, in, inlen, max_pixels, &ji, why, whylen);
 	if (r < 0)
 		return r;
 	if (ji.subsamp < 0 || ji.subsamp >= TJ_NUMSAMP)
@@ -1285,8 +1306,10 @@ int transform_lossless(struct transform_ctx *tc, const void *in, size_t inlen,
 	if (tjTransform(tj, in, (unsigned long)inlen, 1, &dst, &n, &xf,
 			DECODE_FLAGS) < 0) {
 		tjFree(dst);
-		return fail(why, whylen, -EBADMSG, "lossless: %s",
-			    tjGetErrorStr2(tj));
+		r = fail(why, whylen, -EBADMSG, "lossless: %s",
+			 tjGetErrorStr2(tj));
+		tj_drop(&tc->xf);
+		return r;
 	}
 	*out = malloc(n ? n : 1);
 	if (!*out) {

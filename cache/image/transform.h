@@ -8,7 +8,9 @@
  * - Threads: a TurboJPEG handle must not be used by two threads at once, so
  *   every function that touches TurboJPEG takes a struct transform_ctx. Create
  *   one context per worker thread (transform_ctx_new) and never share it
- *   without a lock of your own. A context also keeps its work buffers
+ *   without a lock of your own. A call that fails leaves the context as
+ *   good as new (a TurboJPEG handle that failed is replaced), so one bad
+ *   image cannot fail the next ones. A context also keeps its work buffers
  *   between calls (a fresh large malloc per image costs page faults that
  *   dominated the pipeline); each is freed after use when above 8 MB, so a
  *   context pins at most ~32 MB. The pixel functions (resize, crop, flip, PPM)
