@@ -1,4 +1,5 @@
-/* test_transform.c - unit tests for the image engine (cache/image/transform.c). */
+/* test_transform.c - unit tests for the image engine (cache/image/transform.c
+ * and the JPEG and PPM decoders it picks, jpegdec.c and ppmdec.c). */
 #include "cache/image/transform.h"
 
 #include <criterion/criterion.h>
