@@ -1,7 +1,8 @@
 #!/bin/bash
 # check_layers.sh - fails when an #include breaks the layering: fs/ -> cache/
 # -> fetch/ -> common/ (downward only), FUSE only in fs/, curl only in fetch/,
-# TurboJPEG only in cache/image/transform.c. fs/ sees the data through
+# TurboJPEG only in cache/image/jpegdec.c (the JPEG decoder) and
+# cache/image/transform.c (JPEG encoding and the lossless transform). fs/ sees the data through
 # cache/dataset.h, never through fetch/.
 #   tests/check_layers.sh [SOURCE_ROOT]   (default: the tree holding this script)
 # Prints every offending line as file:line: text; exits 1 if there is one.
@@ -51,12 +52,15 @@ while [ -n "$todo" ]; do
 	todo=$next
 done
 
-# TurboJPEG stays inside the transform (errors translated in one place).
+# TurboJPEG stays inside the JPEG decoder and the transform (its errors
+# translated to errno there).
 hits=$(grep -rnE --include='*.c' --include='*.h' \
 	'^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](turbojpeg|jpeglib)' \
-	fs cache fetch common | grep -v '^cache/image/transform\.c:')
+	fs cache fetch common |
+	grep -vE '^cache/image/(jpegdec|transform)\.c:')
 if [ -n "$hits" ]; then
-	printf '%s\n' "$hits" | sed 's|$|   <- TurboJPEG only in cache/image/transform.c|'
+	printf '%s\n' "$hits" |
+		sed 's|$|   <- TurboJPEG only in cache/image/jpegdec.c and transform.c|'
 	BAD=1
 fi
 

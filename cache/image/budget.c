@@ -76,3 +76,14 @@ uint64_t budget_used(struct budget *b)
 	pthread_mutex_unlock(&b->lock);
 	return u;
 }
+
+uint64_t budget_waiters(struct budget *b)
+{
+	uint64_t n;
+	if (!b)
+		return 0;
+	pthread_mutex_lock(&b->lock);
+	n = b->next_ticket - b->serving;
+	pthread_mutex_unlock(&b->lock);
+	return n;
+}

@@ -28,5 +28,9 @@ void budget_give(struct budget *b, uint64_t n);
 uint64_t budget_total(const struct budget *b);
 /* Bytes reserved now (for tests and stats). */
 uint64_t budget_used(struct budget *b);
+/* Takers waiting now (for tests and stats). A taker draws its ticket and
+ * either is served or starts waiting under one hold of the lock, so a
+ * taker counted here is blocked, not about to be served. */
+uint64_t budget_waiters(struct budget *b);
 
 #endif

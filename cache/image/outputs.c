@@ -80,18 +80,25 @@ static void count_rejected(struct outputs *o, uint32_t sample, const char *why)
 		    o->ix->samples[sample].key, why);
 }
 
-/* Read the sample and transform it (no lock held). A failure to transform
- * leaves its reason in why (a read failure leaves why empty: the reader
- * counts those). */
+/* Read the sample and transform it (no lock held). A failure to transform,
+ * or a sample too large to read, leaves its reason in why (a read failure
+ * leaves why empty: the reader counts those). */
 static int make(struct outputs *o, uint32_t sample, struct output **out,
 		char *why, size_t whylen)
 {
 	const struct index_sample *s = &o->ix->samples[sample];
-	uint8_t *raw = malloc(s->size ? (size_t)s->size : 1);
+	uint8_t *raw;
 	struct output *x;
 	ssize_t n;
 	int r;
 
+	if (s->size > OUTPUTS_SAMPLE_MAX) {
+		snprintf(why, whylen, "%llu bytes, above the %llu MB cap",
+			 (unsigned long long)s->size,
+			 (unsigned long long)(OUTPUTS_SAMPLE_MAX >> 20));
+		return -EFBIG;
+	}
+	raw = malloc(s->size ? (size_t)s->size : 1);
 	why[0] = '\0';
 	if (!raw)
 		return -ENOMEM;

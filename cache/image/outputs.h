@@ -24,6 +24,10 @@ struct shards;
 struct prep;
 
 #define OUTPUTS_SLOTS 64
+/* Largest sample read for preprocessing: the index gives the size, so it
+ * is capped before the read buffer is allocated. The same 256 MB as the
+ * echo pool's cap; a PPM of the default max_pixels (64 MP) is 192 MB. */
+#define OUTPUTS_SAMPLE_MAX (256ULL << 20)
 
 struct output {
 	uint32_t sample; /* number of the sample in the index */
@@ -48,7 +52,9 @@ void outputs_free(struct outputs *o);
 
 /* The transformed bytes of sample `sample`, held until outputs_put.
  * Returns 0, or -EIO (the shard failed) / -EBADMSG and the like (a bad
- * image, logged with its reason once per file). */
+ * image, logged with its reason once per file); -EFBIG (counted and
+ * logged the same way) for a sample the index says is above
+ * OUTPUTS_SAMPLE_MAX, refused before reading it. */
 int outputs_get(struct outputs *o, uint32_t sample, struct output **out);
 void outputs_put(struct outputs *o, struct output *out);
 

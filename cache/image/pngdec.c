@@ -92,7 +92,8 @@ int pngdec_decode(const void *in, size_t len, uint8_t *rgb, unsigned w,
 	if (!e)
 		e = spng_get_ihdr(c, &ih);
 	if (!e && (ih.width != w || ih.height != h)) {
-		r = fail(why, whylen, -EINVAL, "size changed since the probe", 0);
+		r = fail(why, whylen, -EINVAL, "size changed since the probe",
+			 0);
 		goto out;
 	}
 	if (!e)
@@ -118,3 +119,70 @@ out:
 	spng_ctx_free(c);
 	return r;
 }
+
+/* ---- the decoder table's entry ------------------------------------- */
+
+static int png_sniff(const uint8_t *in, size_t len)
+{
+	return pngdec_sniff(in, len);
+}
+
+static int png_probe(struct decoder_state *st, const uint8_t *in, size_t len,
+		     uint64_t maxpx, unsigned *w, unsigned *h, char *why,
+		     size_t whylen)
+{
+	int r = pngdec_probe(in, len, w, h, why, whylen);
+
+	(void)st;
+	return r < 0 ? r
+		     : decoder_check_size("PNG", *w, *h, maxpx, why, whylen);
+}
+
+/* libspng decodes to RGBA first and may keep PNGDEC_CACHE_LIMIT of
+ * ancillary chunks. */
+static int png_plan(const uint8_t *in, size_t len, unsigned hint,
+		    struct decode_plan *p)
+{
+	unsigned w, h;
+
+	(void)hint;
+	if (pngdec_probe(in, len, &w, &h, NULL, 0) < 0)
+		return -EBADMSG;
+	*p = (struct decode_plan){.w = w, .h = h, .bpp = 3};
+	p->work = (uint64_t)w * h * 4 + PNGDEC_CACHE_LIMIT;
+	return 0;
+}
+
+static int png_decode(struct decoder_state *st, const uint8_t *in, size_t len,
+		      unsigned hint, uint64_t maxpx, struct decode_out *out,
+		      char *why, size_t whylen)
+{
+	unsigned w, h;
+	int r = png_probe(st, in, len, maxpx, &w, &h, why, whylen);
+
+	(void)hint;
+	if (r < 0)
+		return r;
+	out->rgb = out->get(out->arg, (size_t)w * h * 3);
+	if (!out->rgb)
+		return decoder_fail(why, whylen, -ENOMEM,
+				    "PNG: no memory for %ux%u", w, h);
+	out->w = w;
+	out->h = h;
+	return pngdec_decode(in, len, out->rgb, w, h, why, whylen);
+}
+
+static void png_version(char *buf, size_t len)
+{
+	snprintf(buf, len, "libspng %s", spng_version_string());
+}
+
+const struct decoder pngdec_decoder = {
+	.name = "PNG",
+	.same = TF_SAME, /* no PNG encoder */
+	.sniff = png_sniff,
+	.probe = png_probe,
+	.plan = png_plan,
+	.decode = png_decode,
+	.version = png_version,
+};

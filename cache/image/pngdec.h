@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cache/image/decoder.h"
+
 /* Largest ancillary chunk, and all of them together, kept while decoding
  * (text and ICC chunks are skipped, but a bomb must not allocate). */
 #define PNGDEC_CHUNK_LIMIT (4u << 20)
@@ -29,6 +31,9 @@ int pngdec_probe(const void *in, size_t len, unsigned *w, unsigned *h,
  * Returns 0, -EBADMSG, -EFBIG or -ENOMEM. */
 int pngdec_decode(const void *in, size_t len, uint8_t *rgb, unsigned w,
 		  unsigned h, char *why, size_t whylen);
+
+/* PNG in the decoder table (decoder.h). */
+extern const struct decoder pngdec_decoder;
 
 /* Composite n RGBA pixels on black into 3-byte RGB (dst may equal src). */
 void pngdec_rgba_on_black(const uint8_t *rgba, uint8_t *rgb, size_t n);

@@ -1,31 +1,23 @@
-/* transform.c - the image engine: TurboJPEG decode/encode/lossless transform,
- * PPM, area-average and bilinear resampling, crop and flip. */
+/* transform.c - the image engine: the pipeline over the decoders
+ * (decoder.h), area-average and bilinear resampling, crop, flip, JPEG and
+ * PPM encoding and the lossless TurboJPEG transform. */
 #include "cache/image/transform.h"
 
-#include "cache/image/pngdec.h"
-#include "cache/image/webpdec.h"
+#include "cache/image/decoder.h"
+#include "cache/image/jpegdec.h"
 #include "common/util.h"
 
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <jconfig.h> /* LIBJPEG_TURBO_VERSION_NUMBER */
-#include <spng.h>
 #include <turbojpeg.h>
-#include <webp/decode.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <tmmintrin.h> /* SSSE3 byte shuffle, for the mirrored rows */
 #define HAVE_X86_SHUFFLE 1
 #endif
 
-/* Every decode and lossless transform runs with these: a scan bomb (> 500
- * progressive scans) and any libjpeg warning (truncation, corrupt data) are
- * errors, not silently repaired images. The accurate IDCT is TurboJPEG's
- * default when decompressing and is kept. */
-#define DECODE_FLAGS (TJFLAG_LIMITSCANS | TJFLAG_STOPONWARNING)
 /* Compression: the fast integer forward DCT (TJFLAG_FASTDCT, also
  * TurboJPEG's default when compressing), said explicitly so a library
  * change of default does not change our bytes. Measured on 224x224 crops of
@@ -51,8 +43,8 @@ struct scratch {
 #define SCRATCH_KEEP ((size_t)8 << 20)
 
 struct transform_ctx {
-	tjhandle dec; /* created on first use, each */
-	tjhandle enc;
+	struct decoder_state ds; /* the decoders' (JPEG's decompressor) */
+	tjhandle enc;		 /* created on first use, each */
 	tjhandle xf;
 	struct scratch pix; /* decoded pixels (pipeline only) */
 	struct scratch tmp; /* resampling rows */
@@ -94,30 +86,22 @@ static void *buf_get(struct scratch *sc, size_t n)
 	return sc ? scratch_get(sc, n) : malloc(n);
 }
 
-enum in_kind { IN_UNKNOWN, IN_JPEG, IN_PPM, IN_PNG, IN_WEBP };
-
-static int fail(char *why, size_t whylen, int err, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int fail(char *why, size_t whylen, int err, const char *fmt, ...)
-{
-	if (why && whylen) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(why, whylen, fmt, ap);
-		va_end(ap);
-	}
-	return err;
-}
-
 void transform_versions(char *buf, size_t len)
 {
-	int w = WebPGetDecoderVersion();
-	snprintf(buf, len, "libjpeg-turbo %d.%d.%d, libspng %s, libwebp %d.%d.%d",
-		 LIBJPEG_TURBO_VERSION_NUMBER / 1000000,
-		 LIBJPEG_TURBO_VERSION_NUMBER / 1000 % 1000,
-		 LIBJPEG_TURBO_VERSION_NUMBER % 1000, spng_version_string(),
-		 (w >> 16) & 0xff, (w >> 8) & 0xff, w & 0xff);
+	size_t n = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; decoder_table[i]; i++) {
+		const struct decoder *d = decoder_table[i];
+		if (!d->version || n + 2 >= len)
+			continue;
+		if (n) {
+			snprintf(buf + n, len - n, ", ");
+			n += 2;
+		}
+		d->version(buf + n, len - n);
+		n += strlen(buf + n);
+	}
 }
 
 struct transform_ctx *transform_ctx_new(void)
@@ -129,8 +113,7 @@ void transform_ctx_free(struct transform_ctx *tc)
 {
 	if (!tc)
 		return;
-	if (tc->dec)
-		tjDestroy(tc->dec);
+	decoder_state_clear(&tc->ds);
 	if (tc->enc)
 		tjDestroy(tc->enc);
 	if (tc->xf)
@@ -140,13 +123,6 @@ void transform_ctx_free(struct transform_ctx *tc)
 	free(tc->img.p);
 	free(tc->jpg.p);
 	free(tc);
-}
-
-static tjhandle get_dec(struct transform_ctx *tc)
-{
-	if (!tc->dec)
-		tc->dec = tjInitDecompress();
-	return tc->dec;
 }
 
 static tjhandle get_enc(struct transform_ctx *tc)
@@ -161,6 +137,16 @@ static tjhandle get_xf(struct transform_ctx *tc)
 	if (!tc->xf)
 		tc->xf = tjInitTransform();
 	return tc->xf;
+}
+
+/* Destroys a handle after a TurboJPEG call on it failed; the next use makes
+ * a fresh one, so one bad image cannot fail the next ones (issue 21; see
+ * jpegdec.c's drop for how a failed handle misbehaves). */
+static void tj_drop(tjhandle *tj)
+{
+	if (*tj)
+		tjDestroy(*tj);
+	*tj = NULL;
 }
 
 void transform_image_free(struct image *img)
@@ -185,369 +171,33 @@ static int image_alloc(struct image *img, unsigned w, unsigned h,
 	return 0;
 }
 
-static enum in_kind sniff(const uint8_t *p, size_t len)
-{
-	if (len >= 3 && p[0] == 0xFF && p[1] == 0xD8 && p[2] == 0xFF)
-		return IN_JPEG;
-	if (len >= 2 && p[0] == 'P' && p[1] == '6')
-		return IN_PPM;
-	if (pngdec_sniff(p, len))
-		return IN_PNG;
-	if (webpdec_sniff(p, len))
-		return IN_WEBP;
-	return IN_UNKNOWN;
-}
-
-static uint64_t cap_of(uint64_t max_pixels)
-{
-	return max_pixels ? max_pixels : TRANSFORM_DEFAULT_MAX_PIXELS;
-}
-
-/* ---- JPEG header pre-scan ------------------------------------------- */
-
-#define SOF_COMPS 10 /* libjpeg's MAX_COMPONENTS */
-
-struct sof {
-	unsigned marker; /* 0xC0..0xCF */
-	unsigned precision, w, h, ncomp;
-	unsigned hs[SOF_COMPS], vs[SOF_COMPS]; /* sampling factors */
-	size_t next; /* offset of the segment after the frame header */
-};
-
-/* The next marker segment at *i: its marker in *m, the offset of its length
- * field in *at and its length in *seg (0 for standalone markers). Returns 0,
- * or -ENOENT at the end or on anything that is not a marker. */
-static int next_segment(const uint8_t *p, size_t len, size_t *i, unsigned *m,
-			size_t *at, size_t *seg)
-{
-	if (*i + 4 > len || p[*i] != 0xFF)
-		return -ENOENT;
-	while (*i < len && p[*i] == 0xFF)
-		(*i)++; /* fill bytes */
-	if (*i + 3 > len)
-		return -ENOENT;
-	*m = p[(*i)++];
-	*at = *i;
-	*seg = 0;
-	if (*m == 0x01 || (*m >= 0xD0 && *m <= 0xD7))
-		return 0; /* standalone markers */
-	if (*m == 0xD9)
-		return -ENOENT;
-	*seg = ((size_t)p[*i] << 8) | p[*i + 1];
-	if (*seg < 2 || *i + *seg > len)
-		return -ENOENT;
-	*i += *seg;
-	return 0;
-}
-
-static void sof_comps(const uint8_t *p, size_t seg, struct sof *s)
-{
-	for (unsigned c = 0; c < s->ncomp && c < SOF_COMPS; c++) {
-		size_t o = 8 + 3 * (size_t)c + 1;
-		unsigned hv = o < seg ? p[o] : 0x11;
-		s->hs[c] = hv >> 4 ? hv >> 4 : 1;
-		s->vs[c] = hv & 15 ? hv & 15 : 1;
-	}
-}
-
-/* Walks the marker segments up to the frame header, so that 12-bit and
- * lossless JPEGs get -ENOTSUP (libjpeg-turbo's 8-bit TurboJPEG only calls
- * them "corrupt") and the size is known before libjpeg sees the data.
- * Returns 0, or -ENOENT when no SOF comes before the first scan or the end. */
-static int find_sof(const uint8_t *p, size_t len, struct sof *s)
-{
-	size_t i = 2, at, seg;
-	unsigned m;
-	while (next_segment(p, len, &i, &m, &at, &seg) == 0) {
-		if (m == 0xDA)
-			return -ENOENT;
-		if (seg && m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 &&
-		    m != 0xCC) {
-			if (seg < 8)
-				return -ENOENT;
-			s->marker = m;
-			s->precision = p[at + 2];
-			s->h = ((unsigned)p[at + 3] << 8) | p[at + 4];
-			s->w = ((unsigned)p[at + 5] << 8) | p[at + 6];
-			s->ncomp = p[at + 7];
-			sof_comps(p + at, seg, s);
-			s->next = i;
-			return 0;
-		}
-	}
-	return -ENOENT;
-}
-
-/* Components in the first scan (after the frame header), 0 if none. */
-static unsigned first_scan_comps(const uint8_t *p, size_t len, size_t from)
-{
-	size_t i = from, at, seg;
-	unsigned m;
-	while (next_segment(p, len, &i, &m, &at, &seg) == 0)
-		if (m == 0xDA && seg >= 3)
-			return p[at + 2];
-	return 0;
-}
-
-/* Checks what the frame header declares. Returns 0 or a negative errno. */
-static int check_jpeg_frame(const uint8_t *p, size_t len, uint64_t maxpx,
-			    char *why, size_t whylen)
-{
-	struct sof s;
-	if (find_sof(p, len, &s) < 0)
-		return fail(why, whylen, -EBADMSG, "JPEG: no frame header");
-	if ((s.marker & 3) == 3)
-		return fail(why, whylen, -ENOTSUP,
-			    "JPEG: lossless or hierarchical (SOF%u)",
-			    s.marker - 0xC0);
-	if (s.precision != 8)
-		return fail(why, whylen, -ENOTSUP, "JPEG: %u-bit samples",
-			    s.precision);
-	if ((uint64_t)s.w * s.h > cap_of(maxpx))
-		return fail(why, whylen, -EFBIG,
-			    "JPEG: %ux%u is above %llu pixels", s.w, s.h,
-			    (unsigned long long)cap_of(maxpx));
-	return 0;
-}
-
-struct jpeg_info {
-	int w, h, subsamp, cs;
-};
-
-static int jpeg_header(tjhandle tj, const uint8_t *p, size_t len,
-		       uint64_t maxpx, struct jpeg_info *ji, char *why,
-		       size_t whylen)
-{
-	int r = check_jpeg_frame(p, len, maxpx, why, whylen);
-	if (r < 0)
-		return r;
-	if (tjDecompressHeader3(tj, p, (unsigned long)len, &ji->w, &ji->h,
-				&ji->subsamp, &ji->cs) < 0)
-		return fail(why, whylen, -EBADMSG, "JPEG header: %s",
-			    tjGetErrorStr2(tj));
-	/* The pre-scan and libjpeg agree unless the file is odd; trust the
-	 * stricter of the two for the cap. */
-	if (ji->w <= 0 || ji->h <= 0 ||
-	    (uint64_t)ji->w * (uint64_t)ji->h > cap_of(maxpx))
-		return fail(why, whylen, -EFBIG, "JPEG: %dx%d too large", ji->w,
-			    ji->h);
-	return 0;
-}
-
-/* ---- PPM ------------------------------------------------------------ */
-
-/* Skips whitespace and '#' comments, then reads a decimal number. */
-static int ppm_number(const uint8_t *p, size_t len, size_t *i, unsigned *out)
-{
-	for (;;) {
-		if (*i >= len)
-			return -EBADMSG;
-		uint8_t c = p[*i];
-		if (c == '#') {
-			while (*i < len && p[*i] != '\n')
-				(*i)++;
-		} else if (c == ' ' || c == '\t' || c == '\n' || c == '\r' ||
-			   c == '\v' || c == '\f') {
-			(*i)++;
-		} else {
-			break;
-		}
-	}
-	size_t start = *i;
-	while (*i < len && p[*i] >= '0' && p[*i] <= '9' && *i - start < 10)
-		(*i)++;
-	uint64_t v;
-	if (parse_u64_n((const char *)p + start, *i - start, &v) < 0 ||
-	    v > UINT_MAX)
-		return -EBADMSG;
-	*out = (unsigned)v;
-	return 0;
-}
-
-struct ppm_hdr {
-	unsigned w, h, maxval;
-	size_t data; /* offset of the first pixel byte */
-};
-
-static int ppm_header(const uint8_t *p, size_t len, uint64_t maxpx,
-		      struct ppm_hdr *ph, char *why, size_t whylen)
-{
-	size_t i = 2;
-	if (ppm_number(p, len, &i, &ph->w) < 0 ||
-	    ppm_number(p, len, &i, &ph->h) < 0 ||
-	    ppm_number(p, len, &i, &ph->maxval) < 0 || i >= len)
-		return fail(why, whylen, -EBADMSG, "PPM: bad header");
-	/* Exactly one whitespace byte separates maxval from the pixels. */
-	if (p[i] != ' ' && p[i] != '\n' && p[i] != '\r' && p[i] != '\t')
-		return fail(why, whylen, -EBADMSG, "PPM: bad header end");
-	ph->data = i + 1;
-	if (ph->maxval != 255)
-		return fail(why, whylen, -ENOTSUP, "PPM: maxval %u (only 255)",
-			    ph->maxval);
-	if (!ph->w || !ph->h)
-		return fail(why, whylen, -EBADMSG, "PPM: empty image");
-	if ((uint64_t)ph->w * ph->h > cap_of(maxpx) ||
-	    ph->w > TRANSFORM_MAX_SIDE || ph->h > TRANSFORM_MAX_SIDE)
-		return fail(why, whylen, -EFBIG, "PPM: %ux%u too large", ph->w,
-			    ph->h);
-	if ((len - ph->data) / 3 / ph->w < ph->h)
-		return fail(why, whylen, -EBADMSG, "PPM: truncated pixels");
-	return 0;
-}
-
-static int decode_ppm(const uint8_t *p, size_t len, uint64_t maxpx,
-		      struct image *out, struct scratch *sc, char *why,
-		      size_t whylen)
-{
-	struct ppm_hdr ph;
-	int r = ppm_header(p, len, maxpx, &ph, why, whylen);
-	if (r < 0)
-		return r;
-	r = image_alloc(out, ph.w, ph.h, sc);
-	if (r < 0)
-		return fail(why, whylen, r, "PPM: no memory");
-	memcpy(out->rgb, p + ph.data, (size_t)ph.w * ph.h * 3);
-	return 0;
-}
-
-/* PNG and WebP: the header's size, held to the pixel cap. */
-static int probe_other(enum in_kind k, const uint8_t *p, size_t len,
-		       uint64_t maxpx, unsigned *w, unsigned *h, char *why,
-		       size_t whylen)
-{
-	int r = k == IN_PNG ? pngdec_probe(p, len, w, h, why, whylen)
-			    : webpdec_probe(p, len, w, h, why, whylen);
-	if (r < 0)
-		return r;
-	if ((uint64_t)*w * *h > cap_of(maxpx))
-		return fail(why, whylen, -EFBIG, "%ux%u is above max_pixels",
-			    *w, *h);
-	return 0;
-}
-
-static int decode_other(enum in_kind k, const uint8_t *p, size_t len,
-			uint64_t maxpx, struct image *out, struct scratch *sc,
-			char *why, size_t whylen)
-{
-	unsigned w, h;
-	int r = probe_other(k, p, len, maxpx, &w, &h, why, whylen);
-
-	if (r < 0)
-		return r;
-	r = image_alloc(out, w, h, sc);
-	if (r < 0)
-		return fail(why, whylen, r, "no memory for %ux%u", w, h);
-	r = k == IN_PNG ? pngdec_decode(p, len, out->rgb, w, h, why, whylen)
-			: webpdec_decode(p, len, out->rgb, w, h, why, whylen);
-	if (r < 0) {
-		if (!sc)
-			free(out->rgb);
-		memset(out, 0, sizeof(*out));
-	}
-	return r;
-}
+/* ---- decode --------------------------------------------------------- */
 
 int transform_probe(struct transform_ctx *tc, const void *in, size_t len,
 		    uint64_t max_pixels, unsigned *w, unsigned *h, char *why,
 		    size_t whylen)
 {
-	const uint8_t *p = in;
-	enum in_kind k = sniff(p, len);
-	int r;
+	const struct decoder *d = decoder_find(in, len);
+
 	*w = *h = 0;
-	if (k == IN_PPM) {
-		struct ppm_hdr ph = {0};
-		r = ppm_header(p, len, max_pixels, &ph, why, whylen);
-		*w = ph.w;
-		*h = ph.h;
-		return r;
-	}
-	if (k == IN_PNG || k == IN_WEBP)
-		return probe_other(k, p, len, max_pixels, w, h, why, whylen);
-	if (k != IN_JPEG)
-		return fail(why, whylen, -EBADMSG, "not a JPEG, PNG, WebP or PPM");
-	tjhandle tj = get_dec(tc);
-	if (!tj)
-		return fail(why, whylen, -ENOMEM, "TurboJPEG init failed");
-	struct jpeg_info ji;
-	r = jpeg_header(tj, p, len, max_pixels, &ji, why, whylen);
-	if (r < 0)
-		return r;
-	*w = (unsigned)ji.w;
-	*h = (unsigned)ji.h;
-	return 0;
+	if (!d)
+		return decoder_fail(why, whylen, -EBADMSG,
+				    "not a JPEG, PNG, WebP or PPM");
+	return d->probe(&tc->ds, in, len, max_pixels, w, h, why, whylen);
 }
 
-/* ---- JPEG decode ---------------------------------------------------- */
+/* A decoder's buffer: from sc (owned by the context) or, with NULL, a new
+ * malloc; p remembers it so a failed decode can free it. */
+struct bufreq {
+	struct scratch *sc;
+	void *p;
+};
 
-/* The smallest DCT scaling factor (never above 1) whose shorter output side
- * is still >= hint; 1/1 when hint is 0 or the image is already small. */
-static tjscalingfactor pick_scale(int w, int h, unsigned hint)
+static void *bufreq_get(void *arg, size_t n)
 {
-	tjscalingfactor best = {1, 1};
-	int n = 0;
-	tjscalingfactor *f = hint ? tjGetScalingFactors(&n) : NULL;
-	int shorter = w < h ? w : h;
-	for (int i = 0; f && i < n; i++) {
-		if (f[i].num > f[i].denom)
-			continue;
-		if ((unsigned)TJSCALED(shorter, f[i]) < hint)
-			continue;
-		if ((long)f[i].num * best.denom < (long)best.num * f[i].denom)
-			best = f[i];
-	}
-	return best;
-}
-
-/* Adobe CMYK as libjpeg hands it back is inverted (255 = no ink), so
- * R = C' * K' / 255. Converts 4-byte pixels to 3-byte in the same buffer. */
-static void cmyk_to_rgb(uint8_t *buf, size_t npix)
-{
-	for (size_t i = 0; i < npix; i++) {
-		const uint8_t *s = buf + 4 * i;
-		unsigned k = s[3];
-		uint8_t r = (uint8_t)((s[0] * k + 127) / 255);
-		uint8_t g = (uint8_t)((s[1] * k + 127) / 255);
-		uint8_t b = (uint8_t)((s[2] * k + 127) / 255);
-		buf[3 * i] = r;
-		buf[3 * i + 1] = g;
-		buf[3 * i + 2] = b;
-	}
-}
-
-static int decode_jpeg(struct transform_ctx *tc, const uint8_t *p, size_t len,
-		       unsigned hint, uint64_t maxpx, struct image *out,
-		       struct scratch *sc, char *why, size_t whylen)
-{
-	tjhandle tj = get_dec(tc);
-	if (!tj)
-		return fail(why, whylen, -ENOMEM, "TurboJPEG init failed");
-	struct jpeg_info ji;
-	int r = jpeg_header(tj, p, len, maxpx, &ji, why, whylen);
-	if (r < 0)
-		return r;
-	tjscalingfactor sf = pick_scale(ji.w, ji.h, hint);
-	int dw = TJSCALED(ji.w, sf), dh = TJSCALED(ji.h, sf);
-	int cmyk = ji.cs == TJCS_CMYK || ji.cs == TJCS_YCCK;
-	/* libjpeg-turbo has no CMYK -> RGB conversion: take CMYK, convert. */
-	int pf = cmyk ? TJPF_CMYK : TJPF_RGB;
-	uint8_t *buf = buf_get(sc, (size_t)dw * dh * (cmyk ? 4 : 3));
-	if (!buf)
-		return fail(why, whylen, -ENOMEM, "JPEG: no memory for %dx%d",
-			    dw, dh);
-	if (tjDecompress2(tj, p, (unsigned long)len, buf, dw, 0, dh, pf,
-			  DECODE_FLAGS) < 0) {
-		if (!sc)
-			free(buf);
-		return fail(why, whylen, -EBADMSG, "JPEG: %s",
-			    tjGetErrorStr2(tj));
-	}
-	if (cmyk)
-		cmyk_to_rgb(buf, (size_t)dw * dh);
-	out->w = (unsigned)dw;
-	out->h = (unsigned)dh;
-	out->rgb = buf;
-	return 0;
+	struct bufreq *b = arg;
+	b->p = buf_get(b->sc, n);
+	return b->p;
 }
 
 /* transform_decode into sc (context-owned) or, with NULL, a new buffer. */
@@ -556,22 +206,27 @@ static int decode_any(struct transform_ctx *tc, const void *in, size_t len,
 		      struct image *out, struct scratch *sc, char *why,
 		      size_t whylen)
 {
+	struct bufreq br = {sc, NULL};
+	struct decode_out o = {.get = bufreq_get, .arg = &br};
+	const struct decoder *d = decoder_find(in, len);
+
 	memset(out, 0, sizeof(*out));
 	if (!in)
-		return fail(why, whylen, -EINVAL, "no input");
-	switch (sniff(in, len)) {
-	case IN_JPEG:
-		return decode_jpeg(tc, in, len, size_hint, max_pixels, out, sc,
-				   why, whylen);
-	case IN_PPM:
-		return decode_ppm(in, len, max_pixels, out, sc, why, whylen);
-	case IN_PNG:
-	case IN_WEBP:
-		return decode_other(sniff(in, len), in, len, max_pixels, out, sc,
-				    why, whylen);
-	default:
-		return fail(why, whylen, -EBADMSG, "not a JPEG, PNG, WebP or PPM");
+		return decoder_fail(why, whylen, -EINVAL, "no input");
+	if (!d)
+		return decoder_fail(why, whylen, -EBADMSG,
+				    "not a JPEG, PNG, WebP or PPM");
+	int r = d->decode(&tc->ds, in, len, size_hint, max_pixels, &o, why,
+			  whylen);
+	if (r < 0) {
+		if (!sc)
+			free(br.p);
+		return r;
 	}
+	out->w = o.w;
+	out->h = o.h;
+	out->rgb = o.rgb;
+	return 0;
 }
 
 int transform_decode(struct transform_ctx *tc, const void *in, size_t len,
@@ -918,6 +573,8 @@ int transform_encode_jpeg(struct transform_ctx *tc, const struct image *img,
 			    &buf, &n, TJSAMP_420,
 			    quality ? quality : TRANSFORM_DEFAULT_QUALITY,
 			    ENCODE_FLAGS);
+	if (r < 0)
+		tj_drop(&tc->enc);
 	*out = r < 0 ? NULL : malloc(n);
 	if (*out) {
 		memcpy(*out, buf, n);
@@ -968,7 +625,7 @@ static int target_dims(const struct transform_opts *o, unsigned w, unsigned h,
 		s = o->crop;
 	transform_resized_dims(w, h, s, tw, th);
 	if (*tw > TRANSFORM_MAX_SIDE || *th > TRANSFORM_MAX_SIDE ||
-	    (uint64_t)*tw * *th > cap_of(o->max_pixels))
+	    (uint64_t)*tw * *th > decoder_max_pixels(o->max_pixels))
 		return -EFBIG;
 	return 0;
 }
@@ -989,7 +646,7 @@ ssize_t transform_output_size(const struct transform_opts *opts, unsigned w,
 		return -EINVAL;
 	if (opts->format != TF_PPM)
 		return -ENOTSUP;
-	if ((uint64_t)w * h > cap_of(opts->max_pixels))
+	if ((uint64_t)w * h > decoder_max_pixels(opts->max_pixels))
 		return -EFBIG;
 	unsigned tw, th;
 	if (target_dims(opts, w, h, &tw, &th) < 0)
@@ -1012,7 +669,8 @@ static int decode_for(struct transform_ctx *tc, const struct transform_opts *o,
 		return r;
 	memset(rg, 0, sizeof(*rg));
 	if (target_dims(o, w, h, &rg->fw, &rg->fh) < 0)
-		return fail(why, whylen, -EFBIG, "resized image too large");
+		return decoder_fail(why, whylen, -EFBIG,
+				    "resized image too large");
 	unsigned tshort = rg->fw < rg->fh ? rg->fw : rg->fh;
 	unsigned hint = (rg->fw == w && rg->fh == h) ? 0 : tshort;
 	return decode_any(tc, in, inlen, hint, o->max_pixels, img, &tc->pix,
@@ -1025,7 +683,7 @@ int transform_prepare(struct transform_ctx *tc,
 {
 	memset(out, 0, sizeof(*out));
 	if (check_opts(opts) < 0)
-		return fail(why, whylen, -EINVAL, "bad options");
+		return decoder_fail(why, whylen, -EINVAL, "bad options");
 	struct image img;
 	struct region rg;
 	int r = decode_for(tc, opts, in, inlen, &img, &rg, why, whylen);
@@ -1036,7 +694,7 @@ int transform_prepare(struct transform_ctx *tc,
 	r = resample(&img, &rg, &tc->tmp, NULL, out);
 	ctx_trim(tc);
 	if (r < 0)
-		return fail(why, whylen, r, "resize failed");
+		return decoder_fail(why, whylen, r, "resize failed");
 	return 0;
 }
 
@@ -1122,7 +780,8 @@ mirror_px_ssse3(const uint8_t *src, unsigned w, size_t p0, size_t p1,
 	for (; p0 + 5 < p1 && p0 + 5 < w; p0 += 5, dst += 15) {
 		const uint8_t *s = src + ((size_t)w - 5 - p0) * 3 - 1;
 		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)s);
-		_mm_storeu_si128((__m128i *)(void *)dst, _mm_shuffle_epi8(v, rev5));
+		_mm_storeu_si128((__m128i *)(void *)dst,
+				 _mm_shuffle_epi8(v, rev5));
 	}
 	mirror_px(src, w, p0, p1, dst);
 }
@@ -1210,8 +869,8 @@ ssize_t transform_augment_ppm(const struct transform_opts *opts,
 	while (done < n) {
 		size_t p = (size_t)off + done - hl, j = p / row, from = p % row;
 		size_t to = row - from < n - done ? row : from + (n - done);
-		put_row(img->rgb + ((rg.y + j) * img->w + rg.x) * 3, rg.w,
-			flip, from, to, dst + done);
+		put_row(img->rgb + ((rg.y + j) * img->w + rg.x) * 3, rg.w, flip,
+			from, to, dst + done);
 		done += to - from;
 	}
 	return (ssize_t)done;
@@ -1222,7 +881,7 @@ ssize_t transform_augment_ppm(const struct transform_opts *opts,
 /* The tjTransform request for a c x c crop (0 = none) and/or a flip of a
  * w x h JPEG with MCU blocks mw x mh. Crop coordinates are in the flipped,
  * trimmed image, as transupp applies them. */
-static int lossless_plan(const struct jpeg_info *ji, unsigned c, int random,
+static int lossless_plan(const struct jpegdec_info *ji, unsigned c, int random,
 			 int flip, uint64_t rand, tjtransform *xf)
 {
 	unsigned mw = (unsigned)tjMCUWidth[ji->subsamp];
@@ -1263,35 +922,43 @@ int transform_lossless(struct transform_ctx *tc, const void *in, size_t inlen,
 {
 	*out = NULL;
 	*outlen = 0;
-	if (!in || sniff(in, inlen) != IN_JPEG)
-		return fail(why, whylen, -ENOTSUP, "lossless: not a JPEG");
-	tjhandle tj = get_xf(tc);
-	if (!tj)
-		return fail(why, whylen, -ENOMEM, "TurboJPEG init failed");
-	struct jpeg_info ji;
-	int r = jpeg_header(tj, in, inlen, max_pixels, &ji, why, whylen);
+	if (!in || decoder_find(in, inlen) != &jpegdec_decoder)
+		return decoder_fail(why, whylen, -ENOTSUP,
+				    "lossless: not a JPEG");
+	struct jpegdec_info ji;
+	int r = jpegdec_header(&tc->ds, in, inlen, max_pixels, &ji, why,
+			       whylen);
 	if (r < 0)
 		return r;
+	tjhandle tj = get_xf(tc);
+	if (!tj)
+		return decoder_fail(why, whylen, -ENOMEM,
+				    "TurboJPEG init failed");
 	if (ji.subsamp < 0 || ji.subsamp >= TJ_NUMSAMP)
-		return fail(why, whylen, -ENOTSUP, "lossless: odd subsampling");
+		return decoder_fail(why, whylen, -ENOTSUP,
+				    "lossless: odd subsampling");
 	tjtransform xf;
 	if (lossless_plan(&ji, crop, random_crop, flip, rand, &xf) < 0)
-		return fail(why, whylen, -EINVAL, "lossless: crop %u > %dx%d",
-			    crop, ji.w, ji.h);
+		return decoder_fail(why, whylen, -EINVAL,
+				    "lossless: crop %u > %dx%d", crop, ji.w,
+				    ji.h);
 	/* Markers may be larger than tjBufSize allows for, so TurboJPEG
 	 * allocates; the result is copied into a buffer the caller frees. */
 	unsigned char *dst = NULL;
 	unsigned long n = 0;
 	if (tjTransform(tj, in, (unsigned long)inlen, 1, &dst, &n, &xf,
-			DECODE_FLAGS) < 0) {
+			jpegdec_flags()) < 0) {
 		tjFree(dst);
-		return fail(why, whylen, -EBADMSG, "lossless: %s",
-			    tjGetErrorStr2(tj));
+		r = decoder_fail(why, whylen, -EBADMSG, "lossless: %s",
+				 tjGetErrorStr2(tj));
+		tj_drop(&tc->xf);
+		return r;
 	}
 	*out = malloc(n ? n : 1);
 	if (!*out) {
 		tjFree(dst);
-		return fail(why, whylen, -ENOMEM, "lossless: no memory");
+		return decoder_fail(why, whylen, -ENOMEM,
+				    "lossless: no memory");
 	}
 	memcpy(*out, dst, n);
 	*outlen = n;
@@ -1317,113 +984,58 @@ static int apply_decoded(struct transform_ctx *tc,
 		r = resample(&img, &rg, &tc->tmp, &tc->img, &res);
 	if (r < 0) {
 		ctx_trim(tc);
-		return fail(why, whylen, r, "resize/crop failed");
+		return decoder_fail(why, whylen, r, "resize/crop failed");
 	}
 	if (flip)
 		transform_flip(&res);
 	enum transform_format f = o->format;
-	if (f == TF_SAME)
-		f = sniff(in, inlen) == IN_PPM ? TF_PPM : TF_JPEG; /* JPEG or PPM */
+	if (f == TF_SAME) /* the input is a JPEG or a PPM here */
+		f = decoder_find(in, inlen)->same == TF_PPM ? TF_PPM : TF_JPEG;
 	r = encode_as(tc, f, o->quality, &res, out, outlen);
 	ctx_trim(tc);
 	if (r < 0)
-		return fail(why, whylen, r, "encode failed");
+		return decoder_fail(why, whylen, r, "encode failed");
 	return 0;
 }
 
 /* ---- decode memory -------------------------------------------------- */
 
-static uint64_t ceil_div(uint64_t a, uint64_t b)
+/* Pixels decoded (the plan at the hint decode_for gives) and resampled. */
+static uint64_t pixel_bytes(const struct transform_opts *o,
+			    const struct decoder *d, const void *in, size_t len,
+			    unsigned w, unsigned h)
 {
-	return (a + b - 1) / b;
-}
-
-/* libjpeg's whole-image coefficient buffer: every component's 8x8 blocks,
- * rounded up to its sampling factors, 64 coefficients of 2 bytes each. */
-static uint64_t coef_bytes(const struct sof *s)
-{
-	unsigned n = s->ncomp < SOF_COMPS ? s->ncomp : SOF_COMPS;
-	unsigned hmax = 1, vmax = 1;
-	uint64_t total = 0;
-
-	for (unsigned c = 0; c < n; c++) {
-		hmax = s->hs[c] > hmax ? s->hs[c] : hmax;
-		vmax = s->vs[c] > vmax ? s->vs[c] : vmax;
-	}
-	for (unsigned c = 0; c < n; c++) {
-		uint64_t wb = ceil_div(ceil_div((uint64_t)s->w * s->hs[c], hmax), 8);
-		uint64_t hb = ceil_div(ceil_div((uint64_t)s->h * s->vs[c], vmax), 8);
-		wb = ceil_div(wb, s->hs[c]) * s->hs[c];
-		hb = ceil_div(hb, s->vs[c]) * s->vs[c];
-		total += wb * hb * 128;
-	}
-	/* Components beyond libjpeg's limit fail anyway; count them. */
-	return total * (s->ncomp > n ? 2 : 1);
-}
-
-/* Pixels decoded (with the DCT scaling decode_for picks) and resampled. */
-static uint64_t pixel_bytes(const struct transform_opts *o, unsigned w,
-			    unsigned h, unsigned chans, int jpeg)
-{
-	unsigned tw, th, dw = w, dh = h;
+	struct decode_plan pl;
+	unsigned tw, th;
 	if (target_dims(o, w, h, &tw, &th) < 0)
 		return 0; /* refused before any decoding */
-	if (jpeg && (tw != w || th != h)) {
-		tjscalingfactor sf = pick_scale((int)w, (int)h,
-						tw < th ? tw : th);
-		dw = (unsigned)TJSCALED((int)w, sf);
-		dh = (unsigned)TJSCALED((int)h, sf);
-	}
-	return (uint64_t)dw * dh * chans + (uint64_t)tw * dh * 6 +
-	       (uint64_t)tw * th * 3;
+	unsigned hint = (tw == w && th == h) ? 0 : (tw < th ? tw : th);
+	if (d->plan(in, len, hint, &pl) < 0)
+		return 0;
+	return (uint64_t)pl.w * pl.h * pl.bpp + pl.work +
+	       (uint64_t)tw * pl.h * 6 + (uint64_t)tw * th * 3;
 }
 
 int transform_decode_mem(const struct transform_opts *o, const void *in,
 			 size_t len, uint64_t *bytes)
 {
-	const uint8_t *p = in;
-	struct sof s = {0};
-	enum in_kind k = in ? sniff(p, len) : IN_UNKNOWN;
+	const struct decoder *d = decoder_find(in, len);
 	const uint64_t slack = 1u << 20; /* libjpeg's tables and rows */
+	struct decode_plan full;
 
 	*bytes = 0;
 	if (check_opts(o) < 0)
 		return -EINVAL;
-	if (k == IN_PPM) {
-		struct ppm_hdr ph = {0};
-		if (ppm_header(p, len, o->max_pixels, &ph, NULL, 0) < 0)
-			return -EBADMSG;
-		*bytes = pixel_bytes(o, ph.w, ph.h, 3, 0) + slack;
-		return 0;
-	}
-	if (k == IN_PNG || k == IN_WEBP) {
-		unsigned w, h;
-		int r = k == IN_PNG ? pngdec_probe(p, len, &w, &h, NULL, 0)
-				    : webpdec_probe(p, len, &w, &h, NULL, 0);
-		if (r < 0)
-			return -EBADMSG;
-		if ((uint64_t)w * h > cap_of(o->max_pixels))
-			return 0; /* refused before decoding */
-		/* The RGBA the library decodes into, then our RGB. */
-		*bytes = (uint64_t)w * h * 4 + pixel_bytes(o, w, h, 3, 0) +
-			 (k == IN_PNG ? PNGDEC_CACHE_LIMIT : 0) + slack;
-		return 0;
-	}
-	if (k != IN_JPEG || find_sof(p, len, &s) < 0 || !s.w || !s.h)
+	if (!d || d->plan(in, len, 0, &full) < 0)
 		return -EBADMSG;
 	/* Above max_pixels the transform refuses it with that reason, before
-	 * libjpeg allocates anything: nothing to budget. */
-	if ((uint64_t)s.w * s.h > cap_of(o->max_pixels))
+	 * the library allocates anything: nothing to budget. */
+	if ((uint64_t)full.w * full.h > decoder_max_pixels(o->max_pixels))
 		return 0;
-	int progressive = s.marker == 0xC2 || s.marker == 0xC6 ||
-			  s.marker == 0xCA || s.marker == 0xCE;
-	int buffered = progressive || first_scan_comps(p, len, s.next) < s.ncomp;
-	uint64_t rows = (uint64_t)s.w * s.ncomp * 16 * 2;
-	if (!o->size && o->format != TF_PPM) /* lossless path: all of it */
-		*bytes = coef_bytes(&s) + 2 * (uint64_t)len + slack;
+	if (d->same == TF_JPEG && !o->size && o->format != TF_PPM)
+		*bytes = full.coef + 2 * (uint64_t)len + slack; /* lossless */
 	else
-		*bytes = (buffered ? coef_bytes(&s) : 0) + rows + slack +
-			 pixel_bytes(o, s.w, s.h, s.ncomp == 4 ? 4 : 3, 1);
+		*bytes = pixel_bytes(o, d, in, len, full.w, full.h) + slack;
 	return 0;
 }
 
@@ -1432,7 +1044,7 @@ static int copy_input(const void *in, size_t inlen, uint8_t **out,
 {
 	*out = malloc(inlen ? inlen : 1);
 	if (!*out)
-		return fail(why, whylen, -ENOMEM, "no memory");
+		return decoder_fail(why, whylen, -ENOMEM, "no memory");
 	memcpy(*out, in, inlen);
 	*outlen = inlen;
 	return 0;
@@ -1445,20 +1057,20 @@ int transform_apply(struct transform_ctx *tc, const struct transform_opts *opts,
 	*out = NULL;
 	*outlen = 0;
 	if (check_opts(opts) < 0 || !in)
-		return fail(why, whylen, -EINVAL, "bad options");
-	enum in_kind k = sniff(in, inlen);
-	if (opts->format == TF_SAME && (k == IN_PNG || k == IN_WEBP)) {
+		return decoder_fail(why, whylen, -EINVAL, "bad options");
+	const struct decoder *d = decoder_find(in, inlen);
+	if (opts->format == TF_SAME && d && d->same == TF_SAME) {
 		if (!opts->size && !opts->crop && !opts->flip_prob_half)
 			return copy_input(in, inlen, out, outlen, why, whylen);
-		return fail(why, whylen, -ENOTSUP, "format=same cannot re-encode "
-			    "%s: use format=jpeg or format=ppm",
-			    k == IN_PNG ? "PNG" : "WebP");
+		return decoder_fail(
+			why, whylen, -ENOTSUP,
+			"format=same cannot re-encode %s: use format=jpeg "
+			"or format=ppm",
+			d->name);
 	}
-	int same = opts->format == TF_SAME ||
-		   (opts->format == TF_JPEG && k == IN_JPEG) ||
-		   (opts->format == TF_PPM && k == IN_PPM);
+	int same = d && (opts->format == TF_SAME || opts->format == d->same);
 	int flip = opts->flip_prob_half && transform_rand_flip(rand);
-	if (k == IN_JPEG && same && !opts->size) {
+	if (d == &jpegdec_decoder && same && !opts->size) {
 		unsigned w, h;
 		int r = transform_probe(tc, in, inlen, opts->max_pixels, &w, &h,
 					why, whylen);

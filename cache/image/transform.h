@@ -1,14 +1,19 @@
-/* transform.h - the image engine: decode (JPEG, PPM), resize, crop, flip and
- * encode (JPEG, PPM) for preprocessing in the filesystem.
+/* transform.h - the image engine: decode (JPEG, PNG, WebP, PPM through the
+ * decoders of decoder.h), resize, crop, flip and encode (JPEG, PPM) for
+ * preprocessing in the filesystem.
  *
  * DESIGN
  * - Pure functions over memory buffers: no files, no logging, no global
- *   mutable state. Only transform.c includes turbojpeg.h; callers see
- *   struct transform_ctx as an opaque type.
+ *   mutable state. The input formats are decoders chosen by magic bytes
+ *   (decoder.h: jpegdec, pngdec, webpdec, ppmdec); only jpegdec.c and
+ *   transform.c (JPEG encoding, the lossless transform) include
+ *   turbojpeg.h; callers see struct transform_ctx as an opaque type.
  * - Threads: a TurboJPEG handle must not be used by two threads at once, so
  *   every function that touches TurboJPEG takes a struct transform_ctx. Create
  *   one context per worker thread (transform_ctx_new) and never share it
- *   without a lock of your own. A context also keeps its work buffers
+ *   without a lock of your own. A call that fails leaves the context as
+ *   good as new (a TurboJPEG handle that failed is replaced), so one bad
+ *   image cannot fail the next ones. A context also keeps its work buffers
  *   between calls (a fresh large malloc per image costs page faults that
  *   dominated the pipeline); each is freed after use when above 8 MB, so a
  *   context pins at most ~32 MB. The pixel functions (resize, crop, flip, PPM)

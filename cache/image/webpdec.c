@@ -68,7 +68,8 @@ int webpdec_decode(const void *in, size_t len, uint8_t *rgb, unsigned w,
 	if (r)
 		return r;
 	if ((unsigned)f.width != w || (unsigned)f.height != h)
-		return fail(why, whylen, -EINVAL, "size changed since the probe");
+		return fail(why, whylen, -EINVAL,
+			    "size changed since the probe");
 	if (!f.has_alpha) {
 		if (!WebPDecodeRGBInto(in, len, rgb, n * 3, (int)w * 3))
 			return fail(why, whylen, -EBADMSG, "cannot decode");
@@ -85,3 +86,71 @@ int webpdec_decode(const void *in, size_t len, uint8_t *rgb, unsigned w,
 	free(rgba);
 	return 0;
 }
+
+/* ---- the decoder table's entry ------------------------------------- */
+
+static int webp_sniff(const uint8_t *in, size_t len)
+{
+	return webpdec_sniff(in, len);
+}
+
+static int webp_probe(struct decoder_state *st, const uint8_t *in, size_t len,
+		      uint64_t maxpx, unsigned *w, unsigned *h, char *why,
+		      size_t whylen)
+{
+	int r = webpdec_probe(in, len, w, h, why, whylen);
+
+	(void)st;
+	return r < 0 ? r
+		     : decoder_check_size("WebP", *w, *h, maxpx, why, whylen);
+}
+
+/* Counted as if every image had alpha (decoded to RGBA first). */
+static int webp_plan(const uint8_t *in, size_t len, unsigned hint,
+		     struct decode_plan *p)
+{
+	unsigned w, h;
+
+	(void)hint;
+	if (webpdec_probe(in, len, &w, &h, NULL, 0) < 0)
+		return -EBADMSG;
+	*p = (struct decode_plan){.w = w, .h = h, .bpp = 3};
+	p->work = (uint64_t)w * h * 4;
+	return 0;
+}
+
+static int webp_decode(struct decoder_state *st, const uint8_t *in, size_t len,
+		       unsigned hint, uint64_t maxpx, struct decode_out *out,
+		       char *why, size_t whylen)
+{
+	unsigned w, h;
+	int r = webp_probe(st, in, len, maxpx, &w, &h, why, whylen);
+
+	(void)hint;
+	if (r < 0)
+		return r;
+	out->rgb = out->get(out->arg, (size_t)w * h * 3);
+	if (!out->rgb)
+		return decoder_fail(why, whylen, -ENOMEM,
+				    "WebP: no memory for %ux%u", w, h);
+	out->w = w;
+	out->h = h;
+	return webpdec_decode(in, len, out->rgb, w, h, why, whylen);
+}
+
+static void webp_version(char *buf, size_t len)
+{
+	int v = WebPGetDecoderVersion();
+	snprintf(buf, len, "libwebp %d.%d.%d", (v >> 16) & 0xff,
+		 (v >> 8) & 0xff, v & 0xff);
+}
+
+const struct decoder webpdec_decoder = {
+	.name = "WebP",
+	.same = TF_SAME, /* no WebP encoder */
+	.sniff = webp_sniff,
+	.probe = webp_probe,
+	.plan = webp_plan,
+	.decode = webp_decode,
+	.version = webp_version,
+};

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cache/image/decoder.h"
+
 /* 1 if the bytes start like a WebP file (RIFF....WEBP). */
 int webpdec_sniff(const void *in, size_t len);
 
@@ -22,5 +24,8 @@ int webpdec_probe(const void *in, size_t len, unsigned *w, unsigned *h,
  * Returns 0, -EBADMSG, -ENOTSUP, -EFBIG or -ENOMEM. */
 int webpdec_decode(const void *in, size_t len, uint8_t *rgb, unsigned w,
 		   unsigned h, char *why, size_t whylen);
+
+/* WebP in the decoder table (decoder.h). */
+extern const struct decoder webpdec_decoder;
 
 #endif

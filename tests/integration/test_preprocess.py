@@ -152,3 +152,64 @@ def test_bad_images_fail_cleanly(mounter, private_nginx, dataset):
             assert os.getxattr(f.fileno(), "user.echofs.source") in (b"ok0", b"ok1", b"ok2")
     st = e.stats()
     assert st["errors"]["image"] >= 2
+
+
+POISONERS = ("zero_size.jpg", "bad_marker.jpg", "garbage_scan.jpg")
+
+
+def make_poison_shard(path):
+    """Fifteen class-1 JPEGs in name order: each bad one (tests/data/img)
+    followed by good ones, so one decode worker meets a good JPEG right
+    after every bad one."""
+    img = os.path.join(os.path.dirname(__file__), "..", "data", "img")
+    read = lambda n: open(os.path.join(img, n), "rb").read()
+    good = [read(n) for n in ("photo.jpg", "photo444.jpg", "progressive.jpg", "gray.jpg")]
+    members, bad = [], {}
+    for i in range(15):
+        name = "s%02d" % i
+        if i % 5 == 1:
+            bad[name] = POISONERS[i // 5]
+            members.append((name, read(bad[name])))
+        else:
+            members.append((name, good[i % len(good)]))
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as t:
+        for name, data in members:
+            for n, d in ((name + ".jpg", data), (name + ".cls", b"1")):
+                info = tarfile.TarInfo(n)
+                info.size = len(d)
+                t.addfile(info, io.BytesIO(d))
+    return bad
+
+
+def test_a_bad_jpeg_does_not_poison_its_decode_worker(mounter, private_nginx, dataset):
+    """Issue 21: after one bad JPEG every JPEG its worker decoded failed
+    (EIO, logged with the bad one's reason). One worker, so every image
+    goes through the same TurboJPEG handle, read in name order."""
+    from PIL import Image
+    d = os.path.join(dataset.www, "poison")
+    os.makedirs(d, exist_ok=True)
+    bad = make_poison_shard(os.path.join(d, "poison-000000.tar"))
+    src = "%s/poison/poison-{000000..000000}.tar" % private_nginx.url
+    m = mounter(src, opts={"size": 64, "format": "ppm", "threads": 1,
+                           "decode_mem": "1G"})
+    names = sorted(os.listdir(m.path("1")))
+    assert len(names) == 15
+    failed = []
+    for n in names:
+        stem = n.split(".")[0]
+        if stem in bad:
+            assert helpers.read_errno(m.path("1", n)) == 5, n  # EIO
+            continue
+        try:
+            with open(m.path("1", n), "rb") as f:
+                im = Image.open(io.BytesIO(f.read()))
+                im.load()
+            assert min(im.size) == 64 and im.mode == "RGB", (n, im.size)
+        except OSError as e:
+            failed.append((n, str(e)))
+    assert not failed, (failed, m.log()[-2000:])
+    assert m.stats()["errors"]["image"] == len(bad)
+    blamed = [l for l in m.log().splitlines() if "cannot preprocess" in l]
+    assert blamed, "no image error was logged"
+    for line in blamed:
+        assert any("sample %s:" % s in line for s in bad), line

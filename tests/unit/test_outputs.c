@@ -197,3 +197,29 @@ Test(outputs, a_bad_image_is_rejected_each_time_and_not_cached)
 	get_check(o, 0); /* others unaffected */
 	outputs_free(o);
 }
+
+/* Issue 20: the index gives a sample's size and make() allocated that much
+ * unchecked (the pool refuses past POOL_SAMPLE_MAX). A sample whose index
+ * size is 64 GiB, in a shard the index claims is 128 GiB: refused with
+ * -EFBIG before any allocation or request, counted and logged as an image
+ * error once, others unaffected. */
+Test(outputs, a_sample_above_the_cap_is_refused_before_reading)
+{
+	char url[128];
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/s0.tar", srv.port);
+	uint32_t big = index_add_shard(ix, url, 128ULL << 30, "");
+	cr_assert_eq(
+		index_add_sample(ix, big, 0, 64ULL << 30, "0", "huge", "jpg"),
+		0);
+	uint32_t huge = (uint32_t)ix->nsamples - 1;
+	struct outputs *o = outputs_new(ix, sh, prep);
+	struct output *x = NULL;
+
+	int r = outputs_get(o, huge, &x);
+	cr_assert_eq(r, -EFBIG, "first get: %d", r);
+	cr_assert_eq(outputs_get(o, huge, &x), -EFBIG);
+	cr_assert_null(x);
+	stats(o, 0, 2, 1);
+	get_check(o, 0);
+	outputs_free(o);
+}

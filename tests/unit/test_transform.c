@@ -1,4 +1,5 @@
-/* test_transform.c - unit tests for the image engine (cache/image/transform.c). */
+/* test_transform.c - unit tests for the image engine (cache/image/transform.c
+ * and the JPEG and PPM decoders it picks, jpegdec.c and ppmdec.c). */
 #include "cache/image/transform.h"
 
 #include <criterion/criterion.h>
@@ -283,6 +284,96 @@ Test(transform, max_pixels_is_enforced)
 		     0);
 	transform_image_free(&im);
 	free(b);
+}
+
+/* ---- a failure leaves the context as new ------------------------------ */
+
+/* Each way into TurboJPEG, given one input: 0 or a negative errno. */
+static int via_probe(const uint8_t *b, size_t len, char *why, size_t wl)
+{
+	unsigned w, h;
+	return transform_probe(tc, b, len, 0, &w, &h, why, wl);
+}
+
+static int via_decode(const uint8_t *b, size_t len, char *why, size_t wl)
+{
+	struct image im;
+	int r = transform_decode(tc, b, len, 100, 0, &im, why, wl);
+	transform_image_free(&im);
+	return r;
+}
+
+static int via_apply(const struct transform_opts *o, const uint8_t *b,
+		     size_t len, char *why, size_t wl)
+{
+	uint8_t *out = NULL;
+	size_t olen = 0;
+	int r = transform_apply(tc, o, b, len, 3, &out, &olen, why, wl);
+	free(out);
+	return r;
+}
+
+static int via_ppm(const uint8_t *b, size_t len, char *why, size_t wl)
+{
+	struct transform_opts o = {.size = 64, .format = TF_PPM};
+	return via_apply(&o, b, len, why, wl);
+}
+
+static int via_lossless(const uint8_t *b, size_t len, char *why, size_t wl)
+{
+	struct transform_opts o = {.crop = 64, .flip_prob_half = 1};
+	return via_apply(&o, b, len, why, wl);
+}
+
+static int via_prepare(const uint8_t *b, size_t len, char *why, size_t wl)
+{
+	struct transform_opts o = {.size = 64, .format = TF_JPEG};
+	struct image im;
+	int r = transform_prepare(tc, &o, b, len, &im, why, wl);
+	transform_image_free(&im);
+	return r;
+}
+
+static int (*const entry_points[])(const uint8_t *, size_t, char *, size_t) = {
+	via_probe, via_decode, via_ppm, via_lossless, via_prepare,
+};
+
+/* Issue 21: a JPEG that made libjpeg fail inside the header left the
+ * context's TurboJPEG handle mid-parse, so every later JPEG through that
+ * worker failed with the bad one's message. One context: each bad file
+ * through each entry point, then the good photo through every entry point
+ * must succeed, and no reason may name the bad file's error. */
+Test(transform, a_failed_jpeg_leaves_the_context_as_new)
+{
+	static const char *const bad[] = {"zero_size.jpg", "bad_marker.jpg",
+					  "garbage_scan.jpg", "corrupt.jpg",
+					  "truncated.jpg"};
+	size_t glen;
+	uint8_t *good = load("photo.jpg", &glen);
+	size_t n_ep = sizeof(entry_points) / sizeof(entry_points[0]);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		size_t len;
+		uint8_t *b = load(bad[i], &len);
+		for (size_t e = 0; e < n_ep; e++) {
+			char why[160] = "";
+			int r = entry_points[e](b, len, why, sizeof(why));
+			/* probe reads the header only: a bad scan is fine */
+			if (e != 0 || i < 2)
+				cr_expect_lt(r, 0, "%s via %zu: %d", bad[i], e,
+					     r);
+			for (size_t g = 0; g < n_ep; g++) {
+				why[0] = 0;
+				r = entry_points[g](good, glen, why,
+						    sizeof(why));
+				cr_expect_eq(r, 0,
+					     "photo.jpg via %zu after %s via "
+					     "%zu: %d (%s)",
+					     g, bad[i], e, r, why);
+			}
+		}
+		free(b);
+	}
+	free(good);
 }
 
 /* ---- resize --------------------------------------------------------- */

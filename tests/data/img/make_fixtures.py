@@ -75,6 +75,33 @@ def scan_bomb():
     return bytes(out)
 
 
+def sos_end(b):
+    """Offset of the first byte of entropy-coded data (after the SOS)."""
+    i = 2
+    while True:
+        assert b[i] == 0xFF
+        n = struct.unpack(">H", b[i + 2:i + 4])[0]
+        if b[i + 1] == 0xDA:
+            return i + 2 + n
+        i += 2 + n
+
+
+def poisoners(base):
+    """JPEGs that once left a TurboJPEG handle broken for the next image
+    (issue 21): a frame header of 0x0, an unknown marker 0xFF5E between the
+    frame header and the scan, and garbage entropy data holding 0xFF5E."""
+    o = sof_offset(base)
+    zero = bytearray(base)
+    zero[o + 5:o + 9] = b"\0\0\0\0"
+    put("zero_size.jpg", bytes(zero))
+    n = 2 + struct.unpack(">H", base[o + 2:o + 4])[0]
+    put("bad_marker.jpg", base[:o + n] + b"\xff\x5e\x00\x04ab" + base[o + n:])
+    s = sos_end(base)
+    junk = bytes((i * 73 + 5) & 0xFF if i % 17 else 0xFF for i in range(s, len(base) - 2))
+    junk = junk.replace(b"\xff\x00", b"\xff\x5e")
+    put("garbage_scan.jpg", base[:s] + junk + base[-2:])
+
+
 def png(im, **kw):
     b = io.BytesIO()
     im.save(b, "PNG", **kw)
@@ -163,6 +190,7 @@ def main():
     bad[s:s + 64] = bytes((i * 37 + 11) & 0xFF for i in range(64))
     bad[s + 64:s + 66] = b"\xff\xd3"  # a restart marker out of nowhere
     put("corrupt.jpg", bytes(bad))
+    poisoners(base)
 
     small = bytearray(jpeg(photo(16, 16).convert("L"), quality=90))
     o = sof_offset(small)
