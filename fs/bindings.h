@@ -34,7 +34,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-struct pool;
+struct dataset;
 struct namespace;
 
 struct binding_attr {
@@ -76,11 +76,11 @@ struct bindings_render {
  * serves, after bindings_new. */
 void bindings_set_render(struct bindings *b, const struct bindings_render *r);
 
-/* pool and ns borrowed. Binding inodes are numbered from first_ino up.
+/* ds (an echo mount's dataset: dataset_echo_start) and ns borrowed. Binding inodes are numbered from first_ino up.
  * Starts the reaper. Returns 0 with *out set, or -errno with *out NULL (the
  * reaper could not start). The x_open rule of docs/ARCHITECTURE.md under
  * another name: bindings_open opens one binding. */
-int bindings_start(struct pool *pool, const struct namespace *ns,
+int bindings_start(struct dataset *ds, const struct namespace *ns,
 		   uint64_t first_ino, double expire_s, bindings_make_fn make,
 		   void *make_ud, struct bindings **out);
 /* Fails parked lookups (-ESHUTDOWN), stops the reaper, gives every sample

@@ -26,7 +26,7 @@ forbid() {
 }
 
 forbid fs 'fetch/|curl/' 'fs/ sees the data through cache/dataset.h only'
-forbid fs 'cache/(echo|image|index|store)/' \
+forbid fs 'cache/(echo|image|index|store)/|cache/dataset_(parts|int)\.h' \
 	'fs/ sees the data through cache/dataset.h only'
 forbid cache 'fs/|fuse|curl/' 'cache/ calls only fetch/ and common/'
 forbid fetch 'fs/|cache/|fuse' 'fetch/ calls only common/'

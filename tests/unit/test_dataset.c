@@ -1,6 +1,6 @@
 /* test_dataset.c - unit tests for the data face (cache/dataset.c) on real tar
  * shards served by the Python fault server, with a real disk store. */
-#include "cache/dataset.h"
+#include "cache/dataset_parts.h"
 
 #include "common/util.h"
 #include "fetch/format/index.h"
