@@ -112,7 +112,7 @@ int dataset_start_image(struct dataset *ds, const struct dataset_opts *o,
 	if (r) {
 		snprintf(err, errlen, "cannot start decode workers: %s",
 			 strerror(-r));
-		return -EINVAL;
+		return r;
 	}
 	if (!o->echo.on)
 		ds->outputs = outputs_new(ds->ix, ds->sh, ds->prep);
@@ -165,7 +165,7 @@ int dataset_echo_start(struct dataset *ds, const uint32_t *class_of,
 	if (r) {
 		snprintf(err, errlen, "cannot start the echo pool: %s",
 			 strerror(-r));
-		return -EINVAL;
+		return r;
 	}
 	ds->own_pool = 1;
 	return 0;

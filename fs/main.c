@@ -125,7 +125,7 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 			       errlen);
 	free(class_of);
 	if (r)
-		return -EINVAL;
+		return r;
 	r = bindings_start(a->ds, ns, ns_file_ino(ns, (uint32_t)ns->nfiles),
 			   BINDING_EXPIRE_S,
 			   serve == DATASET_SERVE_AUGMENT ? augment_binding
