@@ -343,8 +343,8 @@ Test(dataset, decode_workers_failure_keeps_its_errno)
 	struct dataset *ds = NULL;
 	char err[512] = "";
 
-	o.image = (struct dataset_image_opts){.on = 1, .size = 32,
-					      .threads = 64};
+	o.image =
+		(struct dataset_image_opts){.on = 1, .size = 32, .threads = 64};
 	cap_address_space(128 << 20); /* room for 16 stacks, not 64 */
 	int r = dataset_open(&o, &ds, err, sizeof(err));
 	cr_assert_eq(r, -EAGAIN, "dataset_open: %d %s (%s)", r, strerror(-r),
@@ -363,8 +363,8 @@ Test(dataset, echo_pool_failure_keeps_its_errno)
 	char err[512] = "";
 
 	o.echo = (struct dataset_echo_opts){.on = 1, .echo = 2};
-	o.image = (struct dataset_image_opts){.on = 1, .size = 32,
-					      .threads = 64};
+	o.image =
+		(struct dataset_image_opts){.on = 1, .size = 32, .threads = 64};
 	int r = dataset_open(&o, &ds, err, sizeof(err));
 	cr_assert_eq(r, 0, "dataset_open: %s (%s)", strerror(-r), err);
 	size_t n = dataset_nsamples(ds);
