@@ -269,7 +269,7 @@ static void reply_echo_entry(fuse_req_t req, struct fs_ctx *fs, int r,
 			bindings_forget(fs->bind, ba->ino, 1);
 	}
 	if (r)
-		fuse_reply_err(req, -r == ESHUTDOWN ? EIO : -r);
+		fuse_reply_err(req, errmap_reply(ERRMAP_LOOKUP, r));
 	else if (fuse_reply_entry(req, &e) != 0)
 		bindings_forget(fs->bind, ba->ino, 1);
 }
@@ -591,7 +591,7 @@ static void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		return;
 	}
 	if ((r = may_steer(req, fs)) != 0) {
-		fuse_reply_err(req, -r);
+		fuse_reply_err(req, errmap_reply(ERRMAP_WRITE, r));
 		return;
 	}
 	r = control_configure(fs->ctl, buf, size, err, sizeof(err));
