@@ -6,7 +6,6 @@
 #include <fuse_log.h>
 #include <fuse_lowlevel.h>
 #include <limits.h>
-#include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
