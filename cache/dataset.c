@@ -1,5 +1,6 @@
 /* dataset.c - the data as fs/ sees it: the index's samples, read through the
- * shard readers, with the HTTP client and the disk store behind them. */
+ * shard readers, with the HTTP client and the disk store behind them, and
+ * the partition (the echo pool and the image work: dataset_echo.c). */
 #include "cache/dataset.h"
 
 #include <errno.h>
@@ -7,8 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/dataset_int.h"
+#include "cache/dataset_parts.h"
 #include "cache/index/partition.h"
 #include "cache/index/resolve.h"
+#include "cache/store/shards.h"
 #include "cache/store/store.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -17,25 +21,6 @@
 #include "fetch/net/gcs.h"
 #include "fetch/net/s3.h"
 #include "fetch/net/shardlist.h"
-
-struct dataset {
-	const struct index *ix; /* owned when `own` */
-	struct shards *sh;	/* owned when `own`; may be NULL */
-	struct http *http;	/* owned; NULL for dataset_wrap */
-	struct s3 *s3;		/* owned; s3:// sources only */
-	struct gcs *gcs;	/* owned; gs:// sources only */
-	struct store *store;	/* owned; NULL: no disk cache */
-	int own;
-	const char *index_from; /* static */
-	uint64_t tar_skipped;
-	uint64_t bad_label;
-	uint64_t total_bytes;
-	/* The partition (dataset_set_part); NULL arrays: world 1. */
-	uint32_t *rank_of; /* per shard */
-	uint8_t *in_view;  /* per sample */
-	struct dataset_part part;
-	int no_span; /* -o zerocopy=0 */
-};
 
 int dataset_global_init(void)
 {
@@ -187,6 +172,9 @@ int dataset_open(const struct dataset_opts *o, struct dataset **out, char *err,
 	int r;
 
 	ds->own = 1;
+	ds->echo_opts = o->echo;
+	ds->image_opts = o->image;
+	ds->seed = o->seed;
 	r = open_s3(o, &ds->s3, err, errlen);
 	if (!r)
 		r = open_gcs(o, &ds->gcs, err, errlen);
@@ -217,6 +205,8 @@ int dataset_open(const struct dataset_opts *o, struct dataset **out, char *err,
 	}
 	ds->total_bytes = sum_sizes(ix);
 	r = dataset_set_part(ds, o->rank, o->world, o->seed, err, errlen);
+	if (!r)
+		r = dataset_start_image(ds, o, err, errlen);
 	if (r)
 		goto fail;
 	*out = ds;
@@ -327,6 +317,7 @@ void dataset_close(struct dataset *ds)
 {
 	if (!ds)
 		return;
+	dataset_stop_image(ds); /* the pool and outputs read the shards */
 	if (ds->own) {
 		/* Readers first: their threads use the client and store. */
 		shards_free(ds->sh);
@@ -440,13 +431,14 @@ int dataset_read_span(struct dataset *ds, uint32_t sample, uint64_t off,
 	    s->size < DATASET_SPAN_MIN || s->size > SIZE_MAX)
 		return -EAGAIN;
 	shards_note(ds->sh, sample);
-	r = shards_view(ds->sh, s->shard, s->offset, (size_t)s->size,
-			&out->view);
+	struct shards_view v;
+	r = shards_view(ds->sh, s->shard, s->offset, (size_t)s->size, &v);
 	if (r)
 		return r;
-	out->fd = out->view.fd;
-	out->pos = out->view.off;
-	out->len = out->view.len;
+	*out = (struct dataset_span){
+		.fd = v.fd, .pos = v.off, .len = v.len,
+		.pin = {.ref = v.ref, .group = v.shard,
+			.streaming = v.streaming}};
 	return 0;
 }
 
@@ -457,8 +449,13 @@ void dataset_set_zerocopy(struct dataset *ds, int on)
 
 void dataset_span_done(struct dataset *ds, struct dataset_span *sp)
 {
-	if (ds && sp)
-		shards_view_done(ds->sh, &sp->view);
+	if (!ds || !sp)
+		return;
+	struct shards_view v = {
+		.fd = sp->fd, .off = sp->pos, .len = sp->len,
+		.ref = sp->pin.ref, .shard = sp->pin.group,
+		.streaming = sp->pin.streaming};
+	shards_view_done(ds->sh, &v);
 }
 
 int dataset_is_cached(struct dataset *ds, uint32_t group)
@@ -499,11 +496,45 @@ static void net_stats(struct http *h, struct dataset_net_stats *out)
 	};
 }
 
+static void read_stats(struct shards *sh, struct dataset_read_stats *out)
+{
+	struct shards_stats s;
+
+	shards_get_stats(sh, &s);
+	*out = (struct dataset_read_stats){
+		.hits = s.hits, .misses = s.misses,
+		.range_reads = s.range_reads,
+		.fetched_shards = s.fetched_shards,
+		.fetched_bytes = s.fetched_bytes,
+		.failed_shards = s.failed_shards, .refetches = s.refetches,
+		.read_errors = s.read_errors, .verify_errors = s.verify_errors,
+		.queued = s.queued, .active = s.active, .views = s.views,
+		.views_streaming = s.views_streaming, .bypassed = s.bypassed,
+		.peer_reads = s.peer_reads, .passes = s.passes,
+		.pass_left = s.pass_left,
+	};
+}
+
+static void store_stats(struct store *st, struct dataset_store_stats *out)
+{
+	struct store_stats s;
+
+	store_get_stats(st, &s);
+	*out = (struct dataset_store_stats){
+		.entries = s.entries, .bytes = s.bytes, .cap = s.cap,
+		.evictions = s.evictions, .corrupt = s.corrupt,
+		.write_errors = s.write_errors, .waits = s.waits,
+	};
+}
+
 void dataset_get_stats(struct dataset *ds, struct dataset_stats *out)
 {
 	memset(out, 0, sizeof(*out));
 	if (ds->sh)
-		shards_get_stats(ds->sh, &out->reads);
+		read_stats(ds->sh, &out->reads);
+	if (ds->store)
+		store_stats(ds->store, &out->store);
+	dataset_echo_fill_stats(ds, out);
 	net_stats(ds->http, &out->net);
 	for (size_t i = 0; i < ds->ix->nshards; i++)
 		out->cached_groups +=

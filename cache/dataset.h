@@ -22,51 +22,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "cache/store/shards.h"
-
-struct index;
-struct store;
-
-/* s3:// sources (fetch/net/s3.h): addressing, signing, credentials. */
-struct dataset_s3_opts {
-	int on; /* SOURCE or index= is s3://, or any option below is given */
-	const char *endpoint, *region, *profile; /* or NULL */
-	int path_style, requester_pays, no_sign;
-};
-
-/* gs:// sources (fetch/net/gcs.h): endpoint, anonymous requests. */
-struct dataset_gcs_opts {
-	int on; /* SOURCE or index= is gs:// (a list file naming gs:// URLs
-		 * turns it on too) */
-	const char *endpoint; /* or NULL */
-	int no_sign;
-};
-
-struct dataset_opts {
-	const char *source;	 /* SOURCE: URL pattern or list file */
-	const char *index;	 /* index= option (URL or path), or NULL */
-	const char *cache_dir;	 /* disk cache and cached index */
-	uint64_t cache_size;	 /* disk cache cap in bytes */
-	unsigned connections;	 /* HTTP transfers in flight at most */
-	const char *header_file; /* extra request headers, or NULL */
-	const char *ca_file;     /* CA bundle instead of the system's, or NULL */
-	const char *ca_path;     /* CA directory instead of the system's */
-	/* Retry budget of a request while the dataset opens (short, so a dead
-	 * server fails the mount soon) and once it is open. */
-	double boot_retry_budget_s, run_retry_budget_s;
-	/* See shards_opts.range_after_s and read_timeout_s. */
-	double range_after_s;
-	double read_timeout_s;
-	/* Slowest body worth waiting for (http_opts.min_rate); 0: default. */
-	double min_rate;
-	struct dataset_s3_opts s3;
-	struct dataset_gcs_opts gcs;
-	int progress; /* show index-building progress on stderr */
-	/* Many nodes: show rank's part of world (0 of 0 or 1: everything);
-	 * the partition is drawn from seed (cache/index/partition.h). */
-	uint32_t rank, world;
-	uint64_t seed;
-};
+#include "cache/dataset_opts.h"
 
 /* Network figures (what the HTTP client counted). */
 struct dataset_net_stats {
@@ -74,9 +30,70 @@ struct dataset_net_stats {
 	uint64_t errors_4xx, errors_5xx, errors_conn, errors_verify;
 };
 
+/* What the shard readers counted (cache/store/shards.h, shards_stats). */
+struct dataset_read_stats {
+	uint64_t hits;          /* reads served from a complete cache entry */
+	uint64_t misses;        /* reads that waited for a fetch */
+	uint64_t range_reads;   /* reads served by a range GET */
+	uint64_t fetched_shards;
+	uint64_t fetched_bytes; /* shard body bytes streamed */
+	uint64_t failed_shards; /* fetches that failed for good */
+	uint64_t refetches;     /* corrupt cache entries fetched again */
+	uint64_t read_errors;   /* reads that returned an error */
+	uint64_t verify_errors; /* samples or shards not matching the index */
+	uint64_t queued;        /* shards waiting for a worker now */
+	uint64_t active;        /* shard fetches in progress now */
+	uint64_t views;         /* reads answered as zero-copy spans (all) */
+	uint64_t views_streaming; /* of views: from a shard still streaming */
+	uint64_t bypassed;      /* range reads of shards not admitted */
+	uint64_t peer_reads;    /* samples from another mount's download */
+	uint64_t passes;        /* passes over the tracked view completed */
+	uint64_t pass_left;     /* samples this pass has not read */
+};
+
+/* The disk store's figures (cache/store/store.h); all 0 without one. */
+struct dataset_store_stats {
+	uint64_t entries;
+	uint64_t bytes;        /* on disk, data + footers */
+	uint64_t cap;
+	uint64_t evictions;
+	uint64_t corrupt;      /* entries found corrupt and dropped */
+	uint64_t write_errors; /* entries that could not be written */
+	uint64_t waits;        /* writers that waited for another mount's */
+};
+
+/* The echo pool's figures (cache/echo/pool.h, pool_stats); all 0 unless
+ * echoing. */
+struct dataset_echo_stats {
+	uint64_t pass;          /* current pass, from 1 */
+	uint64_t fresh_in_pass; /* samples that entered the pool this pass */
+	uint64_t fresh_served;
+	uint64_t echoes_served;
+	double effective_echo;  /* served / fresh, 0 if none */
+	double stall_s;         /* time readers waited for a sample */
+	uint64_t pool_bytes;
+	uint64_t pool_samples;
+	uint64_t dropped;       /* dropped to stay within mem_size */
+	uint64_t read_errors;   /* samples whose bytes could not be read */
+	uint64_t timeouts;      /* takes that gave up waiting */
+	uint64_t rejected;      /* samples the decoder refused */
+	uint64_t given_back;    /* fresh samples given back, unwanted */
+	uint64_t reread;        /* given-back samples read again */
+	uint64_t owed;          /* given-back samples owed a fresh serve */
+	uint64_t parked;        /* takes waiting now */
+};
+
+/* The converted outputs' figures (preprocessing exact mounts). */
+struct dataset_output_stats {
+	uint64_t hits, misses, rejected;
+};
+
 struct dataset_stats {
-	struct shards_stats reads; /* see cache/store/shards.h */
+	struct dataset_read_stats reads;
 	struct dataset_net_stats net;
+	struct dataset_store_stats store;
+	struct dataset_echo_stats echo;
+	struct dataset_output_stats outputs;
 	uint64_t cached_groups; /* groups complete in the disk cache */
 };
 
@@ -96,9 +113,13 @@ const char *dataset_net_version(void);
 /* Open the dataset of o->source: the HTTP client, the disk store under
  * o->cache_dir (without one, with a logged warning, when it can't be
  * opened), the index (given, cached, beside the shards or built; see
- * cache/index/resolve.h) and the shard readers with their fetch threads.
- * Returns 0 with *out set (free with dataset_close) or -errno with a reason
- * in err. */
+ * cache/index/resolve.h), the shard readers with their fetch threads, the
+ * partition (o->rank of o->world), and with o->image.on the decode workers
+ * (and, unless o->echo.on, the converted outputs of an exact mount). The
+ * echo pool starts later, with dataset_echo_start, once the caller has
+ * classed the samples. o is copied; its strings are borrowed for the
+ * dataset's life. Returns 0 with *out set (free with dataset_close) or the
+ * -errno of what failed with a one-line reason in err. */
 int dataset_open(const struct dataset_opts *o, struct dataset **out, char *err,
 		 size_t errlen);
 /* What echofs --check reports: SOURCE read, an index looked for (never
@@ -118,16 +139,13 @@ struct dataset_check {
 int dataset_check(const struct dataset_opts *o, struct dataset_check *out,
 		  char *err, size_t errlen);
 
-/* A dataset over parts that exist already, all borrowed and outliving it:
- * ix is required; sh may be NULL (then reads fail with -ENXIO and nothing
- * is cached). For tests and tools. Returns NULL with errno set. */
-struct dataset *dataset_wrap(const struct index *ix, struct shards *sh);
 /* Shutdown, first step, from any thread: reads waiting for data,
  * shard streams, transfers and backoffs end now (with -ECANCELED). Accepts
  * NULL. */
 void dataset_cancel(struct dataset *ds);
-/* Stops the fetch threads and frees what dataset_open made. No read may be
- * in progress. Accepts NULL. */
+/* Stops the echo pool, the decode workers and the fetch threads and frees
+ * what dataset_open made. No read may be in progress and every echo sample
+ * must have been released. Accepts NULL. */
 void dataset_close(struct dataset *ds);
 
 size_t dataset_nsamples(const struct dataset *ds);
@@ -142,7 +160,7 @@ uint32_t dataset_group(const struct dataset *ds, uint32_t sample);
 /* Bytes of every group together (the remote data's size). */
 uint64_t dataset_total_bytes(const struct dataset *ds);
 /* Where the index came from ("option", "cache", "beside", "built", or
- * "given" for dataset_wrap; static) and how many tar members were skipped
+ * "given" for dataset_wrap of cache/dataset_parts.h; static) and how many tar members were skipped
  * while building it (0 unless built). */
 const char *dataset_index_from(const struct dataset *ds);
 uint64_t dataset_tar_skipped(const struct dataset *ds);
@@ -157,12 +175,17 @@ uint64_t dataset_bad_label(const struct dataset *ds);
 ssize_t dataset_read(struct dataset *ds, uint32_t sample, uint64_t off,
 		     size_t len, void *buf);
 /* A sample's bytes as a place in an open file, for replies that splice
- * them instead of copying (see shards_view in cache/store/shards.h). */
+ * them instead of copying (cache/store/shards.h has the details). */
 struct dataset_span {
 	int fd;
 	uint64_t pos; /* in fd */
 	size_t len;
-	struct shards_view view;
+	/* The dataset's own, for dataset_span_done: the pinned file. */
+	struct {
+		void *ref;
+		uint32_t group;
+		int streaming;
+	} pin;
 };
 
 /* The sample's bytes from off, at most len, as a span of a verified cache
@@ -209,7 +232,7 @@ struct dataset_part {
 };
 
 /* Make the view rank's part of world (dataset_open does this from its
- * options; for dataset_wrap it is world 1 until called). Call before any
+ * options; a wrapped dataset is world 1 until called). Call before any
  * reader or pool uses the dataset. Returns 0, or -EINVAL with a one-line
  * reason in err (world larger than the shard count, rank >= world). */
 int dataset_set_part(struct dataset *ds, uint32_t rank, uint32_t world,
@@ -224,12 +247,113 @@ void dataset_get_part(const struct dataset *ds, struct dataset_part *out);
  * frees. */
 uint64_t *dataset_group_counts(const struct dataset *ds);
 
-/* The parts, for cache/ modules built on top of the dataset (the echo pool
- * and the converted outputs take the index and the shard readers). fs/
- * passes them on and never looks inside. store may be NULL (no disk
- * cache). */
-const struct index *dataset_index(const struct dataset *ds);
-struct shards *dataset_shards(struct dataset *ds);
-struct store *dataset_store(struct dataset *ds);
+/* Echo mounts (cache/echo/pool.h has the design): samples handed out
+ * fresh or echoed, per class. A dataset_sample is one held sample:
+ * immutable bytes, reference counted, opaque; its accessors take no lock.
+ * All of these accept a dataset without an echo pool: takes fail with
+ * -ENXIO, the others do nothing. */
+#define DATASET_NO_CLASS UINT32_MAX
+
+struct dataset_sample;
+
+const uint8_t *dataset_sample_data(const struct dataset_sample *s);
+size_t dataset_sample_len(const struct dataset_sample *s);
+/* The source sample's number (for user.echofs.source). */
+uint32_t dataset_sample_id(const struct dataset_sample *s);
+
+/* Start the echo pool with the echo options given to dataset_open.
+ * class_of[i] (nsamples long, copied) is sample i's class (< nclasses) or
+ * DATASET_NO_CLASS; samples outside this rank's part are left out here
+ * unless the options repartition every pass. Returns 0, or the pool's
+ * -errno with a one-line reason in err (-EBUSY: started already). */
+int dataset_echo_start(struct dataset *ds, const uint32_t *class_of,
+		       uint32_t nclasses, char *err, size_t errlen);
+/* 1 once dataset_echo_start succeeded. */
+int dataset_echoes(const struct dataset *ds);
+/* Stop and free the echo pool (every sample released; no take parked),
+ * so that it can be started again. Accepts NULL. */
+void dataset_echo_end(struct dataset *ds);
+
+/* Reserve a sample of class cls for one binding: fresh if the policy can,
+ * else an echo; blocks up to the pool's wait. 0 with a reference in *out,
+ * or -ETIMEDOUT, -EINVAL (bad class), -ESHUTDOWN (stopping), -ENXIO. */
+int dataset_echo_take(struct dataset *ds, uint32_t cls,
+		      struct dataset_sample **out);
+/* Completion of a parked take: err 0 with a reference in s, or
+ * -ETIMEDOUT, -EINTR or -ESHUTDOWN with s NULL; called exactly once,
+ * from another thread. */
+typedef void (*dataset_echo_done_fn)(void *ud, int err,
+				     struct dataset_sample *s);
+/* dataset_echo_take without blocking: 0 with *out now, -EINPROGRESS when
+ * parked (done(ud, ...) is called later), -EINTR (interrupted before it
+ * parked), or -errno. tag (not NULL) names it for dataset_echo_cancel. */
+int dataset_echo_take_async(struct dataset *ds, uint32_t cls, const void *tag,
+			    dataset_echo_done_fn done, void *ud,
+			    struct dataset_sample **out);
+/* Answer the parked take named tag with -EINTR; 1 if it was parked. */
+int dataset_echo_cancel(struct dataset *ds, const void *tag);
+/* Answer every parked take with -ESHUTDOWN. */
+void dataset_echo_cancel_all(struct dataset *ds);
+/* Shutdown, first step: takes return -ESHUTDOWN, the stream stops. */
+void dataset_echo_stop(struct dataset *ds);
+/* The reserved sample was opened: count the serve. Once per take. */
+void dataset_echo_commit(struct dataset *ds, struct dataset_sample *s);
+/* Give back a take never committed (fresh again if it was fresh); releases
+ * the reference. */
+void dataset_echo_untake(struct dataset *ds, struct dataset_sample *s);
+/* Drop the reference of a take. Accepts NULL. */
+void dataset_echo_release(struct dataset *ds, struct dataset_sample *s);
+
+/* The echo factor and mode in force, and a change of them at run time
+ * (.echofs/config): 0 or -EINVAL (echo outside 1..1000, unknown mode). */
+void dataset_echo_get(struct dataset *ds, double *echo,
+		      enum dataset_echo_mode *mode);
+int dataset_echo_set(struct dataset *ds, double echo,
+		     enum dataset_echo_mode mode);
+/* Fresh samples of class cls ready now. */
+uint64_t dataset_echo_ready(struct dataset *ds, uint32_t cls);
+/* "adaptive" / "fixed" <-> mode: 0 or -EINVAL; the name is static. */
+int dataset_echo_mode_parse(const char *s, enum dataset_echo_mode *out);
+const char *dataset_echo_mode_name(enum dataset_echo_mode m);
+
+/* What an echo binding serves of its sample (echo_stage, format). */
+enum dataset_echo_serve {
+	DATASET_SERVE_HELD,    /* the held bytes as they are */
+	DATASET_SERVE_AUGMENT, /* a new crop/flip made per binding */
+	DATASET_SERVE_RENDER,  /* PPM crop/flip rendered at each READ */
+};
+enum dataset_echo_serve dataset_echo_serving(const struct dataset *ds);
+/* SERVE_AUGMENT: the binding's bytes made from held bytes, a different
+ * crop/flip for every rand. 0 with a malloc'd *out, or -errno (logged). */
+int dataset_echo_augment(struct dataset *ds, const uint8_t *data, size_t len,
+			 uint64_t rand, uint8_t **out, size_t *outlen);
+/* SERVE_RENDER: the rendering's length, and bytes [off, off + n) of it
+ * for rand written to dst (count or -errno, logged). */
+ssize_t dataset_echo_render_size(struct dataset *ds, const uint8_t *data,
+				 size_t len);
+ssize_t dataset_echo_render_range(struct dataset *ds, const uint8_t *data,
+				  size_t len, uint64_t rand, uint64_t off,
+				  uint8_t *dst, size_t n);
+
+/* Preprocessing exact mounts: each file is its sample converted (decoded,
+ * resized, re-encoded) once and kept a while (cache/image/outputs.h). */
+struct dataset_output;
+
+/* 1 on a preprocessing exact mount. */
+int dataset_converts(const struct dataset *ds);
+/* The size every converted file has (PPM with a crop), or -1 when each
+ * must be converted to be known. */
+ssize_t dataset_output_fixed_size(const struct dataset *ds);
+/* The sample converted: 0 with a reference in *out, or -errno (-EIO for
+ * an image that cannot be converted, counted; -ENXIO when not
+ * converting). */
+int dataset_output_get(struct dataset *ds, uint32_t sample,
+		       struct dataset_output **out);
+const uint8_t *dataset_output_data(const struct dataset_output *o);
+size_t dataset_output_len(const struct dataset_output *o);
+void dataset_output_put(struct dataset *ds, struct dataset_output *o);
+
+/* The image libraries' versions (static buffer filled in buf). */
+void dataset_image_versions(char *buf, size_t len);
 
 #endif

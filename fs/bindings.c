@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cache/echo/pool.h"
+#include "cache/dataset.h"
 #include "common/deadline.h"
 #include "common/util.h"
 #include "fs/namespace.h"
@@ -20,7 +20,7 @@
 struct binding {
 	uint64_t ino;
 	uint32_t file;          /* the path: namespace file number */
-	struct pool_sample *s;  /* NULL once given back (expired or done) */
+	struct dataset_sample *s;  /* NULL once given back (expired or done) */
 	uint8_t *out;           /* bytes made by the make hook, or NULL */
 	uint64_t size;
 	uint64_t rand;          /* the render hook's draw for this binding */
@@ -36,7 +36,7 @@ struct binding {
 };
 
 struct bindings {
-	struct pool *pool;
+	struct dataset *ds;
 	const struct namespace *ns;
 	uint64_t first_ino;
 	double expire_s;
@@ -135,9 +135,9 @@ static void unhash(struct bindings *b, struct binding *x)
 
 /* The sample a binding still holds, detached, and whether it must be given
  * back (never served) rather than released. Caller holds the lock. */
-static struct pool_sample *detach(struct binding *x, int *untake)
+static struct dataset_sample *detach(struct binding *x, int *untake)
 {
-	struct pool_sample *s = x->s;
+	struct dataset_sample *s = x->s;
 	x->s = NULL;
 	free(x->out);
 	x->out = NULL;
@@ -145,14 +145,15 @@ static struct pool_sample *detach(struct binding *x, int *untake)
 	return s;
 }
 
-static void drop_sample(struct bindings *b, struct pool_sample *s, int untake)
+static void drop_sample(struct bindings *b, struct dataset_sample *s,
+			int untake)
 {
 	if (!s)
 		return;
 	if (untake)
-		pool_untake(b->pool, s);
+		dataset_echo_untake(b->ds, s);
 	else
-		pool_release(b->pool, s);
+		dataset_echo_release(b->ds, s);
 }
 
 static void fill(const struct binding *x, struct binding_attr *out)
@@ -185,10 +186,10 @@ static int current(struct bindings *b, uint32_t file, struct binding_attr *out)
 /* Bind path `file` to the taken sample s (made by the hook first). The
  * sample is given back on failure or when another lookup won the race. */
 static int bind_sample(struct bindings *b, uint32_t file,
-		       struct pool_sample *s, struct binding_attr *out)
+		       struct dataset_sample *s, struct binding_attr *out)
 {
 	uint8_t *made = NULL;
-	size_t outlen = s->len;
+	size_t outlen = dataset_sample_len(s);
 	struct binding *x;
 	int r;
 
@@ -202,23 +203,25 @@ static int bind_sample(struct bindings *b, uint32_t file,
 	}
 	if (b->render.range) {
 		/* Rendered at each READ: only the length is needed now. */
-		ssize_t n = b->render.size(b->render.ud, s->data, s->len);
+		ssize_t n = b->render.size(b->render.ud, dataset_sample_data(s),
+					   dataset_sample_len(s));
 		if (n < 0) {
-			pool_untake(b->pool, s);
+			dataset_echo_untake(b->ds, s);
 			return (int)n;
 		}
 		outlen = (size_t)n;
 	} else if (b->make) {
-		r = b->make(b->make_ud, s->data, s->len, rand, &made, &outlen);
+		r = b->make(b->make_ud, dataset_sample_data(s),
+			    dataset_sample_len(s), rand, &made, &outlen);
 		if (r) {
-			pool_untake(b->pool, s);
+			dataset_echo_untake(b->ds, s);
 			return r;
 		}
 	}
 	if (current(b, file, out) == 0) {
 		/* Another lookup of this path won the race: use its binding. */
 		free(made);
-		pool_untake(b->pool, s);
+		dataset_echo_untake(b->ds, s);
 		return 0;
 	}
 	pthread_mutex_lock(&b->lock);
@@ -229,7 +232,7 @@ static int bind_sample(struct bindings *b, uint32_t file,
 	x->out = made;
 	x->size = outlen;
 	x->rand = rand;
-	x->sample = s->sample;
+	x->sample = dataset_sample_id(s);
 	x->nlookup = 1;
 	x->created = now_mono();
 	insert(b, x);
@@ -241,12 +244,12 @@ static int bind_sample(struct bindings *b, uint32_t file,
 
 int bindings_lookup(struct bindings *b, uint32_t file, struct binding_attr *out)
 {
-	struct pool_sample *s;
+	struct dataset_sample *s;
 	int r;
 
 	if (current(b, file, out) == 0)
 		return 0;
-	r = pool_take(b->pool, b->ns->files[file].cls, &s);
+	r = dataset_echo_take(b->ds, b->ns->files[file].cls, &s);
 	return r ? r : bind_sample(b, file, s, out);
 }
 
@@ -258,7 +261,7 @@ struct parked {
 	void *ud;
 };
 
-static void parked_done(void *ud, int err, struct pool_sample *s)
+static void parked_done(void *ud, int err, struct dataset_sample *s)
 {
 	struct parked *pk = ud;
 	struct binding_attr attr = {0};
@@ -273,7 +276,7 @@ int bindings_lookup_async(struct bindings *b, uint32_t file, const void *tag,
 			  bindings_done_fn done, void *ud,
 			  struct binding_attr *out)
 {
-	struct pool_sample *s;
+	struct dataset_sample *s;
 	struct parked *pk;
 	int r;
 
@@ -281,7 +284,7 @@ int bindings_lookup_async(struct bindings *b, uint32_t file, const void *tag,
 		return 0;
 	pk = xmalloc(sizeof(*pk));
 	*pk = (struct parked){.b = b, .file = file, .done = done, .ud = ud};
-	r = pool_take_async(b->pool, b->ns->files[file].cls, tag, parked_done,
+	r = dataset_echo_take_async(b->ds, b->ns->files[file].cls, tag, parked_done,
 			    pk, &s);
 	if (r == -EINPROGRESS)
 		return r; /* pk belongs to the pool until parked_done */
@@ -291,7 +294,7 @@ int bindings_lookup_async(struct bindings *b, uint32_t file, const void *tag,
 
 int bindings_cancel(struct bindings *b, const void *tag)
 {
-	return b ? pool_cancel(b->pool, tag) : 0;
+	return b ? dataset_echo_cancel(b->ds, tag) : 0;
 }
 
 int bindings_getattr(struct bindings *b, uint64_t ino, struct binding_attr *out)
@@ -326,7 +329,7 @@ int bindings_open(struct bindings *b, uint64_t ino, struct binding **out)
 	b->open_handles++;
 	pthread_mutex_unlock(&b->lock);
 	if (commit)
-		pool_commit(b->pool, x->s);
+		dataset_echo_commit(b->ds, x->s);
 	*out = x;
 	return 0;
 }
@@ -379,8 +382,9 @@ static ssize_t render_read(struct bindings *b, struct binding *h, uint64_t off,
 	ssize_t r = -ENOMEM;
 
 	if (buf)
-		r = b->render.range(b->render.ud, h->s->data, h->s->len,
-				    h->rand, off, buf, size);
+		r = b->render.range(b->render.ud, dataset_sample_data(h->s),
+				    dataset_sample_len(h->s), h->rand, off,
+				    buf, size);
 	if (r >= 0 && (size_t)r != size)
 		r = -EIO; /* the rendering must have the length it was bound with */
 	if (r < 0) {
@@ -407,7 +411,7 @@ ssize_t bindings_read(struct bindings *b, struct binding *h, uint64_t off,
 		render = b->render.range != NULL && !h->out;
 		*data = h->out ? h->out + (off < h->size ? off : 0)
 		      : render ? NULL
-			       : h->s->data + (off < h->size ? off : 0);
+			       : dataset_sample_data(h->s) + (off < h->size ? off : 0);
 		render = render && size > 0;
 		r = (ssize_t)size;
 	}
@@ -433,7 +437,7 @@ static int maybe_unlink(struct bindings *b, struct binding *x)
 /* After the last handle and the last reply: the path's next lookup binds
  * anew and the bytes go back to the pool. Caller holds the lock; returns
  * the sample to drop (unlocked) or NULL. */
-static struct pool_sample *finish(struct bindings *b, struct binding *h,
+static struct dataset_sample *finish(struct bindings *b, struct binding *h,
 				  int *untake)
 {
 	if (h->opens || h->reading)
@@ -445,7 +449,7 @@ static struct pool_sample *finish(struct bindings *b, struct binding *h,
 
 void bindings_read_done(struct bindings *b, struct binding *h)
 {
-	struct pool_sample *s;
+	struct dataset_sample *s;
 	int untake = 0, gone;
 
 	pthread_mutex_lock(&b->lock);
@@ -462,7 +466,7 @@ void bindings_read_done(struct bindings *b, struct binding *h)
 
 void bindings_release(struct bindings *b, struct binding *h)
 {
-	struct pool_sample *s = NULL;
+	struct dataset_sample *s = NULL;
 	int untake = 0, gone;
 
 	pthread_mutex_lock(&b->lock);
@@ -478,7 +482,7 @@ void bindings_release(struct bindings *b, struct binding *h)
 
 void bindings_forget(struct bindings *b, uint64_t ino, uint64_t n)
 {
-	struct pool_sample *s = NULL;
+	struct dataset_sample *s = NULL;
 	struct binding *x;
 	int untake = 0, gone = 0;
 
@@ -520,7 +524,7 @@ void bindings_get_stats(struct bindings *b, struct bindings_stats *out)
 }
 
 /* Give back bindings nobody opened within expire_s. */
-static size_t reap(struct bindings *b, struct pool_sample **out, size_t max)
+static size_t reap(struct bindings *b, struct dataset_sample **out, size_t max)
 {
 	double limit = now_mono() - b->expire_s;
 	size_t n = 0;
@@ -543,7 +547,7 @@ static size_t reap(struct bindings *b, struct pool_sample **out, size_t max)
 static void *reaper_main(void *arg)
 {
 	struct bindings *b = arg;
-	struct pool_sample *batch[REAP_BATCH];
+	struct dataset_sample *batch[REAP_BATCH];
 
 	pthread_mutex_lock(&b->lock);
 	while (!b->stop) {
@@ -552,14 +556,14 @@ static void *reaper_main(void *arg)
 		size_t n = reap(b, batch, REAP_BATCH);
 		pthread_mutex_unlock(&b->lock);
 		for (size_t i = 0; i < n; i++)
-			pool_untake(b->pool, batch[i]);
+			dataset_echo_untake(b->ds, batch[i]);
 		pthread_mutex_lock(&b->lock);
 	}
 	pthread_mutex_unlock(&b->lock);
 	return NULL;
 }
 
-int bindings_start(struct pool *pool, const struct namespace *ns,
+int bindings_start(struct dataset *ds, const struct namespace *ns,
 		   uint64_t first_ino, double expire_s, bindings_make_fn make,
 		   void *make_ud, struct bindings **out)
 {
@@ -569,7 +573,7 @@ int bindings_start(struct pool *pool, const struct namespace *ns,
 	*out = NULL;
 	b->make = make;
 	b->make_ud = make_ud;
-	b->pool = pool;
+	b->ds = ds;
 	b->ns = ns;
 	b->first_ino = b->next_ino = first_ino;
 	b->expire_s = expire_s;
@@ -603,7 +607,7 @@ void bindings_free(struct bindings *b)
 {
 	if (!b)
 		return;
-	pool_cancel_all(b->pool); /* no parked lookup may outlive b */
+	dataset_echo_cancel_all(b->ds); /* no parked lookup may outlive b */
 	pthread_mutex_lock(&b->lock);
 	b->stop = 1;
 	pthread_cond_broadcast(&b->cond);

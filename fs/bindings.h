@@ -4,18 +4,18 @@
  * coherent file, while the next use of the path gets another sample.
  *
  * DESIGN
- * - A lookup of a path returns its current binding, making one (pool_take)
- *   when there is none. bindings_lookup_async never waits: when the pool
+ * - A lookup of a path returns its current binding, making one
+ *   (dataset_echo_take) when there is none. bindings_lookup_async never waits: when the pool
  *   has no sample yet the lookup is parked in the pool and finished (bound,
  *   then the caller's done callback) by the thread that makes a sample
  *   ready, or failed by the pool's timer or bindings_cancel. The binding stays current
  *   until it has been opened and every handle released; the next lookup
  *   then makes a new one with a new inode. Lookups are not cached by the
  *   kernel (entry timeout 0); attributes are (they never change).
- * - A binding counts as served (pool_commit) when first opened. Bindings
- *   that nobody opens within expire_s (ls -l, stat) are given back to the
- *   pool by a reaper thread (pool_untake): looking at files consumes no
- *   sample. Opening such an expired binding fails with ESTALE, which makes
+ * - A binding counts as served (dataset_echo_commit) when first opened.
+ *   Bindings that nobody opens within expire_s (ls -l, stat) are given back
+ *   to the pool by a reaper thread (dataset_echo_untake): looking at files
+ *   consumes no sample. Opening such an expired binding fails with ESTALE, which makes
  *   the kernel look the path up again.
  * - The kernel may send RELEASE while a READ of the same handle is still
  *   being answered (seen on Linux 6.18), so a read pins the bytes
@@ -24,7 +24,7 @@
  * - A binding is freed when the kernel has forgotten it (nlookup 0), no
  *   handle is open and no reply is being sent.
  * - Locking: one mutex guards the table, the per-path current bindings and
- *   every binding's counters; pool_take runs without it. A binding's bytes
+ *   every binding's counters; takes run without it. A binding's bytes
  *   are immutable, so a pinned reply is copied out without the lock.
  */
 #ifndef ECHOFS_BINDINGS_H
@@ -34,7 +34,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-struct pool;
+struct dataset;
 struct namespace;
 
 struct binding_attr {
@@ -76,11 +76,11 @@ struct bindings_render {
  * serves, after bindings_new. */
 void bindings_set_render(struct bindings *b, const struct bindings_render *r);
 
-/* pool and ns borrowed. Binding inodes are numbered from first_ino up.
+/* ds (an echo mount's dataset: dataset_echo_start) and ns borrowed. Binding inodes are numbered from first_ino up.
  * Starts the reaper. Returns 0 with *out set, or -errno with *out NULL (the
  * reaper could not start). The x_open rule of docs/ARCHITECTURE.md under
  * another name: bindings_open opens one binding. */
-int bindings_start(struct pool *pool, const struct namespace *ns,
+int bindings_start(struct dataset *ds, const struct namespace *ns,
 		   uint64_t first_ino, double expire_s, bindings_make_fn make,
 		   void *make_ud, struct bindings **out);
 /* Fails parked lookups (-ESHUTDOWN), stops the reaper, gives every sample
@@ -91,7 +91,7 @@ void bindings_free(struct bindings *b);
 int bindings_owns(const struct bindings *b, uint64_t ino);
 
 /* Current binding of namespace file `file`, made if needed; counts one
- * kernel lookup. Returns 0 or a negative errno from pool_take. */
+ * kernel lookup. Returns 0 or a negative errno from dataset_echo_take. */
 int bindings_lookup(struct bindings *b, uint32_t file, struct binding_attr *out);
 
 /* Completion of a parked lookup: err 0 with attr (one kernel lookup

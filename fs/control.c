@@ -11,14 +11,11 @@
 #include <string.h>
 
 #include "cache/dataset.h"
-#include "cache/store/store.h"
 #include "common/util.h"
+#include "fs/bindings.h"
 #include "fs/escape.h"
 #include "fs/namespace.h"
 #include "fs/push.h"
-#include "fs/bindings.h"
-#include "cache/image/outputs.h"
-#include "cache/echo/pool.h"
 
 #define MAX_METRICS 64
 
@@ -55,15 +52,15 @@ void control_free(struct control *c)
 
 /* One flat snapshot of every figure, so both formats list the same. */
 struct snapshot {
-	struct shards_stats sh;
+	struct dataset_read_stats sh;
 	struct dataset_net_stats http;
-	struct store_stats st;
+	struct dataset_store_stats st;
 	struct push_stats push;
-	struct pool_stats pool;
+	struct dataset_echo_stats pool;
 	struct bindings_stats bind;
-	struct outputs_stats out;
+	struct dataset_output_stats out;
 	double echo;
-	enum echo_mode mode;
+	enum dataset_echo_mode mode;
 	uint64_t cached_shards;
 	double uptime, rate;
 	struct dataset_part part;
@@ -79,17 +76,13 @@ static void take_snapshot(struct control *c, struct snapshot *s)
 	s->sh = ds.reads;
 	s->http = ds.net;
 	s->cached_shards = ds.cached_groups;
+	s->st = ds.store;
+	s->pool = ds.echo;
+	s->out = ds.outputs;
 	dataset_get_part(c->src.ds, &s->part);
-	if (c->src.store)
-		store_get_stats(c->src.store, &s->st);
 	push_get_stats(c->src.push, &s->push);
-	s->echo = 1.0;
-	if (c->src.pool) {
-		pool_get_stats(c->src.pool, &s->pool);
-		pool_get_echo(c->src.pool, &s->echo, &s->mode);
-	}
+	dataset_echo_get(c->src.ds, &s->echo, &s->mode);
 	bindings_get_stats(c->src.bind, &s->bind);
-	outputs_get_stats(c->src.outputs, &s->out);
 	s->uptime = now - c->start;
 
 	pthread_mutex_lock(&c->lock);
@@ -195,7 +188,7 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 	  "samples in this rank's part, before the trim");
 	M("trimmed", 'g', s->part.trimmed,
 	  "samples of the part left out so every rank shows the same count");
-	if (c->src.pool) {
+	if (dataset_echoes(c->src.ds)) {
 		M("echo", 'g', s->echo, "echo factor E in force");
 		M("pass", 'g', s->pool.pass, "pass over the dataset, from 1");
 		M("fresh_in_pass", 'g', s->pool.fresh_in_pass,
@@ -229,7 +222,7 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 static void render_ready(const struct control *c, struct out *o, int prom)
 {
 	const struct namespace *ns = c->src.ns;
-	if (!c->src.pool)
+	if (!dataset_echoes(c->src.ds))
 		return;
 	if (prom)
 		put(o, "# HELP echofs_ready fresh samples ready per class\n"
@@ -237,7 +230,7 @@ static void render_ready(const struct control *c, struct out *o, int prom)
 	else
 		put(o, ",\n  \"ready\": {");
 	for (size_t i = 0; i < ns->nclasses; i++) {
-		uint64_t n = pool_ready(c->src.pool, (uint32_t)i);
+		uint64_t n = dataset_echo_ready(c->src.ds, (uint32_t)i);
 		/* Class names come from the data: escape them. */
 		char *name = prom ? escape_prom(ns->classes[i].name)
 				  : escape_json(ns->classes[i].name);
@@ -281,8 +274,9 @@ static void render_json(const struct control *c, const struct snapshot *s,
 			const struct metric *e, size_t ne)
 {
 	put(o, "{\n  \"version\": \"%s\"", ECHOFS_VERSION);
-	if (c->src.pool)
-		put(o, ",\n  \"echo_mode\": \"%s\"", echo_mode_name(s->mode));
+	if (dataset_echoes(c->src.ds))
+		put(o, ",\n  \"echo_mode\": \"%s\"",
+		    dataset_echo_mode_name(s->mode));
 	for (size_t i = 0; i < n; i++)
 		put(o, ",\n  \"%s\": %.17g", m[i].name, m[i].value);
 	render_ready(c, o, 0);
@@ -314,14 +308,14 @@ static void render_prom(const struct control *c, struct out *o,
 static void render_config(const struct control *c, struct out *o)
 {
 	double echo = 1.0;
-	enum echo_mode mode = ECHO_ADAPTIVE;
-	if (!c->src.pool) {
+	enum dataset_echo_mode mode = DATASET_ECHO_ADAPTIVE;
+	if (!dataset_echoes(c->src.ds)) {
 		put(o, "# exact mount: remount with -o echo=E to echo\n"
 		       "echo=1\n");
 		return;
 	}
-	pool_get_echo(c->src.pool, &echo, &mode);
-	put(o, "echo=%g\necho_mode=%s\n", echo, echo_mode_name(mode));
+	dataset_echo_get(c->src.ds, &echo, &mode);
+	put(o, "echo=%g\necho_mode=%s\n", echo, dataset_echo_mode_name(mode));
 }
 
 int control_render(struct control *c, enum control_file which, char **out,
@@ -351,7 +345,7 @@ int control_render(struct control *c, enum control_file which, char **out,
 
 /* One "key=value" setting into *echo / *mode. */
 static int config_line(const char *line, size_t len, double *echo,
-		       enum echo_mode *mode, char *err, size_t errlen)
+		       enum dataset_echo_mode *mode, char *err, size_t errlen)
 {
 	char buf[128], *eq, *end;
 
@@ -385,7 +379,7 @@ static int config_line(const char *line, size_t len, double *echo,
 		return 0;
 	}
 	if (strcmp(buf, "echo_mode") == 0) {
-		if (echo_mode_parse(eq, mode) == 0)
+		if (dataset_echo_mode_parse(eq, mode) == 0)
 			return 0;
 		snprintf(err, errlen, "bad echo_mode '%s' (adaptive or fixed)", eq);
 		return -EINVAL;
@@ -398,13 +392,13 @@ int control_configure(struct control *c, const char *text, size_t len,
 		      char *err, size_t errlen)
 {
 	double echo;
-	enum echo_mode mode;
+	enum dataset_echo_mode mode;
 
-	if (!c->src.pool) {
+	if (!dataset_echoes(c->src.ds)) {
 		snprintf(err, errlen, "exact mount: remount with -o echo=E");
 		return -EROFS;
 	}
-	pool_get_echo(c->src.pool, &echo, &mode);
+	dataset_echo_get(c->src.ds, &echo, &mode);
 	while (len) {
 		const char *nl = memchr(text, '\n', len);
 		size_t n = nl ? (size_t)(nl - text) : len;
@@ -414,5 +408,5 @@ int control_configure(struct control *c, const char *text, size_t len,
 		text += n + (nl ? 1 : 0);
 		len -= n + (nl ? 1 : 0);
 	}
-	return pool_set_echo(c->src.pool, echo, mode);
+	return dataset_echo_set(c->src.ds, echo, mode);
 }

@@ -8,11 +8,8 @@
 
 struct namespace;
 struct dataset;
-struct store;
 struct push;
-struct pool;
 struct bindings;
-struct outputs;
 
 /* Counters the FUSE handlers keep. */
 struct fs_counters {
@@ -22,16 +19,15 @@ struct fs_counters {
 	_Atomic uint64_t ioctls;	 /* FUSE_IOCTL requests (ENOTTY) */
 };
 
-/* Everything the stats are read from; all borrowed. store may be NULL. */
+/* Everything the stats are read from; all borrowed. The dataset's figures
+ * include its disk store, echo pool (an echo mount: dataset_echoes) and
+ * converted outputs. */
 struct control_sources {
 	const struct namespace *ns;
 	struct dataset *ds;
-	struct store *store;
 	const struct fs_counters *fc;
 	struct push *push; /* may be NULL */
-	struct pool *pool; /* echo mounts only, else NULL */
 	struct bindings *bind; /* echo mounts only, else NULL */
-	struct outputs *outputs; /* preprocessing exact mounts, else NULL */
 	uint64_t tar_skipped; /* members skipped when the index was built */
 	uint64_t bad_label;   /* samples with a bad .cls, idem */
 };

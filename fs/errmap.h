@@ -1,7 +1,8 @@
 /* errmap.h - the one place where an internal error becomes the errno a
- * reader sees: every fuse_reply_err in fs/ops.c that passes on an error
- * from below (the dataset, the echo pool and bindings, the converted
- * outputs, the control files) goes through errmap_reply.
+ * reader sees: every fuse_reply_err in fs/ that passes on an error from
+ * below (the dataset, the echo pool and bindings, the converted outputs,
+ * the control files) goes through errmap_reply; the others pass a constant
+ * (tests/check_replies.sh checks this).
  *
  * Why: the layers below return errnos that mean something to echofs (a
  * transfer cancelled at shutdown, a pool that is stopping, a corrupt image,

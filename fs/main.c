@@ -6,7 +6,6 @@
 #include <fuse_log.h>
 #include <fuse_lowlevel.h>
 #include <limits.h>
-#include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,9 +16,6 @@
 #include <unistd.h>
 
 #include "cache/dataset.h"
-#include "cache/echo/pool.h"
-#include "cache/image/prep.h"
-#include "cache/image/transform.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fs/bindings.h"
@@ -30,7 +26,6 @@
 #include "fs/namespace.h"
 #include "fs/ops.h"
 #include "fs/options.h"
-#include "cache/image/outputs.h"
 #include "fs/push.h"
 
 /* Retries at mount time stop sooner, so a dead server fails the mount well
@@ -49,12 +44,8 @@ struct app {
 	struct namespace *ns;
 	struct control *ctl;
 	struct push *push;
-	struct pool *pool;
-	struct bindings *bind;
-	struct prep *prep;       /* preprocessing mounts only */
-	struct outputs *outputs; /* preprocessing exact mounts only */
+	struct bindings *bind;   /* echo mounts only */
 	struct metrics *metrics; /* -o metrics= only */
-	_Atomic uint64_t ingested;
 	struct fs_ctx fs;
 	struct fuse_session *se;
 };
@@ -93,139 +84,63 @@ static void fuse_log_to_ours(enum fuse_log_level level, const char *fmt,
 	pthread_mutex_unlock(&fuse_log_lock);
 }
 
-/* Echo pool hook: what the pool keeps of a sample when preprocessing. */
-static int ingest_sample(void *ud, uint32_t sample, const uint8_t *in,
-			 size_t len, uint8_t **out, size_t *outlen)
-{
-	struct app *a = ud;
-	char why[200];
-	int r;
-
-	if (a->o.after_augment) {
-		uint64_t n = a->ingested++;
-		uint64_t rand = hash64(&n, sizeof(n), a->o.seed);
-		r = prep_apply(a->prep, in, len, rand, out, outlen, why, sizeof(why));
-	} else {
-		r = prep_prepare(a->prep, in, len, out, outlen, why, sizeof(why));
-	}
-	if (r)
-		log_warn("sample %s skipped: %s", dataset_key(a->ds, sample), why);
-	return r;
-}
-
 /* Bindings hook (echo before augment): a new crop/flip for every serve. */
 static int augment_binding(void *ud, const uint8_t *data, size_t len,
 			   uint64_t rand, uint8_t **out, size_t *outlen)
 {
-	struct app *a = ud;
-	char why[200];
-	int r = prep_augment(a->prep, data, len, rand ^ a->o.seed, out, outlen,
-			     why, sizeof(why));
-	if (r)
-		log_warn("cannot augment a sample: %s", why);
-	return r;
+	return dataset_echo_augment(ud, data, len, rand, out, outlen);
 }
 
 /* Render hooks (echo before augment, format=ppm): each READ renders its
  * slice of the binding's crop/flip straight into the reply buffer. */
 static ssize_t augment_size(void *ud, const uint8_t *data, size_t len)
 {
-	struct app *a = ud;
-	return prep_augment_size(a->prep, data, len);
+	return dataset_echo_render_size(ud, data, len);
 }
 
 static ssize_t augment_range(void *ud, const uint8_t *data, size_t len,
 			     uint64_t rand, uint64_t off, uint8_t *dst,
 			     size_t n)
 {
-	struct app *a = ud;
-	ssize_t r = prep_augment_range(a->prep, data, len, rand ^ a->o.seed,
-				       off, dst, n);
-	if (r < 0)
-		log_warn("cannot augment a sample: %s", strerror((int)-r));
-	return r;
+	return dataset_echo_render_range(ud, data, len, rand, off, dst, n);
 }
 
-static int start_prep(struct app *a, char *err, size_t errlen)
-{
-	int random = a->o.echo_mount && a->o.augment;
-	struct transform_opts tf = {
-		.size = a->o.size, .crop = a->o.crop, .random_crop = random,
-		.flip_prob_half = random && a->o.flip,
-		.format = (enum transform_format)a->o.format,
-		.quality = (int)a->o.quality, .max_pixels = a->o.max_pixels,
-		.decode_mem = a->o.decode_mem,
-	};
-
-	if (a->o.flip && !random)
-		log_warn("flip=1 needs an echo mount with augment=1; ignored");
-	/* decode_mem bounds what the workers hold at once; it bounds the RSS
-	 * only if freed buffers go back to the system. glibc's dynamic mmap
-	 * threshold (raised up to 32 MB by each free) would serve libjpeg's
-	 * tens-of-MB coefficient arrays from per-thread heaps that are kept;
-	 * a fixed threshold (this call turns the dynamic one off) keeps them
-	 * mmap'd, returned on free. */
-	mallopt(M_MMAP_THRESHOLD, 8 << 20);
-	int r = prep_open(&tf, a->o.threads, &a->prep);
-	if (r) {
-		snprintf(err, errlen, "cannot start decode workers: %s",
-			 strerror(-r));
-		return -EINVAL;
-	}
-	return 0;
-}
-
-/* The echo pool and path bindings of an echo mount. */
+/* The echo pool and path bindings of an echo mount: the pool serves the
+ * tree's classes. */
 static int start_echo(struct app *a, char *err, size_t errlen)
 {
 	const struct namespace *ns = a->ns;
 	size_t nsamples = dataset_nsamples(a->ds);
 	uint32_t *class_of = xmalloc((nsamples ? nsamples : 1) *
 				     sizeof(*class_of));
+	enum dataset_echo_serve serve = dataset_echo_serving(a->ds);
 	int r;
-	struct pool_opts po = {
-		.echo = a->o.echo, .mode = (enum echo_mode)a->o.echo_mode,
-		.window = a->o.echo_window, .mem_size = a->o.mem_size,
-		.seed = a->o.seed,
-		.ingest = a->prep ? ingest_sample : NULL, .ingest_ud = a,
-		/* Twice the decode workers: one decoding, one queued each. */
-		.ingest_threads = 2 * prep_threads(a->prep),
-		.world = a->o.repartition ? a->o.world : 1,
-		.rank = a->o.rank,
-		.interrupted = fs_req_interrupted, /* tags are FUSE requests */
-	};
 
-	/* The pool streams the rank's whole part (trimmed samples too), or
-	 * every shard when it draws a new part each pass. */
 	for (size_t i = 0; i < nsamples; i++) {
 		uint32_t c = ns_sample_class(ns, (uint32_t)i);
-		class_of[i] = c != NS_NO_CLASS &&
-			(a->o.repartition || dataset_in_part(a->ds, (uint32_t)i))
-			? c : POOL_NO_CLASS;
+		class_of[i] = c != NS_NO_CLASS ? c : DATASET_NO_CLASS;
 	}
-	r = pool_open(dataset_index(a->ds), dataset_shards(a->ds),
-		      class_of, (uint32_t)ns->nclasses, &po, &a->pool);
+	r = dataset_echo_start(a->ds, class_of, (uint32_t)ns->nclasses, err,
+			       errlen);
 	free(class_of);
-	if (r) {
-		snprintf(err, errlen, "cannot start the echo pool: %s",
-			 strerror(-r));
-		return -EINVAL;
-	}
-	r = bindings_start(a->pool, ns, ns_file_ino(ns, (uint32_t)ns->nfiles),
+	if (r)
+		return r;
+	r = bindings_start(a->ds, ns, ns_file_ino(ns, (uint32_t)ns->nfiles),
 			   BINDING_EXPIRE_S,
-			   a->prep && !a->o.after_augment ? augment_binding
+			   serve == DATASET_SERVE_AUGMENT ? augment_binding
 							  : NULL,
-			   a, &a->bind);
+			   a->ds, &a->bind);
 	if (r) {
 		snprintf(err, errlen, "cannot start bindings: %s",
 			 strerror(-r));
 		return r;
 	}
-	if (a->prep && !a->o.after_augment && a->o.format == TF_PPM)
+	if (serve == DATASET_SERVE_RENDER)
 		bindings_set_render(a->bind, &(struct bindings_render){
-			.size = augment_size, .range = augment_range, .ud = a});
-	log_info("echo mount: echo=%g echo_mode=%s", a->o.echo,
-		 echo_mode_name((enum echo_mode)a->o.echo_mode));
+			.size = augment_size, .range = augment_range,
+			.ud = a->ds});
+	log_info("echo mount: echo=%g echo_mode=%s", a->o.echo.echo,
+		 dataset_echo_mode_name(a->o.echo.mode));
 	return 0;
 }
 
@@ -251,7 +166,10 @@ static struct dataset_opts dataset_opts_of(const struct fs_options *o)
 		.range_after_s = RANGE_AFTER_S,
 		.progress = 1,
 		.rank = o->rank, .world = o->world, .seed = o->seed,
+		.echo = o->echo,
+		.image = o->image,
 	};
+	d.echo.interrupted = fs_req_interrupted; /* tags are FUSE requests */
 	return d;
 }
 
@@ -264,7 +182,7 @@ static int prepare(struct app *a, char *err, size_t errlen)
 	if (r)
 		return r;
 	static const char *const exts[] = {NULL, "jpg", "ppm"};
-	r = ns_open(a->ds, exts[a->o.format], &a->ns);
+	r = ns_open(a->ds, exts[a->o.image.format], &a->ns);
 	if (r) {
 		snprintf(err, errlen, "cannot build the tree: %s", strerror(-r));
 		return r;
@@ -274,22 +192,17 @@ static int prepare(struct app *a, char *err, size_t errlen)
 			 "name), %llu files renamed to keep names unique",
 			 (unsigned long long)a->ns->counts.skipped_bad_label,
 			 (unsigned long long)a->ns->counts.renamed_duplicates);
-	if (a->o.preprocess && (r = start_prep(a, err, errlen)) != 0)
-		return r;
-	if (a->o.echo_mount)
+	if (a->o.echo.on)
 		return start_echo(a, err, errlen);
-	if (a->prep)
-		a->outputs = outputs_new(dataset_index(a->ds),
-					 dataset_shards(a->ds), a->prep);
 	return 0;
 }
 
 static void init_ctx(struct app *a)
 {
 	struct control_sources cs = {
-		.ns = a->ns, .ds = a->ds, .store = dataset_store(a->ds),
-		.fc = &a->fs.counters, .push = a->push, .pool = a->pool,
-		.bind = a->bind, .outputs = a->outputs,
+		.ns = a->ns, .ds = a->ds,
+		.fc = &a->fs.counters, .push = a->push,
+		.bind = a->bind,
 		.tar_skipped = dataset_tar_skipped(a->ds),
 		.bad_label = dataset_bad_label(a->ds),
 	};
@@ -297,11 +210,8 @@ static void init_ctx(struct app *a)
 	a->fs.ns = a->ns;
 	a->fs.read_failed = xcalloc(a->ns->nfiles ? a->ns->nfiles : 1, 1);
 	a->fs.ds = a->ds;
-	a->fs.pool = a->pool;
 	a->fs.bind = a->bind;
-	a->fs.outputs = a->outputs;
 	a->fs.se = a->se;
-	a->fs.prep = a->prep;
 	a->fs.timeout = CACHE_TIMEOUT_S;
 	a->fs.zerocopy = a->o.zerocopy;
 	dataset_set_zerocopy(a->ds, a->o.zerocopy);
@@ -318,8 +228,8 @@ static void app_cancel(void *ud)
 {
 	struct app *a = ud;
 
-	pool_stop(a->pool);
-	pool_cancel_all(a->pool); /* parked lookups get their answer now */
+	dataset_echo_stop(a->ds);
+	dataset_echo_cancel_all(a->ds); /* parked lookups get their answer now */
 	dataset_cancel(a->ds);
 }
 
@@ -351,10 +261,10 @@ static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 	}
 	/* Before any request can arrive: handlers read fs.push unlocked.
 	 * Echo files are served from the pool, not pushed. */
-	if (!a->bind && !a->prep &&
+	if (!a->bind && !a->o.image.on &&
 	    (r = push_open(a->se, a->ns, a->ds, &a->push)) != 0)
 		log_warn("no page-cache pusher: %s", strerror(-r));
-	if (!a->bind && !a->prep)
+	if (!a->bind && !a->o.image.on)
 		track_pass(a);
 	a->fs.push = a->push;
 	init_ctx(a);
@@ -420,18 +330,17 @@ static void app_free(struct app *a)
 {
 	metrics_stop(a->metrics); /* it renders from the control */
 	push_free(a->push); /* it sends to the session */
-	pool_cancel_all(a->pool); /* parked lookups reply to the session */
+	/* parked lookups reply to the session */
+	dataset_echo_cancel_all(a->ds);
 	if (a->se)
 		fuse_session_destroy(a->se);
 	if (a->ctl)
 		fs_ctx_destroy(&a->fs);
 	bindings_free(a->bind);
-	pool_free(a->pool);
-	outputs_free(a->outputs);
-	prep_free(a->prep);
 	control_free(a->ctl);
 	ns_free(a->ns);
-	dataset_close(a->ds); /* stops the fetch threads */
+	/* the echo pool, decode workers, outputs, then the fetch threads */
+	dataset_close(a->ds);
 	options_free(&a->o);
 }
 
@@ -439,7 +348,7 @@ static void print_version(void)
 {
 	char img[256];
 
-	transform_versions(img, sizeof(img));
+	dataset_image_versions(img, sizeof(img));
 	printf("echofs %s\nlibfuse %s, libmicrohttpd %s\n%s\n%s\n",
 	       ECHOFS_VERSION, fuse_pkgversion(), metrics_version(), img,
 	       dataset_net_version());

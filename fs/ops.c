@@ -42,9 +42,7 @@
 #include "fs/bindings.h"
 #include "fs/errmap.h"
 #include "fs/namespace.h"
-#include "cache/image/outputs.h"
 #include "fs/push.h"
-#include "cache/image/prep.h"
 
 /* One rendering of a control file. Readers hold a reference while they
  * copy from it, so a newer rendering may replace it meanwhile. */
@@ -156,24 +154,24 @@ static struct fs_ctx *ctx_of(fuse_req_t req)
  * (known in advance for PPM with a crop, else made and kept in outputs). */
 static int file_size(struct fs_ctx *fs, uint32_t file, uint64_t *size)
 {
-	struct output *o;
+	struct dataset_output *o;
 	ssize_t fixed;
 	int r;
 
-	if (!fs->outputs) {
+	if (!dataset_converts(fs->ds)) {
 		*size = ns_file_size(fs->ns, file);
 		return 0;
 	}
-	fixed = prep_fixed_size(fs->prep);
+	fixed = dataset_output_fixed_size(fs->ds);
 	if (fixed >= 0) {
 		*size = (uint64_t)fixed;
 		return 0;
 	}
-	r = outputs_get(fs->outputs, fs->ns->files[file].sample, &o);
+	r = dataset_output_get(fs->ds, fs->ns->files[file].sample, &o);
 	if (r)
 		return r; /* the reply's errno is errmap's choice */
-	*size = o->len;
-	outputs_put(fs->outputs, o);
+	*size = dataset_output_len(o);
+	dataset_output_put(fs->ds, o);
 	return 0;
 }
 
@@ -204,7 +202,8 @@ static int fill_attr(struct fs_ctx *fs, fuse_ino_t ino, struct stat *st,
 		if (!sn)
 			return -ENOMEM;
 		st->st_mode = S_IFREG |
-			      (ino == NS_INO_CONFIG && fs->pool ? 0600 : 0444);
+			      (ino == NS_INO_CONFIG && dataset_echoes(fs->ds) ? 0600
+								     : 0444);
 		st->st_nlink = 1;
 		st->st_size = (off_t)sn->len;
 		st->st_mtim = st->st_ctim = sn->when;
@@ -270,7 +269,7 @@ static void reply_echo_entry(fuse_req_t req, struct fs_ctx *fs, int r,
 			bindings_forget(fs->bind, ba->ino, 1);
 	}
 	if (r)
-		fuse_reply_err(req, -r == ESHUTDOWN ? EIO : -r);
+		fuse_reply_err(req, errmap_reply(ERRMAP_LOOKUP, r));
 	else if (fuse_reply_entry(req, &e) != 0)
 		bindings_forget(fs->bind, ba->ino, 1);
 }
@@ -401,8 +400,8 @@ static size_t fill_dir(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 		/* Echo files: a name only (ino 0), nothing is bound; files whose
 		 * converted size is not known in advance: a name only too, so a
 		 * listing converts nothing. */
-		if (plus && j >= 2 && (is_dir || (!fs->bind && !(fs->outputs &&
-			prep_fixed_size(fs->prep) < 0))))
+		if (plus && j >= 2 && (is_dir || (!fs->bind && !(dataset_converts(fs->ds) &&
+			dataset_output_fixed_size(fs->ds) < 0))))
 			fill_entry(fs, e.attr.st_ino, &e, 0);
 		need = plus ? fuse_add_direntry_plus(req, buf + used, size - used,
 						     name, &e, (off_t)(j + 1))
@@ -592,7 +591,7 @@ static void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		return;
 	}
 	if ((r = may_steer(req, fs)) != 0) {
-		fuse_reply_err(req, -r);
+		fuse_reply_err(req, errmap_reply(ERRMAP_WRITE, r));
 		return;
 	}
 	r = control_configure(fs->ctl, buf, size, err, sizeof(err));
@@ -690,19 +689,20 @@ static void fs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 static void read_output(fuse_req_t req, struct fs_ctx *fs, uint32_t file,
 			size_t size, off_t off)
 {
-	struct output *o;
-	int r = outputs_get(fs->outputs, fs->ns->files[file].sample, &o);
+	struct dataset_output *o;
+	int r = dataset_output_get(fs->ds, fs->ns->files[file].sample, &o);
 
 	if (r) {
 		count_read_error(fs, file, -r);
 		fuse_reply_err(req, errmap_reply(ERRMAP_READ, r));
 		return;
 	}
-	size_t start = (uint64_t)off < o->len ? (size_t)off : o->len;
-	size_t n = o->len - start < size ? o->len - start : size;
+	size_t len = dataset_output_len(o);
+	size_t start = (uint64_t)off < len ? (size_t)off : len;
+	size_t n = len - start < size ? len - start : size;
 	fs->counters.bytes_served += n;
-	fuse_reply_buf(req, (const char *)o->data + start, n);
-	outputs_put(fs->outputs, o);
+	fuse_reply_buf(req, (const char *)dataset_output_data(o) + start, n);
+	dataset_output_put(fs->ds, o);
 }
 
 /* Read a sample's bytes into a new buffer. Returns the length or -errno. */
@@ -780,7 +780,7 @@ static void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		read_control(req, fs, ino, size, off);
 		return;
 	case NS_FILE:
-		if (fs->outputs) {
+		if (dataset_converts(fs->ds)) {
 			read_output(req, fs, num, size, off);
 			return;
 		}

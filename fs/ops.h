@@ -13,10 +13,7 @@ struct namespace;
 struct dataset;
 struct control_snapshot;
 struct push;
-struct pool;
 struct bindings;
-struct outputs;
-struct prep;
 
 /* The filesystem's state, passed as the session's userdata. Everything is
  * borrowed; the tree never changes and the counters are atomics, so
@@ -28,10 +25,7 @@ struct fs_ctx {
 	struct dataset *ds;
 	struct control *ctl;
 	struct push *push; /* page-cache pusher, or NULL */
-	struct pool *pool; /* echo mounts: the echo pool, else NULL */
 	struct bindings *bind; /* echo mounts: path bindings, else NULL */
-	struct outputs *outputs; /* preprocessing exact mounts, else NULL */
-	struct prep *prep;       /* preprocessing mounts, else NULL */
 	struct fuse_session *se; /* for page-cache invalidations */
 	struct fs_counters counters;
 	/* per file of ns: its read error is counted already (the kernel
@@ -56,7 +50,7 @@ void fs_ctx_destroy(struct fs_ctx *fs);
 
 extern const struct fuse_lowlevel_ops fs_ops;
 
-/* pool_opts.interrupted for echo lookups, whose tag is their fuse_req_t. */
+/* dataset_echo_opts.interrupted for echo lookups, whose tag is their fuse_req_t. */
 int fs_req_interrupted(const void *tag);
 
 #endif

@@ -11,9 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cache/echo/pool.h"
 #include "cache/dataset.h"
-#include "cache/index/partition.h"
 #include "common/util.h"
 #include "fs/metrics.h"
 
@@ -204,12 +202,12 @@ static int convert_echo(struct raw_opts *r, struct fs_options *o, char *err,
 {
 	uint64_t v;
 
-	if (r->echo && parse_echo(r->echo, &o->echo)) {
+	if (r->echo && parse_echo(r->echo, &o->echo.echo)) {
 		snprintf(err, errlen, "bad echo '%s' (a number from 1 to 1000)",
 			 r->echo);
 		return -EINVAL;
 	}
-	if (r->echo_mode && echo_mode_parse(r->echo_mode, (enum echo_mode *)&o->echo_mode)) {
+	if (r->echo_mode && dataset_echo_mode_parse(r->echo_mode, &o->echo.mode)) {
 		snprintf(err, errlen, "bad echo_mode '%s' (adaptive or fixed)",
 			 r->echo_mode);
 		return -EINVAL;
@@ -220,9 +218,10 @@ static int convert_echo(struct raw_opts *r, struct fs_options *o, char *err,
 				 r->echo_window);
 			return -EINVAL;
 		}
-		o->echo_window = (unsigned)v;
+		o->echo.window = (unsigned)v;
 	}
-	if (r->mem_size && (parse_size(r->mem_size, &o->mem_size) || o->mem_size < (1u << 20))) {
+	if (r->mem_size && (parse_size(r->mem_size, &o->echo.mem_size) ||
+			    o->echo.mem_size < (1u << 20))) {
 		snprintf(err, errlen, "bad mem_size '%s' (at least 1M)", r->mem_size);
 		return -EINVAL;
 	}
@@ -230,7 +229,7 @@ static int convert_echo(struct raw_opts *r, struct fs_options *o, char *err,
 		snprintf(err, errlen, "bad seed '%s'", r->seed);
 		return -EINVAL;
 	}
-	o->echo_mount = o->echo > 1.0 || r->echo_mode || r->echo_window ||
+	o->echo.on = o->echo.echo > 1.0 || r->echo_mode || r->echo_window ||
 			r->mem_size;
 	return 0;
 }
@@ -257,48 +256,52 @@ static int convert_prep(struct raw_opts *r, struct fs_options *o, char *err,
 	unsigned flip = 0, augment = 0;
 	int ret;
 
-	if ((ret = ranged("size", r->size, 1, 16384, &o->size, err, errlen)) ||
-	    (ret = ranged("crop", r->crop, 1, 16384, &o->crop, err, errlen)) ||
+	if ((ret = ranged("size", r->size, 1, 16384, &o->image.size, err, errlen)) ||
+	    (ret = ranged("crop", r->crop, 1, 16384, &o->image.crop, err, errlen)) ||
 	    (ret = ranged("flip", r->flip, 0, 1, &flip, err, errlen)) ||
 	    (ret = ranged("augment", r->augment, 0, 1, &augment, err, errlen)) ||
-	    (ret = ranged("quality", r->quality, 1, 100, &o->quality, err, errlen)) ||
-	    (ret = ranged("threads", r->threads, 1, 64, &o->threads, err, errlen)))
+	    (ret = ranged("quality", r->quality, 1, 100, &o->image.quality,
+			  err, errlen)) ||
+	    (ret = ranged("threads", r->threads, 1, 64, &o->image.threads,
+			  err, errlen)))
 		return ret;
-	o->flip = (int)flip;
-	o->augment = (int)augment;
+	o->image.flip = (int)flip;
+	o->image.augment = (int)augment;
 	if (r->format) {
 		static const char *const names[] = {"same", "jpeg", "ppm"};
-		o->format = -1;
+		int f = -1;
 		for (int i = 0; i < 3; i++)
 			if (strcmp(r->format, names[i]) == 0)
-				o->format = i;
-		if (o->format < 0) {
+				f = i;
+		if (f < 0) {
 			snprintf(err, errlen, "bad format '%s' (same, jpeg or ppm)",
 				 r->format);
 			return -EINVAL;
 		}
+		o->image.format = (enum dataset_format)f;
 	}
 	if (r->echo_stage) {
 		if (strcmp(r->echo_stage, "after_augment") == 0)
-			o->after_augment = 1;
+			o->echo.after_augment = 1;
 		else if (strcmp(r->echo_stage, "before_augment") != 0) {
 			snprintf(err, errlen, "bad echo_stage '%s' (before_augment "
 				 "or after_augment)", r->echo_stage);
 			return -EINVAL;
 		}
 	}
-	if (r->max_pixels && (parse_u64(r->max_pixels, &o->max_pixels) ||
-			      o->max_pixels == 0)) {
+	if (r->max_pixels && (parse_u64(r->max_pixels, &o->image.max_pixels) ||
+			      o->image.max_pixels == 0)) {
 		snprintf(err, errlen, "bad max_pixels '%s'", r->max_pixels);
 		return -EINVAL;
 	}
-	if (r->decode_mem && (parse_size(r->decode_mem, &o->decode_mem) ||
-			      o->decode_mem < (16u << 20))) {
+	if (r->decode_mem && (parse_size(r->decode_mem, &o->image.decode_mem) ||
+			      o->image.decode_mem < (16u << 20))) {
 		snprintf(err, errlen, "bad decode_mem '%s' (at least 16M)",
 			 r->decode_mem);
 		return -EINVAL;
 	}
-	o->preprocess = o->size || o->crop || o->flip || o->format;
+	o->image.on = o->image.size || o->image.crop || o->image.flip ||
+		      o->image.format;
 	return 0;
 }
 
@@ -372,9 +375,9 @@ static int rank_world(const char *name, const char *opt, const char *env,
 	*out = def;
 	if (!v || (!opt && !v[0]))
 		return 0;
-	if (parse_u64(v, out) || *out > PARTITION_WORLD_MAX) {
+	if (parse_u64(v, out) || *out > DATASET_WORLD_MAX) {
 		snprintf(err, errlen, "bad %s '%s'%s%s (0 to %u)", name, v,
-			 opt ? "" : " from ", opt ? "" : env, PARTITION_WORLD_MAX);
+			 opt ? "" : " from ", opt ? "" : env, DATASET_WORLD_MAX);
 		return -EINVAL;
 	}
 	return 0;
@@ -390,7 +393,8 @@ static int convert_nodes(struct raw_opts *r, struct fs_options *o, char *err,
 	if (rank_world("rank", r->rank, "ECHOFS_RANK", 0, &rank, err, errlen) ||
 	    rank_world("world", r->world, "ECHOFS_WORLD", 1, &world, err,
 		       errlen) ||
-	    flag01("repartition", r->repartition, &o->repartition, err, errlen))
+	    flag01("repartition", r->repartition, &o->echo.repartition, err,
+		   errlen))
 		return -EINVAL;
 	if (world == 0) {
 		snprintf(err, errlen, "bad world 0 (at least 1)");
@@ -465,7 +469,7 @@ static int add_mount_opts(struct fuse_args *args, const struct fs_options *o)
 	char red[1024], opts[2300];
 	size_t n = (size_t)snprintf(opts, sizeof(opts), "%s,nosuid,nodev,"
 				    "default_permissions,subtype=echofs,fsname=",
-				    o->echo_mount ? "rw" : "ro");
+				    o->echo.on ? "rw" : "ro");
 
 	dataset_redact(o->source, red, sizeof(red));
 	for (const char *p = red; *p && n + 3 < sizeof(opts); p++) {
@@ -519,8 +523,8 @@ int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 	o->cache_size = FS_DEFAULT_CACHE_SIZE;
 	o->connections = FS_DEFAULT_CONNECTIONS;
 	o->log_level = LOG_LEVEL_INFO;
-	o->echo = 1.0;
-	o->echo_mode = ECHO_ADAPTIVE;
+	o->echo.echo = 1.0;
+	o->echo.mode = DATASET_ECHO_ADAPTIVE;
 	o->read_timeout_s = FS_DEFAULT_READ_TIMEOUT_S;
 	o->min_rate = FS_DEFAULT_MIN_RATE;
 	o->world = 1;

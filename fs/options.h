@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cache/dataset_opts.h"
 #include "common/log.h"
 
 #define FS_DEFAULT_CACHE_SIZE (10ULL << 30)
@@ -29,27 +30,17 @@ struct fs_options {
 	char *ca_file, *ca_path;
 	enum log_level log_level;
 	char *log_file;    /* owned or NULL */
-	/* Echoing (an echo mount when echo > 1 or echo_mode is given). */
-	double echo;       /* 1 = exact */
-	int echo_mount;    /* 1 for an echo mount */
-	int echo_mode;     /* enum echo_mode of cache/echo/pool.h */
-	unsigned echo_window; /* 0 = default */
-	uint64_t mem_size;  /* 0 = default */
+	/* Echoing: an echo mount (echo.on) when echo > 1 or echo_mode,
+	 * echo_window or mem_size is given; echo_stage and repartition too. */
+	struct dataset_echo_opts echo;
 	uint64_t seed;
-	/* Many nodes (cache/index/partition.h): this mount is rank `rank` of
-	 * `world` (-o rank/world, else ECHOFS_RANK/ECHOFS_WORLD; 0 of 1 by
-	 * default); repartition=1 gives the echo pool a new part every pass. */
+	/* Many nodes: this mount is rank `rank` of `world` (-o rank/world,
+	 * else ECHOFS_RANK/ECHOFS_WORLD; 0 of 1 by default); repartition=1
+	 * (echo.repartition) gives the echo pool a new part every pass. */
 	uint32_t rank, world;
-	int repartition;
-	/* Preprocessing (cache/image/transform.h); preprocess is 1 when any is set. */
-	int preprocess;
-	unsigned size, crop, quality, threads;
-	int flip, augment;
-	int format;        /* enum transform_format */
-	int after_augment; /* echo_stage=after_augment */
-	uint64_t max_pixels;
+	/* Preprocessing (image.on when size, crop, flip or format is set). */
+	struct dataset_image_opts image;
 	char *metrics;     /* -o metrics=ADDR:PORT, owned, or NULL */
-	uint64_t decode_mem; /* 0: TRANSFORM_DEFAULT_DECODE_MEM */
 	double read_timeout_s; /* longest a read waits for its data */
 	double min_rate;       /* bytes/s below which a transfer is resumed */
 	int zerocopy;          /* -o zerocopy: splice cold reads (default 1) */

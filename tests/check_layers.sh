@@ -2,8 +2,10 @@
 # check_layers.sh - fails when an #include breaks the layering: fs/ -> cache/
 # -> fetch/ -> common/ (downward only), FUSE only in fs/, curl only in fetch/,
 # TurboJPEG only in cache/image/jpegdec.c (the JPEG decoder) and
-# cache/image/transform.c (JPEG encoding and the lossless transform). fs/ sees the data through
-# cache/dataset.h, never through fetch/.
+# cache/image/transform.c (JPEG encoding and the lossless transform). fs/
+# sees the data through cache/dataset.h (and cache/dataset_opts.h, the plain
+# options it includes) only: never through fetch/, nor through cache/echo,
+# image, index or store.
 #   tests/check_layers.sh [SOURCE_ROOT]   (default: the tree holding this script)
 # Prints every offending line as file:line: text; exits 1 if there is one.
 set -uo pipefail
@@ -26,12 +28,14 @@ forbid() {
 }
 
 forbid fs 'fetch/|curl/' 'fs/ sees the data through cache/dataset.h only'
+forbid fs 'cache/(echo|image|index|store)/|cache/dataset_(parts|int)\.h' \
+	'fs/ sees the data through cache/dataset.h only'
 forbid cache 'fs/|fuse|curl/' 'cache/ calls only fetch/ and common/'
 forbid fetch 'fs/|cache/|fuse' 'fetch/ calls only common/'
 forbid common 'fs/|cache/|fetch/|fuse|curl/' 'common/ is the bottom layer'
 
 # Nor through a header: every cache/ header fs/ includes, directly or through
-# other headers, is free of fetch/ and curl.
+# other headers, is free of fetch/ and curl, and of cache/'s inner folders.
 seen=" "
 todo=$(grep -rhoE --include='*.c' --include='*.h' '#[[:space:]]*include[[:space:]]*"cache/[^"]+"' fs |
 	sed -E 's/.*"(.*)"/\1/' | sort -u)
@@ -41,9 +45,9 @@ while [ -n "$todo" ]; do
 		case "$seen" in *" $h "*) continue ;; esac
 		seen="$seen$h "
 		[ -f "$h" ] || continue
-		hits=$(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](fetch/|curl/)' "$h")
+		hits=$(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](fetch/|curl/|cache/(echo|image|index|store)/)' "$h")
 		if [ -n "$hits" ]; then
-			printf '%s\n' "$hits" | sed "s|^|$h:|; s|\$|   <- included by fs/: no fetch/ through headers|"
+			printf '%s\n' "$hits" | sed "s|^|$h:|; s|\$|   <- included by fs/: only the dataset face through headers|"
 			BAD=1
 		fi
 		next="$next $(grep -hoE '#[[:space:]]*include[[:space:]]*"cache/[^"]+"' "$h" |
@@ -51,6 +55,18 @@ while [ -n "$todo" ]; do
 	done
 	todo=$next
 done
+
+# Nor by name: fs/ and the face headers never name the structs behind the
+# face (a forward declaration would let fs/ pass them around).
+inner='index|index_sample|shards|shards_view|shards_stats|store|store_stats'
+inner="$inner|pool|pool_sample|pool_stats|prep|outputs|output|outputs_stats"
+hits=$(grep -rnE --include='*.c' --include='*.h' \
+	"struct[[:space:]]+($inner)[[:space:]]*[;*{ ]" fs cache/dataset.h \
+	cache/dataset_opts.h 2>/dev/null)
+if [ -n "$hits" ]; then
+	printf '%s\n' "$hits" | sed 's|$|   <- fs/ sees opaque dataset structs only|'
+	BAD=1
+fi
 
 # TurboJPEG stays inside the JPEG decoder and the transform (its errors
 # translated to errno there).

@@ -3,6 +3,7 @@
  * (no disk cache), and a namespace made by hand. */
 #include "fs/bindings.h"
 
+#include "cache/dataset_parts.h"
 #include "cache/echo/pool.h"
 #include "cache/store/shards.h"
 #include "common/util.h"
@@ -35,6 +36,7 @@ static struct http *h;
 static struct index *ix;
 static struct shards *sh;
 static struct pool *pool;
+static struct dataset *ds; /* over ix, sh and pool */
 static struct ns_file files[NSAMPLES];
 static struct namespace ns = {.files = files, .nfiles = NSAMPLES};
 
@@ -99,10 +101,14 @@ static void setup(void)
 		     0, "http_open: %s", err);
 	cr_assert_eq(shards_open(ix, h, NULL, NULL, &sh), 0);
 	cr_assert_eq(pool_open(ix, sh, class_of, NCLS, &po, &pool), 0);
+	ds = dataset_wrap(ix, sh);
+	cr_assert_not_null(ds);
+	dataset_wrap_pool(ds, pool);
 }
 
 static void teardown(void)
 {
+	dataset_close(ds);
 	pool_free(pool);
 	shards_free(sh);
 	http_free(h);
@@ -124,7 +130,7 @@ static const uint8_t *source(uint32_t i)
 static struct bindings *open_bindings(double expire_s, bindings_make_fn make)
 {
 	struct bindings *b = (struct bindings *)&b; /* must be set */
-	int r = bindings_start(pool, &ns, FIRST_INO, expire_s, make, NULL, &b);
+	int r = bindings_start(ds, &ns, FIRST_INO, expire_s, make, NULL, &b);
 
 	cr_assert_eq(r, 0, "bindings_start: %s", strerror(-r));
 	cr_assert_not_null(b);

@@ -5,7 +5,6 @@
 #include "fs/control.h"
 
 #include "cache/dataset.h"
-#include "cache/echo/pool.h"
 #include "common/util.h"
 #include "fixtures.h"
 #include "fs/namespace.h"
@@ -72,6 +71,9 @@ static void setup(void)
 		.connections = 4,
 		.boot_retry_budget_s = 2,
 		.run_retry_budget_s = 5,
+		/* what echo_pool() starts; exact until then */
+		.echo = {.on = 1, .echo = 3, .mode = DATASET_ECHO_ADAPTIVE},
+		.seed = 1,
 	};
 	int r = dataset_open(&o, &ds, err, sizeof(err));
 	cr_assert_eq(r, 0, "dataset_open: %s (%s)", strerror(-r), err);
@@ -96,7 +98,6 @@ static struct control *exact_control(void)
 	struct control_sources cs = {
 		.ns = ns,
 		.ds = ds,
-		.store = dataset_store(ds),
 		.fc = &fc,
 		.tar_skipped = dataset_tar_skipped(ds),
 	};
@@ -239,22 +240,21 @@ Test(control, exact_mount_config_is_read_only)
 	control_free(c);
 }
 
-/* An echo mount's control: a real pool over the dataset. */
-static struct pool *echo_pool(void)
+/* An echo mount's control: the dataset's real pool (ended with
+ * dataset_echo_end). */
+static void echo_pool(void)
 {
 	size_t n = dataset_nsamples(ds);
 	uint32_t *class_of = xmalloc(n * sizeof(*class_of));
+	char err[256] = "";
 	for (size_t i = 0; i < n; i++)
-		class_of[i] = POOL_NO_CLASS;
+		class_of[i] = DATASET_NO_CLASS;
 	for (size_t f = 0; f < ns->nfiles; f++)
 		class_of[ns->files[f].sample] = ns->files[f].cls;
-	struct pool_opts po = {.echo = 3, .mode = ECHO_ADAPTIVE, .seed = 1};
-	struct pool *p;
-	int r = pool_open(dataset_index(ds), dataset_shards(ds), class_of,
-			  (uint32_t)ns->nclasses, &po, &p);
+	int r = dataset_echo_start(ds, class_of, (uint32_t)ns->nclasses, err,
+				   sizeof(err));
 	free(class_of);
-	cr_assert_eq(r, 0);
-	return p;
+	cr_assert_eq(r, 0, "dataset_echo_start: %s", err);
 }
 
 /* The JSON with the figures that move on their own (uptime, fetch rate)
@@ -292,13 +292,11 @@ static void wait_settled(struct control *c)
 
 Test(control, echo_mount_stats_and_config)
 {
-	struct pool *p = echo_pool();
+	echo_pool();
 	struct control_sources cs = {
 		.ns = ns,
 		.ds = ds,
-		.store = dataset_store(ds),
 		.fc = &fc,
-		.pool = p,
 	};
 	struct control *c = control_new(&cs);
 	wait_settled(c);
@@ -318,7 +316,7 @@ Test(control, echo_mount_stats_and_config)
 	free(prom);
 	free(cfg);
 	control_free(c);
-	pool_free(p);
+	dataset_echo_end(ds);
 }
 
 /* Writes to .echofs/config: applied whole or not at all. */
@@ -347,9 +345,8 @@ static const struct {
 Test(control, config_writes_apply_whole_or_not_at_all)
 {
 	for (size_t i = 0; i < ARRAY_SIZE(writes); i++) {
-		struct pool *p = echo_pool();
-		struct control_sources cs = {
-			.ns = ns, .ds = ds, .fc = &fc, .pool = p};
+		echo_pool();
+		struct control_sources cs = {.ns = ns, .ds = ds, .fc = &fc};
 		struct control *c = control_new(&cs);
 		char err[256] = "";
 		int r = control_configure(c, writes[i].text,
@@ -363,6 +360,6 @@ Test(control, config_writes_apply_whole_or_not_at_all)
 		cr_expect_str_eq(cfg, writes[i].after, "write %zu", i);
 		free(cfg);
 		control_free(c);
-		pool_free(p);
+		dataset_echo_end(ds);
 	}
 }

@@ -1,6 +1,6 @@
 /* test_dataset.c - unit tests for the data face (cache/dataset.c) on real tar
  * shards served by the Python fault server, with a real disk store. */
-#include "cache/dataset.h"
+#include "cache/dataset_parts.h"
 
 #include "common/util.h"
 #include "fetch/format/index.h"
@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -303,4 +304,145 @@ Test(dataset, wrap_serves_the_table_without_readers)
 	cr_assert_null(dataset_wrap(NULL, NULL));
 	dataset_close(ds);
 	index_free(ix);
+}
+
+/* Cap this test process's address space at what it maps now plus extra:
+ * new threads' stacks (8 MiB each) then fail with EAGAIN. Criterion runs
+ * each test in a process of its own, so the cap ends with the test. */
+static void cap_address_space(uint64_t extra)
+{
+	unsigned long long kb = 0;
+	char line[256];
+	FILE *f = fopen("/proc/self/status", "r");
+
+	cr_assert_not_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmSize: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	cr_assert_gt(kb, 0ULL, "no VmSize in /proc/self/status");
+	struct rlimit rl = {.rlim_cur = kb * 1024 + extra,
+			    .rlim_max = RLIM_INFINITY};
+	cr_assert_eq(setrlimit(RLIMIT_AS, &rl), 0);
+}
+
+/* The index cached first, so the capped open below starts no indexer. */
+static struct dataset_opts cached_index_opts(void)
+{
+	struct dataset *ds = open_served();
+	dataset_close(ds);
+	return opts_for(source);
+}
+
+/* A failed start of the decode workers keeps its errno (EAGAIN: no
+ * address space for 64 threads' stacks), with the reason, instead of
+ * EINVAL. */
+Test(dataset, decode_workers_failure_keeps_its_errno)
+{
+	struct dataset_opts o = cached_index_opts();
+	struct dataset *ds = NULL;
+	char err[512] = "";
+
+	o.image =
+		(struct dataset_image_opts){.on = 1, .size = 32, .threads = 64};
+	cap_address_space(128 << 20); /* room for 16 stacks, not 64 */
+	int r = dataset_open(&o, &ds, err, sizeof(err));
+	cr_assert_eq(r, -EAGAIN, "dataset_open: %d %s (%s)", r, strerror(-r),
+		     err);
+	cr_assert_null(ds);
+	cr_expect_str_eq(err, "cannot start decode workers: Resource "
+			      "temporarily unavailable");
+}
+
+/* The same for the echo pool: its 128 ingest threads (twice the decode
+ * workers) cannot start. */
+Test(dataset, echo_pool_failure_keeps_its_errno)
+{
+	struct dataset_opts o = cached_index_opts();
+	struct dataset *ds = NULL;
+	char err[512] = "";
+
+	o.echo = (struct dataset_echo_opts){.on = 1, .echo = 2};
+	o.image =
+		(struct dataset_image_opts){.on = 1, .size = 32, .threads = 64};
+	int r = dataset_open(&o, &ds, err, sizeof(err));
+	cr_assert_eq(r, 0, "dataset_open: %s (%s)", strerror(-r), err);
+	size_t n = dataset_nsamples(ds);
+	uint32_t *cls = xcalloc(n, sizeof(*cls)); /* all class 0 */
+	cap_address_space(128 << 20);
+	r = dataset_echo_start(ds, cls, 1, err, sizeof(err));
+	free(cls);
+	cr_expect_eq(r, -EAGAIN, "dataset_echo_start: %d %s (%s)", r,
+		     strerror(-r), err);
+	cr_expect_str_eq(err, "cannot start the echo pool: Resource "
+			      "temporarily unavailable");
+	cr_expect_not(dataset_echoes(ds));
+	dataset_close(ds);
+}
+
+/* The echo face: takes hand out a sample's own bytes, counted once
+ * committed; one pool at a time; none without dataset_echo_start. */
+Test(dataset, echo_takes_serve_the_samples_bytes)
+{
+	struct dataset_opts o = cached_index_opts();
+	struct dataset *ds = NULL;
+	struct dataset_sample *s = NULL;
+	struct dataset_stats st;
+	char err[512] = "";
+
+	o.echo = (struct dataset_echo_opts){.on = 1, .echo = 2};
+	cr_assert_eq(dataset_open(&o, &ds, err, sizeof(err)), 0, "%s", err);
+	cr_assert_not(dataset_converts(ds), "no image options: no outputs");
+	cr_assert_eq(dataset_echo_take(ds, 0, &s), -ENXIO);
+	cr_assert_null(s);
+	size_t n = dataset_nsamples(ds);
+	uint32_t *cls = xcalloc(n, sizeof(*cls)); /* all class 0 */
+	cr_assert_eq(dataset_echo_start(ds, cls, 1, err, sizeof(err)), 0);
+	cr_assert(dataset_echoes(ds));
+	cr_assert_eq(dataset_echo_start(ds, cls, 1, err, sizeof(err)), -EBUSY);
+	free(cls);
+	cr_assert_eq(dataset_echo_take(ds, 0, &s), 0);
+	int sh;
+	const struct sample *m =
+		by_key(dataset_key(ds, dataset_sample_id(s)), &sh);
+	cr_assert_eq(dataset_sample_len(s), m->size);
+	cr_assert(memcmp(dataset_sample_data(s), shard_data[sh] + m->off,
+			 m->size) == 0);
+	dataset_echo_commit(ds, s);
+	dataset_echo_release(ds, s);
+	dataset_get_stats(ds, &st);
+	cr_expect_eq(st.echo.fresh_served + st.echo.echoes_served, 1);
+	cr_expect_eq(dataset_echo_set(ds, 3, DATASET_ECHO_FIXED), 0);
+	double e;
+	enum dataset_echo_mode mode;
+	dataset_echo_get(ds, &e, &mode);
+	cr_expect_float_eq(e, 3.0, 1e-12);
+	cr_expect_eq(mode, DATASET_ECHO_FIXED);
+	cr_expect_str_eq(dataset_echo_mode_name(mode), "fixed");
+	dataset_echo_end(ds);
+	cr_expect_not(dataset_echoes(ds));
+	dataset_close(ds);
+}
+
+/* A preprocessing exact mount converts through the face; these samples
+ * are random bytes, so the conversion fails with EIO (counted). */
+Test(dataset, converted_reads_go_through_the_outputs)
+{
+	struct dataset_opts o = cached_index_opts();
+	struct dataset *ds = NULL;
+	struct dataset_output *out = NULL;
+	struct dataset_stats st;
+	char err[512] = "";
+
+	o.image =
+		(struct dataset_image_opts){.on = 1, .size = 32, .threads = 1};
+	cr_assert_eq(dataset_open(&o, &ds, err, sizeof(err)), 0, "%s", err);
+	cr_assert(dataset_converts(ds));
+	cr_expect_lt(dataset_output_fixed_size(ds), 0, "JPEG: not fixed");
+	int r = dataset_output_get(ds, 0, &out);
+	cr_expect_lt(r, 0, "random bytes converted: %d", r);
+	cr_expect_null(out);
+	dataset_get_stats(ds, &st);
+	cr_expect_eq(st.outputs.rejected, 1);
+	dataset_close(ds);
 }

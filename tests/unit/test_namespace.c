@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/dataset.h"
+#include "cache/dataset_parts.h"
 #include "fetch/format/index.h"
 #include "fs/namespace.h"
 

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/echo/pool.h"
 #include "fs/options.h"
 
 static int parse(int argc, const char **argv, struct fs_options *o,
@@ -165,11 +164,11 @@ Test(options, echo_options_make_an_echo_mount)
 	char err[256];
 
 	cr_assert_eq(parse(5, argv, &o, &a, err), 0, "%s", err);
-	cr_assert(o.echo_mount);
-	cr_assert_float_eq(o.echo, 2.5, 1e-12);
-	cr_assert_eq(o.echo_mode, ECHO_FIXED);
-	cr_assert_eq(o.echo_window, 8);
-	cr_assert_eq(o.mem_size, 64ULL << 20);
+	cr_assert(o.echo.on);
+	cr_assert_float_eq(o.echo.echo, 2.5, 1e-12);
+	cr_assert_eq(o.echo.mode, DATASET_ECHO_FIXED);
+	cr_assert_eq(o.echo.window, 8);
+	cr_assert_eq(o.echo.mem_size, 64ULL << 20);
 	cr_assert_eq(o.seed, 9);
 	/* rw for the kernel so that .echofs/config can be written. */
 	cr_assert(has_arg(&a, "rw,nosuid,nodev"));
@@ -185,7 +184,7 @@ Test(options, echo_one_is_an_exact_mount)
 	char err[256];
 
 	cr_assert_eq(parse(5, argv, &o, &a, err), 0, "%s", err);
-	cr_assert_not(o.echo_mount);
+	cr_assert_not(o.echo.on);
 	cr_assert(has_arg(&a, "ro,nosuid,nodev"));
 	options_free(&o);
 	fuse_opt_free_args(&a);
@@ -217,7 +216,7 @@ Test(options, decode_mem)
 	struct fuse_args a;
 	char err[256];
 	cr_assert_eq(parse(5, argv, &o, &a, err), 0, "%s", err);
-	cr_expect_eq(o.decode_mem, 512ULL << 20);
+	cr_expect_eq(o.image.decode_mem, 512ULL << 20);
 	cr_assert_not(has_arg(&a, "decode_mem"));
 	options_free(&o);
 	fuse_opt_free_args(&a);

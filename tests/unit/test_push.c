@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cache/dataset.h"
+#include "cache/dataset_parts.h"
 #include "cache/store/shards.h"
 #include "cache/store/store.h"
 #include "common/util.h"

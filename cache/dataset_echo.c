@@ -1,0 +1,429 @@
+/* dataset_echo.c - the dataset face's echo pool, decode workers and
+ * converted outputs: what an echo mount or a preprocessing mount asks of
+ * the data, wired here so that fs/ sees none of cache/echo or cache/image.
+ *
+ * The pool's ingest hook (what the pool holds: the final image after
+ * augment, or the decoded image before it) and the bindings' hooks (a new
+ * crop/flip per binding) run on the decode workers of prep.c; the stage is
+ * the echo options' after_augment. */
+#include <errno.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/dataset.h"
+#include "cache/dataset_int.h"
+#include "cache/dataset_parts.h"
+#include "cache/echo/pool.h"
+#include "cache/image/outputs.h"
+#include "cache/image/prep.h"
+#include "cache/image/transform.h"
+#include "common/log.h"
+#include "common/util.h"
+
+/* The face's plain values are the modules' own, so they pass through. */
+_Static_assert(DATASET_NO_CLASS == POOL_NO_CLASS, "no-class mark");
+_Static_assert((int)DATASET_ECHO_ADAPTIVE == (int)ECHO_ADAPTIVE &&
+		       (int)DATASET_ECHO_FIXED == (int)ECHO_FIXED,
+	       "echo modes");
+_Static_assert((int)DATASET_FORMAT_SAME == (int)TF_SAME &&
+		       (int)DATASET_FORMAT_JPEG == (int)TF_JPEG &&
+		       (int)DATASET_FORMAT_PPM == (int)TF_PPM,
+	       "formats");
+
+/* A dataset_sample is a pool_sample under another name (never defined). */
+static struct dataset_sample *face_of(struct pool_sample *s)
+{
+	return (struct dataset_sample *)s;
+}
+
+static struct pool_sample *pool_of(const struct dataset_sample *s)
+{
+	return (struct pool_sample *)s;
+}
+
+const uint8_t *dataset_sample_data(const struct dataset_sample *s)
+{
+	return pool_of(s)->data;
+}
+
+size_t dataset_sample_len(const struct dataset_sample *s)
+{
+	return pool_of(s)->len;
+}
+
+uint32_t dataset_sample_id(const struct dataset_sample *s)
+{
+	return pool_of(s)->sample;
+}
+
+/* Echo pool hook: what the pool keeps of a sample when preprocessing. */
+static int ingest_sample(void *ud, uint32_t sample, const uint8_t *in,
+			 size_t len, uint8_t **out, size_t *outlen)
+{
+	struct dataset *ds = ud;
+	char why[200];
+	int r;
+
+	if (ds->echo_opts.after_augment) {
+		uint64_t n = ds->ingested++;
+		uint64_t rand = hash64(&n, sizeof(n), ds->seed);
+		r = prep_apply(ds->prep, in, len, rand, out, outlen, why,
+			       sizeof(why));
+	} else {
+		r = prep_prepare(ds->prep, in, len, out, outlen, why,
+				 sizeof(why));
+	}
+	if (r)
+		log_warn("sample %s skipped: %s", dataset_key(ds, sample), why);
+	return r;
+}
+
+int dataset_start_image(struct dataset *ds, const struct dataset_opts *o,
+			char *err, size_t errlen)
+{
+	const struct dataset_image_opts *io = &o->image;
+	int random = o->echo.on && io->augment;
+	struct transform_opts tf = {
+		.size = io->size,
+		.crop = io->crop,
+		.random_crop = random,
+		.flip_prob_half = random && io->flip,
+		.format = (enum transform_format)io->format,
+		.quality = (int)io->quality,
+		.max_pixels = io->max_pixels,
+		.decode_mem = io->decode_mem,
+	};
+	int r;
+
+	if (!io->on)
+		return 0;
+	if (io->flip && !random)
+		log_warn("flip=1 needs an echo mount with augment=1; ignored");
+	/* decode_mem bounds what the workers hold at once; it bounds the RSS
+	 * only if freed buffers go back to the system. glibc's dynamic mmap
+	 * threshold (raised up to 32 MB by each free) would serve libjpeg's
+	 * tens-of-MB coefficient arrays from per-thread heaps that are kept;
+	 * a fixed threshold (this call turns the dynamic one off) keeps them
+	 * mmap'd, returned on free. */
+	mallopt(M_MMAP_THRESHOLD, 8 << 20);
+	r = prep_open(&tf, io->threads, &ds->prep);
+	if (r) {
+		snprintf(err, errlen, "cannot start decode workers: %s",
+			 strerror(-r));
+		return r;
+	}
+	if (!o->echo.on)
+		ds->outputs = outputs_new(ds->ix, ds->sh, ds->prep);
+	return 0;
+}
+
+void dataset_stop_image(struct dataset *ds)
+{
+	dataset_echo_end(ds);
+	outputs_free(ds->outputs);
+	ds->outputs = NULL;
+	prep_free(ds->prep);
+	ds->prep = NULL;
+}
+
+int dataset_echo_start(struct dataset *ds, const uint32_t *class_of,
+		       uint32_t nclasses, char *err, size_t errlen)
+{
+	const struct dataset_echo_opts *eo = &ds->echo_opts;
+	size_t n = dataset_nsamples(ds);
+	uint32_t *cls = xmalloc((n ? n : 1) * sizeof(*cls));
+	struct pool_opts po = {
+		.echo = eo->echo,
+		.mode = (enum echo_mode)eo->mode,
+		.window = eo->window,
+		.mem_size = eo->mem_size,
+		.seed = ds->seed,
+		.ingest = ds->prep ? ingest_sample : NULL,
+		.ingest_ud = ds,
+		/* Twice the decode workers: one decoding, one queued each. */
+		.ingest_threads = 2 * prep_threads(ds->prep),
+		.world = eo->repartition ? ds->part.world : 1,
+		.rank = ds->part.rank,
+		.interrupted = eo->interrupted,
+	};
+	int r;
+
+	if (ds->pool) {
+		snprintf(err, errlen, "the echo pool is running already");
+		return -EBUSY;
+	}
+	/* The pool streams the rank's whole part (trimmed samples too), or
+	 * every shard when it draws a new part each pass. */
+	for (size_t i = 0; i < n; i++)
+		cls[i] = eo->repartition || dataset_in_part(ds, (uint32_t)i)
+				 ? class_of[i]
+				 : POOL_NO_CLASS;
+	r = pool_open(ds->ix, ds->sh, cls, nclasses, &po, &ds->pool);
+	free(cls);
+	if (r) {
+		snprintf(err, errlen, "cannot start the echo pool: %s",
+			 strerror(-r));
+		return r;
+	}
+	ds->own_pool = 1;
+	return 0;
+}
+
+int dataset_echoes(const struct dataset *ds)
+{
+	return ds->pool != NULL;
+}
+
+void dataset_echo_end(struct dataset *ds)
+{
+	if (!ds || !ds->pool)
+		return;
+	if (ds->own_pool)
+		pool_free(ds->pool);
+	ds->pool = NULL;
+	ds->own_pool = 0;
+}
+
+void dataset_wrap_pool(struct dataset *ds, struct pool *pool)
+{
+	ds->pool = pool;
+	ds->own_pool = 0;
+}
+
+int dataset_echo_take(struct dataset *ds, uint32_t cls,
+		      struct dataset_sample **out)
+{
+	struct pool_sample *s = NULL;
+	int r = ds->pool ? pool_take(ds->pool, cls, &s) : -ENXIO;
+
+	*out = r ? NULL : face_of(s);
+	return r;
+}
+
+/* A parked take's caller, between the pool's callback and the face's. */
+struct take {
+	dataset_echo_done_fn done;
+	void *ud;
+};
+
+static void take_done(void *ud, int err, struct pool_sample *s)
+{
+	struct take t = *(struct take *)ud;
+
+	free(ud);
+	t.done(t.ud, err, s ? face_of(s) : NULL);
+}
+
+int dataset_echo_take_async(struct dataset *ds, uint32_t cls, const void *tag,
+			    dataset_echo_done_fn done, void *ud,
+			    struct dataset_sample **out)
+{
+	struct take *t;
+	struct pool_sample *s = NULL;
+	int r;
+
+	*out = NULL;
+	if (!ds->pool)
+		return -ENXIO;
+	t = xmalloc(sizeof(*t));
+	*t = (struct take){.done = done, .ud = ud};
+	r = pool_take_async(ds->pool, cls, tag, take_done, t, &s);
+	if (r == -EINPROGRESS)
+		return r; /* t belongs to take_done now */
+	free(t);
+	if (r == 0)
+		*out = face_of(s);
+	return r;
+}
+
+int dataset_echo_cancel(struct dataset *ds, const void *tag)
+{
+	return ds && ds->pool ? pool_cancel(ds->pool, tag) : 0;
+}
+
+void dataset_echo_cancel_all(struct dataset *ds)
+{
+	if (ds)
+		pool_cancel_all(ds->pool);
+}
+
+void dataset_echo_stop(struct dataset *ds)
+{
+	if (ds)
+		pool_stop(ds->pool);
+}
+
+void dataset_echo_commit(struct dataset *ds, struct dataset_sample *s)
+{
+	pool_commit(ds->pool, pool_of(s));
+}
+
+void dataset_echo_untake(struct dataset *ds, struct dataset_sample *s)
+{
+	pool_untake(ds->pool, pool_of(s));
+}
+
+void dataset_echo_release(struct dataset *ds, struct dataset_sample *s)
+{
+	if (s)
+		pool_release(ds->pool, pool_of(s));
+}
+
+void dataset_echo_get(struct dataset *ds, double *echo,
+		      enum dataset_echo_mode *mode)
+{
+	enum echo_mode m = ECHO_ADAPTIVE;
+
+	*echo = 1.0;
+	if (ds->pool)
+		pool_get_echo(ds->pool, echo, &m);
+	*mode = (enum dataset_echo_mode)m;
+}
+
+int dataset_echo_set(struct dataset *ds, double echo,
+		     enum dataset_echo_mode mode)
+{
+	if (!ds->pool)
+		return -ENXIO;
+	return pool_set_echo(ds->pool, echo, (enum echo_mode)mode);
+}
+
+uint64_t dataset_echo_ready(struct dataset *ds, uint32_t cls)
+{
+	return ds->pool ? pool_ready(ds->pool, cls) : 0;
+}
+
+int dataset_echo_mode_parse(const char *s, enum dataset_echo_mode *out)
+{
+	enum echo_mode m;
+	int r = echo_mode_parse(s, &m);
+
+	if (r == 0)
+		*out = (enum dataset_echo_mode)m;
+	return r;
+}
+
+const char *dataset_echo_mode_name(enum dataset_echo_mode m)
+{
+	return echo_mode_name((enum echo_mode)m);
+}
+
+enum dataset_echo_serve dataset_echo_serving(const struct dataset *ds)
+{
+	if (!ds->prep || ds->echo_opts.after_augment)
+		return DATASET_SERVE_HELD;
+	return ds->image_opts.format == DATASET_FORMAT_PPM
+		       ? DATASET_SERVE_RENDER
+		       : DATASET_SERVE_AUGMENT;
+}
+
+int dataset_echo_augment(struct dataset *ds, const uint8_t *data, size_t len,
+			 uint64_t rand, uint8_t **out, size_t *outlen)
+{
+	char why[200];
+	int r = prep_augment(ds->prep, data, len, rand ^ ds->seed, out, outlen,
+			     why, sizeof(why));
+	if (r)
+		log_warn("cannot augment a sample: %s", why);
+	return r;
+}
+
+ssize_t dataset_echo_render_size(struct dataset *ds, const uint8_t *data,
+				 size_t len)
+{
+	return prep_augment_size(ds->prep, data, len);
+}
+
+ssize_t dataset_echo_render_range(struct dataset *ds, const uint8_t *data,
+				  size_t len, uint64_t rand, uint64_t off,
+				  uint8_t *dst, size_t n)
+{
+	ssize_t r = prep_augment_range(ds->prep, data, len, rand ^ ds->seed,
+				       off, dst, n);
+	if (r < 0)
+		log_warn("cannot augment a sample: %s", strerror((int)-r));
+	return r;
+}
+
+/* A dataset_output is an outputs.c output under another name. */
+static const struct output *output_of(const struct dataset_output *o)
+{
+	return (const struct output *)o;
+}
+
+int dataset_converts(const struct dataset *ds)
+{
+	return ds->outputs != NULL;
+}
+
+ssize_t dataset_output_fixed_size(const struct dataset *ds)
+{
+	return ds->prep ? prep_fixed_size(ds->prep) : -1;
+}
+
+int dataset_output_get(struct dataset *ds, uint32_t sample,
+		       struct dataset_output **out)
+{
+	struct output *o = NULL;
+	int r = ds->outputs ? outputs_get(ds->outputs, sample, &o) : -ENXIO;
+
+	*out = r ? NULL : (struct dataset_output *)o;
+	return r;
+}
+
+const uint8_t *dataset_output_data(const struct dataset_output *o)
+{
+	return output_of(o)->data;
+}
+
+size_t dataset_output_len(const struct dataset_output *o)
+{
+	return output_of(o)->len;
+}
+
+void dataset_output_put(struct dataset *ds, struct dataset_output *o)
+{
+	outputs_put(ds->outputs, (struct output *)o);
+}
+
+void dataset_echo_fill_stats(struct dataset *ds, struct dataset_stats *out)
+{
+	struct outputs_stats os;
+	struct pool_stats p;
+
+	if (ds->outputs) {
+		outputs_get_stats(ds->outputs, &os);
+		out->outputs =
+			(struct dataset_output_stats){.hits = os.hits,
+						      .misses = os.misses,
+						      .rejected = os.rejected};
+	}
+	if (!ds->pool)
+		return;
+	pool_get_stats(ds->pool, &p);
+	out->echo = (struct dataset_echo_stats){
+		.pass = p.pass,
+		.fresh_in_pass = p.fresh_in_pass,
+		.fresh_served = p.fresh_served,
+		.echoes_served = p.echoes_served,
+		.effective_echo = p.effective_echo,
+		.stall_s = p.stall_s,
+		.pool_bytes = p.pool_bytes,
+		.pool_samples = p.pool_samples,
+		.dropped = p.dropped,
+		.read_errors = p.read_errors,
+		.timeouts = p.timeouts,
+		.rejected = p.rejected,
+		.given_back = p.given_back,
+		.reread = p.reread,
+		.owed = p.owed,
+		.parked = p.parked,
+	};
+}
+
+void dataset_image_versions(char *buf, size_t len)
+{
+	transform_versions(buf, len);
+}

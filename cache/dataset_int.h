@@ -1,0 +1,58 @@
+/* dataset_int.h - the dataset's own state, shared by the files that make
+ * up the face (dataset.c: index, readers, partition; dataset_echo.c: echo
+ * pool, decode workers, converted outputs). Nothing else includes it. */
+#ifndef ECHOFS_DATASET_INT_H
+#define ECHOFS_DATASET_INT_H
+
+#include <stdint.h>
+
+#include "cache/dataset.h"
+
+struct index;
+struct shards;
+struct http;
+struct s3;
+struct gcs;
+struct store;
+struct pool;
+struct prep;
+struct outputs;
+
+struct dataset {
+	const struct index *ix; /* owned when `own` */
+	struct shards *sh;	/* owned when `own`; may be NULL */
+	struct http *http;	/* owned; NULL for dataset_wrap */
+	struct s3 *s3;		/* owned; s3:// sources only */
+	struct gcs *gcs;	/* owned; gs:// sources only */
+	struct store *store;	/* owned; NULL: no disk cache */
+	int own;
+	const char *index_from; /* static */
+	uint64_t tar_skipped;
+	uint64_t bad_label;
+	uint64_t total_bytes;
+	/* The partition (dataset_set_part); NULL arrays: world 1. */
+	uint32_t *rank_of; /* per shard */
+	uint8_t *in_view;  /* per sample */
+	struct dataset_part part;
+	int no_span; /* -o zerocopy=0 */
+	/* Echoing and converting (dataset_echo.c). */
+	struct dataset_echo_opts echo_opts;
+	struct dataset_image_opts image_opts;
+	uint64_t seed;
+	struct pool *pool;	   /* after dataset_echo_start, else NULL */
+	int own_pool;		   /* 0: dataset_wrap_pool's */
+	struct prep *prep;	   /* preprocessing only */
+	struct outputs *outputs;   /* preprocessing exact mounts only */
+	_Atomic uint64_t ingested; /* samples decoded for the pool */
+};
+
+/* dataset_echo.c: the decode workers and converted outputs of o->image
+ * (none without it), after the readers opened. 0 or -errno with err. */
+int dataset_start_image(struct dataset *ds, const struct dataset_opts *o,
+			char *err, size_t errlen);
+/* The echo pool's and the outputs' figures into out. */
+void dataset_echo_fill_stats(struct dataset *ds, struct dataset_stats *out);
+/* Frees the pool, outputs and decode workers (before the readers). */
+void dataset_stop_image(struct dataset *ds);
+
+#endif
