@@ -212,6 +212,11 @@ Test(outputs, a_sample_above_the_cap_is_refused_before_reading)
 		index_add_sample(ix, big, 0, 64ULL << 30, "0", "huge", "jpg"),
 		0);
 	uint32_t huge = (uint32_t)ix->nsamples - 1;
+	/* The shard readers size their tables at open: open them again over
+	 * the grown index. */
+	shards_free(sh);
+	shards_open(ix, h, NULL, NULL, &sh);
+	cr_assert_not_null(sh);
 	struct outputs *o = outputs_new(ix, sh, prep);
 	struct output *x = NULL;
 
