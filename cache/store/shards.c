@@ -804,6 +804,7 @@ int shards_open(const struct index *ix, struct http *h, struct store *st,
 	sh->range_after_s = o && o->range_after_s > 0 ? o->range_after_s : 0;
 	sh->max_pinned = workers * 8 < 32 ? 32 : workers * 8;
 	sh->slots = xcalloc(ix->nshards ? ix->nshards : 1, sizeof(*sh->slots));
+	sh->nslots = ix->nshards;
 	if ((r = init_slots(sh)) != 0) {
 		verify_free(sh->vf);
 		free(sh->slots);

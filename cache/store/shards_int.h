@@ -96,6 +96,8 @@ struct shards {
 	 * store's or the work queue's). */
 	pthread_mutex_t lock;
 	struct slot *slots;
+	size_t nslots; /* the index's shards at open: a shard added later has
+			* no slot and reads as unknown */
 	unsigned npinned, nfetching;
 	uint64_t use_clock;
 	bool stop;
@@ -104,7 +106,7 @@ struct shards {
 
 static inline size_t nshards(const struct shards *sh)
 {
-	return sh->ix->nshards;
+	return sh->nslots;
 }
 
 static inline void wake(struct slot *s)
