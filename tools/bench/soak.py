@@ -310,7 +310,7 @@ class Record:
         self.cache_samples = 0
         self.windows = []                         # (name, t0, t1)
 
-    def read_done(self, mount, secs, path, ok):
+    def read_done(self, mount, secs, path, ok, calls):
         with self.lock:
             self.reads[mount] += 1
             self.win_reads[self.window] += 1
@@ -319,7 +319,9 @@ class Record:
                 if len(self.wrong_examples) < 20:
                     self.wrong_examples.append(path)
             if secs > self.longest[0]:
-                self.longest = (secs, "%s (%s window)" % (path, self.window))
+                self.longest = (secs, "%s (%s window; longest call: %s)" % (
+                    path, self.window, ", ".join(
+                        "%s %.2f s" % kv for kv in sorted(calls.items()))))
 
     def error(self, mount, err, path):
         with self.lock:
@@ -330,20 +332,28 @@ class Record:
 
 # ---- readers ----------------------------------------------------------------
 
-def read_file(path):
+def read_file(path, calls):
+    """The file's bytes and its user.echofs.source; calls gets the longest
+    time each system call took ("open", "read", "getxattr")."""
+    t = time.monotonic()
     fd = os.open(path, os.O_RDONLY)
+    calls["open"] = time.monotonic() - t
     try:
         chunks = []
         while True:
+            t = time.monotonic()
             b = os.read(fd, 1 << 20)
+            calls["read"] = max(calls.get("read", 0), time.monotonic() - t)
             if not b:
                 break
             chunks.append(b)
         src = None
+        t = time.monotonic()
         try:
             src = os.getxattr(fd, "user.echofs.source").decode()
         except OSError:
             pass
+        calls["getxattr"] = time.monotonic() - t
         return b"".join(chunks), src
     finally:
         os.close(fd)
@@ -366,8 +376,9 @@ def reader(m, ref, refkeys, rec, stop, seed):
         cls, name = rnd.choice(m.files)
         path = os.path.join(m.mnt, cls, name)
         t0 = time.monotonic()
+        calls = {}
         try:
-            data, src = read_file(path)
+            data, src = read_file(path, calls)
         except OSError as e:
             rec.error(m.name, e.errno or errno.EIO, path)
             if e.errno in (errno.ENOTCONN, errno.ENOENT):
@@ -379,7 +390,7 @@ def reader(m, ref, refkeys, rec, stop, seed):
         else:
             want = ref.get((cls, name))
             ok = want is not None and hashlib.sha256(data).hexdigest() == want
-        rec.read_done(m.name, secs, path, ok)
+        rec.read_done(m.name, secs, path, ok, calls)
 
 
 def load_ref(ref_dir):
@@ -528,7 +539,8 @@ def window_rows(rec):
     rows = []
     for name, a, b in rec.windows:
         errs, last = collections.Counter(), None
-        for sec in range(int(a), int(b) + 1):
+        # a second belongs to the window it started in
+        for sec in range(int(a), int(b)):
             if rec.timeline.get(sec):
                 errs.update(rec.timeline[sec])
                 last = sec - int(a)
