@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """soak.py - a long soak of echofs under combined faults (run by soak.sh).
 
-Three mounts share one cache_dir on a small tmpfs (smaller than the data):
+Four mounts share one cache_dir on a small tmpfs (smaller than the data):
 an exact one, an echo one (adaptive, size=32,format=ppm) and a rank/world
-one. They read Fashion-MNIST train shards (echofs-pack) from the project's
-fault server (tests/fault_server.py), while 64 reader threads read random
-files and a fault injector cycles through its windows:
+one read Fashion-MNIST train shards (echofs-pack) from the project's fault
+server (tests/fault_server.py); an S3 one (--creds-life > 0) reads the first
+10 from s3rver behind tests/s3/gateway.py with credentials from
+soak_creds.py that expire every --creds-life seconds. 64 reader threads
+read random files while a fault injector cycles through its windows:
 
   5xx       every shard GET answered 503
   reset     bodies cut after 64 KiB (the connection closed mid-body)

@@ -2,9 +2,10 @@
 # soak.sh - a long soak of echofs under combined faults (issue 21; not a
 # timed test: see BENCHMARKS.md "Soak under combined faults").
 #   tools/bench/soak.sh [--minutes M] [--readers N] [--json FILE]
-# Three mounts (exact, echo adaptive with size=32,format=ppm, rank 1 of 3)
-# share one cache_dir on a small tmpfs (cache_size 40M, tmpfs 64M, data
-# 147 MB) and read Fashion-MNIST train shards from tests/fault_server.py
+# Four mounts (exact, echo adaptive with size=32,format=ppm, rank 1 of 3,
+# and S3 with credentials expiring every 60 s) share one cache_dir on a
+# small tmpfs (cache_size 40M, tmpfs 64M, data 147 MB) and read
+# Fashion-MNIST train shards from tests/fault_server.py (S3: s3rver)
 # while a fault injector cycles through 5xx bursts, bodies cut mid-way, a
 # 1 B/s trickle, a stopped server, lying Range replies, ENOSPC, kill -9 of a
 # mount (a clock step is left out: see FAULTS in soak.py). The
