@@ -16,8 +16,8 @@ static const char *const level_names[] = {"error", "warn", "info", "debug"};
 static _Atomic int cur_level = LOG_LEVEL_INFO;
 
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
-static FILE *out_file;  /* guarded by out_lock; NULL means stderr */
-static int out_syslog;  /* guarded by out_lock */
+static FILE *out_file; /* guarded by out_lock; NULL means stderr */
+static int out_syslog; /* guarded by out_lock */
 
 int log_parse_level(const char *s, enum log_level *out)
 {
@@ -99,7 +99,7 @@ void log_msg(enum log_level level, const char *fmt, ...)
 
 struct kind_state {
 	const char *kind;
-	double last;	     /* monotonic seconds of the last line */
+	double last; /* monotonic seconds of the last line */
 	unsigned long long left_out;
 };
 
@@ -144,20 +144,65 @@ static int kind_admit(const char *kind, unsigned long long *left_out)
 	return ok;
 }
 
+/* Take the summaries due: kinds other than but (which carries its own count
+ * on its next line) with lines held back whose last line is at least
+ * min_age seconds old (0: all of them). Returns how many were taken into
+ * out (at most max); their counts restart. */
+static size_t take_due(const char *but, double min_age, struct kind_state *out,
+		       size_t max)
+{
+	double now = mono_now();
+	size_t n = 0;
+
+	pthread_mutex_lock(&kinds_lock);
+	for (size_t i = 0; i < KINDS_MAX && kinds[i].kind && n < max; i++) {
+		if (!kinds[i].left_out || now - kinds[i].last < min_age ||
+		    (but && strcmp(kinds[i].kind, but) == 0))
+			continue;
+		out[n++] = kinds[i];
+		kinds[i].left_out = 0;
+		kinds[i].last = now;
+	}
+	pthread_mutex_unlock(&kinds_lock);
+	return n;
+}
+
+/* Summaries are written outside kinds_lock: log_msg takes out_lock. */
+static void write_due(const char *but, double min_age)
+{
+	struct kind_state due[KINDS_MAX];
+	size_t n = take_due(but, min_age, due, KINDS_MAX);
+
+	for (size_t i = 0; i < n; i++)
+		log_msg(LOG_LEVEL_WARN, "[%s, %llu more since the last]",
+			due[i].kind, due[i].left_out);
+}
+
+void log_counted_flush(void)
+{
+	if (LOG_LEVEL_WARN <= cur_level)
+		write_due(NULL, 0.0);
+}
+
 void log_counted(const char *kind, const char *fmt, ...)
 {
 	unsigned long long left_out;
 	char msg[900];
 	va_list ap;
 
-	if (LOG_LEVEL_WARN > cur_level || !kind_admit(kind, &left_out))
+	if (LOG_LEVEL_WARN > cur_level)
+		return;
+	/* errors held back from a kind that has since gone quiet are
+	 * summarised now rather than at its next error, which may never come */
+	write_due(kind, 1.0);
+	if (!kind_admit(kind, &left_out))
 		return;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	if (left_out)
-		log_msg(LOG_LEVEL_WARN, "%s [%s, %llu more since the last]", msg,
-			kind, left_out);
+		log_msg(LOG_LEVEL_WARN, "%s [%s, %llu more since the last]",
+			msg, kind, left_out);
 	else
 		log_msg(LOG_LEVEL_WARN, "%s [%s]", msg, kind);
 }

@@ -29,6 +29,11 @@ void log_msg(enum log_level level, const char *fmt, ...)
 void log_counted(const char *kind, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/* Write a summary line ("[kind, N more since the last]") for every kind
+ * with errors held back, so that none is lost; the daemon calls it at
+ * shutdown. */
+void log_counted_flush(void);
+
 #define log_error(...) log_msg(LOG_LEVEL_ERROR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_LEVEL_WARN, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_LEVEL_INFO, __VA_ARGS__)

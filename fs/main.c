@@ -572,6 +572,7 @@ int main(int argc, char **argv)
 	r = loop(&a) == 0 ? 0 : 1;
 out:
 	app_free(&a);
+	log_counted_flush(); /* errors held back by the rate limit */
 	fuse_opt_free_args(&args);
 	return r;
 }

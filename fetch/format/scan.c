@@ -189,6 +189,18 @@ static void add_member(struct scan *s, const struct tar_entry *e,
 	}
 }
 
+/* Whether a directory component of name is hidden (starts with '.'), as
+ * ImageFolder and ls take it: ".git/x.jpg" or "c/.ipynb_checkpoints/x.jpg"
+ * is no class and no sample. (A hidden last component has no key.) */
+static bool hidden_dir(const char *name)
+{
+	for (const char *p = name, *slash; (slash = strchr(p, '/')) != NULL;
+	     p = slash + 1)
+		if (p[0] == '.')
+			return true;
+	return false;
+}
+
 static int on_entry(void *ud, const struct tar_entry *e)
 {
 	struct scan *s = ud;
@@ -198,6 +210,11 @@ static int on_entry(void *ud, const struct tar_entry *e)
 	if (e->reject) {
 		s->c.skipped_members++;
 		skip(s, e->reject);
+		return 0;
+	}
+	if (hidden_dir(e->name)) {
+		s->c.skipped_members++;
+		skip(s, "hidden name");
 		return 0;
 	}
 	base = strrchr(e->name, '/');

@@ -5,8 +5,10 @@
  * to the first dot of its last path component, directory part kept:
  * "dir/abc.seg.jpg" has key "dir/abc"). A key seen again after another key
  * starts a new sample, as in WebDataset. Members the tar parser rejects, and
- * names without a key or extension ("README", ".hidden"), are skipped and
- * counted without ending the current sample.
+ * names without a key or extension ("README", ".hidden"), and members under
+ * a hidden directory (a component starting with '.', as ImageFolder skips
+ * them: ".git/x.jpg"), are skipped and counted without ending the current
+ * sample.
  *
  * Image: the first member whose LAST extension (case-insensitive) is jpg,
  * jpeg, png, ppm or webp; the index records that extension lower-cased.
