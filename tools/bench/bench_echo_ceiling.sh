@@ -13,8 +13,9 @@
 # (augment=1,flip=1): 3 passes, first pass and third (steady state)
 # files/s as fractions of the ceiling, fresh samples/s as a fraction of R1,
 # a per-second timeline (its lowest whole second against R1), daemon CPU
-# and FUSE requests per file. Each repeat mounts every case once, the
-# order rotated from repeat to repeat; medians over repeats.
+# and READs per file. Each repeat mounts every case once, the order
+# rotated from repeat to repeat (with --before, the two builds' mounts of a
+# case back to back, which goes first alternating); medians over repeats.
 # --count: photos (default 2000); --repeats: default 3; --photo-size:
 # default 500x375 (1200x900 for ~1 MP photos); --before DIR: a build dir of
 # an older echofs, whose echo cases are mounted in the same repeats (the
@@ -108,8 +109,14 @@ for ((i = 1; i <= REPEATS; i++)); do
 	n=${#LIST[@]}
 	for ((k = 0; k < n; k++)); do
 		c=${LIST[$(((k + i - 1) % n))]}
-		one "$i" this "$c" "$B/echofs"
-		[ -n "$BEFORE" ] && [ "$c" != exact ] && one "$i" before "$c" "$BEFORE/echofs"
+		# With --before, which build goes first alternates too.
+		if [ -n "$BEFORE" ] && [ "$c" != exact ] && ((i % 2 == 0)); then
+			one "$i" before "$c" "$BEFORE/echofs"
+			one "$i" this "$c" "$B/echofs"
+		else
+			one "$i" this "$c" "$B/echofs"
+			[ -n "$BEFORE" ] && [ "$c" != exact ] && one "$i" before "$c" "$BEFORE/echofs"
+		fi
 	done
 done
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
