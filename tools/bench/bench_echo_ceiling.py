@@ -85,7 +85,7 @@ def pass_summary(a, b, files):
         out["fresh_per_s"] = round(d("fresh_served") / secs, 1)
         out["echoes"] = d("echoes_served")
         out["stall_s"] = round(d("stall_s"), 2)
-    for k in ("reads", "ioctls", "lookups", "opens", "stores"):
+    for k in ("reads", "ioctls", "lookups", "opens", "echo_page_stores"):
         if files and d(k) is not None:
             out[k + "_per_file"] = round(d(k) / files, 3)
     if files and a["cpu"] is not None and b["cpu"] is not None:
