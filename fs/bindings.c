@@ -30,6 +30,7 @@ struct binding {
 	uint32_t reading;       /* READ replies in progress */
 	unsigned committed : 1; /* opened at least once: counted as served */
 	unsigned expired : 1;   /* given back unopened */
+	unsigned stored : 1;    /* bindings_take_store said yes once */
 	double created;
 	struct binding *hnext;            /* hash chain */
 	struct binding *uprev, *unext;    /* unopened list, oldest first */
@@ -332,6 +333,19 @@ int bindings_open(struct bindings *b, uint64_t ino, struct binding **out)
 		dataset_echo_commit(b->ds, x->s);
 	*out = x;
 	return 0;
+}
+
+int bindings_take_store(struct bindings *b, struct binding *h, uint64_t max,
+			uint64_t *size)
+{
+	int yes;
+
+	pthread_mutex_lock(&b->lock);
+	yes = !h->stored && h->s && h->size > 0 && h->size <= max;
+	h->stored = 1;
+	*size = h->size;
+	pthread_mutex_unlock(&b->lock);
+	return yes;
 }
 
 /* Each thread's render buffer (grown to the largest READ it answered),

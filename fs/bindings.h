@@ -116,6 +116,14 @@ int bindings_getattr(struct bindings *b, uint64_t ino, struct binding_attr *out)
 /* Open a binding: 0 with *out set (a handle for bindings_read/release), or
  * -ESTALE (expired), -ENOENT. */
 int bindings_open(struct bindings *b, uint64_t ino, struct binding **out);
+/* 1 the first time it is asked for h's binding, if its size (set in
+ * *size) is 1..max: the caller then copies the whole binding
+ * (bindings_read) into the kernel's page cache before answering the open,
+ * so the reader's READ never reaches the daemon. 0 afterwards: the pages
+ * are there, or the kernel dropped them and sends READs. */
+int bindings_take_store(struct bindings *b, struct binding *h, uint64_t max,
+			uint64_t *size);
+
 /* Bytes of an open binding at off: *data stays valid until the matching
  * bindings_read_done, even if the handle is released meanwhile (the kernel
  * may send RELEASE while a READ is still being answered). With a render

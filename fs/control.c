@@ -171,6 +171,11 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 	M("zerocopy_streaming_reads", 'c', s->sh.views_streaming,
 	  "of zerocopy_reads: spliced from a shard still downloading");
 	M("ioctls", 'c', fc->ioctls, "ioctl requests (isatty), answered ENOTTY");
+	M("lookups", 'c', fc->lookups, "lookup requests");
+	M("opens", 'c', fc->opens,
+	  "open requests (echo mounts; exact mounts are not asked)");
+	M("echo_page_stores", 'c', fc->echo_stores,
+	  "echo files stored into the page cache at their first open");
 	M("page_cache_pushed", 'c', s->push.files,
 	  "files pushed into the kernel page cache");
 	M("page_cache_push_skipped", 'c', s->push.unknown,

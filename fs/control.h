@@ -17,6 +17,9 @@ struct fs_counters {
 	_Atomic uint64_t read_errors;
 	_Atomic uint64_t bytes_served;
 	_Atomic uint64_t ioctls;	 /* FUSE_IOCTL requests (ENOTTY) */
+	_Atomic uint64_t lookups;	 /* FUSE_LOOKUP requests */
+	_Atomic uint64_t opens;		 /* FUSE_OPEN requests */
+	_Atomic uint64_t echo_stores;	 /* echo files stored at open */
 };
 
 /* Everything the stats are read from; all borrowed. The dataset's figures

@@ -6,6 +6,7 @@
 #include <fuse_lowlevel.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "fs/control.h"
 
@@ -32,6 +33,7 @@ struct fs_ctx {
 	 * retries a failed read); NULL counts every failed read */
 	_Atomic unsigned char *read_failed;
 	int zerocopy; /* cold reads spliced from cache files (-o zerocopy) */
+	atomic_bool no_store; /* the kernel refused a notify_store */
 	double timeout;       /* entry and attribute cache timeout, seconds */
 	struct timespec mtime; /* of every inode: the mount time */
 	uid_t uid;

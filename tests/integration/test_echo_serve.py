@@ -3,6 +3,7 @@ READ straight into the reply (crop, flip and header in one pass, nothing
 kept per binding): a binding's file is the same bytes however and however
 often the kernel asks for them."""
 
+import hashlib
 import mmap
 import os
 
@@ -59,10 +60,12 @@ def bdi_readahead_kb(path):
         return int(f.read())
 
 
-def test_one_read_request_per_echo_file(mounter, fault_server):
-    """A 224x224 PPM (150,543 bytes) read with one read() costs one FUSE
-    READ: the daemon raises its mount's read-ahead (128 KB by default,
-    which made it two)."""
+def test_echo_file_read_sends_no_read_request(mounter, fault_server):
+    """A 224x224 PPM (150,543 bytes) read whole after open costs no FUSE
+    READ: the daemon stores the binding's bytes into the new inode's page
+    cache before it answers the first OPEN (before that change: one READ
+    per file). The mount's read-ahead stays raised (128 KB by default made
+    two READs) for files whose pages the kernel dropped."""
     if os.geteuid() != 0:
         import pytest
         pytest.skip("raising read_ahead_kb in sysfs needs root")
@@ -72,11 +75,56 @@ def test_one_read_request_per_echo_file(mounter, fault_server):
     # Reading .echofs/stats is itself counted: measure what one costs.
     reads0 = m.stats()["reads"]
     per_stats = m.stats()["reads"] - reads0
-    reads0 += per_stats
+    s0 = m.stats()
+    reads0 = s0["reads"] + per_stats
     for name in names:
         with open(os.path.join(d, name), "rb", buffering=0) as f:
             data = f.read(1 << 20)
             assert len(data) == len(b"P6\n224 224\n255\n") + 224 * 224 * 3
+            assert data.startswith(b"P6\n224 224\n255\n")
             assert f.read(1 << 20) == b""
-    assert m.stats()["reads"] - reads0 - per_stats == len(names)
+    s1 = m.stats()
+    assert s1["reads"] - reads0 == 0
+    assert s1["echo_page_stores"] - s0["echo_page_stores"] == len(names)
     assert bdi_readahead_kb(m.path()) >= 1024
+
+
+def test_stored_echo_bytes_are_the_samples(mounter, fault_server, dataset):
+    """Plain echo (no preprocessing): what a reader gets from the page
+    cache filled at open is byte for byte a sample of the file's class, and
+    the same bytes READs return once those pages are dropped. Fails if the
+    store put other bytes (or another length) than the binding's."""
+    by_hash = {}
+    for rel, digest in dataset.ref_hashes("test").items():
+        by_hash[digest] = rel.split(os.sep)[0]
+    m = mounter(fault_server.source, opts={
+        "index": fault_server.index, "echo": 4, "echo_mode": "fixed",
+        "seed": 3})
+    reads0 = m.stats()["reads"]
+    per_stats = m.stats()["reads"] - reads0
+    reads0 += per_stats
+    fds, stored = [], []
+    try:
+        classes = [c for c in sorted(os.listdir(m.path())) if c[0] != "."]
+        for cls in classes[:3]:
+            for name in sorted(os.listdir(m.path(cls)))[:5]:
+                fd = os.open(m.path(cls, name), os.O_RDONLY)
+                fds.append((cls, name, fd))
+                size = os.fstat(fd).st_size
+                data = os.read(fd, size + 1)
+                assert len(data) == size
+                digest = hashlib.sha256(data).hexdigest()
+                assert by_hash.get(digest) == cls, name
+                stored.append(data)
+        # Those bytes came from the page cache the opens filled.
+        assert m.stats()["reads"] - reads0 - per_stats == 0
+        for (cls, name, fd), data in zip(fds, stored):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            assert os.pread(fd, len(data) + 1, 0) == data, name
+    finally:
+        for _, _, fd in fds:
+            os.close(fd)
+    s = m.stats()
+    assert len(fds) == 15 and s["echo_page_stores"] >= len(fds)
+    # The dropped pages came back through READs.
+    assert s["reads"] - reads0 >= len(fds)

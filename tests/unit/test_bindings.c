@@ -291,3 +291,47 @@ Test(bindings, free_gives_back_what_is_still_bound)
 	cr_assert_eq(ps.fresh_served + ps.echoes_served, 1,
 		     "only the opened binding counts as served");
 }
+
+/* The page-cache store at open (ops.c, store_echo) happens once per
+ * binding, for bindings no larger than the cap, and the bytes it would
+ * copy are the binding's. */
+Test(bindings, take_store_says_yes_once_per_binding_within_the_cap)
+{
+	struct bindings *b = open_bindings(60, NULL);
+	struct binding_attr a, a2;
+	struct binding *h1, *h2;
+	const void *data;
+	uint64_t size = 0;
+	uint32_t src;
+
+	cr_assert_eq(bindings_lookup(b, 5, &a), 0);
+	cr_assert_eq(bindings_source(b, a.ino, &src), 0);
+	cr_assert_eq(bindings_open(b, a.ino, &h1), 0);
+	cr_assert_eq(bindings_open(b, a.ino, &h2), 0); /* a second reader */
+	cr_assert_eq(bindings_take_store(b, h1, a.size - 1, &size), 0,
+		     "larger than the cap: never stored");
+	cr_assert_eq(size, a.size);
+	cr_assert_eq(bindings_take_store(b, h2, a.size, &size), 0,
+		     "asked once already: the answer stays no");
+	bindings_release(b, h1);
+	bindings_release(b, h2);
+
+	cr_assert_eq(bindings_lookup(b, 5, &a2), 0); /* a new binding */
+	cr_assert_neq(a2.ino, a.ino);
+	cr_assert_eq(bindings_source(b, a2.ino, &src), 0);
+	cr_assert_eq(bindings_open(b, a2.ino, &h1), 0);
+	cr_assert_eq(bindings_open(b, a2.ino, &h2), 0);
+	cr_assert_eq(bindings_take_store(b, h1, a2.size, &size), 1);
+	cr_assert_eq(size, a2.size);
+	cr_assert_eq(bindings_take_store(b, h2, a2.size, &size), 0,
+		     "one store per binding, whichever handle asks");
+	cr_assert_eq(bindings_read(b, h1, 0, (size_t)size, &data),
+		     (ssize_t)size);
+	cr_assert(memcmp(data, source(src), (size_t)size) == 0);
+	bindings_read_done(b, h1);
+	bindings_release(b, h1);
+	bindings_release(b, h2);
+	bindings_forget(b, a.ino, 1);
+	bindings_forget(b, a2.ino, 1);
+	bindings_free(b);
+}
