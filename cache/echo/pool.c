@@ -20,9 +20,9 @@
  *   pushes a random one out into the policy (its class's fresh queue). At
  *   the end of a pass (after the samples still being ingested are in) the
  *   buffer is flushed in random order, so pass N+1's samples never
- *   overtake pass N's: a pass serves each sample fresh once. A reader whose
- *   class has no fresh sample in the policy pulls a random sample of its
- *   class out of the buffer first.
+ *   overtake pass N's: a pass serves each sample fresh once. A take of a
+ *   class first moves the class's buffered samples into the policy, in
+ *   random order, so the policy weighs every fresh sample ready.
  * - Demand: want[c] counts the readers waiting for class c (blocking or
  *   parked). While anyone waits and memory is full, the streamer gives
  *   back fresh samples of classes with want 0 (give_back_one: shuffle
@@ -114,13 +114,13 @@ struct entry {
 	size_t len;
 	uint8_t *data;
 	uint64_t reserved; /* bytes reserved while read and ingested */
-	bool reread;	   /* an owed sample read again: straight to the policy */
-	uint32_t pass;	   /* the pass whose serve of the sample this is */
+	bool reread;   /* an owed sample read again: straight to the policy */
+	uint32_t pass; /* the pass whose serve of the sample this is */
 	struct workq_item wi; /* queued for an ingest worker */
 	/* Under p->lock: */
-	unsigned refs;	/* readers holding it */
-	bool attached;	/* held by the policy */
-	bool buffered;	/* in the shuffle buffer */
+	unsigned refs;		   /* readers holding it */
+	bool attached;		   /* held by the policy */
+	bool buffered;		   /* in the shuffle buffer */
 	struct entry *prev, *next; /* all entries, for pool_free */
 };
 
@@ -165,11 +165,11 @@ struct pool {
 	uint32_t *by_shard;    /* classed sample numbers, grouped by shard */
 	uint32_t *shard_first; /* nshards + 1 offsets into by_shard */
 	uint32_t *order;       /* this pass's shard order (streamer) */
-	size_t norder;         /* shards in it: all, or this pass's part */
+	size_t norder;	       /* shards in it: all, or this pass's part */
 	uint64_t walk_new;     /* pass samples read (not re-read) this walk */
-	uint64_t walks;        /* walks of a pass begun (under p->lock) */
-	uint64_t owed_looks;   /* owed entries looked at to find a readable one */
-	uint64_t *counts;      /* samples per shard (repartition only) */
+	uint64_t walks;	       /* walks of a pass begun (under p->lock) */
+	uint64_t owed_looks; /* owed entries looked at to find a readable one */
+	uint64_t *counts;    /* samples per shard (repartition only) */
 	pthread_t thread, timer;
 	bool started, timer_started;
 	struct workq *iwq; /* ingest workers; NULL without an ingest hook */
@@ -186,15 +186,15 @@ struct pool {
 	struct entry *all;
 	uint64_t bytes, samples;
 	unsigned waiters, active;
-	uint32_t *want;	       /* readers waiting per class */
-	struct owed *owed;     /* per class */
-	uint8_t *is_owed;      /* per sample */
-	uint8_t *held;	       /* per sample: entries of it held (saturating) */
-	uint8_t *in_line;      /* per sample: in its class's owed line */
-	uint32_t *debt_pass;   /* per sample in line: the pass it is owed for */
+	uint32_t *want;	     /* readers waiting per class */
+	struct owed *owed;   /* per class */
+	uint8_t *is_owed;    /* per sample */
+	uint8_t *held;	     /* per sample: entries of it held (saturating) */
+	uint8_t *in_line;    /* per sample: in its class's owed line */
+	uint32_t *debt_pass; /* per sample in line: the pass it is owed for */
 	uint64_t nowed;
-	uint32_t owed_next;    /* class the next owed pick starts at */
-	unsigned ingesting;    /* read, not yet added: queued or in the hook */
+	uint32_t owed_next; /* class the next owed pick starts at */
+	unsigned ingesting; /* read, not yet added: queued or in the hook */
 	struct waiter *whead, *wtail; /* parked, oldest first */
 	struct waiter *done;	      /* answered, callbacks not run yet */
 	uint64_t nparked;
@@ -286,28 +286,42 @@ static void buffer_flush(struct pool *p)
 		unbuffer(p, (unsigned)echo_rng_below(&p->rng, p->nshuf));
 }
 
-/* A random buffered sample of class cls leaves the buffer early. */
-static bool buffer_pull(struct pool *p, uint32_t cls)
+/* Every buffered sample of class cls leaves the buffer early, in random
+ * order, into the policy: a take weighs the class's fresh samples against
+ * its echoes (policy.h), and samples hidden in the buffer would make a
+ * decoder that keeps up look behind (issue 19: with the buffer unseen,
+ * adaptive mode served 219 fresh of 600 opens while the decoder made
+ * twice what readers asked). */
+static void buffer_pull(struct pool *p, uint32_t cls)
 {
-	uint64_t k;
+	uint64_t n = p->shuf_count[cls], k = 0;
+	struct entry **out;
 
-	if (p->shuf_count[cls] == 0)
-		return false;
-	k = echo_rng_below(&p->rng, p->shuf_count[cls]);
-	for (unsigned j = 0; j < p->nshuf; j++) {
-		if (p->shuf[j]->cls != cls)
+	if (n == 0)
+		return;
+	out = xmalloc(n * sizeof(*out));
+	for (unsigned j = 0; j < p->nshuf;) {
+		struct entry *e = p->shuf[j];
+		if (e->cls != cls) {
+			j++;
 			continue;
-		if (k-- == 0) {
-			struct entry *e = p->shuf[j];
-			p->shuf[j] = p->shuf[--p->nshuf];
-			e->buffered = false;
-			p->shuf_count[cls]--;
-			echo_policy_add(p->ep, &e->it, cls);
-			e->attached = true;
-			return true;
 		}
+		p->shuf[j] = p->shuf[--p->nshuf];
+		e->buffered = false;
+		out[k++] = e;
 	}
-	return false; /* not reached: shuf_count is exact */
+	p->shuf_count[cls] = 0;
+	for (uint64_t i = k; i > 1; i--) { /* the buffer's random order */
+		uint64_t j = echo_rng_below(&p->rng, i);
+		struct entry *t = out[i - 1];
+		out[i - 1] = out[j];
+		out[j] = t;
+	}
+	for (uint64_t i = 0; i < k; i++) {
+		echo_policy_add(p->ep, &out[i]->it, cls);
+		out[i]->attached = true;
+	}
+	free(out);
 }
 
 static bool idle_entry(struct echo_item *it, void *ud)
@@ -477,8 +491,9 @@ static bool pick_owed(struct pool *p, uint32_t *sample)
 			struct owed *o = &p->owed[c];
 			if (!owes(p, c) || (round == 0 && !p->want[c]))
 				continue;
-			if (round == 1 && p->bytes +
-				p->ix->samples[o->v[o->head]].size > p->o.mem_size)
+			if (round == 1 &&
+			    p->bytes + p->ix->samples[o->v[o->head]].size >
+				    p->o.mem_size)
 				continue;
 			if (owed_pop(p, c, round == 0, sample)) {
 				p->owed_next = c + 1;
@@ -520,7 +535,8 @@ static void choose_part(struct pool *p)
 	if (partition_assign(p->counts, n, p->o.seed, p->o.world, p->pass,
 			     rank_of, err, sizeof(err)) != 0) {
 		for (size_t s = 0; s < n; s++)
-			rank_of[s] = p->o.rank; /* cannot happen: the mount checked */
+			rank_of[s] = p->o.rank; /* cannot happen: the mount
+						   checked */
 	}
 	for (size_t s = 0; s < n; s++)
 		if (rank_of[s] == p->o.rank)
@@ -568,8 +584,8 @@ static struct entry *new_entry(uint32_t sample, uint32_t cls, uint64_t len)
 static void add_entry(struct pool *p, struct entry *e)
 {
 	p->bytes = p->bytes - e->reserved + e->len;
-	if (p->held[e->sample] < UINT8_MAX &&
-	    p->held[e->sample]++ == 0 && p->in_line[e->sample])
+	if (p->held[e->sample] < UINT8_MAX && p->held[e->sample]++ == 0 &&
+	    p->in_line[e->sample])
 		p->owed[e->cls].nfree--;
 	e->next = p->all;
 	if (p->all)
@@ -679,8 +695,7 @@ static int queue_ingest(struct pool *p, struct entry *e)
 
 /* Read sample s (memory reserved), then ingest or add it. Returns 1, 0
  * (skipped, counted) or -ESHUTDOWN. */
-static int read_sample(struct pool *p, uint32_t s, bool reread,
-		       uint32_t pass)
+static int read_sample(struct pool *p, uint32_t s, bool reread, uint32_t pass)
 {
 	const struct index_sample *m = &p->ix->samples[s];
 	struct entry *e = new_entry(s, p->class_of[s], m->size);
@@ -720,7 +735,8 @@ static int stream_sample(struct pool *p, uint32_t s, bool reread)
 	}
 	if (!reread && (p->held[s] || owes(p, cls))) {
 		/* Its previous pass's copy is still held, or older samples of
-		 * its class are owed: those go first, this one waits in line. */
+		 * its class are owed: those go first, this one waits in line.
+		 */
 		owe(p, s, cls, false, (uint32_t)p->pass);
 		p->given_back--; /* moved in line, not given back */
 		if (!owed_pop(p, cls, p->want[cls] > 0, &s)) {
@@ -1106,14 +1122,15 @@ static int start_threads(struct pool *p)
 
 	/* The workers first: the streamer submits to them from its start. */
 	if (p->o.ingest && p->o.ingest_threads) {
-		r = workq_open(&(struct workq_opts){
-				       .threads = p->o.ingest_threads,
-				       .cap = (size_t)p->o.ingest_threads *
-					      POOL_IQ_PER_THREAD,
-				       .run = ingest_run,
-				       .cancel = ingest_cancel,
-				       .ctx = p},
-			       &p->iwq);
+		r = workq_open(
+			&(struct workq_opts){
+				.threads = p->o.ingest_threads,
+				.cap = (size_t)p->o.ingest_threads *
+				       POOL_IQ_PER_THREAD,
+				.run = ingest_run,
+				.cancel = ingest_cancel,
+				.ctx = p},
+			&p->iwq);
 		if (r < 0)
 			return r;
 	}
@@ -1218,8 +1235,7 @@ void pool_free(struct pool *p)
 /* ---- readers ---- */
 
 /* Wait for class cls until dl, counting stall time. True on timeout. */
-static bool wait_class(struct pool *p, uint32_t cls,
-		       const struct timespec *dl)
+static bool wait_class(struct pool *p, uint32_t cls, const struct timespec *dl)
 {
 	double t0 = now_mono();
 	int r;
@@ -1237,9 +1253,7 @@ static bool wait_class(struct pool *p, uint32_t cls,
 /* One take of class cls if one is possible now (p->lock held). */
 static int try_take(struct pool *p, uint32_t cls, struct echo_take *t)
 {
-	/* A buffered sample of the class is ready: fresh before echo. */
-	if (echo_policy_ready(p->ep, cls) == 0)
-		buffer_pull(p, cls);
+	buffer_pull(p, cls);
 	return echo_policy_take(p->ep, cls, t);
 }
 
