@@ -12,11 +12,19 @@
  * Per class the policy keeps the class's open counter (tick), the samples
  * never served yet, and the echo candidates with their use counts and the
  * tick of their last serve. Two modes:
- *  - ECHO_ADAPTIVE: a fresh sample (FIFO) whenever the class has one; else
- *    an echo, only if serving it keeps served/fresh <= E over the policy's
- *    life, drawn at random outside the window weighted by the serves a
- *    candidate has left (ceil(E) - uses), so its echoes spread over the time
- *    it is held; a sample is never served more than ceil(E) times.
+ *  - ECHO_ADAPTIVE: E is the most echoes per fresh sample. An echo is
+ *    allowed only if serving it keeps served/fresh <= E over the policy's
+ *    life; echoes are drawn at random outside the window weighted by the
+ *    serves a candidate has left (ceil(E) - uses), so its echoes spread over
+ *    the time it is held; a sample is never served more than ceil(E) times.
+ *    When both are possible, the class's fresh samples (oldest first) are
+ *    drawn alongside the echoes, each weighing ceil(E) serves, while the
+ *    upstream falls behind; fresh first when it keeps up, i.e. when the
+ *    fresh samples ready outweigh the echoes (ceil(E) * ready >= serves
+ *    left of the candidates outside the window), or when no echo is
+ *    allowed. Fresh samples are thus never held back for echoes the ratio
+ *    forbids, and the fresh backlog of a class stays under its echoes'
+ *    weight.
  *  - ECHO_FIXED: the paper's example echoing: each fresh sample gets
  *    floor(E) or ceil(E) copies (ceil with probability E - floor(E), from the
  *    seeded generator), mean E; every open draws one copy uniformly at random
@@ -24,17 +32,21 @@
  * E = 1 in either mode serves every sample exactly once (never an echo).
  *
  * The window: a sample served at the class's open number t is not served
- * again before open t + window + 1 of that class, i.e. never twice within
- * `window` consecutive opens of the class. Fresh samples are never inside it.
+ * again before open t + w + 1 of that class, i.e. never twice within w
+ * consecutive opens of the class, where w, the window in force, is
+ * `window` or half the samples the class holds (fresh and candidates),
+ * whichever is smaller: a window wider than what exists would forbid every
+ * echo, so a mount's first samples could not be echoed until ~2 * window
+ * of each class had arrived. Fresh samples are never inside it.
  * ECHO_DEFAULT_WINDOW is 16 opens: in an ImageFolder epoch read in random
  * order a class sees about batch/nclasses opens per batch, so 16 opens keep
- * copies of a sample in different batches for up to ~16 * nclasses images,
- * while a class needs only 17 distinct served samples before echoing can go
- * on without a pause. When every candidate is inside the window (a small
- * class, or a class whose candidates were all just used) the policy says
+ * copies of a sample in different batches for up to ~16 * nclasses images
+ * once a class holds 32 samples; before that (a mount's first second, a
+ * small class) copies come closer. When every candidate is inside the
+ * window (a class whose candidates were all just used) the policy says
  * "wait": the caller waits for fresh data, which always comes (the streamer
  * runs pass after pass, and each fresh serve advances the tick, so the window
- * moves); small classes never deadlock, they only echo less.
+ * moves); small classes never deadlock.
  */
 #ifndef ECHOFS_ECHO_POLICY_H
 #define ECHOFS_ECHO_POLICY_H
@@ -82,6 +94,7 @@ struct echo_item {
 /* What one take did, kept by the caller to undo it (echo_policy_untake). */
 struct echo_take {
 	struct echo_item *item;
+	unsigned window;    /* the window in force for this serve */
 	uint64_t tick;	    /* the class's open number of this serve */
 	uint64_t prev_tick; /* the item's last_tick before it */
 	bool fresh;	    /* its first serve */
@@ -90,9 +103,9 @@ struct echo_take {
 };
 
 struct echo_policy_opts {
-	double echo;	     /* E, 1 <= E <= ECHO_MAX */
+	double echo; /* E, 1 <= E <= ECHO_MAX */
 	enum echo_mode mode;
-	unsigned window;     /* opens of a class; 0 is a valid window (none) */
+	unsigned window; /* opens of a class; 0 is a valid window (none) */
 	uint64_t seed;
 };
 
@@ -112,13 +125,11 @@ int echo_policy_open(uint32_t nclasses, const struct echo_policy_opts *o,
 void echo_policy_free(struct echo_policy *ep);
 
 /* A fresh sample of class cls arrives. Returns 0 or -EINVAL (bad class). */
-int echo_policy_add(struct echo_policy *ep, struct echo_item *it,
-		    uint32_t cls);
+int echo_policy_add(struct echo_policy *ep, struct echo_item *it, uint32_t cls);
 
 /* Decide one open of class cls. Returns 0 with *t filled (the serve is
  * counted), -EAGAIN when the caller must wait for fresh data, or -EINVAL. */
-int echo_policy_take(struct echo_policy *ep, uint32_t cls,
-		     struct echo_take *t);
+int echo_policy_take(struct echo_policy *ep, uint32_t cls, struct echo_take *t);
 
 /* Undo a take that was never shown to a reader: the serve is uncounted, an
  * echo's use is given back, a fresh sample is fresh again (at the front of
@@ -134,10 +145,9 @@ bool echo_policy_untake(struct echo_policy *ep, const struct echo_take *t);
  * not in use): ECHO_ADAPTIVE the most used, ECHO_FIXED the one with the
  * fewest copies left, older first on ties. Never-served samples are never
  * chosen. NULL when there is none. */
-struct echo_item *echo_policy_evict(struct echo_policy *ep,
-				    bool (*can_drop)(struct echo_item *it,
-						     void *ud),
-				    void *ud);
+struct echo_item *
+echo_policy_evict(struct echo_policy *ep,
+		  bool (*can_drop)(struct echo_item *it, void *ud), void *ud);
 
 /* Give back a never-served sample of class cls (the pool re-reads it when
  * the class is asked for): it leaves the policy uncounted, as if it had not

@@ -29,10 +29,15 @@ struct sim {
 	struct echo_item *items;
 	uint32_t *cls, *uses;
 	uint64_t *last, *tick;
+	uint64_t *held; /* per class: samples the policy holds */
+	size_t **cand;	/* per class: items served (candidates or retired) */
+	size_t *ncand, *capcand;
 	size_t next;
 	struct echo_rng rng; /* the simulation's own draws */
 	uint64_t serves, fresh, retired, retired_uses, hash;
 	uint64_t early_echoes; /* echoes while upstream still delivered */
+	uint64_t mixed_echoes; /* adaptive echoes while fresh were ready */
+	uint64_t max_backlog;  /* most fresh samples ready in one class */
 	uint64_t echoes, close_echoes; /* close: within 4 windows of the last */
 	uint32_t min_retired_uses, max_retired_uses;
 };
@@ -50,6 +55,10 @@ static void sim_init(struct sim *s, const struct sim_case *c)
 	s->uses = xcalloc(c->nitems, sizeof(*s->uses));
 	s->last = xcalloc(c->nitems, sizeof(*s->last));
 	s->tick = xcalloc(c->ncls, sizeof(*s->tick));
+	s->held = xcalloc(c->ncls, sizeof(*s->held));
+	s->cand = xcalloc(c->ncls, sizeof(*s->cand));
+	s->ncand = xcalloc(c->ncls, sizeof(*s->ncand));
+	s->capcand = xcalloc(c->ncls, sizeof(*s->capcand));
 	s->min_retired_uses = UINT32_MAX;
 	echo_rng_seed(&s->rng, 424242);
 	s->hash = 1469598103934665603ULL;
@@ -63,6 +72,12 @@ static void sim_free(struct sim *s)
 	free(s->uses);
 	free(s->last);
 	free(s->tick);
+	free(s->held);
+	for (uint32_t c = 0; c < s->c->ncls; c++)
+		free(s->cand[c]);
+	free(s->cand);
+	free(s->ncand);
+	free(s->capcand);
 }
 
 static bool sim_feed(struct sim *s, uint32_t c)
@@ -72,7 +87,49 @@ static bool sim_feed(struct sim *s, uint32_t c)
 	s->cls[s->next] = c;
 	cr_assert_eq(echo_policy_add(s->ep, &s->items[s->next], c), 0);
 	s->next++;
+	s->held[c]++;
 	return true;
+}
+
+/* Serves left of class c's candidates outside window w at the class's
+ * next open, as the simulation counts them (adaptive mode). */
+static uint64_t sim_echo_weight(const struct sim *s, uint32_t c, unsigned w)
+{
+	uint32_t cap = (uint32_t)ceil(s->c->echo);
+	uint64_t total = 0;
+
+	for (size_t j = 0; j < s->ncand[c]; j++) {
+		size_t i = s->cand[c][j];
+		if (s->uses[i] < cap && s->tick[c] + 1 - s->last[i] > w)
+			total += cap - s->uses[i];
+	}
+	return total;
+}
+
+/* The window in force: echo_window, at most half what the class holds. */
+static unsigned sim_window(const struct sim *s, uint32_t c)
+{
+	uint64_t half = s->held[c] / 2;
+
+	return half < s->c->window ? (unsigned)half : s->c->window;
+}
+
+/* Adaptive: an echo while fresh samples are ready only when the upstream
+ * is behind (the fresh ones weigh less than the echoes) and the ratio
+ * allows it; ratio_ok: served + 1 <= E * fresh before this serve. */
+static void check_mixed_echo(struct sim *s, uint32_t c, uint64_t ready,
+			     unsigned w)
+{
+	uint32_t cap = (uint32_t)ceil(s->c->echo);
+	uint64_t echoes = sim_echo_weight(s, c, w);
+
+	cr_assert_lt(ready * cap, echoes,
+		     "echo while %llu fresh (weight %llu) outweighed the "
+		     "echoes (%llu): the upstream keeps up",
+		     (unsigned long long)ready,
+		     (unsigned long long)(ready * cap),
+		     (unsigned long long)echoes);
+	s->mixed_echoes++;
 }
 
 /* Every rule the policy promises, checked on one serve. */
@@ -82,21 +139,35 @@ static void check_serve(struct sim *s, uint32_t c, uint64_t ready,
 	const struct sim_case *k = s->c;
 	size_t i = (size_t)(t->item - s->items);
 	uint32_t cap = (uint32_t)ceil(k->echo);
+	unsigned w = sim_window(s, c);
 
 	cr_assert_lt(i, s->next, "item not from this simulation");
 	cr_assert_eq(s->cls[i], c, "served a sample of another class");
+	cr_assert_eq(t->window, w, "window in force %u, expected %u", t->window,
+		     w);
+	cr_assert_leq(t->window, k->window);
+	if (k->mode == ECHO_ADAPTIVE && !t->fresh && ready)
+		check_mixed_echo(s, c, ready, w);
+	if (ready > s->max_backlog)
+		s->max_backlog = ready;
 	cr_assert_eq(t->tick, ++s->tick[c], "class tick out of step");
 	cr_assert_eq(t->fresh, s->uses[i] == 0, "fresh flag wrong");
 	if (!t->fresh)
-		cr_assert_gt(t->tick - s->last[i], k->window,
-			     "window violated: item %zu served at %llu and %llu",
-			     i, (unsigned long long)s->last[i],
-			     (unsigned long long)t->tick);
+		cr_assert_gt(
+			t->tick - s->last[i], w,
+			"window violated: item %zu served at %llu and %llu", i,
+			(unsigned long long)s->last[i],
+			(unsigned long long)t->tick);
 	if (k->echo == 1.0)
 		cr_assert(t->fresh, "E=1 served an echo");
-	if (k->mode == ECHO_ADAPTIVE && !t->fresh)
-		cr_assert_eq(ready, 0, "echo while %llu fresh were ready",
-			     (unsigned long long)ready);
+	if (t->fresh) {
+		if (s->ncand[c] == s->capcand[c]) {
+			s->capcand[c] = s->capcand[c] ? 2 * s->capcand[c] : 64;
+			s->cand[c] = xrealloc(s->cand[c],
+					      s->capcand[c] * sizeof(size_t));
+		}
+		s->cand[c][s->ncand[c]++] = i;
+	}
 	s->uses[i]++;
 	s->last[i] = t->tick;
 	s->serves++;
@@ -105,7 +176,8 @@ static void check_serve(struct sim *s, uint32_t c, uint64_t ready,
 		s->early_echoes++;
 	if (!t->fresh) {
 		s->echoes++;
-		s->close_echoes += t->tick - t->prev_tick <= 4 * (k->window + 1);
+		s->close_echoes +=
+			t->tick - t->prev_tick <= 4 * (k->window + 1);
 	}
 	cr_assert_leq(s->uses[i], cap, "served more than ceil(E) times");
 	if (k->mode == ECHO_ADAPTIVE)
@@ -113,6 +185,7 @@ static void check_serve(struct sim *s, uint32_t c, uint64_t ready,
 			      k->echo * (double)s->fresh + 1e-9,
 			      "served/fresh above E");
 	if (t->retired) {
+		s->held[c]--;
 		s->retired++;
 		s->retired_uses += s->uses[i];
 		if (s->uses[i] < s->min_retired_uses)
@@ -138,7 +211,8 @@ static void sim_run(struct sim *s)
 		int r;
 
 		double f = floor(k->feed);
-		unsigned nf = (unsigned)f + (echo_rng_unit(&s->rng) < k->feed - f);
+		unsigned nf =
+			(unsigned)f + (echo_rng_unit(&s->rng) < k->feed - f);
 
 		for (unsigned j = 0; j < nf; j++)
 			sim_feed(s, (uint32_t)echo_rng_below(&s->rng, k->ncls));
@@ -201,7 +275,7 @@ static const struct sim_case rule_cases[] = {
 	{2.0, ECHO_ADAPTIVE, 16, 4, 20000, 2.0, 17}, /* fast upstream */
 	{2.0, ECHO_FIXED, 0, 3, 20000, 0.3, 18},
 	{2.5, ECHO_FIXED, 1, 1, 20000, 0.3, 19},
-	{3.3, ECHO_FIXED, 40, 2, 20000, 0.2, 20}, /* wide window */
+	{3.3, ECHO_FIXED, 40, 2, 20000, 0.2, 20},      /* wide window */
 	{1.7, ECHO_ADAPTIVE, 40, 200, 20000, 0.2, 21}, /* small classes */
 };
 
@@ -259,7 +333,8 @@ static double close_share(enum echo_mode mode)
 
 	sim_init(&s, &k);
 	sim_run(&s);
-	cr_assert_gt(s.echoes, 10000, "%llu echoes", (unsigned long long)s.echoes);
+	cr_assert_gt(s.echoes, 10000, "%llu echoes",
+		     (unsigned long long)s.echoes);
 	share = (double)s.close_echoes / (double)s.echoes;
 	sim_free(&s);
 	return share;
@@ -267,13 +342,80 @@ static double close_share(enum echo_mode mode)
 
 Test(echo_policy, adaptive_echoes_spread_like_fixed)
 {
-	double adaptive = close_share(ECHO_ADAPTIVE), fixed = close_share(ECHO_FIXED);
+	double adaptive = close_share(ECHO_ADAPTIVE),
+	       fixed = close_share(ECHO_FIXED);
 
-	cr_assert_lt(adaptive, 0.4, "%.0f%% of adaptive echoes within 4 windows "
-		     "of the sample's last serve (fixed: %.0f%%)", 100 * adaptive,
-		     100 * fixed);
+	cr_assert_lt(adaptive, 0.4,
+		     "%.0f%% of adaptive echoes within 4 windows "
+		     "of the sample's last serve (fixed: %.0f%%)",
+		     100 * adaptive, 100 * fixed);
 	cr_assert_lt(adaptive, fixed + 0.1, "adaptive %.2f, fixed %.2f",
 		     adaptive, fixed);
+}
+
+static struct echo_policy *policy(double e, enum echo_mode m, unsigned w)
+{
+	struct echo_policy_opts o = {e, m, w, 99};
+	struct echo_policy *ep;
+	cr_assert_eq(echo_policy_open(1, &o, &ep), 0);
+	cr_assert_not_null(ep);
+	return ep;
+}
+
+/* Issue 19: fresh-first served each fresh sample the moment it arrived,
+ * so over a slow decode a trainer's echoes were copies of the few samples
+ * just decoded; adaptive echo=4 took 0.9x the time of echo=1 to a target,
+ * drawing fresh samples alongside echoes 0.6x. Behind a slow upstream the
+ * fresh samples ready must be drawn with the echoes (each such echo is
+ * checked in check_mixed_echo: only while the fresh ones weigh less than
+ * the echoes, so the backlog of a class stays under its candidates' serves
+ * left and fresh serves follow the upstream). Old code: no mixed echo.
+ * (Feed 0.1: the ratio binds nearly always, so few echoes can mix.) */
+Test(echo_policy, adaptive_draws_fresh_alongside_echoes_when_behind)
+{
+	static const double feeds[] = {0.25, 0.5, 0.9};
+
+	for (size_t n = 0; n < ARRAY_SIZE(feeds); n++) {
+		const struct sim_case k = {4.0,	  ECHO_ADAPTIVE, 16,	10,
+					   20000, feeds[n],	 31 + n};
+		struct sim s;
+
+		sim_init(&s, &k);
+		sim_run(&s);
+		cr_assert_gt(s.mixed_echoes, s.echoes / 2,
+			     "feed %.2f: %llu of %llu echoes while fresh were "
+			     "ready",
+			     feeds[n], (unsigned long long)s.mixed_echoes,
+			     (unsigned long long)s.echoes);
+		sim_free(&s);
+	}
+}
+
+/* Issue 19: the window (16 opens of a class) forbade any echo until a
+ * class had 17 served samples, so a mount's first opens each waited for a
+ * decode. The window in force is at most half what the class holds: two
+ * samples at E=4 give 8 serves, a b a b a b a b. Old code: 2, then wait. */
+Test(echo_policy, window_shrinks_to_what_a_class_holds)
+{
+	static const enum echo_mode modes[] = {ECHO_ADAPTIVE, ECHO_FIXED};
+
+	for (size_t m = 0; m < ARRAY_SIZE(modes); m++) {
+		struct echo_policy *ep = policy(4.0, modes[m], 16);
+		struct echo_item it[2];
+		struct echo_take t;
+		unsigned n = 0;
+
+		echo_policy_add(ep, &it[0], 0);
+		echo_policy_add(ep, &it[1], 0);
+		while (echo_policy_take(ep, 0, &t) == 0) {
+			cr_assert_leq(t.window, 1, "mode %zu: window %u", m,
+				      t.window);
+			n++;
+		}
+		cr_assert_eq(n, 8, "mode %zu: %u serves of 2 samples at E=4", m,
+			     n);
+		echo_policy_free(ep);
+	}
 }
 
 /* ---- reproducibility ---- */
@@ -304,15 +446,6 @@ Test(echo_policy, same_seed_same_choices)
 }
 
 /* ---- untake ---- */
-
-static struct echo_policy *policy(double e, enum echo_mode m, unsigned w)
-{
-	struct echo_policy_opts o = {e, m, w, 99};
-	struct echo_policy *ep;
-	cr_assert_eq(echo_policy_open(1, &o, &ep), 0);
-	cr_assert_not_null(ep);
-	return ep;
-}
 
 Test(echo_policy, untake_fresh_makes_it_fresh_again)
 {
@@ -419,26 +552,39 @@ static bool not_b(struct echo_item *it, void *ud)
 Test(echo_policy, evict_most_used_never_fresh)
 {
 	struct echo_policy *ep = policy(4.0, ECHO_ADAPTIVE, 0);
-	struct echo_item it[4], *keep;
+	struct echo_item it[4], *keep, *most = NULL;
+	unsigned uses[4] = {0}, echoes = 0, nserved = 0;
+	struct echo_item *order[3]; /* first serves, in order */
 	struct echo_take t;
 
+	/* Three samples served, and at least one echo. Fresh samples and
+	 * echoes are drawn together, so the order is the generator's: count
+	 * the uses of each. */
 	for (int i = 0; i < 3; i++)
 		echo_policy_add(ep, &it[i], 0);
-	for (int i = 0; i < 3; i++)
+	while (echo_policy_ready(ep, 0) > 0 || echoes == 0) {
 		cr_assert_eq(echo_policy_take(ep, 0, &t), 0);
-	/* One echo: that sample has 2 uses, the others 1. */
-	cr_assert_eq(echo_policy_take(ep, 0, &t), 0);
-	cr_assert(!t.fresh);
+		cr_assert(!t.retired);
+		uses[t.item - it]++;
+		echoes += !t.fresh;
+		if (t.fresh)
+			order[nserved++] = t.item;
+	}
+	/* The most used; on ties the one served first. */
+	for (unsigned i = 0; i < nserved; i++)
+		if (!most || uses[order[i] - it] > uses[most - it])
+			most = order[i];
 	echo_policy_add(ep, &it[3], 0);
-	cr_assert_eq(echo_policy_evict(ep, NULL, NULL), t.item,
-		     "not the most used");
-	/* Two served left; can_drop refuses one of them. */
-	keep = t.item == &it[0] ? &it[1] : &it[0];
 	{
-		struct echo_item *v = echo_policy_evict(ep, not_b, keep);
+		struct echo_item *v = echo_policy_evict(ep, NULL, NULL), *other;
 		cr_assert_not_null(v);
-		cr_assert_neq(v, keep);
-		cr_assert_neq(v, &it[3], "evicted a fresh sample");
+		cr_assert_eq(uses[v - it], uses[most - it],
+			     "not the most used");
+		cr_assert_eq(v, most, "not the oldest of the most used");
+		/* Two served left; can_drop refuses one of them. */
+		keep = v == &it[0] ? &it[1] : &it[0];
+		other = &it[0 + 1 + 2 - (v - it) - (keep - it)];
+		cr_assert_eq(echo_policy_evict(ep, not_b, keep), other);
 	}
 	cr_assert_null(echo_policy_evict(ep, not_b, keep));
 	cr_assert_eq(echo_policy_evict(ep, NULL, NULL), keep);
@@ -472,7 +618,8 @@ Test(echo_policy, bad_options_rejected)
 	}
 	struct echo_policy *none = ep;
 	cr_assert_eq(echo_policy_open(0, &(struct echo_policy_opts){.echo = 1},
-				      &none), -EINVAL);
+				      &none),
+		     -EINVAL);
 	cr_assert_null(none);
 	cr_assert_eq(echo_policy_add(ep, &a, 1), -EINVAL);
 	cr_assert_eq(echo_policy_take(ep, 1, &t), -EINVAL);
@@ -487,7 +634,7 @@ Test(echo_policy, mode_switch_keeps_samples)
 	struct echo_item it[6];
 	struct echo_take t;
 	struct echo_policy_stats st;
-	int n = 0;
+	int n = 0, nfresh = 0;
 
 	for (int i = 0; i < 6; i++)
 		echo_policy_add(ep, &it[i], 0);
@@ -496,13 +643,13 @@ Test(echo_policy, mode_switch_keeps_samples)
 	cr_assert_eq(echo_policy_ready(ep, 0), 5);
 	cr_assert_eq(echo_policy_set(ep, 2.0, ECHO_ADAPTIVE), 0);
 	cr_assert_eq(echo_policy_ready(ep, 0), 5);
-	/* Adaptive again: the five fresh ones first, then echoes. */
-	for (int i = 0; i < 5; i++) {
-		cr_assert_eq(echo_policy_take(ep, 0, &t), 0);
-		cr_assert(t.fresh);
+	/* Adaptive again: the five fresh ones and an echo of each of the 6
+	 * (fresh samples and echoes are drawn together: issue 19). */
+	while (echo_policy_take(ep, 0, &t) == 0) {
+		nfresh += t.fresh;
+		n += !t.fresh;
 	}
-	while (echo_policy_take(ep, 0, &t) == 0)
-		n++;
+	cr_assert_eq(nfresh, 5);
 	cr_assert_eq(n, 6, "each of 6 samples echoed once at E=2");
 	echo_policy_get_stats(ep, &st);
 	cr_assert_eq(st.served, 12);
@@ -526,6 +673,6 @@ Test(echo_policy, generator)
 		hist[echo_rng_below(&a, 10)]++;
 	}
 	for (int i = 0; i < 10; i++)
-		cr_assert(hist[i] > 9500 && hist[i] < 10500, "bucket %d: %u",
-			  i, hist[i]);
+		cr_assert(hist[i] > 9500 && hist[i] < 10500, "bucket %d: %u", i,
+			  hist[i]);
 }
