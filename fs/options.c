@@ -664,10 +664,12 @@ void options_usage(FILE *f, const char *prog)
 "  -o echo=E            data echoing: each open of <class>/<key> may return\n"
 "                       a recently served sample of that class, up to E uses\n"
 "                       per sample on average (default 1: exact mount)\n"
-"  -o echo_mode=MODE    adaptive (echo only when no fresh sample is ready;\n"
-"                       default) or fixed (every sample served E times)\n"
+"  -o echo_mode=MODE    adaptive (default: fresh samples drawn alongside\n"
+"                       echoes while the upstream is behind, first when it\n"
+"                       keeps up) or fixed (every sample served E times)\n"
 "  -o echo_window=N     never echo a sample served in the last N opens of\n"
-"                       its class (default 16)\n"
+"                       its class, at most half the class's samples held\n"
+"                       (default 16)\n"
 "  -o mem_size=SIZE     memory for the echo pool (default 512M)\n"
 "  -o seed=N            seed of the stream order and echo choices (default 0)\n",
 		prog);
