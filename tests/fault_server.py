@@ -32,6 +32,10 @@ Fault rules: GLOB=MODE[,count=N][,retry_after=S]
     redirect:URL    reply 302 with "Location: URL"
     lie-range       answer a Range request with the right bytes but a
                     Content-Range whose first and last byte are one too high
+    range-from-zero answer a Range request with the right headers over the
+                    bytes from offset 0 (a resume that starts over, lying)
+    range-restart   answer a Range request with 206 and the whole object,
+                    its Content-Range starting at 0
   Per request at most one etag: rule and at most one other rule apply: the
   first matching unexpired rule of each kind (in the order given); only an
   applied rule has its count decremented.
@@ -101,7 +105,8 @@ class Rule:
         elif self.kind in ("etag", "redirect"):
             if not self.arg:
                 raise ValueError("%s needs a value" % self.kind)
-        elif self.kind not in ("ignore-range", "reset", "lie-range"):
+        elif self.kind not in ("ignore-range", "reset", "lie-range",
+                               "range-from-zero", "range-restart"):
             raise ValueError("unknown fault mode %r" % self.kind)
         if self.count is not None and self.count < 0:
             raise ValueError("count must be >= 0")
@@ -342,6 +347,8 @@ class Handler(BaseHTTPRequestHandler):
             if parsed is not None:
                 start, end = parsed
                 status = 206
+            if parsed is not None and rule and rule.kind == "range-restart":
+                start, end = 0, size - 1
         length = end - start + 1 if size > 0 else 0
         self.send_response(status)
         for k, v in common:
@@ -355,6 +362,8 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command == "HEAD":
             return
+        if rule and rule.kind == "range-from-zero":
+            start = 0
         self.send_body(f, start, length, rule)
 
     def send_body(self, f, start, length, rule):

@@ -57,6 +57,10 @@
 #define NO_SIZE UINT64_MAX
 #define MIN_RATE_DEFAULT (64.0 * 1024)
 #define RATE_WINDOW_DEFAULT_S 10.0
+/* A resume asks again for this many of the bytes already delivered (at most)
+ * and compares them: a server answering from another offset under a right
+ * Content-Range, or a 200 of other bytes, is caught before its bytes go on. */
+#define RESUME_OVERLAP 4096
 
 struct http {
 	double retry_budget_s;
@@ -106,7 +110,8 @@ struct resp {
 	int etag_bad;	  /* present but unusable (too long) */
 	int encoded;	  /* a Content-Encoding other than identity */
 	long retry_after; /* seconds; -1 when absent or not in seconds form */
-	uint64_t skip;	  /* bytes of a 200 body before want.pos */
+	uint64_t skip;	  /* bytes of a 200 body before the overlap */
+	size_t cmp;	  /* overlap bytes still to compare with xfer.tail */
 	int accept;	  /* validated 200/206: body goes to the sink */
 	int done;	  /* all wanted arrived; transfer stopped early */
 	int err;	  /* verification or sink errno that stopped it */
@@ -121,26 +126,44 @@ struct xfer {
 	struct resp r;
 	CURL *c;
 	char errbuf[CURL_ERROR_SIZE]; /* curl's own words on a failure */
-	double started;	  /* monotonic start of the call */
-	uint64_t pos0;	  /* w->pos when the call started */
+	double started;		      /* monotonic start of the call */
+	uint64_t pos0;		      /* w->pos when the call started */
 	double win_start; /* current rate window: start and dlnow then */
 	curl_off_t win_bytes;
 	int stop_err;	/* why on_progress stopped the transfer */
 	int stop_retry; /* ... and whether another attempt may help */
-	int sign; /* the URL came from auth.map_url: sign its requests */
-	int auth_again;	  /* auth.failed asked for another attempt */
+	int sign;	/* the URL came from auth.map_url: sign its requests */
+	int auth_again; /* auth.failed asked for another attempt */
 	int auth_retried; /* ... and it was granted (once per call) */
-	size_t errlen; /* start of a non-2xx body, for auth.failed */
+	size_t errlen;	  /* start of a non-2xx body, for auth.failed */
 	char errbody[ERROR_BODY_MAX + 1];
+	/* The last bytes delivered, ending at w->pos (tail_len of them), and
+	 * how many of them the request in flight asks for again. */
+	unsigned char tail[RESUME_OVERLAP];
+	size_t tail_len;
+	size_t overlap;
 };
 
-/* The last TLS failure of this thread's calls, for http_reason: curl's
- * words ("SSL certificate problem: self-signed certificate") are what tell
- * a user which certificate check failed. */
+/* Why this thread's last call failed, when an errno alone would not say,
+ * for http_reason: curl's words on a TLS failure ("SSL certificate problem:
+ * self-signed certificate") tell a user which certificate check failed; a
+ * verification failure says which check. Cleared when a call starts. */
 static _Thread_local struct {
 	int err;
 	char text[CURL_ERROR_SIZE + 64];
-} last_tls;
+} last_why;
+
+#define RESUME_LIE                                                             \
+	"resumed body differs from the bytes already received (the server "    \
+	"answered the Range request from another offset)"
+
+/* Records why for http_reason; returns err. */
+static int note_why(int err, const char *why)
+{
+	last_why.err = err;
+	snprintf(last_why.text, sizeof(last_why.text), "%s", why);
+	return err;
+}
 
 /* A caller's own bound on the calls its thread makes (0: none). */
 static _Thread_local double thread_deadline;
@@ -519,8 +542,8 @@ static int slot_take(struct http *h, double until)
 	mono_abs(until, &ts);
 	pthread_mutex_lock(&h->slot_lock);
 	while (h->slots_free == 0 && !h->stopping && r == 0)
-		if (pthread_cond_timedwait(&h->slot_cond, &h->slot_lock,
-					   &ts) == ETIMEDOUT)
+		if (pthread_cond_timedwait(&h->slot_cond, &h->slot_lock, &ts) ==
+		    ETIMEDOUT)
 			r = -ETIMEDOUT;
 	if (h->stopping)
 		r = -ECANCELED;
@@ -609,12 +632,17 @@ static int check_etag(struct want *w, const struct resp *r)
 	return 0;
 }
 
-static int check_partial(struct want *w, struct resp *r)
+/* A 206: it must start where the request did (overlap bytes before w->pos)
+ * and end where the call wants. */
+static int check_partial(struct want *w, struct resp *r, size_t overlap)
 {
 	uint64_t total = w->total, last;
 
-	if (r->has_cr != 1 || r->cr_first != w->pos)
+	if (r->has_cr != 1)
 		return -EPROTO;
+	if (r->cr_first != w->pos - overlap)
+		return note_why(-EPROTO, "a resumed body starts at another "
+					 "offset than asked (Content-Range)");
 	if (total != NO_SIZE && r->cr_total != NO_SIZE && r->cr_total != total)
 		return -EPROTO;
 	if (total == NO_SIZE)
@@ -630,8 +658,9 @@ static int check_partial(struct want *w, struct resp *r)
 	return 0;
 }
 
-/* A 200 to a Range request: the server ignored the range; skip to pos. */
-static int check_full(struct want *w, struct resp *r)
+/* A 200 to a Range request: the server ignored the range; skip to pos
+ * (the overlap before it is compared on the way). */
+static int check_full(struct want *w, struct resp *r, size_t overlap)
 {
 	if (r->has_clen) {
 		if (w->total != NO_SIZE && r->clen != w->total)
@@ -640,7 +669,7 @@ static int check_full(struct want *w, struct resp *r)
 	}
 	if (w->end != NO_SIZE && w->total != NO_SIZE && w->end > w->total)
 		return -EPROTO;
-	r->skip = w->pos;
+	r->skip = w->pos - overlap;
 	return 0;
 }
 
@@ -675,11 +704,13 @@ static int check_headers(struct xfer *x)
 		return 0;
 	}
 	if (rc == 0)
-		rc = r->status == 206 ? check_partial(w, r) : check_full(w, r);
+		rc = r->status == 206 ? check_partial(w, r, x->overlap)
+				      : check_full(w, r, x->overlap);
 	if (rc)
 		STAT_ADD(x->h, errors_verify, 1);
 	else
 		r->accept = 1;
+	r->cmp = x->overlap;
 	return rc;
 }
 
@@ -736,6 +767,23 @@ static void keep_error_body(struct xfer *x, const char *buf, size_t len)
 	x->errbody[x->errlen] = '\0';
 }
 
+/* Remember the last RESUME_OVERLAP bytes delivered, for the next resume. */
+static void keep_tail(struct xfer *x, const char *buf, size_t len)
+{
+	size_t keep;
+
+	if (len >= RESUME_OVERLAP) {
+		memcpy(x->tail, buf + len - RESUME_OVERLAP, RESUME_OVERLAP);
+		x->tail_len = RESUME_OVERLAP;
+		return;
+	}
+	keep = x->tail_len + len > RESUME_OVERLAP ? RESUME_OVERLAP - len
+						  : x->tail_len;
+	memmove(x->tail, x->tail + x->tail_len - keep, keep);
+	memcpy(x->tail + keep, buf, len);
+	x->tail_len = keep + len;
+}
+
 static size_t on_body(char *buf, size_t size, size_t n, void *ud)
 {
 	struct xfer *x = ud;
@@ -755,6 +803,17 @@ static size_t on_body(char *buf, size_t size, size_t n, void *ud)
 		left -= k;
 		r->skip -= k;
 	}
+	if (r->cmp && left) {
+		size_t k = r->cmp < left ? r->cmp : left;
+		if (memcmp(buf, x->tail + x->tail_len - r->cmp, k) != 0) {
+			STAT_ADD(x->h, errors_verify, 1);
+			r->err = note_why(-EPROTO, RESUME_LIE);
+			return 0;
+		}
+		buf += k;
+		left -= k;
+		r->cmp -= k;
+	}
 	if (r->status == 200 && w->end != NO_SIZE && left >= w->end - w->pos) {
 		r->done = 1;
 		left = (size_t)(w->end - w->pos);
@@ -772,6 +831,7 @@ static size_t on_body(char *buf, size_t size, size_t n, void *ud)
 			return 0;
 		}
 		w->pos += left;
+		keep_tail(x, buf, left);
 	}
 	return r->done ? 0 : len; /* a 200 past our range: stop it early */
 }
@@ -840,21 +900,26 @@ oom:
 	return NULL;
 }
 
-/* Sets the request's Range; range (48 bytes) gets "A-B" or "". */
-static void set_range(CURL *c, const struct want *w, char *range)
+/* Sets the request's Range; range (48 bytes) gets "A-B" or "". A resume
+ * starts x->overlap bytes early: those are compared, not delivered. */
+static void set_range(struct xfer *x, char *range)
 {
+	const struct want *w = x->w;
+	uint64_t first;
+
+	x->overlap = w->head ? 0 : x->tail_len;
+	first = w->pos - x->overlap;
 	range[0] = '\0';
-	if (w->head || (w->pos == 0 && w->end == NO_SIZE)) {
-		curl_easy_setopt(c, CURLOPT_RANGE, NULL);
+	if (w->head || (first == 0 && w->end == NO_SIZE)) {
+		curl_easy_setopt(x->c, CURLOPT_RANGE, NULL);
 		return;
 	}
 	if (w->end == NO_SIZE)
-		snprintf(range, 48, "%llu-", (unsigned long long)w->pos);
+		snprintf(range, 48, "%llu-", (unsigned long long)first);
 	else
-		snprintf(range, 48, "%llu-%llu",
-			 (unsigned long long)w->pos,
+		snprintf(range, 48, "%llu-%llu", (unsigned long long)first,
 			 (unsigned long long)(w->end - 1));
-	curl_easy_setopt(c, CURLOPT_RANGE, range);
+	curl_easy_setopt(x->c, CURLOPT_RANGE, range);
 }
 
 /* The call's total deadline: connect, first byte (one rate window), the
@@ -910,8 +975,8 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow,
 }
 
 /* The auth hook's lines for this request, appended to *l. */
-static int add_auth_headers(struct xfer *x, const char *url,
-			    const char *range, struct curl_slist **l)
+static int add_auth_headers(struct xfer *x, const char *url, const char *range,
+			    struct curl_slist **l)
 {
 	char rv[64], *buf = xmalloc(AUTH_HEADERS_MAX);
 	struct http_req_info ri = {.method = x->w->head ? "HEAD" : "GET",
@@ -953,7 +1018,7 @@ static CURLcode perform(struct xfer *x, const char *url, int trusted)
 	x->r.retry_after = -1;
 	x->errlen = 0;
 	curl_easy_setopt(x->c, CURLOPT_URL, url);
-	set_range(x->c, x->w, range);
+	set_range(x, range);
 	if (trusted && x->sign && x->h->auth.sign) {
 		int rc = add_auth_headers(x, url, range, &hdrs);
 		if (rc) {
@@ -1009,8 +1074,8 @@ static int is_tls_failure(CURLcode cc)
 	return cc == CURLE_PEER_FAILED_VERIFICATION ||
 	       cc == CURLE_SSL_CACERT_BADFILE || cc == CURLE_SSL_CERTPROBLEM ||
 	       cc == CURLE_SSL_PINNEDPUBKEYNOTMATCH ||
-	       cc == CURLE_SSL_CONNECT_ERROR || cc == CURLE_SSL_ENGINE_NOTFOUND ||
-	       cc == CURLE_SSL_CIPHER;
+	       cc == CURLE_SSL_CONNECT_ERROR ||
+	       cc == CURLE_SSL_ENGINE_NOTFOUND || cc == CURLE_SSL_CIPHER;
 }
 
 /* What failed, in words a user acts on, then curl's own. */
@@ -1027,11 +1092,12 @@ static void note_tls(CURLcode cc, int rc, const char *detail)
 		what = "TLS certificate name mismatch";
 	else if (cc == CURLE_PEER_FAILED_VERIFICATION ||
 		 cc == CURLE_SSL_CERTPROBLEM)
-		what = "TLS certificate not trusted (a private CA? see ca_file)";
+		what = "TLS certificate not trusted (a private CA? see "
+		       "ca_file)";
 	else if (cc == CURLE_SSL_PINNEDPUBKEYNOTMATCH)
 		what = "TLS public key does not match the pinned one";
-	last_tls.err = rc;
-	snprintf(last_tls.text, sizeof(last_tls.text), "%s: %s", what,
+	last_why.err = rc;
+	snprintf(last_why.text, sizeof(last_why.text), "%s: %s", what,
 		 detail[0] ? detail : curl_easy_strerror(cc));
 }
 
@@ -1181,8 +1247,8 @@ static int sleep_s(struct http *h, double s)
 	mono_abs(until, &ts);
 	pthread_mutex_lock(&h->slot_lock);
 	while (!h->stopping && now_mono() < until)
-		if (pthread_cond_timedwait(&h->stop_cond, &h->slot_lock,
-					   &ts) == ETIMEDOUT)
+		if (pthread_cond_timedwait(&h->stop_cond, &h->slot_lock, &ts) ==
+		    ETIMEDOUT)
 			break;
 	pthread_mutex_unlock(&h->slot_lock);
 	return h->stopping ? -ECANCELED : 0;
@@ -1218,6 +1284,7 @@ static int run(struct http *h, const char *given, struct want *w)
 	int rc = map_url(h, given, &mapped), retry;
 	long ra;
 
+	last_why.err = 0; /* this call's reason only */
 	if (rc)
 		return rc;
 	url = mapped ? mapped : given;
@@ -1484,8 +1551,8 @@ char *http_strip_secrets(const char *url)
 
 const char *http_reason(int err)
 {
-	if (err && err == last_tls.err)
-		return last_tls.text;
+	if (err && err == last_why.err)
+		return last_why.text;
 	switch (err) {
 	case -EKEYREJECTED:
 		return "TLS certificate refused";

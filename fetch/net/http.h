@@ -12,7 +12,8 @@
  *            words too)
  *   -ESTALE  ETag changed (or 412 to our If-Match)
  *   -EPROTO  bad Content-Range / Content-Length, size differing from the
- *            expected one, body shorter than announced
+ *            expected one, body shorter than announced, a resume whose
+ *            bytes differ from those already received
  *   -EPROTONOSUPPORT  redirect from https to http or to another scheme
  *   -ELOOP   more than 5 redirects
  * (http_reason says which in words: strerror's "Too many levels of symbolic
@@ -160,7 +161,10 @@ typedef int (*http_sink_fn)(void *ud, const void *data, size_t len);
  * So bytes of two versions are never mixed. A body that breaks off is
  * resumed with a Range request from the next byte (checked through
  * Content-Range); a server that ignores Range is handled by skipping the
- * bytes already delivered. */
+ * bytes already delivered. A resume asks again for up to 4 KiB already
+ * delivered and compares them (a 200's skipped bytes too): a server answering
+ * from another offset under a right-looking Content-Range is -EPROTO, never
+ * data (http_reason says so). */
 int http_stream(struct http *h, const char *url, const char *etag,
 		uint64_t expected_size, http_sink_fn sink, void *ud);
 

@@ -189,8 +189,30 @@ struct collect {
 	unsigned char *buf;
 	size_t len, cap;
 	size_t touch_after; /* change big.bin's mtime once this much arrived */
+	size_t swap_after;  /* rewrite big.bin (same size and mtime) once this
+			       much arrived */
 	int fail_with;	    /* sink returns this on the first call */
 };
+
+/* big.bin with other bytes, its size and mtime (so its ETag) kept: an
+ * object changed in place without the server noticing. */
+static void swap_big(void)
+{
+	unsigned char *other = xmalloc(BIG_LEN);
+	char path[256];
+	struct stat st;
+	struct timespec ts[2];
+
+	snprintf(path, sizeof(path), "%s/big.bin", g_root);
+	cr_assert_eq(stat(path, &st), 0);
+	for (size_t i = 0; i < BIG_LEN; i++)
+		other[i] = (unsigned char)(g_big[i] ^ 0x5a);
+	write_file(g_root, "big.bin", other, BIG_LEN);
+	ts[0] = st.st_atim;
+	ts[1] = st.st_mtim;
+	cr_assert_eq(utimensat(AT_FDCWD, path, ts, 0), 0);
+	free(other);
+}
 
 static int collect_sink(void *ud, const void *data, size_t len)
 {
@@ -208,6 +230,10 @@ static int collect_sink(void *ud, const void *data, size_t len)
 		snprintf(path, sizeof(path), "%s/big.bin", g_root);
 		cr_assert_eq(utimensat(AT_FDCWD, path, ts, 0), 0);
 		c->touch_after = 0;
+	}
+	if (c->swap_after && c->len >= c->swap_after) {
+		swap_big();
+		c->swap_after = 0;
 	}
 	return 0;
 }
@@ -655,6 +681,89 @@ Test(http, lying_content_range_is_eproto)
 	http_free(h);
 }
 
+/* Issue 21 finding 2: a body cut short, then the resume answered from
+ * offset 0 under the right Content-Range. Only the bytes themselves can tell:
+ * the resume asks again for the last bytes already delivered and compares. */
+Test(http, resume_answered_from_offset_zero_is_eproto)
+{
+	NEED_SERVER();
+	struct http *h = mk(2, NULL);
+	struct collect *c = collect_new();
+
+	set_faults("/big.bin=truncate:100000,count=1\n"
+		   "/big.bin=range-from-zero");
+	cr_expect_eq(
+		http_stream(h, url("/big.bin"), NULL, BIG_LEN, collect_sink, c),
+		-EPROTO);
+	cr_expect_leq(c->len, 100000, "bytes of offset 0 went on as %zu",
+		      c->len);
+	cr_expect(memcmp(c->buf, g_big, c->len) == 0, "delivered bytes differ");
+	cr_expect_eq(stats_of(h).errors_verify, 1);
+	cr_expect_eq(stats_of(h).retries, 0);
+	cr_expect_eq(server_stat("ranges"), 1);
+	collect_free(c);
+	http_free(h);
+}
+
+/* The same inside a range read that is resumed. */
+Test(http, resumed_range_answered_from_offset_zero_is_eproto)
+{
+	NEED_SERVER();
+	struct http *h = mk(2, NULL);
+	unsigned char *buf = xmalloc(500000);
+
+	set_faults("/big.bin=truncate:100000,count=1\n"
+		   "/big.bin=range-from-zero");
+	cr_expect_eq(
+		http_get_range(h, url("/big.bin"), NULL, 5000, 500000, buf),
+		-EPROTO);
+	cr_expect_eq(stats_of(h).errors_verify, 1);
+	free(buf);
+	http_free(h);
+}
+
+/* A resume answered honestly from 0 (206 "bytes 0-...") is refused, not
+ * taken for the rest of the body. */
+Test(http, resume_restarted_at_zero_is_eproto)
+{
+	NEED_SERVER();
+	struct http *h = mk(2, NULL);
+	struct collect *c = collect_new();
+
+	set_faults("/big.bin=truncate:100000,count=1\n"
+		   "/big.bin=range-restart");
+	cr_expect_eq(
+		http_stream(h, url("/big.bin"), NULL, BIG_LEN, collect_sink, c),
+		-EPROTO);
+	cr_expect_leq(c->len, 100000);
+	cr_expect_eq(stats_of(h).errors_verify, 1);
+	collect_free(c);
+	http_free(h);
+}
+
+/* A 200 to the resume is skipped to the next byte only when the bytes it
+ * skips end as the ones delivered did: here the file is rewritten between
+ * the two requests with its size and mtime (so its ETag) kept. */
+Test(http, full_body_to_a_resume_is_compared)
+{
+	NEED_SERVER();
+	struct http *h = mk(2, NULL);
+	struct collect *c = collect_new();
+
+	c->swap_after = 100000; /* all the cut body: the server is done */
+	set_faults("/big.bin=truncate:100000,count=1\n"
+		   "/big.bin=ignore-range");
+	cr_expect_eq(
+		http_stream(h, url("/big.bin"), NULL, BIG_LEN, collect_sink, c),
+		-EPROTO);
+	cr_expect_leq(c->len, 100000);
+	cr_expect(memcmp(c->buf, g_big, c->len) == 0, "delivered bytes differ");
+	cr_expect_eq(stats_of(h).errors_verify, 1);
+	collect_free(c);
+	http_free(h);
+	write_file(g_root, "big.bin", g_big, BIG_LEN);
+}
+
 Test(http, wrong_expected_size_is_eproto)
 {
 	NEED_SERVER();
@@ -695,7 +804,8 @@ Test(http, redirects_are_followed_and_bounded)
 	cr_expect_eq(http_get_all(h, url("/ftp"), 100, &out, &len),
 		     -EPROTONOSUPPORT);
 	/* Messages name the cause, not strerror's symlinks or ranges. */
-	cr_expect_str_eq(http_reason(-ELOOP), "too many redirects (more than 5)");
+	cr_expect_str_eq(http_reason(-ELOOP),
+			 "too many redirects (more than 5)");
 	cr_expect(strstr(http_reason(-EPROTONOSUPPORT), "redirect refused"));
 	http_free(h);
 }
@@ -741,13 +851,15 @@ Test(http, https_verifies_and_refuses_downgrade)
 	cr_expect_str_eq(out ? out : "", SMALL_TEXT);
 	free(out);
 	out = NULL;
-	cr_expect_eq(http_get_all(untrusting, u, 100, &out, &len), -EKEYREJECTED);
+	cr_expect_eq(http_get_all(untrusting, u, 100, &out, &len),
+		     -EKEYREJECTED);
 	/* The reason names the check that failed, in curl's words too. */
 	cr_expect_not_null(strstr(http_reason(-EKEYREJECTED),
 				  "TLS certificate not trusted"),
 			   "%s", http_reason(-EKEYREJECTED));
-	cr_expect_not_null(strstr(http_reason(-EKEYREJECTED), "SSL certificate"),
-			   "%s", http_reason(-EKEYREJECTED));
+	cr_expect_not_null(
+		strstr(http_reason(-EKEYREJECTED), "SSL certificate"), "%s",
+		http_reason(-EKEYREJECTED));
 
 	/* upgrade http -> https is fine */
 	snprintf(rule, sizeof(rule), "/up=redirect:%s", u);
@@ -1050,8 +1162,7 @@ static void *cancel_main(void *arg)
 {
 	struct cancel_worker *w = arg;
 	struct collect *c = collect_new();
-	w->rc = http_stream(w->h, url(w->path), NULL, BIG_LEN, collect_sink,
-			    c);
+	w->rc = http_stream(w->h, url(w->path), NULL, BIG_LEN, collect_sink, c);
 	w->ended = now_mono();
 	collect_free(c);
 	return NULL;
@@ -1062,13 +1173,11 @@ static void *cancel_main(void *arg)
 Test(http, cancel_ends_every_transfer_promptly)
 {
 	NEED_SERVER();
-	struct http_opts o = {.connections = 2,
-			      .retry_budget_s = 60,
-			      .backoff_base_s = 0.01};
+	struct http_opts o = {
+		.connections = 2, .retry_budget_s = 60, .backoff_base_s = 0.01};
 	char err[128];
 	struct http *h = NULL;
-	const char *paths[] = {"/big.bin", "/busy.bin", "/big.bin",
-			       "/big.bin"};
+	const char *paths[] = {"/big.bin", "/busy.bin", "/big.bin", "/big.bin"};
 	struct cancel_worker w[4];
 	pthread_t t[4];
 	double t0;
@@ -1078,7 +1187,8 @@ Test(http, cancel_ends_every_transfer_promptly)
 	set_faults("/big.bin=stall:30\n/busy.bin=status:503,retry_after=20");
 	for (int i = 0; i < 4; i++) {
 		w[i] = (struct cancel_worker){.h = h, .path = paths[i]};
-		cr_assert_eq(pthread_create(&t[i], NULL, cancel_main, &w[i]), 0);
+		cr_assert_eq(pthread_create(&t[i], NULL, cancel_main, &w[i]),
+			     0);
 		usleep(100000);
 	}
 	usleep(700000);
