@@ -36,6 +36,9 @@ Fault rules: GLOB=MODE[,count=N][,retry_after=S]
                     bytes from offset 0 (a resume that starts over, lying)
     range-restart   answer a Range request with 206 and the whole object,
                     its Content-Range starting at 0
+    long-length:N   announce a Content-Length N bytes longer than the body
+                    on a 200 (GET and HEAD), send the body and keep the
+                    connection open, as a server whose size is wrong does
   Per request at most one etag: rule and at most one other rule apply: the
   first matching unexpired rule of each kind (in the order given); only an
   applied rule has its count decremented.
@@ -97,7 +100,8 @@ class Rule:
         self.check()
 
     def check(self):
-        numeric = {"status": int, "truncate": int, "slow": float, "stall": float}
+        numeric = {"status": int, "truncate": int, "slow": float, "stall": float,
+                   "long-length": int}
         if self.kind in numeric:
             numeric[self.kind](self.arg)
             if self.kind == "slow" and float(self.arg) <= 0:
@@ -354,7 +358,10 @@ class Handler(BaseHTTPRequestHandler):
         for k, v in common:
             self.send_header(k, v)
         self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Length", str(length))
+        extra = 0
+        if status == 200 and rule and rule.kind == "long-length":
+            extra = int(rule.arg)
+        self.send_header("Content-Length", str(length + extra))
         if status == 206:
             lie = 1 if rule and rule.kind == "lie-range" else 0
             self.send_header("Content-Range", "bytes %d-%d/%d"

@@ -643,8 +643,12 @@ static int check_partial(struct want *w, struct resp *r, size_t overlap)
 	if (r->cr_first != w->pos - overlap)
 		return note_why(-EPROTO, "a resumed body starts at another "
 					 "offset than asked (Content-Range)");
+	if (total != NO_SIZE && r->cr_total != NO_SIZE && r->cr_total < total)
+		return note_why(-EPROTO, "body shorter than Content-Length (a "
+					 "resume found the object shorter)");
 	if (total != NO_SIZE && r->cr_total != NO_SIZE && r->cr_total != total)
-		return -EPROTO;
+		return note_why(-EPROTO, "object larger than announced "
+					 "(Content-Range total)");
 	if (total == NO_SIZE)
 		total = r->cr_total;
 	last = w->end != NO_SIZE  ? w->end - 1
@@ -910,7 +914,9 @@ static void set_range(struct xfer *x, char *range)
 	x->overlap = w->head ? 0 : x->tail_len;
 	first = w->pos - x->overlap;
 	range[0] = '\0';
-	if (w->head || (first == 0 && w->end == NO_SIZE)) {
+	/* A resume from 0 still asks for a range: the Content-Range of the
+	 * answer says whether the object is as long as announced. */
+	if (w->head || (first == 0 && w->end == NO_SIZE && !x->overlap)) {
 		curl_easy_setopt(x->c, CURLOPT_RANGE, NULL);
 		return;
 	}
@@ -1264,6 +1270,23 @@ static void note_retry(const char *url, int rc, double delay)
 		  http_redact(url, red, sizeof(red)), strerror(-rc), delay);
 }
 
+/* A call that timed out inside a body of known length says where: a server
+ * announcing more than it sends looks like this too. */
+static void note_stall(const struct xfer *x)
+{
+	const struct want *w = x->w;
+	uint64_t end = w->end != NO_SIZE ? w->end : w->total;
+	char why[160];
+
+	if (!x->r.accept || w->head || end == NO_SIZE || w->pos >= end)
+		return;
+	snprintf(why, sizeof(why),
+		 "timed out with the body at byte %llu of %llu (stalled, or "
+		 "shorter than its Content-Length)",
+		 (unsigned long long)w->pos, (unsigned long long)end);
+	note_why(-ETIMEDOUT, why);
+}
+
 /* auth.map_url's URL for url (caller frees), or NULL: url as it is */
 static int map_url(struct http *h, const char *url, char **mapped)
 {
@@ -1338,6 +1361,8 @@ static int run(struct http *h, const char *given, struct want *w)
 			break;
 		}
 	}
+	if (rc == -ETIMEDOUT)
+		note_stall(&x);
 	curl_easy_cleanup(x.c);
 	free(mapped);
 	return rc;

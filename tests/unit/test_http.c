@@ -546,6 +546,8 @@ Test(http, stall_times_out_instead_of_hanging)
 	dt = now_mono() - t0;
 	cr_expect_lt(dt, 6.0, "took %.2fs", dt);
 	cr_expect_eq(c->len, 0);
+	cr_expect(strstr(http_reason(-ETIMEDOUT), "at byte 0 of") != NULL,
+		  "reason: %s", http_reason(-ETIMEDOUT));
 	collect_free(c);
 	http_free(h);
 }
@@ -762,6 +764,30 @@ Test(http, full_body_to_a_resume_is_compared)
 	collect_free(c);
 	http_free(h);
 	write_file(g_root, "big.bin", g_big, BIG_LEN);
+}
+
+/* Issue 21 finding 4: a server whose Content-Length (HEAD and GET) is longer
+ * than the body it sends, keeping the connection open. The call fails, and
+ * its reason says the body was short, not that something timed out. */
+Test(http, body_shorter_than_content_length_says_so)
+{
+	NEED_SERVER();
+	struct http *h = mk(2, NULL);
+	struct collect *c = collect_new();
+	uint64_t size = 0;
+	int rc;
+
+	set_faults("/small.txt=long-length:100");
+	cr_assert_eq(http_stat(h, url("/small.txt"), &size, NULL, 0), 0);
+	cr_assert_eq(size, strlen(SMALL_TEXT) + 100);
+	rc = http_stream(h, url("/small.txt"), NULL, size, collect_sink, c);
+	cr_expect_eq(rc, -EPROTO, "got %d (%s)", rc, http_reason(rc));
+	cr_expect(strstr(http_reason(rc), "shorter than") != NULL, "reason: %s",
+		  http_reason(rc));
+	cr_expect_eq(c->len, strlen(SMALL_TEXT));
+	cr_expect_geq(stats_of(h).errors_verify, 1);
+	collect_free(c);
+	http_free(h);
 }
 
 Test(http, wrong_expected_size_is_eproto)
