@@ -1186,10 +1186,11 @@ static int attempt(struct xfer *x, const char *url, int *retry, long *ra)
 
 /* ---- the retry loop ----------------------------------------------------- */
 
-static CURL *easy_new(struct http *h, struct xfer *x)
+/* A new easy handle with what every request of h shares: protocols, TLS
+ * verification and CA, connect timeout, curl's error text into errbuf. */
+static CURL *easy_base(struct http *h, char *errbuf)
 {
 	CURL *c = curl_easy_init();
-	long low = (long)h->low_speed_time_s;
 
 	if (!c)
 		return NULL;
@@ -1204,10 +1205,21 @@ static CURL *easy_new(struct http *h, struct xfer *x)
 		curl_easy_setopt(c, CURLOPT_CAINFO, h->ca_file);
 	if (h->ca_path)
 		curl_easy_setopt(c, CURLOPT_CAPATH, h->ca_path);
-	x->errbuf[0] = '\0';
-	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, x->errbuf);
+	errbuf[0] = '\0';
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
 			 (long)(h->connect_timeout_s * 1000));
+	curl_easy_setopt(c, CURLOPT_USERAGENT, "echofs/" ECHOFS_VERSION);
+	return c;
+}
+
+static CURL *easy_new(struct http *h, struct xfer *x)
+{
+	CURL *c = easy_base(h, x->errbuf);
+	long low = (long)h->low_speed_time_s;
+
+	if (!c)
+		return NULL;
 	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	if ((double)low < h->low_speed_time_s)
 		low++; /* curl counts whole seconds: round up */
@@ -1215,7 +1227,6 @@ static CURL *easy_new(struct http *h, struct xfer *x)
 	curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
 	curl_easy_setopt(c, CURLOPT_TCP_KEEPIDLE, 30L);
 	curl_easy_setopt(c, CURLOPT_TCP_KEEPINTVL, 15L);
-	curl_easy_setopt(c, CURLOPT_USERAGENT, "echofs/" ECHOFS_VERSION);
 	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, x);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
@@ -1506,6 +1517,85 @@ int http_get_all(struct http *h, const char *url, size_t cap, char **out,
 	g.buf[g.len] = '\0';
 	*out = g.buf;
 	*outlen = g.len;
+	return 0;
+}
+
+/* ---- one exchange (credential sources) ----------------------------------- */
+
+static size_t on_exchange_body(char *p, size_t size, size_t n, void *ud)
+{
+	return grow_sink(ud, p, size * n) == 0 ? size * n : 0;
+}
+
+static void exchange_opts(CURL *c, const struct http_exchange *r,
+			  struct curl_slist *l, struct growbuf *g)
+{
+	curl_easy_setopt(c, CURLOPT_URL, r->url);
+	if (r->method)
+		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, r->method);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, l);
+	if (r->form)
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, r->form);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_exchange_body);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, g);
+}
+
+int http_exchange(struct http *h, const struct http_exchange *r, size_t cap,
+		  long *status, char **out)
+{
+	char errbuf[CURL_ERROR_SIZE];
+	struct growbuf g = {.cap = cap};
+	struct curl_slist *l = NULL, *next;
+	double until = now_mono() + h->connect_timeout_s + h->retry_budget_s;
+	CURL *c = easy_base(h, errbuf);
+	CURLcode cc;
+	int rc = 0, retry;
+
+	*out = NULL;
+	*status = 0;
+	last_why.err = 0;
+	if (thread_deadline > 0 && thread_deadline < until)
+		until = thread_deadline;
+	for (size_t i = 0; c && i < r->nhdrs && rc == 0; i++) {
+		next = curl_slist_append(l, r->hdrs[i]);
+		rc = next ? 0 : -ENOMEM;
+		l = next ? next : l;
+	}
+	if (!c || rc) {
+		curl_slist_free_all(l);
+		curl_easy_cleanup(c);
+		return -ENOMEM;
+	}
+	exchange_opts(c, r, l, &g);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS,
+			 (long)((until - now_mono()) * 1000) + 1);
+	rc = slot_take(h, until);
+	if (rc == 0) {
+		STAT_ADD(h, requests, 1);
+		cc = curl_easy_perform(c);
+		slot_give(h);
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
+		/* any status is an answer: only curl's verdict is an error */
+		rc = xlate(h, c, cc, 200, &retry);
+		if (rc == -EIO && cc == CURLE_WRITE_ERROR)
+			rc = -EFBIG;
+		/* not logged: a credential chain probes sources that may
+		 * well be absent; its caller says what failed */
+		if (rc && is_tls_failure(cc))
+			note_tls(cc, rc, errbuf);
+	}
+	curl_slist_free_all(l);
+	curl_easy_cleanup(c);
+	if (rc == 0 && !g.buf && !(g.buf = malloc(1)))
+		rc = -ENOMEM;
+	if (rc) {
+		if (g.buf)
+			explicit_bzero(g.buf, g.len);
+		free(g.buf);
+		return rc;
+	}
+	g.buf[g.len] = '\0';
+	*out = g.buf;
 	return 0;
 }
 

@@ -183,6 +183,25 @@ int http_get_range_of(struct http *h, const char *url, const char *etag,
 int http_get_all(struct http *h, const char *url, size_t cap, char **out,
 		 size_t *outlen);
 
+/* One request whose every answer counts, for credential sources (instance
+ * metadata, container credentials, STS, Google's token endpoint): h's TLS
+ * options (ca_file, ca_path), its errnos for curl's failures (-EKEYREJECTED
+ * for an untrusted certificate, http_reason says which check), its
+ * connect timeout, ended by connect_timeout_s + retry_budget_s (or the
+ * thread's deadline); no retry, no redirect. Returns 0 with the status and
+ * the body (NUL-terminated, at most cap bytes; caller frees, may hold
+ * secrets: wipe it), whatever the status; or -errno with *out NULL (-EFBIG:
+ * body over cap). */
+struct http_exchange {
+	const char *method; /* NULL: GET, or POST when form is set */
+	const char *url;
+	const char *const *hdrs; /* nhdrs "Name: value" lines */
+	size_t nhdrs;
+	const char *form; /* request body, or NULL */
+};
+int http_exchange(struct http *h, const struct http_exchange *r, size_t cap,
+		  long *status, char **out);
+
 void http_get_stats(struct http *h, struct http_stats *out);
 
 /* Shutdown: every transfer in progress ends within about a second, waits

@@ -1,5 +1,6 @@
 /* test_http.c - fetch/http against tests/fault_server.py: streaming, ranges,
  * retries, resumes, verification, redirects, TLS, headers, concurrency. */
+#include "fetch/net/cred_http.h"
 #include "fetch/net/http.h"
 
 #include "common/util.h"
@@ -1253,4 +1254,31 @@ Test(http, range_total_and_identity_encoding)
 	cr_expect_not_null(strstr(out, "\"Accept-Encoding\": \"identity\""),
 			   "%s", out);
 	http_free(h);
+}
+
+/* Issue 20: a credential source's request (STS, IMDS, ECS, Google's token
+ * endpoint) goes through the one client: a private CA's server is refused
+ * as untrusted (-EKEYREJECTED, not -EHOSTUNREACH), and trusted with ca_file.
+ */
+Test(http, cred_request_uses_tls_options)
+{
+	NEED_SERVER();
+	char cert[256], key[256], u[256], *out = NULL;
+	struct fx_server tls = {0};
+	const char *hdr = "X-Test: 1";
+	struct cred_http_req r = {.url = u, .hdrs = &hdr, .nhdrs = 1};
+	long status = 0;
+
+	if (make_cert(cert, key, sizeof(cert)))
+		cr_skip_test("openssl could not make a test certificate");
+	cr_assert_eq(server_start(&tls, "tls", cert, key, NULL), 0);
+	snprintf(u, sizeof(u), "https://127.0.0.1:%d/small.txt", tls.port);
+	cr_expect_eq(cred_http_call(&r, &status, &out), -EKEYREJECTED);
+	cr_expect_null(out);
+	r.ca_file = cert;
+	cr_expect_eq(cred_http_call(&r, &status, &out), 0);
+	cr_expect_eq(status, 200);
+	cr_expect_str_eq(out ? out : "", SMALL_TEXT);
+	free(out);
+	fx_server_stop(&tls);
 }
