@@ -22,6 +22,11 @@
 
 #define BIG_LEN (3u * 1024 * 1024)
 #define SMALL_TEXT "hello from the fault server\n"
+/* Generous bound on a call that must end early: far below what waiting out
+ * the fault would take (a 20-30 s stall or Retry-After, a 100 s trickle),
+ * far above the expected 1-6 s, as a loaded 2-core machine may pause a
+ * process for seconds. Counts carry the exact claims. */
+#define SLACK_S 15.0
 
 static char g_dir[128];	 /* temp dir: port files, header files, certs */
 static char g_root[192]; /* served directory */
@@ -406,13 +411,12 @@ Test(http, final_statuses_do_not_retry)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct http *h = mk(5, NULL);
 		struct collect *c = collect_new();
-		double t0 = now_mono();
 
 		set_faults(cases[i].rule);
 		cr_expect_eq(http_stream(h, url("/missing"), NULL, UINT64_MAX,
 					 collect_sink, c),
 			     cases[i].rc, "case %zu", i);
-		cr_expect_lt(now_mono() - t0, 0.5, "case %zu was slow", i);
+		/* one request, no retry: no backoff was slept */
 		cr_expect_eq(stats_of(h).requests, 1, "case %zu", i);
 		cr_expect_eq(stats_of(h).retries, 0, "case %zu", i);
 		cr_expect_eq(stats_of(h).errors_4xx, 1, "case %zu", i);
@@ -469,7 +473,7 @@ Test(http, retry_after_is_honoured)
 	cr_assert_eq(http_get_all(h, url("/small.txt"), 100, &out, &len), 0);
 	dt = now_mono() - t0;
 	cr_expect_geq(dt, 0.95, "waited only %.2fs", dt);
-	cr_expect_lt(dt, 2.5, "waited %.2fs", dt);
+	cr_expect_eq(stats_of(h).retries, 1);
 	free(out);
 	http_free(h);
 }
@@ -485,7 +489,8 @@ Test(http, retry_after_is_capped_by_the_budget)
 	set_faults("/small.txt=status:503,count=1,retry_after=30");
 	cr_assert_eq(http_get_all(h, url("/small.txt"), 100, &out, &len), 0);
 	dt = now_mono() - t0;
-	cr_expect_lt(dt, 2.5, "waited %.2fs for a 1 s budget", dt);
+	cr_expect_lt(dt, SLACK_S, "waited %.2fs for a 1 s budget", dt);
+	cr_expect_eq(stats_of(h).retries, 1);
 	free(out);
 	http_free(h);
 }
@@ -501,7 +506,9 @@ Test(http, persistent_5xx_gives_up_within_budget)
 	set_faults("/small.txt=status:500");
 	cr_expect_eq(http_get_all(h, url("/small.txt"), 100, &out, &len), -EIO);
 	dt = now_mono() - t0;
-	cr_expect_lt(dt, 2.0, "took %.2fs", dt);
+	/* 0.5 s of budget; past it only the call's own deadline (11.5 s)
+	 * would end the retries */
+	cr_expect_lt(dt, 6.0, "took %.2fs", dt);
 	cr_expect_geq(stats_of(h).retries, 1);
 	http_free(h);
 }
@@ -526,7 +533,9 @@ Test(http, unreachable_port_is_refused_within_budget)
 				 collect_sink, c),
 		     -ECONNREFUSED);
 	dt = now_mono() - t0;
-	cr_expect_lt(dt, 2.0, "took %.2fs", dt);
+	/* 0.5 s of budget; past it only the call's own deadline (11.5 s)
+	 * would end the retries */
+	cr_expect_lt(dt, 6.0, "took %.2fs", dt);
 	cr_expect_geq(stats_of(h).retries, 1);
 	cr_expect_geq(stats_of(h).errors_conn, 2);
 	collect_free(c);
@@ -545,7 +554,7 @@ Test(http, stall_times_out_instead_of_hanging)
 		http_stream(h, url("/big.bin"), NULL, BIG_LEN, collect_sink, c),
 		-ETIMEDOUT);
 	dt = now_mono() - t0;
-	cr_expect_lt(dt, 6.0, "took %.2fs", dt);
+	cr_expect_lt(dt, SLACK_S, "took %.2fs (the stall lasts 20 s)", dt);
 	cr_expect_eq(c->len, 0);
 	cr_expect(strstr(http_reason(-ETIMEDOUT), "at byte 0 of") != NULL,
 		  "reason: %s", http_reason(-ETIMEDOUT));
@@ -1153,7 +1162,7 @@ Test(http, trickle_ends_by_the_total_deadline)
 	cr_expect_eq(http_get_range(h, url("/big.bin"), NULL, 0, 200000, buf),
 		     -ETIMEDOUT);
 	dt = now_mono() - t0;
-	cr_expect_lt(dt, 7.5, "took %.2fs", dt);
+	cr_expect_lt(dt, SLACK_S, "took %.2fs (the trickle needs 100 s)", dt);
 	cr_expect_geq(stats_of(h).errors_conn, 1);
 	free(buf);
 	http_free(h);
@@ -1173,7 +1182,7 @@ Test(http, thread_deadline_bounds_a_call)
 		-ETIMEDOUT);
 	http_thread_deadline(old);
 	dt = now_mono() - t0;
-	cr_expect_lt(dt, 3.0, "took %.2fs", dt);
+	cr_expect_lt(dt, SLACK_S, "took %.2fs (budget 30 s, stall 20 s)", dt);
 	collect_free(c);
 	http_free(h);
 }
@@ -1224,8 +1233,8 @@ Test(http, cancel_ends_every_transfer_promptly)
 	for (int i = 0; i < 4; i++) {
 		pthread_join(t[i], NULL);
 		cr_expect_eq(w[i].rc, -ECANCELED, "worker %d: %d", i, w[i].rc);
-		cr_expect_lt(w[i].ended - t0, 2.0, "worker %d took %.2fs", i,
-			     w[i].ended - t0);
+		cr_expect_lt(w[i].ended - t0, SLACK_S, "worker %d took %.2fs",
+			     i, w[i].ended - t0);
 	}
 	cr_expect_eq(http_get_range(h, url("/big.bin"), NULL, 0, 1, err),
 		     -ECANCELED);
