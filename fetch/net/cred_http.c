@@ -35,3 +35,9 @@ int cred_http_call(const struct cred_http_req *r, long *status, char **out)
 	http_free(h);
 	return rc;
 }
+
+int cred_http_no_answer(int rc)
+{
+	return rc == -EHOSTUNREACH || rc == -ECONNREFUSED ||
+	       rc == -ENETUNREACH || rc == -ETIMEDOUT || rc == -EIO;
+}

@@ -30,4 +30,9 @@ struct cred_http_req {
  * cap, or -ENOMEM. */
 int cred_http_call(const struct cred_http_req *r, long *status, char **out);
 
+/* Whether rc from cred_http_call means that nothing answered (refused,
+ * unreachable, timed out, reset): a source that may well be absent (instance
+ * metadata off EC2 or GCE) is then skipped; any other error is reported. */
+int cred_http_no_answer(int rc);
+
 #endif
