@@ -45,6 +45,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "fetch/net/redact.h" /* http_redact, http_strip_secrets */
+
 #define HTTP_ETAG_MAX 128
 
 /* A request about to be sent, as an auth hook sees it. */
@@ -214,19 +216,8 @@ void http_cancel(struct http *h);
  * call fails with -ETIMEDOUT. Returns the previous bound, to restore. */
 double http_thread_deadline(double until);
 
-/* Copy url into buf without userinfo, query string and fragment (replaced by
- * "***" markers), truncated to fit. Returns buf. */
-const char *http_redact(const char *url, char *buf, size_t buflen);
-
 /* The cause of one of the errnos above in words, for error messages and
  * logs ("too many redirects (more than 5)"); strerror for the others. */
 const char *http_reason(int err);
-
-/* The URL as it may be stored or published: without userinfo, query string
- * and fragment (a path without "://" is returned unchanged). Indexes, cache
- * keys and cache file names use this form, so nothing on disk holds a
- * credential and a new token still finds the same entries. Returns a new
- * string (caller frees). */
-char *http_strip_secrets(const char *url);
 
 #endif
