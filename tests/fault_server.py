@@ -32,6 +32,13 @@ Fault rules: GLOB=MODE[,count=N][,retry_after=S]
     redirect:URL    reply 302 with "Location: URL"
     lie-range       answer a Range request with the right bytes but a
                     Content-Range whose first and last byte are one too high
+    range-from-zero answer a Range request with the right headers over the
+                    bytes from offset 0 (a resume that starts over, lying)
+    range-restart   answer a Range request with 206 and the whole object,
+                    its Content-Range starting at 0
+    long-length:N   announce a Content-Length N bytes longer than the body
+                    on a 200 (GET and HEAD), send the body and keep the
+                    connection open, as a server whose size is wrong does
   Per request at most one etag: rule and at most one other rule apply: the
   first matching unexpired rule of each kind (in the order given); only an
   applied rule has its count decremented.
@@ -93,7 +100,8 @@ class Rule:
         self.check()
 
     def check(self):
-        numeric = {"status": int, "truncate": int, "slow": float, "stall": float}
+        numeric = {"status": int, "truncate": int, "slow": float, "stall": float,
+                   "long-length": int}
         if self.kind in numeric:
             numeric[self.kind](self.arg)
             if self.kind == "slow" and float(self.arg) <= 0:
@@ -101,7 +109,8 @@ class Rule:
         elif self.kind in ("etag", "redirect"):
             if not self.arg:
                 raise ValueError("%s needs a value" % self.kind)
-        elif self.kind not in ("ignore-range", "reset", "lie-range"):
+        elif self.kind not in ("ignore-range", "reset", "lie-range",
+                               "range-from-zero", "range-restart"):
             raise ValueError("unknown fault mode %r" % self.kind)
         if self.count is not None and self.count < 0:
             raise ValueError("count must be >= 0")
@@ -342,12 +351,17 @@ class Handler(BaseHTTPRequestHandler):
             if parsed is not None:
                 start, end = parsed
                 status = 206
+            if parsed is not None and rule and rule.kind == "range-restart":
+                start, end = 0, size - 1
         length = end - start + 1 if size > 0 else 0
         self.send_response(status)
         for k, v in common:
             self.send_header(k, v)
         self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Length", str(length))
+        extra = 0
+        if status == 200 and rule and rule.kind == "long-length":
+            extra = int(rule.arg)
+        self.send_header("Content-Length", str(length + extra))
         if status == 206:
             lie = 1 if rule and rule.kind == "lie-range" else 0
             self.send_header("Content-Range", "bytes %d-%d/%d"
@@ -355,6 +369,8 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command == "HEAD":
             return
+        if rule and rule.kind == "range-from-zero":
+            start = 0
         self.send_body(f, start, length, rule)
 
     def send_body(self, f, start, length, rule):

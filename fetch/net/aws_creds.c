@@ -3,6 +3,7 @@
  * see aws_creds.h for the order and the DESIGN note. */
 #include "fetch/net/aws_creds.h"
 
+#include "common/file.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/net/cred_http.h"
@@ -82,27 +83,18 @@ static int read_secret_file(const char *path, char **out, char *err,
 			    size_t errlen)
 {
 	int rc = aws_secret_file_ok(path, err, errlen);
-	int fd;
-	ssize_t n;
-	size_t len = 0;
-	char *buf;
+	size_t len;
 
 	if (rc)
 		return rc;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	buf = xmalloc(FILE_MAX + 1);
-	while ((n = read(fd, buf + len, FILE_MAX - len)) > 0)
-		len += (size_t)n;
-	close(fd);
-	if (n < 0 || len >= FILE_MAX) {
-		free(buf);
-		snprintf(err, errlen, "cannot read %s", path);
+	rc = file_read_all(path, FILE_MAX - 1, out, &len);
+	if (rc == -ENOENT)
+		return rc;
+	if (rc) {
+		snprintf(err, errlen, "cannot read %s: %s", path,
+			 rc == -EFBIG ? "too large" : strerror(-rc));
 		return -EIO;
 	}
-	buf[len] = '\0';
-	*out = buf;
 	return 0;
 }
 
@@ -416,24 +408,19 @@ static int from_process(struct aws_creds *c, struct aws_creds_value *v,
 static int read_token_file(const char *path, int check, char **out, char *err,
 			   size_t errlen)
 {
-	FILE *f;
 	size_t n;
-	char *buf;
+	int rc;
 
 	if (check)
 		return read_secret_file(path, out, err, errlen);
-	f = fopen(path, "re");
-	if (!f) {
-		snprintf(err, errlen, "cannot read %s", path);
-		return -errno;
+	rc = file_read_all(path, BODY_MAX, out, &n);
+	if (rc) {
+		snprintf(err, errlen, "cannot read %s: %s", path,
+			 rc == -EFBIG ? "too large" : strerror(-rc));
+		return rc;
 	}
-	buf = xmalloc(BODY_MAX + 1);
-	n = fread(buf, 1, BODY_MAX, f);
-	fclose(f);
-	buf[n] = '\0';
-	while (n && strchr(" \t\r\n", buf[n - 1]))
-		buf[--n] = '\0';
-	*out = buf;
+	while (n && strchr(" \t\r\n", (*out)[n - 1]))
+		(*out)[--n] = '\0';
 	return 0;
 }
 
@@ -575,7 +562,7 @@ static int from_imds(struct aws_creds_value *v, char *err, size_t errlen)
 	snprintf(url, sizeof(url), "%.*s/latest/api/token", (int)n, ep);
 	rc = http_call("PUT", url, ttl, 1, &tok);
 	if (rc)
-		return rc == -EHOSTUNREACH ? -ENOENT : rc; /* not on EC2 */
+		return cred_http_no_answer(rc) ? -ENOENT : rc; /* not on EC2 */
 	snprintf(url, sizeof(url), "%.*s", (int)n, ep);
 	rc = imds_role_creds(url, tok, v);
 	explicit_bzero(tok, strlen(tok));

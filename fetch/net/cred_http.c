@@ -1,69 +1,43 @@
 /* cred_http.c - the small HTTP exchange of credential sources (see
- * cred_http.h). */
+ * cred_http.h), made through fetch/net/http.c's client. */
 #include "fetch/net/cred_http.h"
 
-#include <curl/curl.h>
 #include <errno.h>
-#include <stdlib.h>
-#include <string.h>
+#include <stdio.h>
 
-#include "common/util.h"
+#include "fetch/net/http.h"
 
-struct body {
-	char *buf; /* CRED_HTTP_BODY_MAX + 1 */
-	size_t len;
-};
-
-static size_t on_data(char *p, size_t size, size_t n, void *ud)
-{
-	struct body *b = ud;
-	size_t len = size * n;
-
-	if (len > CRED_HTTP_BODY_MAX - b->len)
-		return 0; /* curl fails the transfer: no answer we can use */
-	memcpy(b->buf + b->len, p, len);
-	b->len += len;
-	b->buf[b->len] = '\0';
-	return len;
-}
-
+/* Credentials are fetched rarely (at mount, then before they expire): a
+ * client per exchange costs nothing that matters and needs no shared state
+ * between credential sources. */
 int cred_http_call(const struct cred_http_req *r, long *status, char **out)
 {
-	CURL *c = curl_easy_init();
-	struct curl_slist *l = NULL;
-	struct body b = {xmalloc(CRED_HTTP_BODY_MAX + 1), 0};
-	CURLcode cc;
+	struct http_opts o = {.connections = 1,
+			      .connect_timeout_s = 2,
+			      .retry_budget_s = 8,
+			      .ca_file = r->ca_file,
+			      .ca_path = r->ca_path};
+	struct http_exchange x = {.method = r->method,
+				  .url = r->url,
+				  .hdrs = r->hdrs,
+				  .nhdrs = r->nhdrs,
+				  .form = r->form};
+	struct http *h;
+	char err[256];
+	int rc;
 
 	*out = NULL;
 	*status = 0;
-	if (!c) {
-		free(b.buf);
-		return -ENOMEM;
-	}
-	b.buf[0] = '\0';
-	for (size_t i = 0; i < r->nhdrs; i++)
-		l = curl_slist_append(l, r->hdrs[i]);
-	curl_easy_setopt(c, CURLOPT_URL, r->url);
-	if (r->method)
-		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, r->method);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, l);
-	if (r->form)
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, r->form);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-	cc = curl_easy_perform(c);
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
-	curl_slist_free_all(l);
-	curl_easy_cleanup(c);
-	if (cc != CURLE_OK) {
-		explicit_bzero(b.buf, b.len);
-		free(b.buf);
-		return -EHOSTUNREACH;
-	}
-	*out = b.buf;
-	return 0;
+	rc = http_open(&o, &h, err, sizeof(err));
+	if (rc)
+		return rc;
+	rc = http_exchange(h, &x, CRED_HTTP_BODY_MAX, status, out);
+	http_free(h);
+	return rc;
+}
+
+int cred_http_no_answer(int rc)
+{
+	return rc == -EHOSTUNREACH || rc == -ECONNREFUSED ||
+	       rc == -ENETUNREACH || rc == -ETIMEDOUT || rc == -EIO;
 }

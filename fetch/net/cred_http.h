@@ -1,9 +1,8 @@
 /* cred_http.h - one small HTTP exchange for a credential source (instance
  * metadata, container credentials, STS, Google's token endpoint and
- * metadata server): its own handle, 2 s to connect, 10 s in all, a body of
- * at most CRED_HTTP_BODY_MAX bytes, http(s) only. Shard traffic goes
- * through fetch/net/http.c instead. Low-level: it reports, it does not
- * log. */
+ * metadata server) through fetch/net/http.c (http_exchange): its TLS
+ * options and errnos, 2 s to connect, 10 s in all, a body of at most
+ * CRED_HTTP_BODY_MAX bytes, http(s) only, no retry. */
 #ifndef ECHOFS_CRED_HTTP_H
 #define ECHOFS_CRED_HTTP_H
 
@@ -17,12 +16,23 @@ struct cred_http_req {
 	const char *const *hdrs; /* nhdrs header lines */
 	size_t nhdrs;
 	const char *form; /* request body, or NULL */
+	/* CA bundle and directory instead of the system's (ca_file,
+	 * $AWS_CA_BUNDLE...), or NULL */
+	const char *ca_file;
+	const char *ca_path;
 };
 
 /* Returns 0 with the body (NUL-terminated, caller frees; it may hold
  * secrets: wipe it) in *out and the HTTP status in *status, whatever the
- * status; or -EHOSTUNREACH (no answer, or a body over the cap) or -ENOMEM,
- * with *out NULL. */
+ * status; or, with *out NULL, http.c's errno for no answer
+ * (-ECONNREFUSED, -EHOSTUNREACH, -ETIMEDOUT, -EKEYREJECTED for an untrusted
+ * certificate: http_reason says which check...), -EFBIG for a body over the
+ * cap, or -ENOMEM. */
 int cred_http_call(const struct cred_http_req *r, long *status, char **out);
+
+/* Whether rc from cred_http_call means that nothing answered (refused,
+ * unreachable, timed out, reset): a source that may well be absent (instance
+ * metadata off EC2 or GCE) is then skipped; any other error is reported. */
+int cred_http_no_answer(int rc);
 
 #endif

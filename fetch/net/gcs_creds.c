@@ -9,6 +9,7 @@
 #include "fetch/net/aws_creds.h"
 #include "fetch/net/cred_http.h"
 #include "fetch/net/gcs_json.h"
+#include "fetch/net/http.h"
 #include "fetch/net/refresher.h"
 
 #include <curl/curl.h>
@@ -142,7 +143,8 @@ int gcs_jwt_make(const char *email, const char *pem, const char *aud,
 /* ---- requests to the token endpoint and the metadata server ------------- */
 
 /* GET (form NULL) or POST form to url; the body (any status) into *out
- * (caller frees), the status into *status. -EHOSTUNREACH when no answer. */
+ * (caller frees), the status into *status; cred_http_no_answer says
+ * whether an error means that nothing answered. */
 static int call(const char *url, const char *hdr, const char *form,
 		long *status, char **out)
 {
@@ -197,7 +199,9 @@ static int token_reply(int rc, long status, const char *body, const char *who,
 	char code[64], why[256];
 
 	if (rc) {
-		snprintf(err, errlen, "%s: unreachable", who);
+		snprintf(err, errlen, "%s: %s", who,
+			 cred_http_no_answer(rc) ? "unreachable"
+						 : http_reason(rc));
 		return rc;
 	}
 	if (status == 200) {
@@ -451,7 +455,7 @@ static int walk_chain(struct gcs_creds *c, struct gcs_token *t, char *err,
 					   : "the metadata server",
 		 c->src == GCS_SRC_METADATA ? c->host : c->path);
 	rc = fetch_token(c, t, err, errlen);
-	if (rc != -EHOSTUNREACH || c->src != GCS_SRC_METADATA)
+	if (!cred_http_no_answer(rc) || c->src != GCS_SRC_METADATA)
 		return rc;
 	adc_path(adc, sizeof(adc));
 	snprintf(err, errlen,

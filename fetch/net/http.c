@@ -29,6 +29,7 @@
 
 #include "fetch/net/http.h"
 
+#include "common/file.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -57,6 +58,10 @@
 #define NO_SIZE UINT64_MAX
 #define MIN_RATE_DEFAULT (64.0 * 1024)
 #define RATE_WINDOW_DEFAULT_S 10.0
+/* A resume asks again for this many of the bytes already delivered (at most)
+ * and compares them: a server answering from another offset under a right
+ * Content-Range, or a 200 of other bytes, is caught before its bytes go on. */
+#define RESUME_OVERLAP 4096
 
 struct http {
 	double retry_budget_s;
@@ -106,7 +111,8 @@ struct resp {
 	int etag_bad;	  /* present but unusable (too long) */
 	int encoded;	  /* a Content-Encoding other than identity */
 	long retry_after; /* seconds; -1 when absent or not in seconds form */
-	uint64_t skip;	  /* bytes of a 200 body before want.pos */
+	uint64_t skip;	  /* bytes of a 200 body before the overlap */
+	size_t cmp;	  /* overlap bytes still to compare with xfer.tail */
 	int accept;	  /* validated 200/206: body goes to the sink */
 	int done;	  /* all wanted arrived; transfer stopped early */
 	int err;	  /* verification or sink errno that stopped it */
@@ -121,26 +127,44 @@ struct xfer {
 	struct resp r;
 	CURL *c;
 	char errbuf[CURL_ERROR_SIZE]; /* curl's own words on a failure */
-	double started;	  /* monotonic start of the call */
-	uint64_t pos0;	  /* w->pos when the call started */
+	double started;		      /* monotonic start of the call */
+	uint64_t pos0;		      /* w->pos when the call started */
 	double win_start; /* current rate window: start and dlnow then */
 	curl_off_t win_bytes;
 	int stop_err;	/* why on_progress stopped the transfer */
 	int stop_retry; /* ... and whether another attempt may help */
-	int sign; /* the URL came from auth.map_url: sign its requests */
-	int auth_again;	  /* auth.failed asked for another attempt */
+	int sign;	/* the URL came from auth.map_url: sign its requests */
+	int auth_again; /* auth.failed asked for another attempt */
 	int auth_retried; /* ... and it was granted (once per call) */
-	size_t errlen; /* start of a non-2xx body, for auth.failed */
+	size_t errlen;	  /* start of a non-2xx body, for auth.failed */
 	char errbody[ERROR_BODY_MAX + 1];
+	/* The last bytes delivered, ending at w->pos (tail_len of them), and
+	 * how many of them the request in flight asks for again. */
+	unsigned char tail[RESUME_OVERLAP];
+	size_t tail_len;
+	size_t overlap;
 };
 
-/* The last TLS failure of this thread's calls, for http_reason: curl's
- * words ("SSL certificate problem: self-signed certificate") are what tell
- * a user which certificate check failed. */
+/* Why this thread's last call failed, when an errno alone would not say,
+ * for http_reason: curl's words on a TLS failure ("SSL certificate problem:
+ * self-signed certificate") tell a user which certificate check failed; a
+ * verification failure says which check. Cleared when a call starts. */
 static _Thread_local struct {
 	int err;
 	char text[CURL_ERROR_SIZE + 64];
-} last_tls;
+} last_why;
+
+#define RESUME_LIE                                                             \
+	"resumed body differs from the bytes already received (the server "    \
+	"answered the Range request from another offset)"
+
+/* Records why for http_reason; returns err. */
+static int note_why(int err, const char *why)
+{
+	last_why.err = err;
+	snprintf(last_why.text, sizeof(last_why.text), "%s", why);
+	return err;
+}
 
 /* A caller's own bound on the calls its thread makes (0: none). */
 static _Thread_local double thread_deadline;
@@ -268,41 +292,6 @@ static const char *header_line_problem(const char *s, size_t len, size_t *colon)
 	return NULL;
 }
 
-static int read_small_file(const char *path, char **out, size_t *outlen)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	char *buf;
-	size_t len = 0;
-
-	if (fd < 0)
-		return -errno;
-	buf = xmalloc(HEADER_FILE_MAX + 1);
-	for (;;) {
-		ssize_t n = read(fd, buf + len, HEADER_FILE_MAX + 1 - len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			int e = -errno;
-			close(fd);
-			free(buf);
-			return e;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-		if (len > HEADER_FILE_MAX) {
-			close(fd);
-			free(buf);
-			return -EFBIG;
-		}
-	}
-	close(fd);
-	buf[len] = '\0';
-	*out = buf;
-	*outlen = len;
-	return 0;
-}
-
 static void trim(const char **s, size_t *len)
 {
 	while (*len && (**s == ' ' || **s == '\t')) {
@@ -318,7 +307,7 @@ static int load_headers(struct http *h, const char *path, char *err,
 {
 	char *text = NULL, *line;
 	size_t len = 0, lineno = 0;
-	int rc = read_small_file(path, &text, &len);
+	int rc = file_read_all(path, HEADER_FILE_MAX, &text, &len);
 
 	if (rc) {
 		snprintf(err, errlen, "header_file %s: %s", path,
@@ -399,6 +388,28 @@ const char *http_version(void)
 	return curl_version();
 }
 
+/* Timed waits (slots, backoff) are on the monotonic clock: a clock step
+ * must neither cut them short nor stretch them. TODO(lead): common/deadline
+ * helper (store20 adds one) instead of this. */
+static int monotonic_conds(struct http *h)
+{
+	pthread_condattr_t ca;
+	int r = pthread_condattr_init(&ca);
+
+	if (r)
+		return -r;
+	r = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	if (r == 0)
+		r = pthread_cond_init(&h->slot_cond, &ca);
+	if (r == 0) {
+		r = pthread_cond_init(&h->stop_cond, &ca);
+		if (r)
+			pthread_cond_destroy(&h->slot_cond);
+	}
+	pthread_condattr_destroy(&ca);
+	return -r;
+}
+
 int http_open(const struct http_opts *o, struct http **out, char *err,
 	      size_t errlen)
 {
@@ -411,13 +422,17 @@ int http_open(const struct http_opts *o, struct http **out, char *err,
 	for (size_t i = 0; i < ARRAY_SIZE(h->share_lock); i++)
 		pthread_mutex_init(&h->share_lock[i], NULL);
 	pthread_mutex_init(&h->slot_lock, NULL);
-	{
-		pthread_condattr_t ca;
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&h->slot_cond, &ca);
-		pthread_cond_init(&h->stop_cond, &ca);
-		pthread_condattr_destroy(&ca);
+	r = monotonic_conds(h);
+	if (r) {
+		snprintf(err, errlen,
+			 "cannot set up a monotonic condition "
+			 "variable: %s",
+			 strerror(-r));
+		for (size_t i = 0; i < ARRAY_SIZE(h->share_lock); i++)
+			pthread_mutex_destroy(&h->share_lock[i]);
+		pthread_mutex_destroy(&h->slot_lock);
+		free(h);
+		return r;
 	}
 	h->min_rate = or_default(o->min_rate, MIN_RATE_DEFAULT);
 	h->rate_window_s = or_default(o->rate_window_s, RATE_WINDOW_DEFAULT_S);
@@ -519,8 +534,8 @@ static int slot_take(struct http *h, double until)
 	mono_abs(until, &ts);
 	pthread_mutex_lock(&h->slot_lock);
 	while (h->slots_free == 0 && !h->stopping && r == 0)
-		if (pthread_cond_timedwait(&h->slot_cond, &h->slot_lock,
-					   &ts) == ETIMEDOUT)
+		if (pthread_cond_timedwait(&h->slot_cond, &h->slot_lock, &ts) ==
+		    ETIMEDOUT)
 			r = -ETIMEDOUT;
 	if (h->stopping)
 		r = -ECANCELED;
@@ -609,14 +624,23 @@ static int check_etag(struct want *w, const struct resp *r)
 	return 0;
 }
 
-static int check_partial(struct want *w, struct resp *r)
+/* A 206: it must start where the request did (overlap bytes before w->pos)
+ * and end where the call wants. */
+static int check_partial(struct want *w, struct resp *r, size_t overlap)
 {
 	uint64_t total = w->total, last;
 
-	if (r->has_cr != 1 || r->cr_first != w->pos)
+	if (r->has_cr != 1)
 		return -EPROTO;
+	if (r->cr_first != w->pos - overlap)
+		return note_why(-EPROTO, "a resumed body starts at another "
+					 "offset than asked (Content-Range)");
+	if (total != NO_SIZE && r->cr_total != NO_SIZE && r->cr_total < total)
+		return note_why(-EPROTO, "body shorter than Content-Length (a "
+					 "resume found the object shorter)");
 	if (total != NO_SIZE && r->cr_total != NO_SIZE && r->cr_total != total)
-		return -EPROTO;
+		return note_why(-EPROTO, "object larger than announced "
+					 "(Content-Range total)");
 	if (total == NO_SIZE)
 		total = r->cr_total;
 	last = w->end != NO_SIZE  ? w->end - 1
@@ -630,8 +654,9 @@ static int check_partial(struct want *w, struct resp *r)
 	return 0;
 }
 
-/* A 200 to a Range request: the server ignored the range; skip to pos. */
-static int check_full(struct want *w, struct resp *r)
+/* A 200 to a Range request: the server ignored the range; skip to pos
+ * (the overlap before it is compared on the way). */
+static int check_full(struct want *w, struct resp *r, size_t overlap)
 {
 	if (r->has_clen) {
 		if (w->total != NO_SIZE && r->clen != w->total)
@@ -640,7 +665,7 @@ static int check_full(struct want *w, struct resp *r)
 	}
 	if (w->end != NO_SIZE && w->total != NO_SIZE && w->end > w->total)
 		return -EPROTO;
-	r->skip = w->pos;
+	r->skip = w->pos - overlap;
 	return 0;
 }
 
@@ -675,11 +700,13 @@ static int check_headers(struct xfer *x)
 		return 0;
 	}
 	if (rc == 0)
-		rc = r->status == 206 ? check_partial(w, r) : check_full(w, r);
+		rc = r->status == 206 ? check_partial(w, r, x->overlap)
+				      : check_full(w, r, x->overlap);
 	if (rc)
 		STAT_ADD(x->h, errors_verify, 1);
 	else
 		r->accept = 1;
+	r->cmp = x->overlap;
 	return rc;
 }
 
@@ -736,6 +763,23 @@ static void keep_error_body(struct xfer *x, const char *buf, size_t len)
 	x->errbody[x->errlen] = '\0';
 }
 
+/* Remember the last RESUME_OVERLAP bytes delivered, for the next resume. */
+static void keep_tail(struct xfer *x, const char *buf, size_t len)
+{
+	size_t keep;
+
+	if (len >= RESUME_OVERLAP) {
+		memcpy(x->tail, buf + len - RESUME_OVERLAP, RESUME_OVERLAP);
+		x->tail_len = RESUME_OVERLAP;
+		return;
+	}
+	keep = x->tail_len + len > RESUME_OVERLAP ? RESUME_OVERLAP - len
+						  : x->tail_len;
+	memmove(x->tail, x->tail + x->tail_len - keep, keep);
+	memcpy(x->tail + keep, buf, len);
+	x->tail_len = keep + len;
+}
+
 static size_t on_body(char *buf, size_t size, size_t n, void *ud)
 {
 	struct xfer *x = ud;
@@ -755,6 +799,17 @@ static size_t on_body(char *buf, size_t size, size_t n, void *ud)
 		left -= k;
 		r->skip -= k;
 	}
+	if (r->cmp && left) {
+		size_t k = r->cmp < left ? r->cmp : left;
+		if (memcmp(buf, x->tail + x->tail_len - r->cmp, k) != 0) {
+			STAT_ADD(x->h, errors_verify, 1);
+			r->err = note_why(-EPROTO, RESUME_LIE);
+			return 0;
+		}
+		buf += k;
+		left -= k;
+		r->cmp -= k;
+	}
 	if (r->status == 200 && w->end != NO_SIZE && left >= w->end - w->pos) {
 		r->done = 1;
 		left = (size_t)(w->end - w->pos);
@@ -772,6 +827,7 @@ static size_t on_body(char *buf, size_t size, size_t n, void *ud)
 			return 0;
 		}
 		w->pos += left;
+		keep_tail(x, buf, left);
 	}
 	return r->done ? 0 : len; /* a 200 past our range: stop it early */
 }
@@ -840,21 +896,28 @@ oom:
 	return NULL;
 }
 
-/* Sets the request's Range; range (48 bytes) gets "A-B" or "". */
-static void set_range(CURL *c, const struct want *w, char *range)
+/* Sets the request's Range; range (48 bytes) gets "A-B" or "". A resume
+ * starts x->overlap bytes early: those are compared, not delivered. */
+static void set_range(struct xfer *x, char *range)
 {
+	const struct want *w = x->w;
+	uint64_t first;
+
+	x->overlap = w->head ? 0 : x->tail_len;
+	first = w->pos - x->overlap;
 	range[0] = '\0';
-	if (w->head || (w->pos == 0 && w->end == NO_SIZE)) {
-		curl_easy_setopt(c, CURLOPT_RANGE, NULL);
+	/* A resume from 0 still asks for a range: the Content-Range of the
+	 * answer says whether the object is as long as announced. */
+	if (w->head || (first == 0 && w->end == NO_SIZE && !x->overlap)) {
+		curl_easy_setopt(x->c, CURLOPT_RANGE, NULL);
 		return;
 	}
 	if (w->end == NO_SIZE)
-		snprintf(range, 48, "%llu-", (unsigned long long)w->pos);
+		snprintf(range, 48, "%llu-", (unsigned long long)first);
 	else
-		snprintf(range, 48, "%llu-%llu",
-			 (unsigned long long)w->pos,
+		snprintf(range, 48, "%llu-%llu", (unsigned long long)first,
 			 (unsigned long long)(w->end - 1));
-	curl_easy_setopt(c, CURLOPT_RANGE, range);
+	curl_easy_setopt(x->c, CURLOPT_RANGE, range);
 }
 
 /* The call's total deadline: connect, first byte (one rate window), the
@@ -910,8 +973,8 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow,
 }
 
 /* The auth hook's lines for this request, appended to *l. */
-static int add_auth_headers(struct xfer *x, const char *url,
-			    const char *range, struct curl_slist **l)
+static int add_auth_headers(struct xfer *x, const char *url, const char *range,
+			    struct curl_slist **l)
 {
 	char rv[64], *buf = xmalloc(AUTH_HEADERS_MAX);
 	struct http_req_info ri = {.method = x->w->head ? "HEAD" : "GET",
@@ -953,7 +1016,7 @@ static CURLcode perform(struct xfer *x, const char *url, int trusted)
 	x->r.retry_after = -1;
 	x->errlen = 0;
 	curl_easy_setopt(x->c, CURLOPT_URL, url);
-	set_range(x->c, x->w, range);
+	set_range(x, range);
 	if (trusted && x->sign && x->h->auth.sign) {
 		int rc = add_auth_headers(x, url, range, &hdrs);
 		if (rc) {
@@ -1009,8 +1072,8 @@ static int is_tls_failure(CURLcode cc)
 	return cc == CURLE_PEER_FAILED_VERIFICATION ||
 	       cc == CURLE_SSL_CACERT_BADFILE || cc == CURLE_SSL_CERTPROBLEM ||
 	       cc == CURLE_SSL_PINNEDPUBKEYNOTMATCH ||
-	       cc == CURLE_SSL_CONNECT_ERROR || cc == CURLE_SSL_ENGINE_NOTFOUND ||
-	       cc == CURLE_SSL_CIPHER;
+	       cc == CURLE_SSL_CONNECT_ERROR ||
+	       cc == CURLE_SSL_ENGINE_NOTFOUND || cc == CURLE_SSL_CIPHER;
 }
 
 /* What failed, in words a user acts on, then curl's own. */
@@ -1027,11 +1090,12 @@ static void note_tls(CURLcode cc, int rc, const char *detail)
 		what = "TLS certificate name mismatch";
 	else if (cc == CURLE_PEER_FAILED_VERIFICATION ||
 		 cc == CURLE_SSL_CERTPROBLEM)
-		what = "TLS certificate not trusted (a private CA? see ca_file)";
+		what = "TLS certificate not trusted (a private CA? see "
+		       "ca_file)";
 	else if (cc == CURLE_SSL_PINNEDPUBKEYNOTMATCH)
 		what = "TLS public key does not match the pinned one";
-	last_tls.err = rc;
-	snprintf(last_tls.text, sizeof(last_tls.text), "%s: %s", what,
+	last_why.err = rc;
+	snprintf(last_why.text, sizeof(last_why.text), "%s: %s", what,
 		 detail[0] ? detail : curl_easy_strerror(cc));
 }
 
@@ -1114,10 +1178,11 @@ static int attempt(struct xfer *x, const char *url, int *retry, long *ra)
 
 /* ---- the retry loop ----------------------------------------------------- */
 
-static CURL *easy_new(struct http *h, struct xfer *x)
+/* A new easy handle with what every request of h shares: protocols, TLS
+ * verification and CA, connect timeout, curl's error text into errbuf. */
+static CURL *easy_base(struct http *h, char *errbuf)
 {
 	CURL *c = curl_easy_init();
-	long low = (long)h->low_speed_time_s;
 
 	if (!c)
 		return NULL;
@@ -1132,10 +1197,21 @@ static CURL *easy_new(struct http *h, struct xfer *x)
 		curl_easy_setopt(c, CURLOPT_CAINFO, h->ca_file);
 	if (h->ca_path)
 		curl_easy_setopt(c, CURLOPT_CAPATH, h->ca_path);
-	x->errbuf[0] = '\0';
-	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, x->errbuf);
+	errbuf[0] = '\0';
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
 			 (long)(h->connect_timeout_s * 1000));
+	curl_easy_setopt(c, CURLOPT_USERAGENT, "echofs/" ECHOFS_VERSION);
+	return c;
+}
+
+static CURL *easy_new(struct http *h, struct xfer *x)
+{
+	CURL *c = easy_base(h, x->errbuf);
+	long low = (long)h->low_speed_time_s;
+
+	if (!c)
+		return NULL;
 	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	if ((double)low < h->low_speed_time_s)
 		low++; /* curl counts whole seconds: round up */
@@ -1143,7 +1219,6 @@ static CURL *easy_new(struct http *h, struct xfer *x)
 	curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
 	curl_easy_setopt(c, CURLOPT_TCP_KEEPIDLE, 30L);
 	curl_easy_setopt(c, CURLOPT_TCP_KEEPINTVL, 15L);
-	curl_easy_setopt(c, CURLOPT_USERAGENT, "echofs/" ECHOFS_VERSION);
 	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, x);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
@@ -1181,8 +1256,8 @@ static int sleep_s(struct http *h, double s)
 	mono_abs(until, &ts);
 	pthread_mutex_lock(&h->slot_lock);
 	while (!h->stopping && now_mono() < until)
-		if (pthread_cond_timedwait(&h->stop_cond, &h->slot_lock,
-					   &ts) == ETIMEDOUT)
+		if (pthread_cond_timedwait(&h->stop_cond, &h->slot_lock, &ts) ==
+		    ETIMEDOUT)
 			break;
 	pthread_mutex_unlock(&h->slot_lock);
 	return h->stopping ? -ECANCELED : 0;
@@ -1196,6 +1271,23 @@ static void note_retry(const char *url, int rc, double delay)
 		return;
 	log_debug("http: %s failed (%s), retrying in %.2fs",
 		  http_redact(url, red, sizeof(red)), strerror(-rc), delay);
+}
+
+/* A call that timed out inside a body of known length says where: a server
+ * announcing more than it sends looks like this too. */
+static void note_stall(const struct xfer *x)
+{
+	const struct want *w = x->w;
+	uint64_t end = w->end != NO_SIZE ? w->end : w->total;
+	char why[160];
+
+	if (!x->r.accept || w->head || end == NO_SIZE || w->pos >= end)
+		return;
+	snprintf(why, sizeof(why),
+		 "timed out with the body at byte %llu of %llu (stalled, or "
+		 "shorter than its Content-Length)",
+		 (unsigned long long)w->pos, (unsigned long long)end);
+	note_why(-ETIMEDOUT, why);
 }
 
 /* auth.map_url's URL for url (caller frees), or NULL: url as it is */
@@ -1218,6 +1310,7 @@ static int run(struct http *h, const char *given, struct want *w)
 	int rc = map_url(h, given, &mapped), retry;
 	long ra;
 
+	last_why.err = 0; /* this call's reason only */
 	if (rc)
 		return rc;
 	url = mapped ? mapped : given;
@@ -1271,6 +1364,8 @@ static int run(struct http *h, const char *given, struct want *w)
 			break;
 		}
 	}
+	if (rc == -ETIMEDOUT)
+		note_stall(&x);
 	curl_easy_cleanup(x.c);
 	free(mapped);
 	return rc;
@@ -1417,75 +1512,89 @@ int http_get_all(struct http *h, const char *url, size_t cap, char **out,
 	return 0;
 }
 
-/* ---- redaction ---------------------------------------------------------- */
+/* ---- one exchange (credential sources) ----------------------------------- */
 
-static void put(char *buf, size_t buflen, size_t *at, const char *s, size_t n)
+static size_t on_exchange_body(char *p, size_t size, size_t n, void *ud)
 {
-	if (*at + 1 >= buflen)
-		return;
-	if (n > buflen - 1 - *at)
-		n = buflen - 1 - *at;
-	memcpy(buf + *at, s, n);
-	*at += n;
-	buf[*at] = '\0';
+	return grow_sink(ud, p, size * n) == 0 ? size * n : 0;
 }
 
-const char *http_redact(const char *url, char *buf, size_t buflen)
+static void exchange_opts(CURL *c, const struct http_exchange *r,
+			  struct curl_slist *l, struct growbuf *g)
 {
-	const char *p = url, *sep = strstr(url, "://"), *auth_end, *at_sign;
-	size_t at = 0, n;
-
-	if (buflen == 0)
-		return buf;
-	buf[0] = '\0';
-	if (sep) {
-		const char *auth = sep + 3;
-		auth_end = auth + strcspn(auth, "/?#");
-		at_sign = NULL;
-		for (const char *q = auth; q < auth_end; q++)
-			if (*q == '@')
-				at_sign = q;
-		if (at_sign) {
-			put(buf, buflen, &at, url, (size_t)(auth - url));
-			put(buf, buflen, &at, "***", 3);
-			p = at_sign;
-		}
-	}
-	n = strcspn(p, "?#");
-	put(buf, buflen, &at, p, n);
-	if (p[n])
-		put(buf, buflen, &at, p[n] == '?' ? "?***" : "#***", 4);
-	return buf;
+	curl_easy_setopt(c, CURLOPT_URL, r->url);
+	if (r->method)
+		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, r->method);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, l);
+	if (r->form)
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, r->form);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_exchange_body);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, g);
 }
 
-char *http_strip_secrets(const char *url)
+int http_exchange(struct http *h, const struct http_exchange *r, size_t cap,
+		  long *status, char **out)
 {
-	const char *sep = strstr(url, "://"), *auth, *auth_end, *from;
-	char *out = xmalloc(strlen(url) + 1);
-	size_t n = 0;
+	char errbuf[CURL_ERROR_SIZE];
+	struct growbuf g = {.cap = cap};
+	struct curl_slist *l = NULL, *next;
+	double until = now_mono() + h->connect_timeout_s + h->retry_budget_s;
+	CURL *c = easy_base(h, errbuf);
+	CURLcode cc;
+	int rc = 0, retry;
 
-	if (!sep) {
-		memcpy(out, url, strlen(url) + 1);
-		return out;
+	*out = NULL;
+	*status = 0;
+	last_why.err = 0;
+	if (thread_deadline > 0 && thread_deadline < until)
+		until = thread_deadline;
+	for (size_t i = 0; c && i < r->nhdrs && rc == 0; i++) {
+		next = curl_slist_append(l, r->hdrs[i]);
+		rc = next ? 0 : -ENOMEM;
+		l = next ? next : l;
 	}
-	auth = sep + 3;
-	auth_end = auth + strcspn(auth, "/?#");
-	from = auth;
-	for (const char *q = auth; q < auth_end; q++)
-		if (*q == '@')
-			from = q + 1; /* the last '@' ends the userinfo */
-	memcpy(out, url, (size_t)(auth - url));
-	n = (size_t)(auth - url);
-	size_t rest = strcspn(from, "?#");
-	memcpy(out + n, from, rest);
-	out[n + rest] = '\0';
-	return out;
+	if (!c || rc) {
+		curl_slist_free_all(l);
+		curl_easy_cleanup(c);
+		return -ENOMEM;
+	}
+	exchange_opts(c, r, l, &g);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS,
+			 (long)((until - now_mono()) * 1000) + 1);
+	rc = slot_take(h, until);
+	if (rc == 0) {
+		STAT_ADD(h, requests, 1);
+		cc = curl_easy_perform(c);
+		slot_give(h);
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
+		/* any status is an answer: only curl's verdict is an error */
+		rc = xlate(h, c, cc, 200, &retry);
+		if (rc == -EIO && cc == CURLE_WRITE_ERROR)
+			rc = -EFBIG;
+		/* not logged: a credential chain probes sources that may
+		 * well be absent; its caller says what failed */
+		if (rc && is_tls_failure(cc))
+			note_tls(cc, rc, errbuf);
+	}
+	curl_slist_free_all(l);
+	curl_easy_cleanup(c);
+	if (rc == 0 && !g.buf && !(g.buf = malloc(1)))
+		rc = -ENOMEM;
+	if (rc) {
+		if (g.buf)
+			explicit_bzero(g.buf, g.len);
+		free(g.buf);
+		return rc;
+	}
+	g.buf[g.len] = '\0';
+	*out = g.buf;
+	return 0;
 }
 
 const char *http_reason(int err)
 {
-	if (err && err == last_tls.err)
-		return last_tls.text;
+	if (err && err == last_why.err)
+		return last_why.text;
 	switch (err) {
 	case -EKEYREJECTED:
 		return "TLS certificate refused";

@@ -12,7 +12,8 @@
  *            words too)
  *   -ESTALE  ETag changed (or 412 to our If-Match)
  *   -EPROTO  bad Content-Range / Content-Length, size differing from the
- *            expected one, body shorter than announced
+ *            expected one, body shorter than announced, a resume whose
+ *            bytes differ from those already received
  *   -EPROTONOSUPPORT  redirect from https to http or to another scheme
  *   -ELOOP   more than 5 redirects
  * (http_reason says which in words: strerror's "Too many levels of symbolic
@@ -43,6 +44,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+#include "fetch/net/redact.h" /* http_redact, http_strip_secrets */
 
 #define HTTP_ETAG_MAX 128
 
@@ -160,7 +163,10 @@ typedef int (*http_sink_fn)(void *ud, const void *data, size_t len);
  * So bytes of two versions are never mixed. A body that breaks off is
  * resumed with a Range request from the next byte (checked through
  * Content-Range); a server that ignores Range is handled by skipping the
- * bytes already delivered. */
+ * bytes already delivered. A resume asks again for up to 4 KiB already
+ * delivered and compares them (a 200's skipped bytes too): a server answering
+ * from another offset under a right-looking Content-Range is -EPROTO, never
+ * data (http_reason says so). */
 int http_stream(struct http *h, const char *url, const char *etag,
 		uint64_t expected_size, http_sink_fn sink, void *ud);
 
@@ -179,6 +185,25 @@ int http_get_range_of(struct http *h, const char *url, const char *etag,
 int http_get_all(struct http *h, const char *url, size_t cap, char **out,
 		 size_t *outlen);
 
+/* One request whose every answer counts, for credential sources (instance
+ * metadata, container credentials, STS, Google's token endpoint): h's TLS
+ * options (ca_file, ca_path), its errnos for curl's failures (-EKEYREJECTED
+ * for an untrusted certificate, http_reason says which check), its
+ * connect timeout, ended by connect_timeout_s + retry_budget_s (or the
+ * thread's deadline); no retry, no redirect. Returns 0 with the status and
+ * the body (NUL-terminated, at most cap bytes; caller frees, may hold
+ * secrets: wipe it), whatever the status; or -errno with *out NULL (-EFBIG:
+ * body over cap). */
+struct http_exchange {
+	const char *method; /* NULL: GET, or POST when form is set */
+	const char *url;
+	const char *const *hdrs; /* nhdrs "Name: value" lines */
+	size_t nhdrs;
+	const char *form; /* request body, or NULL */
+};
+int http_exchange(struct http *h, const struct http_exchange *r, size_t cap,
+		  long *status, char **out);
+
 void http_get_stats(struct http *h, struct http_stats *out);
 
 /* Shutdown: every transfer in progress ends within about a second, waits
@@ -191,19 +216,8 @@ void http_cancel(struct http *h);
  * call fails with -ETIMEDOUT. Returns the previous bound, to restore. */
 double http_thread_deadline(double until);
 
-/* Copy url into buf without userinfo, query string and fragment (replaced by
- * "***" markers), truncated to fit. Returns buf. */
-const char *http_redact(const char *url, char *buf, size_t buflen);
-
 /* The cause of one of the errnos above in words, for error messages and
  * logs ("too many redirects (more than 5)"); strerror for the others. */
 const char *http_reason(int err);
-
-/* The URL as it may be stored or published: without userinfo, query string
- * and fragment (a path without "://" is returned unchanged). Indexes, cache
- * keys and cache file names use this form, so nothing on disk holds a
- * credential and a new token still finds the same entries. Returns a new
- * string (caller frees). */
-char *http_strip_secrets(const char *url);
 
 #endif

@@ -62,3 +62,16 @@ def test_header_file_reaches_server(fault_server, dataset, mounter, tmp_path):
     assert headers.get("x-echofs-test") == "hello-42", headers
     assert headers.get("authorization") == "Bearer s3cr3t-t0ken", headers
     assert "s3cr3t-t0ken" not in m.log(), "credentials must not be logged"
+
+
+def test_content_length_longer_than_body_at_mount(fault_server, mounter):
+    """Issue 21 finding 4: a shard whose Content-Length (HEAD and GET) is
+    longer than the body it sends, indexed at mount: the mount fails saying
+    the body was short, not "timed out"."""
+    fault_server.set_faults("/test/test-000001.tar=long-length:1000")
+    m = mounter(fault_server.source, check=False)
+    err = m.result.stderr
+    assert m.result.returncode != 0, "mounted over a short shard"
+    assert "test-000001.tar" in err, err
+    assert "shorter than Content-Length" in err, err
+    assert "timed out" not in err, err

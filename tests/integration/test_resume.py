@@ -1,0 +1,83 @@
+"""test_resume.py - a server that cuts a body short and answers the resume
+(a Range request) from offset 0 under a plausible header
+(tests/hostile_server.py, mode lie-range), against a mount without index=:
+the index built at mount must not take the repeated bytes for new members.
+Either every file is right or the mount fails naming the lie; never a
+changed dataset (issue 21, finding 2)."""
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+import helpers
+from helpers import PYTHON
+
+HOSTILE = os.path.join(helpers.REPO, "tests", "hostile_server.py")
+
+
+class Server:
+    """hostile_server.py over the test split (its shards under test/)."""
+
+    def __init__(self, root, work):
+        self.port_file = os.path.join(work, "port")
+        self.log = open(os.path.join(work, "hostile.log"), "w")
+        self.proc = subprocess.Popen(
+            [PYTHON, HOSTILE, "--root", root, "--alt", root,
+             "--port-file", self.port_file],
+            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(self.port_file):
+            assert self.proc.poll() is None and time.monotonic() < deadline, \
+                "hostile server did not start"
+            time.sleep(0.05)
+        with open(self.port_file) as f:
+            self.url = "http://127.0.0.1:%s" % f.read()
+
+    def set_mode(self, mode):
+        helpers.http_get(self.url + "/_mode", data=mode.encode(), method="PUT")
+
+    def stats(self):
+        return json.loads(helpers.http_get(self.url + "/_stats"))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        self.log.close()
+
+
+@pytest.fixture
+def lying(dataset, tmp_path):
+    work = tmp_path / "hostile"
+    work.mkdir()
+    s = Server(dataset.www, str(work))
+    yield s
+    s.stop()
+
+
+def test_resume_from_offset_zero_fails_the_mount(lying, dataset, mounter):
+    # Where the cut falls decides what the replayed bytes look like to the
+    # tar scanner: more members (duplicates), or a broken archive blamed on
+    # the shard. Either way the server, not the tar, must be named.
+    lying.set_mode("lie-range")
+    source = helpers.source_of(lying.url, "test")
+    m = mounter(source, check=False)
+    ranges = lying.stats()["ranges"]
+    assert ranges > 0, "no resume was asked for: the test shows nothing"
+    ref = dataset.ref_hashes("test")
+    if m.result.returncode == 0:
+        # Mounted: then it must be the dataset, byte for byte.
+        paths = helpers.list_paths(m.mnt)
+        dups = sorted(p for p in paths if "_dup" in p)
+        assert dups == [], "%d renamed duplicates, e.g. %r; log:\n%s" % (
+            len(dups), dups[:3], m.log()[-2000:])
+        assert paths == set(ref), "%d files missing" % len(set(ref) - paths)
+        assert helpers.walk(m.mnt) == ref
+        return
+    err = m.result.stderr
+    assert "resume" in err and "offset" in err, err
+    assert "timed out" not in err, err
+    assert "resumed body" in m.log(), m.log()[-2000:]
