@@ -29,6 +29,7 @@
 
 #include "fetch/net/http.h"
 
+#include "common/deadline.h"
 #include "common/file.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -389,25 +390,17 @@ const char *http_version(void)
 }
 
 /* Timed waits (slots, backoff) are on the monotonic clock: a clock step
- * must neither cut them short nor stretch them. TODO(lead): common/deadline
- * helper (store20 adds one) instead of this. */
+ * must neither cut them short nor stretch them. */
 static int monotonic_conds(struct http *h)
 {
-	pthread_condattr_t ca;
-	int r = pthread_condattr_init(&ca);
+	int r = cond_init_monotonic(&h->slot_cond);
 
 	if (r)
-		return -r;
-	r = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	if (r == 0)
-		r = pthread_cond_init(&h->slot_cond, &ca);
-	if (r == 0) {
-		r = pthread_cond_init(&h->stop_cond, &ca);
-		if (r)
-			pthread_cond_destroy(&h->slot_cond);
-	}
-	pthread_condattr_destroy(&ca);
-	return -r;
+		return r;
+	r = cond_init_monotonic(&h->stop_cond);
+	if (r)
+		pthread_cond_destroy(&h->slot_cond);
+	return r;
 }
 
 int http_open(const struct http_opts *o, struct http **out, char *err,
