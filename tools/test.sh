@@ -1,18 +1,25 @@
 #!/bin/bash
 # test.sh - build, then run the Criterion unit suite and the pytest
 # integration suite (real FUSE mounts against nginx and the fault server).
-#   tools/test.sh            build/ (the default build)
+#   tools/test.sh            the fast tier: every unit suite and the core
+#                            integration tests (under 5 minutes on 2 cores)
+#   tools/test.sh --full     every integration test (about 15 minutes in all)
 #   tools/test.sh --asan     build-asan/ (clang, ASan + UBSan), both suites
-# BUILD_DIR / ASAN_BUILD_DIR override the build directories.
-# Exits non-zero if anything failed; the last line sums up.
+#                            (add --full for every integration test)
+# The core tests are listed in tests/integration/conftest.py (FAST); the
+# others carry the pytest marker `slow`. BUILD_DIR / ASAN_BUILD_DIR override
+# the build directories. Exits non-zero if anything failed; the last line
+# sums up.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 ASAN=0
+FULL=0
 for a in "$@"; do
 	case "$a" in
 	--asan) ASAN=1 ;;
-	-h | --help) sed -n '2,7p' "$0"; exit 0 ;;
+	--full) FULL=1 ;;
+	-h | --help) sed -n '2,12p' "$0"; exit 0 ;;
 	*) echo "test.sh: unknown argument $a" >&2; exit 2 ;;
 	esac
 done
@@ -59,10 +66,16 @@ echo "== unit tests ($BUILD)"
 meson test -C "$BUILD" --print-errorlogs
 record "unit tests ($BUILD)" $?
 
-echo "== integration tests ($BUILD)"
+TIER=(-m "not slow")
+WHICH="core integration tests"
+if [ "$FULL" -eq 1 ]; then
+	TIER=()
+	WHICH="integration tests"
+fi
+echo "== $WHICH ($BUILD)"
 ECHOFS_BUILD="$PWD/$BUILD" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
-	--basetemp="$TMP/pytest" tests/integration
-record "integration tests ($BUILD)" $?
+	--basetemp="$TMP/pytest" --durations=5 "${TIER[@]}" tests/integration
+record "$WHICH ($BUILD)" $?
 
 if [ "$ASAN" -eq 1 ]; then
 	if compgen -G "$TMP/san/*" >/dev/null; then

@@ -25,6 +25,109 @@ sys.path.insert(0, os.path.join(helpers.REPO, "tools", "dev"))
 import nginx as nginx_mod  # noqa: E402  (tools/dev/nginx.py)
 
 
+# ---- test tiers -------------------------------------------------------------
+# `bash tools/test.sh` (the README's everyday command) runs the fast tier:
+# the unit suites and the tests named here, about 5 minutes on 2 cores with
+# the build. Every other test is marked `slow` and runs with
+# `tools/test.sh --full` and in CI. Chosen for what they cover per second
+# (`pytest --durations=0` over the whole suite): real mounts of the tree and
+# its reads, an echo mount, a preprocessing mount, a failing server and S3
+# signing, plus the cheap checks (docs, --check, hostile tar names). A name
+# covers every parameter of that test; a name that is not a test in its
+# file stops the run, so renaming a test cannot drop it from the tier.
+FAST = {
+    # the tree and its reads: every file of both splits, byte for byte
+    "test_tree.py": ["test_layout_listing_and_read_only", "test_stats_counts",
+                     "test_train_tree_byte_identical",
+                     "test_test_split_indexed_at_mount"],
+    # an echo mount, a preprocessing mount, image formats
+    "test_echo.py": ["test_every_open_serves_a_sample_of_its_class",
+                     "test_echo_mount_is_read_only_but_config",
+                     "test_readers_see_consistent_files"],
+    "test_echo_serve.py": ["test_one_read_request_per_echo_file",
+                           "test_echo_ppm_is_the_same_bytes_whatever_the_reads"],
+    "test_preprocess.py": ["test_exact_ppm_files_have_one_size_and_the_right_content",
+                           "test_bad_images_fail_cleanly",
+                           "test_echoes_after_augment_are_identical"],
+    "test_image_formats.py": ["test_broken_png_is_eio",
+                              "test_echo_mount_augments_png_and_webp",
+                              "test_exact_mount_converts_png_and_webp"],
+    # faults and failures
+    "test_faults.py": ["test_truncated_body_is_resumed",
+                       "test_ignore_range_uncached",
+                       "test_header_file_reaches_server"],
+    "test_failures.py": ["test_corrupt_index_fails_fast",
+                         "test_shard_404_at_index_time_fails_fast",
+                         "test_unwritable_cache_dir_serves_uncached",
+                         "test_unreachable_server_fails_fast"],
+    "test_integrity.py": ["test_echo_and_prep_mounts_see_only_checked_bytes",
+                          "test_moved_members_without_etag"],
+    "test_hostile.py": ["test_hostile_shard"],
+    "test_names.py": ["test_index_names_are_skipped_one_by_one"],
+    "test_liveness.py": ["test_mount_over_live_fuse_mount_is_refused"],
+    # S3 signing against a verifying gateway, and botocore's signer
+    "test_s3.py": ["test_brace_source_every_request_signed",
+                   "test_session_token_sent_and_checked",
+                   "test_wrong_secret_fails_mount",
+                   "test_unknown_key_and_unsigned",
+                   "test_no_such_bucket_and_key",
+                   "test_no_credentials_names_sources",
+                   "test_group_readable_credentials_file_refused"],
+    "test_sigv4_diff.py": ["test_direct_requests_match_botocore"],
+    "test_tls.py": ["test_private_ca_through_ca_file"],
+    # the command line, the tools, docs and the rest of the face
+    "test_docs.py": ["test_echofs_options_agree", "test_tool_flags_agree",
+                     "test_version_names_the_libraries"],
+    "test_check.py": ["test_check_takes_source_alone",
+                      "test_check_with_index_beside",
+                      "test_check_without_index_says_it_would_build"],
+    "test_mount_helper.py": ["test_fstab_bad_option_fails_cleanly",
+                             "test_fstab_line", "test_mount_t_fuse_echofs"],
+    "test_metrics.py": ["test_metrics_bad_address_fails_mount",
+                        "test_metrics_endpoint_text",
+                        "test_metrics_port_in_use_fails_mount"],
+    "test_nodes.py": ["test_bad_rank_or_world_fails_the_mount",
+                      "test_rank_and_world_from_the_environment",
+                      "test_uneven_parts_are_trimmed_to_equal_counts",
+                      "test_echo_ranks_serve_only_their_part"],
+    "test_top.py": ["test_help_and_version", "test_exact_mount_shows_fetch_and_cache",
+                    "test_counter_reset_shows_no_rate",
+                    "test_strict_parser_counts_malformed_lines"],
+    "test_zerocopy.py": ["test_python_open_costs_one_ioctl_per_file",
+                         "test_bytes_changed_on_disk_after_the_check_are_not_spliced"],
+    "test_security.py": ["test_other_user_cannot_steer_an_allow_other_mount",
+                         "test_image_above_decode_mem_is_refused"],
+}
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "slow: not in the fast tier (tools/test.sh runs "
+        "-m 'not slow'; tools/test.sh --full runs everything); see FAST in "
+        "tests/integration/conftest.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    here = os.path.dirname(os.path.abspath(__file__))
+    gone = [f for f in FAST if not os.path.exists(os.path.join(here, f))]
+    if gone:
+        raise pytest.UsageError("conftest.py FAST names missing files: %s"
+                                % ", ".join(gone))
+    checked = set()
+    for item in items:
+        fname = os.path.basename(str(item.fspath))
+        names = FAST.get(fname, ())
+        if fname not in checked:
+            checked.add(fname)
+            missing = [n for n in names if not hasattr(item.module, n)]
+            if missing:
+                raise pytest.UsageError(
+                    "conftest.py FAST names %s, not tests in %s"
+                    % (", ".join(missing), fname))
+        if getattr(item, "originalname", item.name) not in names:
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_runtest_makereport(item, call):
     if call.when == "call":
         item.echofs_failed = call.excinfo is not None

@@ -120,9 +120,10 @@ def test_waiting_mount_reads_the_others_download(dataset, mounter, tmp_path):
                         opts=opts, name="first")
         second = mounter(source_of(srv.url, "test"), cache_dir=cache_dir,
                          opts=opts, name="second")
-        shard0 = [("%s/%s.%s" % (label, key, ext))
-                  for _, _, label, key, ext in
-                  helpers.shard_samples(dataset.shards("test")[0])]
+        samples0 = helpers.shard_samples(dataset.shards("test")[0])
+        shard0 = ["%s/%s.%s" % (label, key, ext)
+                  for _, _, label, key, ext in samples0]
+        first_end = samples0[0][0] + samples0[0][1]  # end of its first sample
         ref = dataset.ref_hashes("test")
         got = {}
 
@@ -137,7 +138,17 @@ def test_waiting_mount_reads_the_others_download(dataset, mounter, tmp_path):
         while not tmp_files(cache_dir) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert tmp_files(cache_dir), "the first mount never started its download"
-        time.sleep(1.0)  # the first samples are in its file by now
+        # Wait until the first mount has received the first sample's bytes
+        # (they go to its temp file as they arrive). The bound only keeps a
+        # broken fetch from hanging the test: at 200 KB/s the first sample
+        # arrives within a second, so 60 s leaves room for a loaded machine.
+        deadline = time.monotonic() + 60
+        while (first.stats()["bytes_fetched"] < first_end
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
+        assert first.stats()["bytes_fetched"] >= first_end, (
+            "the first mount received %d B in 60 s, the first sample ends at "
+            "%d" % (first.stats()["bytes_fetched"], first_end))
         read(second, "second", shard0[0])
         still = tmp_files(cache_dir)
         s2 = second.stats()
