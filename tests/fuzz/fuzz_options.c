@@ -25,7 +25,7 @@ static void check_accepted(const struct fs_options *o,
 		return;
 	if (!o->source || (!o->check && !o->mountpoint) || !o->cache_dir)
 		abort();
-	if (o->world < 1 || o->rank >= o->world || !(o->echo >= 1.0) ||
+	if (o->world < 1 || o->rank >= o->world || !(o->echo.echo >= 1.0) ||
 	    o->connections < 1)
 		abort();
 	/* the forced mount options come last, so a user's -o cannot undo
@@ -33,7 +33,7 @@ static void check_accepted(const struct fs_options *o,
 	int last = args->argc - 1 - (o->debug ? 1 : 0); /* "-d" after them */
 	if (last < 1 || strcmp(args->argv[last - 1], "-o") != 0 ||
 	    strncmp(args->argv[last],
-		    o->echo_mount ? "rw,nosuid,nodev," : "ro,nosuid,nodev,",
+		    o->echo.on ? "rw,nosuid,nodev," : "ro,nosuid,nodev,",
 		    16))
 		abort();
 }

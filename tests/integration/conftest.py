@@ -44,7 +44,7 @@ FAST = {
     "test_echo.py": ["test_every_open_serves_a_sample_of_its_class",
                      "test_echo_mount_is_read_only_but_config",
                      "test_readers_see_consistent_files"],
-    "test_echo_serve.py": ["test_one_read_request_per_echo_file",
+    "test_echo_serve.py": ["test_echo_file_read_sends_no_read_request",
                            "test_echo_ppm_is_the_same_bytes_whatever_the_reads"],
     "test_preprocess.py": ["test_exact_ppm_files_have_one_size_and_the_right_content",
                            "test_bad_images_fail_cleanly",
