@@ -133,7 +133,7 @@ int dataset_echo_start(struct dataset *ds, const uint32_t *class_of,
 {
 	const struct dataset_echo_opts *eo = &ds->echo_opts;
 	size_t n = dataset_nsamples(ds);
-	uint32_t *cls = xmalloc((n ? n : 1) * sizeof(*cls));
+	uint32_t *cls;
 	struct pool_opts po = {
 		.echo = eo->echo,
 		.mode = (enum echo_mode)eo->mode,
@@ -154,6 +154,7 @@ int dataset_echo_start(struct dataset *ds, const uint32_t *class_of,
 		snprintf(err, errlen, "the echo pool is running already");
 		return -EBUSY;
 	}
+	cls = xmalloc((n ? n : 1) * sizeof(*cls));
 	/* The pool streams the rank's whole part (trimmed samples too), or
 	 * every shard when it draws a new part each pass. */
 	for (size_t i = 0; i < n; i++)
