@@ -341,3 +341,20 @@ class CacheSampler(threading.Thread):
             self.max = max(self.max, cache_bytes(self.cache_dir))
             self.samples += 1
             self.stop.wait(self.period)
+
+
+def start_port_file_server(cmd, port_file, log, timeout=30, what="server"):
+    """Start cmd (a test server that writes its port to port_file once it
+    listens) with its output in log; wait for the port (failing if the
+    server exits or timeout passes). Returns (proc, "http://127.0.0.1:PORT")."""
+    if os.path.exists(port_file):
+        os.unlink(port_file)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(port_file):
+        assert proc.poll() is None and time.monotonic() < deadline, \
+            "%s did not start" % what
+        time.sleep(0.05)
+    with open(port_file) as f:
+        return proc, "http://127.0.0.1:%s" % f.read()

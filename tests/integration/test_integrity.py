@@ -56,19 +56,10 @@ class Hostile:
         self.port_file = os.path.join(work, "port")
 
     def start(self, alt):
-        if os.path.exists(self.port_file):
-            os.unlink(self.port_file)
-        self.proc = subprocess.Popen(
+        self.proc, self.url = helpers.start_port_file_server(
             [PYTHON, HOSTILE, "--root", os.path.dirname(self.root),
              "--alt", os.path.dirname(alt), "--port-file", self.port_file],
-            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 15
-        while not os.path.exists(self.port_file):
-            assert self.proc.poll() is None and time.monotonic() < deadline, \
-                "hostile server did not start"
-            time.sleep(0.05)
-        with open(self.port_file) as f:
-            self.url = "http://127.0.0.1:%s" % f.read()
+            self.port_file, self.log, timeout=15, what="hostile server")
         self.source = "%s/test/test-{000000..000001}.tar" % self.url
 
     def stop(self):

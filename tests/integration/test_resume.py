@@ -7,8 +7,6 @@ changed dataset (issue 21, finding 2)."""
 
 import json
 import os
-import subprocess
-import time
 
 import pytest
 
@@ -24,17 +22,10 @@ class Server:
     def __init__(self, root, work):
         self.port_file = os.path.join(work, "port")
         self.log = open(os.path.join(work, "hostile.log"), "w")
-        self.proc = subprocess.Popen(
+        self.proc, self.url = helpers.start_port_file_server(
             [PYTHON, HOSTILE, "--root", root, "--alt", root,
              "--port-file", self.port_file],
-            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while not os.path.exists(self.port_file):
-            assert self.proc.poll() is None and time.monotonic() < deadline, \
-                "hostile server did not start"
-            time.sleep(0.05)
-        with open(self.port_file) as f:
-            self.url = "http://127.0.0.1:%s" % f.read()
+            self.port_file, self.log, what="hostile server")
 
     def set_mode(self, mode):
         helpers.http_get(self.url + "/_mode", data=mode.encode(), method="PUT")
