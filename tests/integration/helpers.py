@@ -30,6 +30,7 @@ import benchlib  # noqa: E402
 
 free_port = benchlib.free_port
 wait_port = benchlib.wait_port
+cache_bytes = benchlib.cache_bytes
 
 TRAIN_SHARDS = 60
 TEST_SHARDS = 10
@@ -306,23 +307,6 @@ def failed_mount(mounter, source, opts, timeout=120, one_line=True):
         assert not m.mounted
         assert len(err.splitlines()) == 1, err
     return err
-
-
-def cache_bytes(cache_dir):
-    """Bytes of the files under cache_dir/shards (entries, temp files of
-    writers in progress, lock files): what cache_size caps."""
-    d = os.path.join(cache_dir, "shards")
-    n = 0
-    try:
-        names = os.listdir(d)
-    except FileNotFoundError:
-        return 0
-    for name in names:
-        try:
-            n += os.lstat(os.path.join(d, name)).st_size
-        except FileNotFoundError:
-            continue
-    return n
 
 
 class CacheSampler(threading.Thread):

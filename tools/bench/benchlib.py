@@ -39,3 +39,20 @@ def read_stats(root):
             return json.load(f)
     except (OSError, ValueError):
         return None
+
+
+def cache_bytes(cache_dir):
+    """Bytes of the files under cache_dir/shards (entries, temp files of
+    writers in progress, lock files): what cache_size caps."""
+    d = os.path.join(cache_dir, "shards")
+    n = 0
+    try:
+        names = os.listdir(d)
+    except FileNotFoundError:
+        return 0
+    for name in names:
+        try:
+            n += os.lstat(os.path.join(d, name)).st_size
+        except FileNotFoundError:
+            continue
+    return n

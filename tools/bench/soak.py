@@ -276,21 +276,6 @@ def proc_rss_fds(pid):
         return None, None
 
 
-def cache_bytes(cache_dir):
-    d = os.path.join(cache_dir, "shards")
-    n = 0
-    try:
-        names = os.listdir(d)
-    except FileNotFoundError:
-        return 0
-    for name in names:
-        try:
-            n += os.lstat(os.path.join(d, name)).st_size
-        except FileNotFoundError:
-            continue
-    return n
-
-
 # ---- the run's shared record ------------------------------------------------
 
 class Record:
@@ -501,7 +486,7 @@ def sampler(ctx, stop):
     rec, mounts = ctx["rec"], ctx["mounts"]
     last = 0.0
     while not stop.is_set():
-        c = cache_bytes(ctx["cache_dir"])
+        c = benchlib.cache_bytes(ctx["cache_dir"])
         with rec.lock:
             rec.cache_max = max(rec.cache_max, c)
             rec.cache_samples += 1
