@@ -12,11 +12,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* want.end or .total not known (or not asked for) */
 #define NO_SIZE UINT64_MAX
 /* A resume asks again for this many of the bytes already delivered (at most)
  * and compares them: a server answering from another offset under a right
  * Content-Range, or a 200 of other bytes, is caught before its bytes go on. */
 #define RESUME_OVERLAP 4096
+/* the start of an error body kept for auth.failed */
 #define ERROR_BODY_MAX 4096
 
 struct http {
@@ -98,6 +100,8 @@ struct xfer {
 	size_t overlap;
 };
 
+/* A body collected whole, at most cap bytes (http_grow_sink; buf has room
+ * for a NUL after len). Zero it with cap set; the caller frees buf. */
 struct growbuf {
 	char *buf;
 	size_t len, alloc, cap;
