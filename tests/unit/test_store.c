@@ -501,6 +501,8 @@ Test(store, concurrent_readers_and_writer)
 	store_close(s);
 }
 
+/* ---- two stores on one directory ---- */
+
 /* Two stores on one directory behave as two processes would: flock locks
  * belong to open file descriptions, not to processes. */
 Test(store, second_open_keeps_live_writer_temp)

@@ -233,7 +233,7 @@ Test(store_evict, larger_than_cap_refused)
 	store_close(s);
 }
 
-/* ---- side effects, sharing, sweeps ---- */
+/* ---- side effects, a cap shared by stores, sweeps ---- */
 
 /* One entry's size on disk (data plus footer) for `size` data bytes. */
 static uint64_t unit_of(uint64_t size)
