@@ -62,3 +62,45 @@ int decoder_fail(char *why, size_t whylen, int err, const char *fmt, ...)
 	}
 	return err;
 }
+
+int decoder_plain_probe(const struct decoder_plain *d, const uint8_t *in,
+			size_t len, uint64_t max_pixels, unsigned *w,
+			unsigned *h, char *why, size_t whylen)
+{
+	int r = d->probe(in, len, w, h, why, whylen);
+
+	return r < 0 ? r
+		     : decoder_check_size(d->name, *w, *h, max_pixels, why,
+					  whylen);
+}
+
+int decoder_plain_plan(const struct decoder_plain *d, const uint8_t *in,
+		       size_t len, struct decode_plan *p)
+{
+	unsigned w, h;
+
+	if (d->probe(in, len, &w, &h, NULL, 0) < 0)
+		return -EBADMSG;
+	*p = (struct decode_plan){.w = w, .h = h, .bpp = 3};
+	p->work = (uint64_t)w * h * 4 + d->work_extra;
+	return 0;
+}
+
+int decoder_plain_decode(const struct decoder_plain *d, const uint8_t *in,
+			 size_t len, uint64_t max_pixels,
+			 struct decode_out *out, char *why, size_t whylen)
+{
+	unsigned w, h;
+	int r = decoder_plain_probe(d, in, len, max_pixels, &w, &h, why,
+				    whylen);
+
+	if (r < 0)
+		return r;
+	out->rgb = out->get(out->arg, (size_t)w * h * 3);
+	if (!out->rgb)
+		return decoder_fail(why, whylen, -ENOMEM,
+				    "%s: no memory for %ux%u", d->name, w, h);
+	out->w = w;
+	out->h = h;
+	return d->decode(in, len, out->rgb, w, h, why, whylen);
+}

@@ -93,6 +93,32 @@ uint64_t decoder_max_pixels(uint64_t max_pixels);
 int decoder_check_size(const char *name, unsigned w, unsigned h,
 		       uint64_t max_pixels, char *why, size_t whylen);
 
+/* A decoder that is a plain probe and a decode into the caller's buffer:
+ * no state between images, no scaling (the size hint is ignored), decoded
+ * to RGBA first. pngdec.c and webpdec.c fill their table entries from one
+ * with the decoder_plain_* calls below. */
+struct decoder_plain {
+	const char *name; /* as in struct decoder, and in reasons */
+	/* The declared size from the header; 0 or -errno. */
+	int (*probe)(const void *in, size_t len, unsigned *w, unsigned *h,
+		     char *why, size_t whylen);
+	/* Decodes into rgb, w * h * 3 bytes, w and h as probe gave them. */
+	int (*decode)(const void *in, size_t len, uint8_t *rgb, unsigned w,
+		      unsigned h, char *why, size_t whylen);
+	/* Working memory beyond the 4 bytes a pixel of RGBA. */
+	uint64_t work_extra;
+};
+
+/* struct decoder's probe, plan and decode for a plain decoder d. */
+int decoder_plain_probe(const struct decoder_plain *d, const uint8_t *in,
+			size_t len, uint64_t max_pixels, unsigned *w,
+			unsigned *h, char *why, size_t whylen);
+int decoder_plain_plan(const struct decoder_plain *d, const uint8_t *in,
+		       size_t len, struct decode_plan *p);
+int decoder_plain_decode(const struct decoder_plain *d, const uint8_t *in,
+			 size_t len, uint64_t max_pixels,
+			 struct decode_out *out, char *why, size_t whylen);
+
 /* Formats a reason into why (when given) and returns err. */
 int decoder_fail(char *why, size_t whylen, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));

@@ -122,6 +122,15 @@ out:
 
 /* ---- the decoder table's entry ------------------------------------- */
 
+/* libspng decodes to RGBA first and may keep PNGDEC_CACHE_LIMIT of
+ * ancillary chunks. */
+static const struct decoder_plain plain = {
+	.name = "PNG",
+	.probe = pngdec_probe,
+	.decode = pngdec_decode,
+	.work_extra = PNGDEC_CACHE_LIMIT,
+};
+
 static int png_sniff(const uint8_t *in, size_t len)
 {
 	return pngdec_sniff(in, len);
@@ -131,45 +140,24 @@ static int png_probe(struct decoder_state *st, const uint8_t *in, size_t len,
 		     uint64_t maxpx, unsigned *w, unsigned *h, char *why,
 		     size_t whylen)
 {
-	int r = pngdec_probe(in, len, w, h, why, whylen);
-
 	(void)st;
-	return r < 0 ? r
-		     : decoder_check_size("PNG", *w, *h, maxpx, why, whylen);
+	return decoder_plain_probe(&plain, in, len, maxpx, w, h, why, whylen);
 }
 
-/* libspng decodes to RGBA first and may keep PNGDEC_CACHE_LIMIT of
- * ancillary chunks. */
 static int png_plan(const uint8_t *in, size_t len, unsigned hint,
 		    struct decode_plan *p)
 {
-	unsigned w, h;
-
 	(void)hint;
-	if (pngdec_probe(in, len, &w, &h, NULL, 0) < 0)
-		return -EBADMSG;
-	*p = (struct decode_plan){.w = w, .h = h, .bpp = 3};
-	p->work = (uint64_t)w * h * 4 + PNGDEC_CACHE_LIMIT;
-	return 0;
+	return decoder_plain_plan(&plain, in, len, p);
 }
 
 static int png_decode(struct decoder_state *st, const uint8_t *in, size_t len,
 		      unsigned hint, uint64_t maxpx, struct decode_out *out,
 		      char *why, size_t whylen)
 {
-	unsigned w, h;
-	int r = png_probe(st, in, len, maxpx, &w, &h, why, whylen);
-
+	(void)st;
 	(void)hint;
-	if (r < 0)
-		return r;
-	out->rgb = out->get(out->arg, (size_t)w * h * 3);
-	if (!out->rgb)
-		return decoder_fail(why, whylen, -ENOMEM,
-				    "PNG: no memory for %ux%u", w, h);
-	out->w = w;
-	out->h = h;
-	return pngdec_decode(in, len, out->rgb, w, h, why, whylen);
+	return decoder_plain_decode(&plain, in, len, maxpx, out, why, whylen);
 }
 
 static void png_version(char *buf, size_t len)

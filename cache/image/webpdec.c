@@ -89,6 +89,14 @@ int webpdec_decode(const void *in, size_t len, uint8_t *rgb, unsigned w,
 
 /* ---- the decoder table's entry ------------------------------------- */
 
+/* Counted as if every image had alpha (decoded to RGBA first). */
+static const struct decoder_plain plain = {
+	.name = "WebP",
+	.probe = webpdec_probe,
+	.decode = webpdec_decode,
+	.work_extra = 0,
+};
+
 static int webp_sniff(const uint8_t *in, size_t len)
 {
 	return webpdec_sniff(in, len);
@@ -98,44 +106,24 @@ static int webp_probe(struct decoder_state *st, const uint8_t *in, size_t len,
 		      uint64_t maxpx, unsigned *w, unsigned *h, char *why,
 		      size_t whylen)
 {
-	int r = webpdec_probe(in, len, w, h, why, whylen);
-
 	(void)st;
-	return r < 0 ? r
-		     : decoder_check_size("WebP", *w, *h, maxpx, why, whylen);
+	return decoder_plain_probe(&plain, in, len, maxpx, w, h, why, whylen);
 }
 
-/* Counted as if every image had alpha (decoded to RGBA first). */
 static int webp_plan(const uint8_t *in, size_t len, unsigned hint,
 		     struct decode_plan *p)
 {
-	unsigned w, h;
-
 	(void)hint;
-	if (webpdec_probe(in, len, &w, &h, NULL, 0) < 0)
-		return -EBADMSG;
-	*p = (struct decode_plan){.w = w, .h = h, .bpp = 3};
-	p->work = (uint64_t)w * h * 4;
-	return 0;
+	return decoder_plain_plan(&plain, in, len, p);
 }
 
 static int webp_decode(struct decoder_state *st, const uint8_t *in, size_t len,
 		       unsigned hint, uint64_t maxpx, struct decode_out *out,
 		       char *why, size_t whylen)
 {
-	unsigned w, h;
-	int r = webp_probe(st, in, len, maxpx, &w, &h, why, whylen);
-
+	(void)st;
 	(void)hint;
-	if (r < 0)
-		return r;
-	out->rgb = out->get(out->arg, (size_t)w * h * 3);
-	if (!out->rgb)
-		return decoder_fail(why, whylen, -ENOMEM,
-				    "WebP: no memory for %ux%u", w, h);
-	out->w = w;
-	out->h = h;
-	return webpdec_decode(in, len, out->rgb, w, h, why, whylen);
+	return decoder_plain_decode(&plain, in, len, maxpx, out, why, whylen);
 }
 
 static void webp_version(char *buf, size_t len)

@@ -8,6 +8,7 @@
 #include "fetch/format/sums.h"
 #include "fetch/net/http.h"
 #include "fixtures.h"
+#include "wrap_cond.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -20,23 +21,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-/* pthread_cond_init, wrapped at link time for this suite (tests/meson.build):
- * once `cond_fail_after` monotonic inits (those given an attr: made by
- * cond_init_monotonic) have succeeded, the next ones fail with ENOMEM.
- * -1: none fails. */
-int __real_pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a);
-int __wrap_pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a);
-static int cond_fail_after = -1;
-
-int __wrap_pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
-{
-	if (a && cond_fail_after >= 0 && cond_fail_after-- == 0) {
-		cond_fail_after = 0;
-		return ENOMEM;
-	}
-	return __real_pthread_cond_init(c, a);
-}
 
 /* ---- fixtures: temp dir, tar shards, fault server ---- */
 

@@ -7,23 +7,7 @@
 
 #include "common/util.h"
 #include "common/workq.h"
-
-/* pthread_cond_init, wrapped at link time for this suite (tests/meson.build):
- * once `cond_fail_after` monotonic inits (those given an attr: made by
- * cond_init_monotonic) have succeeded, the next ones fail with ENOMEM.
- * -1: none fails. */
-int __real_pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a);
-int __wrap_pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a);
-static int cond_fail_after = -1;
-
-int __wrap_pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
-{
-	if (a && cond_fail_after >= 0 && cond_fail_after-- == 0) {
-		cond_fail_after = 0;
-		return ENOMEM;
-	}
-	return __real_pthread_cond_init(c, a);
-}
+#include "wrap_cond.h"
 
 struct job {
 	struct workq_item it;

@@ -26,19 +26,9 @@ import statistics
 import sys
 import time
 
-from benchlib import read_stats
+from benchlib import list_tree, read_round, read_stats, run_procs
 
 CLK = os.sysconf("SC_CLK_TCK")
-
-
-def list_files(root):
-    out = []
-    for cls in sorted(os.listdir(root)):
-        d = os.path.join(root, cls)
-        if cls.startswith(".") or not os.path.isdir(d):
-            continue
-        out += [os.path.join(d, n) for n in sorted(os.listdir(d))]
-    return out
 
 
 def cpu_s(pid):
@@ -60,15 +50,9 @@ def reader(part, passes, seed, barrier, q):
     rng = random.Random(seed)
     done, bad = [], 0
     for _ in range(passes):
-        rng.shuffle(part)
-        for p in part:
-            try:
-                with open(p, "rb") as f:
-                    while f.read(1 << 20):
-                        pass
-                done.append(time.monotonic())
-            except OSError:  # a benchmark counts failures, never stops
-                bad += 1
+        d, b = read_round(part, rng)
+        done += d
+        bad += b
         barrier.wait()
     q.put((done, bad))
 
@@ -94,7 +78,7 @@ def pass_summary(a, b, files):
 
 
 def cmd_read(a):
-    files = list_files(a.root)
+    files = list_tree(a.root)
     random.Random(a.seed).shuffle(files)
     parts = [files[i::a.procs] for i in range(a.procs)]
     marks = mp.Manager().list()
@@ -102,13 +86,8 @@ def cmd_read(a):
     barrier = mp.Barrier(a.procs, action=lambda: marks.append(mark(root, pid)))
     q = mp.Queue()
     m0 = mark(a.root, a.pid)
-    ps = [mp.Process(target=reader, args=(parts[i], a.passes, a.seed + 1 + i, barrier, q))
-          for i in range(a.procs)]
-    for p in ps:
-        p.start()
-    got = [q.get() for _ in ps]
-    for p in ps:
-        p.join()
+    got = run_procs(reader, [(parts[i], a.passes, a.seed + 1 + i, barrier, q)
+                             for i in range(a.procs)], q)
     ms = [m0] + list(marks)
     bad = sum(g[1] for g in got)
     stamps = sorted(t for g in got for t in g[0])

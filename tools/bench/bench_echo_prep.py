@@ -15,22 +15,11 @@ the READ and IOCTL requests per file.
 import argparse
 import json
 import multiprocessing as mp
-import os
 import random
 import sys
 import time
 
-from benchlib import read_stats
-
-
-def list_files(root):
-    out = []
-    for cls in sorted(os.listdir(root)):
-        if cls.startswith("."):
-            continue
-        d = os.path.join(root, cls)
-        out += [os.path.join(d, n) for n in sorted(os.listdir(d))]
-    return out
+from benchlib import list_tree, read_round, read_stats, run_procs
 
 
 def stats(root):
@@ -41,32 +30,21 @@ def reader(part, rounds, seed, q):
     n, bad = 0, 0
     rng = random.Random(seed)
     for _ in range(rounds):
-        rng.shuffle(part)
-        for p in part:
-            try:
-                with open(p, "rb") as f:
-                    while f.read(1 << 20):
-                        pass
-                n += 1
-            except OSError:
-                bad += 1
+        done, b = read_round(part, rng)
+        n += len(done)
+        bad += b
     q.put((n, bad))
 
 
 def cmd_read(a):
-    files = list_files(a.root)
+    files = list_tree(a.root)
     random.Random(a.seed).shuffle(files)
     parts = [files[i::a.procs] for i in range(a.procs)]
     q = mp.Queue()
     s0 = stats(a.root)
     t0 = time.monotonic()
-    ps = [mp.Process(target=reader, args=(parts[i], a.rounds, a.seed + 1 + i, q))
-          for i in range(a.procs)]
-    for p in ps:
-        p.start()
-    got = [q.get() for _ in ps]
-    for p in ps:
-        p.join()
+    got = run_procs(reader, [(parts[i], a.rounds, a.seed + 1 + i, q)
+                             for i in range(a.procs)], q)
     wall = time.monotonic() - t0
     s1 = stats(a.root)
     n = sum(g[0] for g in got)

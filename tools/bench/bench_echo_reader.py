@@ -27,17 +27,7 @@ import random
 import sys
 import time
 
-from benchlib import read_stats
-
-
-def list_tree(root):
-    files = []
-    for cls in sorted(os.listdir(root)):
-        d = os.path.join(root, cls)
-        if cls.startswith(".") or not os.path.isdir(d):
-            continue
-        files += [os.path.join(d, n) for n in sorted(os.listdir(d))]
-    return files
+from benchlib import list_tree, read_stats
 
 
 def worker(files, seed, slot, counts, errors, nbytes, stop, shuffle):

@@ -1,9 +1,12 @@
 """benchlib.py - small helpers the tools/bench Python scripts share (free
-loopback ports, waiting for a server's port, reading a mount's stats);
+loopback ports, waiting for a server's port, reading a mount's stats, an
+ImageFolder tree's files, a round of whole-file reads over them and the
+reader processes that run them);
 tools/ must not import from tests/, so free_port and wait_port live here
 and tests/integration/helpers.py imports them."""
 
 import json
+import multiprocessing as mp
 import os
 import socket
 import time
@@ -56,3 +59,45 @@ def cache_bytes(cache_dir):
         except FileNotFoundError:
             continue
     return n
+
+
+def list_tree(root):
+    """ROOT/<class>/<file> of an ImageFolder tree, sorted; dot entries (the
+    mount's .echofs) and anything beside the class folders are left out."""
+    out = []
+    for cls in sorted(os.listdir(root)):
+        d = os.path.join(root, cls)
+        if cls.startswith(".") or not os.path.isdir(d):
+            continue
+        out += [os.path.join(d, n) for n in sorted(os.listdir(d))]
+    return out
+
+
+def read_round(part, rng):
+    """Shuffles part (in place) with rng, then opens, reads whole and closes
+    each file. Returns the time.monotonic() at which each read finished and
+    how many failed: a benchmark counts failures, never stops."""
+    rng.shuffle(part)
+    done, bad = [], 0
+    for p in part:
+        try:
+            with open(p, "rb") as f:
+                while f.read(1 << 20):
+                    pass
+            done.append(time.monotonic())
+        except OSError:
+            bad += 1
+    return done, bad
+
+
+def run_procs(target, argslist, q):
+    """Runs target(*args) in a process of its own for each args in argslist;
+    each puts one result on q. Returns the results, in the order they came,
+    once every process has ended."""
+    ps = [mp.Process(target=target, args=args) for args in argslist]
+    for p in ps:
+        p.start()
+    got = [q.get() for _ in ps]
+    for p in ps:
+        p.join()
+    return got
