@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,10 @@ struct aws_creds {
 	char *profile; /* the profile name in use (owned) */
 	char *process; /* credential_process command (owned) */
 	char source_name[160];
+	/* Lock order: refresh_lock, then lock. refresh_lock makes one fetch
+	 * at a time (the refresher's and those asked by a refused request);
+	 * it is held across the fetch's I/O, lock never is. */
+	pthread_mutex_t refresh_lock;
 	pthread_mutex_t lock; /* guards cur; leaf lock */
 	struct aws_creds_value cur;
 	struct refresher *refresher; /* NULL: the credentials never expire */
@@ -649,27 +654,88 @@ static int walk_chain(struct aws_creds *c, struct aws_creds_value *v, char *err,
 
 /* ---- refresh ------------------------------------------------------------ */
 
-/* The refresher's renew: from the source that gave the credentials. */
-static int renew(void *ud, time_t *expires)
+/* A fetch from the source that gave the credentials, installed. Called
+ * with refresh_lock held. */
+static int refetch(struct aws_creds *c, time_t *expires, char *err,
+		   size_t errlen)
 {
-	struct aws_creds *c = ud;
 	struct aws_creds_value *v = xmalloc(sizeof(*v));
-	char err[512];
-	int rc = fetch_from(c, v, err, sizeof(err));
+	int rc = fetch_from(c, v, err, errlen);
 
 	if (rc == 0) {
 		pthread_mutex_lock(&c->lock);
 		c->cur = *v;
 		pthread_mutex_unlock(&c->lock);
 		*expires = v->expires;
-		log_debug("aws: credentials from %s refreshed", c->source_name);
-	} else {
-		log_warn("aws: cannot refresh credentials from %s: %s; "
-			 "retrying in %d s",
-			 c->source_name, err, REFRESHER_RETRY_S);
 	}
 	explicit_bzero(v, sizeof(*v));
 	free(v);
+	return rc;
+}
+
+/* The refresher's renew. */
+static int renew(void *ud, time_t *expires)
+{
+	struct aws_creds *c = ud;
+	char err[512];
+	int rc;
+
+	pthread_mutex_lock(&c->refresh_lock);
+	rc = refetch(c, expires, err, sizeof(err));
+	pthread_mutex_unlock(&c->refresh_lock);
+	if (rc == 0)
+		log_debug("aws: credentials from %s refreshed", c->source_name);
+	else
+		log_warn("aws: cannot refresh credentials from %s: %s; "
+			 "retrying in %d s",
+			 c->source_name, err, REFRESHER_RETRY_S);
+	return rc;
+}
+
+static bool same_creds(const struct aws_creds_value *a,
+		       const struct aws_creds_value *b)
+{
+	return strcmp(a->access_key, b->access_key) == 0 &&
+	       strcmp(a->token, b->token) == 0;
+}
+
+int aws_creds_refresh(struct aws_creds *c, const struct aws_creds_value *used)
+{
+	char err[512] = "";
+	time_t expires;
+	bool moved, fetched = false;
+	int rc = 0;
+
+	pthread_mutex_lock(&c->refresh_lock);
+	pthread_mutex_lock(&c->lock);
+	moved = !same_creds(&c->cur, used);
+	pthread_mutex_unlock(&c->lock);
+	if (moved)
+		goto out; /* another request or the refresher got new ones */
+	if (c->src == SRC_ENV) {
+		rc = -EKEYEXPIRED; /* the environment cannot change */
+		snprintf(err, sizeof(err), "the environment's are fixed");
+		goto out;
+	}
+	rc = refetch(c, &expires, err, sizeof(err));
+	fetched = rc == 0;
+	if (rc == 0) {
+		pthread_mutex_lock(&c->lock);
+		moved = !same_creds(&c->cur, used);
+		pthread_mutex_unlock(&c->lock);
+		if (!moved) {
+			rc = -EKEYEXPIRED;
+			snprintf(err, sizeof(err), "the source gave the same");
+		}
+	}
+out:
+	pthread_mutex_unlock(&c->refresh_lock);
+	if (rc)
+		log_warn("aws: refused credentials from %s not renewed: %s",
+			 c->source_name, err);
+	else if (fetched)
+		log_info("aws: credentials from %s renewed after a refusal",
+			 c->source_name);
 	return rc;
 }
 
@@ -683,6 +749,7 @@ int aws_creds_open(const char *profile, struct aws_creds **out, char *err,
 
 	*out = NULL;
 	c->profile = xstrdup(profile_name(profile));
+	pthread_mutex_init(&c->refresh_lock, NULL);
 	pthread_mutex_init(&c->lock, NULL);
 	err[0] = '\0';
 	rc = walk_chain(c, &c->cur, err, errlen);
@@ -710,6 +777,7 @@ void aws_creds_free(struct aws_creds *c)
 	refresher_free(c->refresher);
 	explicit_bzero(&c->cur, sizeof(c->cur));
 	pthread_mutex_destroy(&c->lock);
+	pthread_mutex_destroy(&c->refresh_lock);
 	free(c->profile);
 	free(c->process);
 	free(c);

@@ -59,6 +59,16 @@ void aws_creds_free(struct aws_creds *c);
  * blocks on I/O. */
 void aws_creds_get(struct aws_creds *c, struct aws_creds_value *out);
 
+/* The server refused `used` as expired (ExpiredToken): fetches new
+ * credentials now from the source that gave them, unless they already
+ * changed since `used` was taken. The refresher renews ahead of the expiry
+ * on this machine's clock; a server whose clock runs ahead, or a local
+ * clock stepped back, makes credentials expire sooner than that. Returns
+ * 0 when the current credentials differ from `used` (try again), or
+ * -EKEYEXPIRED (the source cannot change: the environment, or it gave the
+ * same again) or the fetch's -errno; logs either way. */
+int aws_creds_refresh(struct aws_creds *c, const struct aws_creds_value *used);
+
 /* Which source gave the credentials ("environment", "profile NAME", ...);
  * static or owned by c. */
 const char *aws_creds_source(const struct aws_creds *c);

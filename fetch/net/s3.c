@@ -32,7 +32,7 @@ struct s3 {
 	int endpoint_auto; /* AWS's own, named after the region */
 	int region_asked;  /* s3_find_region has run */
 	char region[64];   /* changes only under err_lock (region_auto) */
-	char seen_region[64]; /* last x-amz-bucket-region; under err_lock */
+	char seen_region[64];	 /* last x-amz-bucket-region; under err_lock */
 	struct aws_creds *creds; /* NULL with no_sign */
 	struct http_auth auth;
 	_Atomic long
@@ -88,22 +88,46 @@ int s3_code_errno(const char *code, const char **why)
 
 /* http's failed hook: one line naming S3's reason (never a header). */
 /* RequestTimeTooSkewed names the server's time: sign with its clock from
- * now on. Returns 1 when the correction changed (worth another attempt). */
+ * now on. Returns 1 (another attempt, signed now) whenever the server's
+ * time could be read: the refused request may have been signed before
+ * another transfer's correction, or before a step of this machine's clock
+ * or the server's, when the skew it finds now is the old one. http tries
+ * once more per call, so a server that refuses every time costs one
+ * request more. */
 static int correct_skew(struct s3 *s, const char *body)
 {
 	char st[64];
 	struct tm tm = {0};
-	long skew, old;
+	long skew;
 
 	if (xml_tag_text(body, "ServerTime", st, sizeof(st)) ||
 	    !strptime(st, "%Y-%m-%dT%H:%M:%S", &tm))
 		return 0;
 	skew = (long)(timegm(&tm) - time(NULL));
-	old = atomic_exchange(&s->skew_s, skew);
+	atomic_store(&s->skew_s, skew);
 	log_warn("s3: the server's clock is %+ld s from ours: signing with "
 		 "the server's time",
 		 skew);
-	return labs(skew - old) > 60;
+	return 1;
+}
+
+/* ExpiredToken / TokenRefreshRequired: the refresher renews ahead of the
+ * expiry on this machine's clock, which the server's may not share (or
+ * this clock was stepped back). New credentials now, and the request once
+ * more (http honours that once per call). */
+static int on_expired(struct s3 *s)
+{
+	struct aws_creds_value *v;
+	int rc;
+
+	if (!s->creds)
+		return 0;
+	v = xmalloc(sizeof(*v));
+	aws_creds_get(s->creds, v);
+	rc = aws_creds_refresh(s->creds, v);
+	explicit_bzero(v, sizeof(*v));
+	free(v);
+	return rc == 0;
 }
 
 /* ---- the bucket's region ------------------------------------------------
@@ -204,6 +228,10 @@ static int on_failed(void *ud, const char *url, long status, const char *body,
 		return 0; /* redirects that http.c follows */
 	xml_tag_text(body, "Code", code, sizeof(code));
 	if (strcmp(code, "RequestTimeTooSkewed") == 0 && correct_skew(s, body))
+		return 1;
+	if ((strcmp(code, "ExpiredToken") == 0 ||
+	     strcmp(code, "TokenRefreshRequired") == 0) &&
+	    on_expired(s))
 		return 1;
 	if (correct_region(s, status, code, body))
 		return 1;
@@ -505,7 +533,8 @@ int s3_open(const struct s3_opts *o, struct s3 **out, char *err, size_t errlen)
 			goto fail;
 		log_info("s3: credentials from %s, region %s%s",
 			 aws_creds_source(s->creds), s->region,
-			 s->region_auto ? " until the bucket names its own" : "");
+			 s->region_auto ? " until the bucket names its own"
+					: "");
 	}
 	s->auth = (struct http_auth){.map_url = map_url,
 				     .sign = sign,

@@ -319,6 +319,35 @@ def test_expiring_credentials_refreshed_during_reads(s3, dataset, aws_env,
     assert reads > 100
 
 
+def test_token_refused_as_expired_renewed_at_once(s3, dataset, aws_env,
+                                                  standin, mounter):
+    """The server refuses the session token as expired an hour before the
+    expiry it was issued with (its clock runs ahead of ours, or ours was
+    stepped back; seen in the soak's clock step): echofs fetches new
+    credentials at once and tries the request again, so no read fails.
+    Before, every shard GET failed with ExpiredToken until the refresher's
+    next turn, 5 minutes before the expiry on this machine's clock."""
+    aws_env.delenv("AWS_ACCESS_KEY_ID")
+    aws_env.delenv("AWS_SECRET_ACCESS_KEY")
+    use_imds(aws_env, standin)
+    standin.issuer.life = 3600
+    s3.requests()
+    m = mounter(TEST_SRC, opts={"endpoint": s3.url, "cache_size": "1M"})
+    first = akids(s3)
+    with standin.issuer.lock:
+        for k in standin.issuer.keys.values():
+            if "expires" in k:
+                k["expires"] = time.time() - 1
+        s3.set_keys(standin.issuer.keys)
+    check_tree(m, dataset)
+    seen = s3.requests()
+    verdicts = [r["verdict"] for r in seen]
+    assert "ExpiredToken" in verdicts, verdicts[:5]
+    assert verdicts[-1] == "ok", verdicts[-5:]
+    assert {r["akid"] for r in seen if r["verdict"] == "ok"} - first
+    assert "renewed after a refusal" in m.log(), m.log()
+
+
 def test_clock_skew_corrected_from_server_time(s3, dataset, aws_env, mounter,
                                                tmp_path):
     """A server whose clock is an hour ahead answers RequestTimeTooSkewed

@@ -16,8 +16,8 @@ read random files while a fault injector cycles through its windows:
   lie_range Range replies whose Content-Range is one byte off
   enospc    the cache tmpfs filled by a ballast file
   kill9     kill -9 of the rank mount's daemon, then a new mount
-  clock     (only with --faults ...,clock) the daemons' CLOCK_REALTIME
-            stepped +1 h, then -1 h with libfaketime: broken, see FAULTS
+  clock     the machine's CLOCK_REALTIME stepped +1 h, then to -1 h, then
+            back (root; restored from CLOCK_MONOTONIC, see Clock)
 
 each followed by a quiet window. Recorded: files read, wrong bytes (exact and
 rank mounts: sha256 against the packed tree; echo mount: a PPM of the right
@@ -48,16 +48,17 @@ import benchlib  # noqa: E402
 
 FAULT_SERVER = os.path.join(REPO, "tests", "fault_server.py")
 PY = "/usr/bin/python3"
-FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
 NSHARDS = 60
-# "clock" is left out by default: libfaketime 0.9.10 (Debian 12) makes
-# CLOCK_MONOTONIC condition waits time out early once preloaded, even at
-# offset +0 with FAKETIME_DONT_FAKE_MONOTONIC=1 (fixed upstream after it,
-# wolfcw/libfaketime#503), so every read deadline fails at once; and a time
-# namespace (unshare --time) offsets only MONOTONIC and BOOTTIME, fixed
-# before its first process starts. Neither steps CLOCK_REALTIME safely.
+# "clock" steps the clock of the whole machine (clock_settime as root):
+# libfaketime 0.9.10 (Debian 12), preloaded, makes CLOCK_MONOTONIC condition
+# waits time out early even at offset +0 (fixed upstream after it), so every
+# read deadline failed at once, and a time namespace (unshare --time) offsets
+# only MONOTONIC and BOOTTIME. The real step is what a node sees when NTP
+# corrects a bad clock; the credential server and the S3 gateway live on the
+# same clock, as a real node's would not, so expiry is still exercised by
+# --creds-life.
 FAULTS = ["5xx", "reset", "trickle", "stopped", "lie_range", "enospc",
-          "kill9"]
+          "kill9", "clock"]
 RULES = {"5xx": ["*.tar=status:503"], "reset": ["*.tar=truncate:65536"],
          "trickle": ["*.tar=slow:1"], "lie_range": ["*.tar=lie-range"]}
 
@@ -393,11 +394,29 @@ def load_ref(ref_dir):
 
 # ---- faults -----------------------------------------------------------------
 
-def set_clock(path, offset):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(offset + "\n")
-    os.rename(tmp, path)
+class Clock:
+    """Steps CLOCK_REALTIME by whole offsets and always puts it back: the
+    true time is the real time at the first step plus the monotonic time
+    since, so a restore is exact however long a step held."""
+
+    def __init__(self):
+        self.base = None
+        self.lock = threading.Lock()
+
+    def step(self, offset_s):
+        with self.lock:
+            if self.base is None:
+                self.base = (time.clock_gettime(time.CLOCK_REALTIME),
+                             time.monotonic())
+            real0, mono0 = self.base
+            true_now = real0 + (time.monotonic() - mono0)
+            time.clock_settime(time.CLOCK_REALTIME, true_now + offset_s)
+            if offset_s == 0:
+                self.base = None
+
+    def restore(self):
+        if self.base is not None:
+            self.step(0)
 
 
 def fill_ballast(path):
@@ -444,11 +463,17 @@ def run_fault(name, secs, ctx, stop):
         m.killed = False
         stop.wait(max(0, secs - 5))
     elif name == "clock":
-        set_clock(ctx["faketime"], "+1h")
-        stop.wait(secs / 2)
-        set_clock(ctx["faketime"], "-1h")
-        stop.wait(secs / 2)
-        set_clock(ctx["faketime"], "+0")
+        clock = ctx["clock"]
+        try:
+            clock.step(3600)
+            log("clock stepped +1 h")
+            stop.wait(secs / 2)
+            clock.step(-3600)
+            log("clock stepped -1 h")
+            stop.wait(secs / 2)
+        finally:
+            clock.restore()
+            log("clock restored")
     with rec.lock:
         pass
 
@@ -661,18 +686,15 @@ def main():
                     "tmpfs", cachefs], check=True)
     cache_dir = os.path.join(cachefs, "cache")
     os.makedirs(cache_dir, exist_ok=True)
-    faketime = os.path.join(work, "faketime")
-    set_clock(faketime, "+0")
     env = dict(os.environ)
-    if "clock" in FAULTS and os.path.exists(FAKETIME):
-        env.update(LD_PRELOAD=FAKETIME, FAKETIME_TIMESTAMP_FILE=faketime,
-                   FAKETIME_CACHE_DURATION="1", FAKETIME_DONT_FAKE_MONOTONIC="1")
-    elif "clock" in FAULTS:
-        log("libfaketime is missing: the clock window steps nothing")
+    clock = Clock()
+    # the clock goes back whatever ends the soak (kill -9 of this script
+    # cannot be caught: then `date -s` by hand)
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
 
     rec = Record()
     ctx = {"rec": rec, "echofs": echofs, "cache_dir": cache_dir,
-           "ballast": os.path.join(cachefs, "ballast"), "faketime": faketime}
+           "ballast": os.path.join(cachefs, "ballast"), "clock": clock}
     server = Server(www, work)
     ctx["server"] = server
     mounts = []
@@ -727,7 +749,7 @@ def main():
         ctx["stats"] = {m.name: (m.stats() or {}).get("errors") for m in mounts}
     finally:
         stop.set()
-        set_clock(faketime, "+0")
+        clock.restore()
         server.faults([])
         for m in mounts:
             m.umount()

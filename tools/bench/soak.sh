@@ -8,7 +8,8 @@
 # Fashion-MNIST train shards from tests/fault_server.py (S3: s3rver)
 # while a fault injector cycles through 5xx bursts, bodies cut mid-way, a
 # 1 B/s trickle, a stopped server, lying Range replies, ENOSPC, kill -9 of a
-# mount (a clock step is left out: see FAULTS in soak.py). The
+# mount and a step of the machine's clock by +1 h and -1 h (as root; put
+# back at the end, see Clock in soak.py). The
 # work is done by soak.py; this script packs the data once and cleans up.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
