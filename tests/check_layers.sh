@@ -80,6 +80,16 @@ if [ -n "$hits" ]; then
 	BAD=1
 fi
 
+# One libcurl client: every easy handle is made in fetch/net/http.c (its
+# TLS options, error translation and deadlines apply to every request,
+# credential requests included).
+hits=$(grep -rnE --include='*.c' --include='*.h' 'curl_easy_init[[:space:]]*\(' \
+	fs cache fetch common tools | grep -v '^fetch/net/http\.c:')
+if [ -n "$hits" ]; then
+	printf '%s\n' "$hits" | sed 's|$|   <- curl_easy_init only in fetch/net/http.c|'
+	BAD=1
+fi
+
 if [ "$BAD" -ne 0 ]; then
 	echo "check_layers: layering broken (see above)" >&2
 	exit 1
