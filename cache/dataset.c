@@ -67,6 +67,7 @@ static int open_s3(const struct dataset_opts *o, struct s3 **out, char *err,
 		.endpoint = d->endpoint, .region = d->region,
 		.profile = d->profile, .path_style = d->path_style,
 		.requester_pays = d->requester_pays, .no_sign = d->no_sign,
+		.ca_file = o->ca_file, .ca_path = o->ca_path,
 	};
 
 	*out = NULL;
@@ -81,7 +82,9 @@ static int open_gcs(const struct dataset_opts *o, struct gcs **out, char *err,
 		    size_t errlen)
 {
 	struct gcs_opts go = {.endpoint = o->gcs.endpoint,
-			      .no_sign = o->gcs.no_sign};
+			      .no_sign = o->gcs.no_sign,
+			      .ca_file = o->ca_file,
+			      .ca_path = o->ca_path};
 
 	*out = NULL;
 	if (!gcs_wanted(o))

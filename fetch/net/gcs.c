@@ -4,6 +4,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "fetch/net/cred_http.h"
 #include "fetch/net/gcs_creds.h"
 #include "fetch/net/http.h"
 #include "fetch/net/s3.h"
@@ -310,7 +311,9 @@ int gcs_open(const struct gcs_opts *o, struct gcs **out, char *err,
 	if (r)
 		goto fail;
 	if (!g->no_sign) {
-		r = gcs_creds_open(&g->creds, err, errlen);
+		struct cred_tls tls = {o->ca_file, o->ca_path};
+
+		r = gcs_creds_open(&tls, &g->creds, err, errlen);
 		if (r)
 			goto fail;
 		log_info("gcs: token from %s", gcs_creds_source(g->creds));

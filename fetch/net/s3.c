@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/net/aws_creds.h"
+#include "fetch/net/cred_http.h"
 #include "fetch/net/http.h"
 #include "fetch/net/shardlist.h"
 #include "fetch/net/sigv4.h"
@@ -32,7 +33,7 @@ struct s3 {
 	int endpoint_auto; /* AWS's own, named after the region */
 	int region_asked;  /* s3_find_region has run */
 	char region[64];   /* changes only under err_lock (region_auto) */
-	char seen_region[64]; /* last x-amz-bucket-region; under err_lock */
+	char seen_region[64];	 /* last x-amz-bucket-region; under err_lock */
 	struct aws_creds *creds; /* NULL with no_sign */
 	struct http_auth auth;
 	_Atomic long
@@ -500,12 +501,15 @@ int s3_open(const struct s3_opts *o, struct s3 **out, char *err, size_t errlen)
 			goto fail;
 		}
 	if (!s->no_sign) {
-		r = aws_creds_open(o->profile, &s->creds, err, errlen);
+		struct cred_tls tls = {o->ca_file, o->ca_path};
+
+		r = aws_creds_open(o->profile, &tls, &s->creds, err, errlen);
 		if (r)
 			goto fail;
 		log_info("s3: credentials from %s, region %s%s",
 			 aws_creds_source(s->creds), s->region,
-			 s->region_auto ? " until the bucket names its own" : "");
+			 s->region_auto ? " until the bucket names its own"
+					: "");
 	}
 	s->auth = (struct http_auth){.map_url = map_url,
 				     .sign = sign,
