@@ -70,6 +70,22 @@ def test_prefix_glob_source(s3, dataset, aws_env, mounter):
     check_tree(m, dataset)
 
 
+def test_list_file_of_s3_urls_without_options(s3, dataset, aws_env, mounter,
+                                             tmp_path):
+    """A shard list file naming s3:// URLs opens S3 by itself (endpoint from
+    AWS_ENDPOINT_URL, as the AWS CLI takes it), as one naming gs:// URLs
+    opens GCS: every request signed, every file right."""
+    lst = tmp_path / "shards.txt"
+    lst.write_text("".join("s3://dset/test/%s\n" % os.path.basename(p)
+                           for p in dataset.shards("test")))
+    aws_env.setenv("AWS_ENDPOINT_URL", s3.url)
+    s3.requests()
+    m = mounter(str(lst))
+    check_tree(m, dataset)
+    seen = s3.requests()
+    assert seen and all(r["verdict"] == "ok" for r in seen), seen[:3]
+
+
 def test_listing_5000_keys_over_pages(s3, dataset, aws_env, mounter):
     s3.requests()
     m = mounter("s3://many/big/", opts={"endpoint": s3.url})
