@@ -17,10 +17,8 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/format/index.h"
+#include "fetch/net/bucket.h"
 #include "fetch/net/http.h"
-#include "fetch/net/gcs.h"
-#include "fetch/net/s3.h"
-#include "fetch/net/shardlist.h"
 
 int dataset_global_init(void)
 {
@@ -37,81 +35,31 @@ const char *dataset_net_version(void)
 	return http_version();
 }
 
-/* gs:// shards: SOURCE or index= is gs://, or a list file names some. */
-static int gcs_wanted(const struct dataset_opts *o)
-{
-	return o->gcs.on || shardlist_file_has(o->source, "gs://");
-}
-
-/* endpoint= and no_sign= alone are GCS's when the shards are gs:// only. */
-static int s3_wanted(const struct dataset_opts *o)
+/* The bucket backends (s3://, gs://...) the source, the index or a list
+ * file names, or that an option of one asks for. */
+static int open_buckets(const struct dataset_opts *o, struct buckets **out,
+			char *err, size_t errlen)
 {
 	const struct dataset_s3_opts *d = &o->s3;
-
-	if (!d->on)
-		return 0;
-	if (!gcs_wanted(o) || d->region || d->profile || d->path_style ||
-	    d->requester_pays)
-		return 1;
-	return s3_is_url(o->source) || (o->index && s3_is_url(o->index)) ||
-	       shardlist_file_has(o->source, "s3://");
-}
-
-/* The S3 addressing and signing of an s3:// source; *out NULL for others.
- * Returns 0 or -EINVAL with a reason (no credentials found...). */
-static int open_s3(const struct dataset_opts *o, struct s3 **out, char *err,
-		   size_t errlen)
-{
-	const struct dataset_s3_opts *d = &o->s3;
-	struct s3_opts so = {
-		.endpoint = d->endpoint, .region = d->region,
-		.profile = d->profile, .path_style = d->path_style,
-		.requester_pays = d->requester_pays, .no_sign = d->no_sign,
+	const struct dataset_gcs_opts *g = &o->gcs;
+	struct bucket_conf c = {
+		.endpoint = d->endpoint ? d->endpoint : g->endpoint,
+		.region = d->region, .profile = d->profile,
+		.path_style = d->path_style,
+		.requester_pays = d->requester_pays,
+		.no_sign = d->no_sign || g->no_sign,
+		.ca_file = o->ca_file, .ca_path = o->ca_path,
 	};
+	const char *urls[] = {o->source, o->index};
 
-	*out = NULL;
-	if (!s3_wanted(o))
-		return 0;
-	return s3_open(&so, out, err, errlen);
+	return buckets_open(&c, urls, 2, out, err, errlen);
 }
 
-/* The GCS addressing and token of a gs:// source (or of a list file that
- * names gs:// shards); *out NULL for others. */
-static int open_gcs(const struct dataset_opts *o, struct gcs **out, char *err,
-		    size_t errlen)
+static int open_http(const struct dataset_opts *o, struct buckets *bk,
+		     double budget, struct http **out, char *err, size_t errlen)
 {
-	struct gcs_opts go = {.endpoint = o->gcs.endpoint,
-			      .no_sign = o->gcs.no_sign};
-
-	*out = NULL;
-	if (!gcs_wanted(o))
-		return 0;
-	return gcs_open(&go, out, err, errlen);
-}
-
-/* A failed open's line ends with S3's or GCS's own reason when there was
- * one. */
-static void append_s3_reason(struct s3 *s3, struct gcs *gcs, char *err,
-			     size_t errlen)
-{
-	char why[400];
-	size_t n = strlen(err);
-
-	if (s3 && s3_last_error(s3, why, sizeof(why))[0] && !strstr(err, why))
-		snprintf(err + n, errlen - n, " (%s)", why);
-	n = strlen(err);
-	if (gcs && gcs_last_error(gcs, why, sizeof(why))[0] &&
-	    !strstr(err, why))
-		snprintf(err + n, errlen - n, " (%s)", why);
-}
-
-static int open_http(const struct dataset_opts *o, struct s3 *s3,
-		     struct gcs *gcs, double budget, struct http **out,
-		     char *err, size_t errlen)
-{
-	const struct http_auth *a = s3 ? s3_http_auth(s3) : NULL;
 	struct http_opts ho = {
-		.auth = gcs ? gcs_http_auth(gcs, a) : a,
+		.auth = buckets_hooks(bk),
 		.connections = o->connections,
 		.header_file = o->header_file,
 		.ca_file = o->ca_file,
@@ -121,8 +69,8 @@ static int open_http(const struct dataset_opts *o, struct s3 *s3,
 	};
 	int r = http_open(&ho, out, err, errlen);
 
-	if (r == 0 && s3) /* no region given: ask the bucket (once) */
-		s3_find_region(s3, *out, o->source);
+	if (r == 0) /* e.g. S3 with no region given asks the bucket (once) */
+		buckets_ready(bk, *out, &o->source, 1);
 	return r;
 }
 
@@ -159,8 +107,8 @@ static int open_index(struct dataset *ds, const struct dataset_opts *o,
 	log_info("index from %s: %zu shards, %zu samples", info.index_from,
 		 (*ix)->nshards, (*ix)->nsamples);
 	http_free(ds->http);
-	return open_http(o, ds->s3, ds->gcs, o->run_retry_budget_s, &ds->http,
-			 err, errlen);
+	return open_http(o, ds->bk, o->run_retry_budget_s, &ds->http, err,
+			 errlen);
 }
 
 int dataset_open(const struct dataset_opts *o, struct dataset **out, char *err,
@@ -175,13 +123,11 @@ int dataset_open(const struct dataset_opts *o, struct dataset **out, char *err,
 	ds->echo_opts = o->echo;
 	ds->image_opts = o->image;
 	ds->seed = o->seed;
-	r = open_s3(o, &ds->s3, err, errlen);
-	if (!r)
-		r = open_gcs(o, &ds->gcs, err, errlen);
+	r = open_buckets(o, &ds->bk, err, errlen);
 	if (r)
 		goto fail;
-	r = open_http(o, ds->s3, ds->gcs, o->boot_retry_budget_s, &ds->http,
-		      err, errlen);
+	r = open_http(o, ds->bk, o->boot_retry_budget_s, &ds->http, err,
+		      errlen);
 	if (r)
 		goto fail;
 	if (store_open(o->cache_dir, o->cache_size, &ds->store, serr,
@@ -212,7 +158,7 @@ int dataset_open(const struct dataset_opts *o, struct dataset **out, char *err,
 	*out = ds;
 	return 0;
 fail:
-	append_s3_reason(ds->s3, ds->gcs, err, errlen);
+	buckets_explain(ds->bk, err, errlen);
 	dataset_close(ds);
 	return r;
 }
@@ -254,21 +200,16 @@ int dataset_check(const struct dataset_opts *o, struct dataset_check *out,
 	struct resolve_info info;
 	struct index *ix = NULL;
 	struct http *h = NULL;
-	struct s3 *s3;
-	struct gcs *gcs = NULL;
+	struct buckets *bk;
 	int r;
 
 	memset(out, 0, sizeof(*out));
-	r = open_s3(o, &s3, err, errlen);
+	r = open_buckets(o, &bk, err, errlen);
 	if (r)
 		return r;
-	r = open_gcs(o, &gcs, err, errlen);
-	if (!r)
-		r = open_http(o, s3, gcs, o->boot_retry_budget_s, &h, err,
-			      errlen);
+	r = open_http(o, bk, o->boot_retry_budget_s, &h, err, errlen);
 	if (r) {
-		s3_free(s3);
-		gcs_free(gcs);
+		buckets_free(bk);
 		return r;
 	}
 	r = resolve_open(&ro, h, NULL, &ix, &info, err, errlen);
@@ -280,11 +221,10 @@ int dataset_check(const struct dataset_opts *o, struct dataset_check *out,
 			       err, errlen);
 	}
 	if (r)
-		append_s3_reason(s3, gcs, err, errlen);
+		buckets_explain(bk, err, errlen);
 	index_free(ix);
 	http_free(h);
-	s3_free(s3);
-	gcs_free(gcs);
+	buckets_free(bk);
 	return r;
 }
 
@@ -324,8 +264,7 @@ void dataset_close(struct dataset *ds)
 		index_free((struct index *)ds->ix);
 		store_close(ds->store);
 		http_free(ds->http);
-		s3_free(ds->s3); /* the client's signing hook points into it */
-		gcs_free(ds->gcs);
+		buckets_free(ds->bk); /* the client's hooks point into it */
 	}
 	free(ds->rank_of);
 	free(ds->in_view);

@@ -11,8 +11,7 @@
 struct index;
 struct shards;
 struct http;
-struct s3;
-struct gcs;
+struct buckets;
 struct store;
 struct pool;
 struct prep;
@@ -22,8 +21,7 @@ struct dataset {
 	const struct index *ix; /* owned when `own` */
 	struct shards *sh;	/* owned when `own`; may be NULL */
 	struct http *http;	/* owned; NULL for dataset_wrap */
-	struct s3 *s3;		/* owned; s3:// sources only */
-	struct gcs *gcs;	/* owned; gs:// sources only */
+	struct buckets *bk;	/* owned; the bucket backends (s3://...) */
 	struct store *store;	/* owned; NULL: no disk cache */
 	int own;
 	const char *index_from; /* static */

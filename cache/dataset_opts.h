@@ -50,17 +50,18 @@ struct dataset_image_opts {
 	uint64_t decode_mem; /* 0: the transform's default */
 };
 
-/* s3:// sources (fetch/net/s3.h): addressing, signing, credentials. */
+/* s3:// sources (fetch/net/s3.h): addressing, signing, credentials. The
+ * dataset opens the backends the source, index= or a list file names (any
+ * scheme fetch/net/bucket.c registers), those an option only one takes asks
+ * for (region=, profile=, path_style=, requester_pays=: S3), and S3 for
+ * endpoint= or no_sign= when nothing names a bucket. */
 struct dataset_s3_opts {
-	int on; /* SOURCE or index= is s3://, or any option below is given */
 	const char *endpoint, *region, *profile; /* or NULL */
 	int path_style, requester_pays, no_sign;
 };
 
 /* gs:// sources (fetch/net/gcs.h): endpoint, anonymous requests. */
 struct dataset_gcs_opts {
-	int on; /* SOURCE or index= is gs:// (a list file naming gs:// URLs
-		 * turns it on too) */
 	const char *endpoint; /* or NULL */
 	int no_sign;
 };

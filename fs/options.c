@@ -355,13 +355,8 @@ static int convert_s3(struct raw_opts *r, struct fs_options *o, char *err,
 		   err, errlen) ||
 	    flag01("no_sign", r->no_sign, &o->no_sign, err, errlen))
 		return -EINVAL;
-	o->gcs = (r->npositional > 0 &&
-		  !strncmp(r->positional[0], "gs://", 5)) ||
-		 (r->index && !strncmp(r->index, "gs://", 5));
-	o->s3 = r->endpoint || r->region || r->profile || r->path_style ||
-		r->requester_pays || r->no_sign ||
-		(r->npositional > 0 && !strncmp(r->positional[0], "s3://", 5)) ||
-		(r->index && !strncmp(r->index, "s3://", 5));
+	/* which backends these go to is the dataset's choice (it knows the
+	 * URL schemes): fs/ only parses them */
 	return 0;
 }
 

@@ -44,12 +44,8 @@ struct fs_options {
 	double read_timeout_s; /* longest a read waits for its data */
 	double min_rate;       /* bytes/s below which a transfer is resumed */
 	int zerocopy;          /* -o zerocopy: splice cold reads (default 1) */
-	/* s3:// sources (fetch/net/s3.h); s3 is 1 when SOURCE or index= is
-	 * an s3:// URL or any of these is given */
-	int s3;
-	/* gs:// sources (fetch/net/gcs.h): 1 when SOURCE or index= is a gs://
-	 * URL; endpoint and no_sign then apply to GCS */
-	int gcs;
+	/* Bucket sources (s3://, gs://): the dataset gives these to the
+	 * backends the source needs (cache/dataset_opts.h) */
 	char *endpoint, *region, *profile; /* owned or NULL */
 	int path_style, requester_pays, no_sign;
 	int foreground;

@@ -15,13 +15,12 @@
 #include "cache/index/indexer.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "fetch/net/bucket.h"
 #include "fetch/net/http.h"
 #include "fetch/format/index.h"
 #include "fetch/format/scan.h"
 #include "fetch/format/sums.h"
 #include "fetch/net/shardlist.h"
-#include "fetch/net/gcs.h"
-#include "fetch/net/s3.h"
 
 #define PROG "echofs-index"
 #define MAX_SHARDS 1000000
@@ -322,10 +321,8 @@ static int build_remote(int n, char **args, const struct opts *o,
 			       .header_file = o->header_file};
 	struct shardlist list = {0};
 	struct http *h = NULL;
-	struct s3 *s3 = NULL;
-	struct s3_opts so = {0};
-	struct gcs *gcs = NULL;
-	struct gcs_opts go = {0};
+	struct buckets *bk = NULL;
+	struct bucket_conf bc = {0};
 	char err[512];
 	int r;
 
@@ -337,41 +334,25 @@ static int build_remote(int n, char **args, const struct opts *o,
 		shardlist_clear(&list);
 		return fail("cannot initialise libcurl");
 	}
-	/* s3:// shards: endpoint, region, profile and credentials from the
-	 * AWS environment and files, as the AWS CLI takes them */
-	for (size_t i = 0; i < list.n && !s3; i++)
-		if (s3_is_url(list.urls[i]) &&
-		    s3_open(&so, &s3, err, sizeof(err))) {
-			shardlist_clear(&list);
-			return fail("%s", err);
-		}
-	/* gs:// shards: a token from the Google credential chain */
-	for (size_t i = 0; i < list.n && !gcs; i++)
-		if (gcs_is_url(list.urls[i]) &&
-		    gcs_open(&go, &gcs, err, sizeof(err))) {
-			shardlist_clear(&list);
-			s3_free(s3);
-			return fail("%s", err);
-		}
-	ho.auth = s3 ? s3_http_auth(s3) : NULL;
-	if (gcs)
-		ho.auth = gcs_http_auth(gcs, ho.auth);
-	if (http_open(&ho, &h, err, sizeof(err))) {
+	/* bucket shards (s3://, gs://): endpoint, region and credentials from
+	 * each service's environment and files, as its own CLI takes them */
+	if (buckets_open(&bc, (const char *const *)list.urls, list.n, &bk, err,
+			 sizeof(err))) {
 		shardlist_clear(&list);
-		s3_free(s3);
-		gcs_free(gcs);
 		return fail("%s", err);
 	}
-	for (size_t i = 0; i < list.n && s3; i++)
-		if (s3_is_url(list.urls[i])) { /* no region given: ask */
-			s3_find_region(s3, h, list.urls[i]);
-			break;
-		}
+	ho.auth = buckets_hooks(bk);
+	if (http_open(&ho, &h, err, sizeof(err))) {
+		shardlist_clear(&list);
+		buckets_free(bk);
+		return fail("%s", err);
+	}
+	/* e.g. S3 with no region given asks the first bucket */
+	buckets_ready(bk, h, (const char *const *)list.urls, list.n);
 	r = indexer_build(h, NULL, &list, o->jobs, progress, NULL, out, NULL, err,
 			  sizeof(err));
 	http_free(h);
-	s3_free(s3);
-	gcs_free(gcs);
+	buckets_free(bk);
 	shardlist_clear(&list);
 	return r ? fail("%s", err) : 0;
 }

@@ -16,9 +16,9 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/format/index.h"
-#include "fetch/net/gcs.h"
+#include "fetch/net/bucket.h"
 #include "fetch/net/http.h"
-#include "fetch/net/s3.h"
+#include "fetch/net/scheme.h"
 #include "fetch/net/shardlist.h"
 
 #define MAX_SHARDS 10000000
@@ -57,11 +57,9 @@ static int shard_list(const struct resolve_opts *o, struct http *h,
 	size_t len, bad = 0;
 	int r;
 
-	if (s3_is_listing(o->source))
-		return s3_list_shards(h, o->source, MAX_SHARDS, l, err, errlen);
-	if (gcs_is_listing(o->source))
-		return gcs_list_shards(h, o->source, MAX_SHARDS, l, err,
-				       errlen);
+	if (bucket_is_listing(o->source))
+		return bucket_list_shards(h, o->source, MAX_SHARDS, l, err,
+					  errlen);
 	if (is_shard_pattern(o->source)) {
 		r = shardlist_expand(o->source, MAX_SHARDS, l);
 		if (r)
@@ -98,8 +96,7 @@ static int shard_list(const struct resolve_opts *o, struct http *h,
  * not the host or bucket; *len 0 when comp is at the root. */
 static const char *dir_name(const char *source, const char *comp, size_t *len)
 {
-	const char *sep = strstr(source, "://");
-	const char *root = sep ? sep + 3 : source, *end = comp, *p;
+	const char *root = fetch_url_authority(source), *end = comp, *p;
 
 	root += strcspn(root, "/"); /* past host or bucket */
 	while (end > root && end[-1] == '/')

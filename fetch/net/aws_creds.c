@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/net/cred_http.h"
+#include "fetch/net/http.h"
 #include "fetch/net/refresher.h"
 #include "fetch/net/xml_tag.h"
 
@@ -51,6 +52,7 @@ struct aws_creds {
 	pthread_mutex_t lock; /* guards cur; leaf lock */
 	struct aws_creds_value cur;
 	struct refresher *refresher; /* NULL: the credentials never expire */
+	struct cred_tls *tls;	     /* CAs of the HTTP sources (owned) */
 };
 
 /* ---- files -------------------------------------------------------------- */
@@ -279,12 +281,18 @@ static int parse_creds(const char *body, field_fn get, const char *token_name,
 /* ---- small HTTP calls (metadata endpoints, STS) ---------------------------
  */
 
-/* method, url, header lines; 2xx body into *out (caller frees). */
-static int http_call(const char *method, const char *url,
-		     const char *const *hdrs, size_t nh, char **out)
+/* method, url, header lines; 2xx body into *out (caller frees). Trusts the
+ * CAs the mount's transfers trust. */
+static int http_call(const struct aws_creds *c, const char *method,
+		     const char *url, const char *const *hdrs, size_t nh,
+		     char **out)
 {
-	struct cred_http_req r = {
-		.method = method, .url = url, .hdrs = hdrs, .nhdrs = nh};
+	struct cred_http_req r = {.method = method,
+				  .url = url,
+				  .hdrs = hdrs,
+				  .nhdrs = nh,
+				  .ca_file = c->tls->ca_file,
+				  .ca_path = c->tls->ca_path};
 	long status;
 	int rc = cred_http_call(&r, &status, out);
 
@@ -429,7 +437,8 @@ static int read_token_file(const char *path, int check, char **out, char *err,
 	return 0;
 }
 
-static int from_web_identity(struct aws_creds_value *v, char *err,
+static int from_web_identity(const struct aws_creds *c,
+			     struct aws_creds_value *v, char *err,
 			     size_t errlen)
 {
 	const char *file = getenv("AWS_WEB_IDENTITY_TOKEN_FILE");
@@ -458,14 +467,14 @@ static int from_web_identity(struct aws_creds_value *v, char *err,
 		 "WebIdentityToken=%s",
 		 ep && ep[0] ? ep : "https://sts.amazonaws.com", erole, ename,
 		 etok);
-	rc = http_call("GET", url, NULL, 0, &body);
+	rc = http_call(c, "GET", url, NULL, 0, &body);
 	if (rc == 0)
 		rc = parse_creds(body, xml_tag_copy, "SessionToken", v);
 	if (rc)
 		snprintf(err, errlen,
 			 "web identity: STS "
 			 "AssumeRoleWithWebIdentity for %s failed (%s)",
-			 role, strerror(-rc));
+			 role, http_reason(rc));
 	explicit_bzero(url, n);
 	explicit_bzero(tok, strlen(tok));
 	curl_free(etok);
@@ -477,7 +486,8 @@ static int from_web_identity(struct aws_creds_value *v, char *err,
 	return rc;
 }
 
-static int from_ecs(struct aws_creds_value *v, char *err, size_t errlen)
+static int from_ecs(const struct aws_creds *c, struct aws_creds_value *v,
+		    char *err, size_t errlen)
 {
 	const char *rel = getenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
 	const char *full = getenv("AWS_CONTAINER_CREDENTIALS_FULL_URI");
@@ -501,22 +511,22 @@ static int from_ecs(struct aws_creds_value *v, char *err, size_t errlen)
 	if (tok || (tenv && tenv[0]))
 		snprintf(hdr, sizeof(hdr), "Authorization: %s",
 			 tok ? tok : tenv);
-	rc = http_call("GET", url, hdrs, hdr[0] ? 1 : 0, &body);
+	rc = http_call(c, "GET", url, hdrs, hdr[0] ? 1 : 0, &body);
 	if (rc == 0)
 		rc = parse_creds(body, json_str, "Token", v);
 	if (rc)
 		snprintf(err, errlen,
 			 "container credentials endpoint failed "
 			 "(%s)",
-			 strerror(-rc));
+			 http_reason(rc));
 	explicit_bzero(hdr, sizeof(hdr));
 	free(tok);
 	free(body);
 	return rc;
 }
 
-static int imds_role_creds(const char *ep, const char *tok,
-			   struct aws_creds_value *v)
+static int imds_role_creds(const struct aws_creds *c, const char *ep,
+			   const char *tok, struct aws_creds_value *v)
 {
 	char url[1200], hdr[512], *roles = NULL, *body = NULL;
 	const char *hdrs[1] = {hdr};
@@ -529,7 +539,7 @@ static int imds_role_creds(const char *ep, const char *tok,
 		     ep);
 	if (n < 0 || (size_t)n >= sizeof(url))
 		return -ENAMETOOLONG;
-	rc = http_call("GET", url, hdrs, 1, &roles);
+	rc = http_call(c, "GET", url, hdrs, 1, &roles);
 	if (rc)
 		return rc;
 	roles[strcspn(roles, "\r\n")] = '\0';
@@ -540,7 +550,7 @@ static int imds_role_creds(const char *ep, const char *tok,
 	}
 	strcat(url, roles);
 	free(roles);
-	rc = http_call("GET", url, hdrs, 1, &body);
+	rc = http_call(c, "GET", url, hdrs, 1, &body);
 	if (rc == 0)
 		rc = parse_creds(body, json_str, "Token", v);
 	free(body);
@@ -548,7 +558,8 @@ static int imds_role_creds(const char *ep, const char *tok,
 	return rc;
 }
 
-static int from_imds(struct aws_creds_value *v, char *err, size_t errlen)
+static int from_imds(const struct aws_creds *c, struct aws_creds_value *v,
+		     char *err, size_t errlen)
 {
 	const char *off = getenv("AWS_EC2_METADATA_DISABLED");
 	const char *ep = getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT");
@@ -565,18 +576,25 @@ static int from_imds(struct aws_creds_value *v, char *err, size_t errlen)
 	while (n && ep[n - 1] == '/')
 		n--;
 	snprintf(url, sizeof(url), "%.*s/latest/api/token", (int)n, ep);
-	rc = http_call("PUT", url, ttl, 1, &tok);
-	if (rc)
-		return cred_http_no_answer(rc) ? -ENOENT : rc; /* not on EC2 */
+	rc = http_call(c, "PUT", url, ttl, 1, &tok);
+	if (rc && cred_http_no_answer(rc))
+		return -ENOENT; /* not on EC2 */
+	if (rc) {
+		snprintf(err, errlen,
+			 "instance metadata (IMDSv2): the token "
+			 "request failed (%s)",
+			 http_reason(rc));
+		return rc;
+	}
 	snprintf(url, sizeof(url), "%.*s", (int)n, ep);
-	rc = imds_role_creds(url, tok, v);
+	rc = imds_role_creds(c, url, tok, v);
 	explicit_bzero(tok, strlen(tok));
 	free(tok);
 	if (rc)
 		snprintf(err, errlen,
 			 "instance metadata (IMDSv2) gave no "
 			 "credentials (%s)",
-			 strerror(-rc));
+			 http_reason(rc));
 	return rc;
 }
 
@@ -595,11 +613,11 @@ static int fetch_from(struct aws_creds *c, struct aws_creds_value *v, char *err,
 	case SRC_PROCESS:
 		return from_process(c, v, err, errlen);
 	case SRC_WEB_IDENTITY:
-		return from_web_identity(v, err, errlen);
+		return from_web_identity(c, v, err, errlen);
 	case SRC_ECS:
-		return from_ecs(v, err, errlen);
+		return from_ecs(c, v, err, errlen);
 	case SRC_IMDS:
-		return from_imds(v, err, errlen);
+		return from_imds(c, v, err, errlen);
 	default:
 		return -ENOENT;
 	}
@@ -625,19 +643,19 @@ static int walk_chain(struct aws_creds *c, struct aws_creds_value *v, char *err,
 		return rc;
 	c->src = SRC_WEB_IDENTITY;
 	snprintf(c->source_name, sizeof(c->source_name), "web identity");
-	rc = from_web_identity(v, err, errlen);
+	rc = from_web_identity(c, v, err, errlen);
 	if (rc != -ENOENT)
 		return rc;
 	c->src = SRC_ECS;
 	snprintf(c->source_name, sizeof(c->source_name),
 		 "container "
 		 "credentials");
-	rc = from_ecs(v, err, errlen);
+	rc = from_ecs(c, v, err, errlen);
 	if (rc != -ENOENT)
 		return rc;
 	c->src = SRC_IMDS;
 	snprintf(c->source_name, sizeof(c->source_name), "instance metadata");
-	rc = from_imds(v, err, errlen);
+	rc = from_imds(c, v, err, errlen);
 	if (rc != -ENOENT)
 		return rc;
 	c->src = SRC_NONE;
@@ -741,8 +759,8 @@ out:
 
 /* ---- public calls ------------------------------------------------------- */
 
-int aws_creds_open(const char *profile, struct aws_creds **out, char *err,
-		   size_t errlen)
+int aws_creds_open(const char *profile, const struct cred_tls *tls,
+		   struct aws_creds **out, char *err, size_t errlen)
 {
 	struct aws_creds *c = xcalloc(1, sizeof(*c));
 	int rc;
@@ -750,6 +768,7 @@ int aws_creds_open(const char *profile, struct aws_creds **out, char *err,
 	*out = NULL;
 	c->profile = xstrdup(profile_name(profile));
 	pthread_mutex_init(&c->refresh_lock, NULL);
+	c->tls = cred_tls_dup(tls);
 	pthread_mutex_init(&c->lock, NULL);
 	err[0] = '\0';
 	rc = walk_chain(c, &c->cur, err, errlen);
@@ -780,6 +799,7 @@ void aws_creds_free(struct aws_creds *c)
 	pthread_mutex_destroy(&c->refresh_lock);
 	free(c->profile);
 	free(c->process);
+	cred_tls_free(c->tls);
 	free(c);
 }
 

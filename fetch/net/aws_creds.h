@@ -45,13 +45,16 @@ struct aws_creds_value {
 };
 
 struct aws_creds;
+struct cred_tls;
 
-/* Walks the chain now. profile may be NULL. Returns 0 with *out set, or
+/* Walks the chain now. profile may be NULL; tls (copied; NULL: the
+ * system's CAs) is what the STS, container and instance-metadata requests
+ * trust. Returns 0 with *out set, or
  * -errno with *out NULL and a one-line reason in err: a refused file, a
  * broken source that was configured, or "no credentials found (tried:
  * ...)" (-ENOKEY). */
-int aws_creds_open(const char *profile, struct aws_creds **out, char *err,
-		   size_t errlen);
+int aws_creds_open(const char *profile, const struct cred_tls *tls,
+		   struct aws_creds **out, char *err, size_t errlen);
 /* Stops the refresh thread and wipes the credentials. Accepts NULL. */
 void aws_creds_free(struct aws_creds *c);
 

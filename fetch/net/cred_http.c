@@ -4,8 +4,30 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 
+#include "common/util.h"
 #include "fetch/net/http.h"
+
+struct cred_tls *cred_tls_dup(const struct cred_tls *t)
+{
+	struct cred_tls *d = xcalloc(1, sizeof(*d));
+
+	if (t && t->ca_file)
+		d->ca_file = xstrdup(t->ca_file);
+	if (t && t->ca_path)
+		d->ca_path = xstrdup(t->ca_path);
+	return d;
+}
+
+void cred_tls_free(struct cred_tls *t)
+{
+	if (!t)
+		return;
+	free((char *)t->ca_file);
+	free((char *)t->ca_path);
+	free(t);
+}
 
 /* Credentials are fetched rarely (at mount, then before they expire): a
  * client per exchange costs nothing that matters and needs no shared state

@@ -10,14 +10,28 @@
 
 #define CRED_HTTP_BODY_MAX (64 * 1024)
 
+/* The certificates a credential source trusts: the mount's ca_file and
+ * ca_path (or $AWS_CA_BUNDLE...), as its shard transfers do, so a private-CA
+ * STS, metadata or token endpoint is reached too. NULL members (or a NULL
+ * struct): the system's. */
+struct cred_tls {
+	const char *ca_file;
+	const char *ca_path;
+};
+
+/* A copy of t (strings duplicated; NULL gives an empty one) for a source
+ * that refreshes later; cred_tls_free frees it. */
+struct cred_tls *cred_tls_dup(const struct cred_tls *t);
+void cred_tls_free(struct cred_tls *t);
+
 struct cred_http_req {
 	const char *method; /* NULL: GET, or POST when form is set */
 	const char *url;
 	const char *const *hdrs; /* nhdrs header lines */
 	size_t nhdrs;
 	const char *form; /* request body, or NULL */
-	/* CA bundle and directory instead of the system's (ca_file,
-	 * $AWS_CA_BUNDLE...), or NULL */
+	/* CA bundle and directory instead of the system's (a source's
+	 * cred_tls), or NULL */
 	const char *ca_file;
 	const char *ca_path;
 };

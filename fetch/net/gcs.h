@@ -32,6 +32,9 @@ struct gcs_opts {
 	 * GCS_ENDPOINT */
 	const char *endpoint;
 	int no_sign; /* -o no_sign=1: anonymous requests */
+	/* CA bundle and directory the token requests trust, as the transfers
+	 * do; or NULL */
+	const char *ca_file, *ca_path;
 };
 
 struct gcs;

@@ -43,6 +43,7 @@ struct gcs_creds {
 	pthread_mutex_t lock; /* guards cur; leaf lock */
 	struct gcs_token cur;
 	struct refresher *refresher;
+	struct cred_tls *tls; /* CAs of the token requests (owned) */
 };
 
 /* ---- the JWT ------------------------------------------------------------ */
@@ -145,11 +146,15 @@ int gcs_jwt_make(const char *email, const char *pem, const char *aud,
 /* GET (form NULL) or POST form to url; the body (any status) into *out
  * (caller frees), the status into *status; cred_http_no_answer says
  * whether an error means that nothing answered. */
-static int call(const char *url, const char *hdr, const char *form,
-		long *status, char **out)
+static int call(const struct gcs_creds *c, const char *url, const char *hdr,
+		const char *form, long *status, char **out)
 {
-	struct cred_http_req r = {
-		.url = url, .hdrs = &hdr, .nhdrs = hdr ? 1 : 0, .form = form};
+	struct cred_http_req r = {.url = url,
+				  .hdrs = &hdr,
+				  .nhdrs = hdr ? 1 : 0,
+				  .form = form,
+				  .ca_file = c->tls->ca_file,
+				  .ca_path = c->tls->ca_path};
 
 	return cred_http_call(&r, status, out);
 }
@@ -367,7 +372,7 @@ static int from_key(struct gcs_creds *c, struct gcs_token *t, char *err,
 	}
 	snprintf(who, sizeof(who), "the token endpoint %s (for the key %s)",
 		 uri, c->path);
-	rc = call(uri, NULL, form, &status, &body);
+	rc = call(c, uri, NULL, form, &status, &body);
 	rc = token_reply(rc, status, body, who, t, err, errlen);
 	wipe_free(form);
 	wipe_free(body);
@@ -392,7 +397,7 @@ static int from_metadata(struct gcs_creds *c, struct gcs_token *t, char *err,
 
 	snprintf(url, sizeof(url), "http://%s%s", c->host, METADATA_PATH);
 	snprintf(who, sizeof(who), "the metadata server %s", c->host);
-	rc = call(url, "Metadata-Flavor: Google", NULL, &status, &body);
+	rc = call(c, url, "Metadata-Flavor: Google", NULL, &status, &body);
 	rc = token_reply(rc, status, body, who, t, err, errlen);
 	wipe_free(body);
 	return rc;
@@ -516,12 +521,14 @@ static int renew_ahead(void *ud, time_t *expires)
 
 /* ---- public calls ------------------------------------------------------- */
 
-int gcs_creds_open(struct gcs_creds **out, char *err, size_t errlen)
+int gcs_creds_open(const struct cred_tls *tls, struct gcs_creds **out,
+		   char *err, size_t errlen)
 {
 	struct gcs_creds *c = xcalloc(1, sizeof(*c));
 	int rc;
 
 	*out = NULL;
+	c->tls = cred_tls_dup(tls);
 	pthread_mutex_init(&c->fetch_lock, NULL);
 	pthread_mutex_init(&c->lock, NULL);
 	err[0] = '\0';
@@ -549,6 +556,7 @@ void gcs_creds_free(struct gcs_creds *c)
 	explicit_bzero(&c->cur, sizeof(c->cur));
 	pthread_mutex_destroy(&c->fetch_lock);
 	pthread_mutex_destroy(&c->lock);
+	cred_tls_free(c->tls);
 	free(c);
 }
 

@@ -47,13 +47,16 @@ enum gcs_source {
 };
 
 struct gcs_creds;
+struct cred_tls;
 
-/* Walks the chain now and gets a first token. Returns 0 with *out set, or
- * -errno with *out NULL and a one-line reason in err: a refused or broken
- * key file (named), the token endpoint's refusal (invalid_grant: naming the
- * key file), the metadata server's answer, or "no Google credentials found
+/* Walks the chain now and gets a first token; tls (copied; NULL: the
+ * system's CAs) is what the token and metadata requests trust. Returns 0 with
+ * *out set, or -errno with *out NULL and a one-line reason in err: a refused or
+ * broken key file (named), the token endpoint's refusal (invalid_grant: naming
+ * the key file), the metadata server's answer, or "no Google credentials found
  * (tried: ...)" (-ENOKEY). */
-int gcs_creds_open(struct gcs_creds **out, char *err, size_t errlen);
+int gcs_creds_open(const struct cred_tls *tls, struct gcs_creds **out,
+		   char *err, size_t errlen);
 /* Stops the refresh thread and wipes the token. Accepts NULL. */
 void gcs_creds_free(struct gcs_creds *c);
 

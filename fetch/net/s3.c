@@ -5,6 +5,8 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/net/aws_creds.h"
+#include "fetch/net/bucket.h"
+#include "fetch/net/cred_http.h"
 #include "fetch/net/http.h"
 #include "fetch/net/shardlist.h"
 #include "fetch/net/sigv4.h"
@@ -35,6 +37,7 @@ struct s3 {
 	char seen_region[64];	 /* last x-amz-bucket-region; under err_lock */
 	struct aws_creds *creds; /* NULL with no_sign */
 	struct http_auth auth;
+	struct http_auth next; /* hooks for URLs that are not ours */
 	_Atomic long
 		skew_s; /* server clock minus ours (RequestTimeTooSkewed) */
 	pthread_mutex_t err_lock; /* guards last_err, region; leaf lock */
@@ -184,6 +187,10 @@ static void on_header(void *ud, const char *name, size_t nlen,
 	struct s3 *s = ud;
 	char r[64];
 
+	/* every mapped response's headers come here (http.c names no URL):
+	 * the next hooks see them too */
+	if (s->next.header)
+		s->next.header(s->next.ud, name, nlen, value, vlen);
 	if (nlen != 19 || strncasecmp(name, "x-amz-bucket-region", 19) != 0 ||
 	    vlen == 0 || vlen >= sizeof(r))
 		return;
@@ -215,6 +222,8 @@ static int correct_region(struct s3 *s, long status, const char *code,
 	return region_switch(s, want);
 }
 
+static int ours(const struct s3 *s, const char *url);
+
 static int on_failed(void *ud, const char *url, long status, const char *body,
 		     size_t len)
 {
@@ -223,7 +232,10 @@ static int on_failed(void *ud, const char *url, long status, const char *body,
 	const char *why = NULL;
 	enum log_level lvl = LOG_LEVEL_WARN;
 
-	(void)len;
+	/* url may be a redirect target elsewhere: without next hooks, the
+	 * refusal is ours to read */
+	if (!ours(s, url) && s->next.failed)
+		return s->next.failed(s->next.ud, url, status, body, len);
 	if (status >= 300 && status < 400 && status != 301)
 		return 0; /* redirects that http.c follows */
 	xml_tag_text(body, "Code", code, sizeof(code));
@@ -337,7 +349,8 @@ static int map_url(void *ud, const char *url, char **out)
 
 	*out = NULL;
 	if (!s3_is_url(url))
-		return 0;
+		return s->next.map_url ? s->next.map_url(s->next.ud, url, out)
+				       : 0;
 	b = url + 5;
 	bn = strcspn(b, "/?");
 	p = b + bn;
@@ -356,6 +369,22 @@ static int map_url(void *ud, const char *url, char **out)
 		*out = bucket_url(s, b, bn, key);
 	free(key);
 	return n < 0 ? (int)n : 0;
+}
+
+/* A mapped URL of ours: the endpoint's scheme, its authority (after a
+ * bucket label when virtual-hosted) and its base path. */
+static int ours(const struct s3 *s, const char *url)
+{
+	size_t n = strlen(s->scheme), an = strlen(s->authority), hn;
+	const char *host = url + n;
+
+	if (strncasecmp(url, s->scheme, n) != 0)
+		return 0;
+	hn = strcspn(host, "/?");
+	if (hn < an || strncasecmp(host + hn - an, s->authority, an) != 0 ||
+	    (hn > an && host[hn - an - 1] != '.'))
+		return 0;
+	return strncmp(host + hn, s->base, strlen(s->base)) == 0;
 }
 
 /* ---- signing ------------------------------------------------------------ */
@@ -421,6 +450,9 @@ static int sign(void *ud, const struct http_req_info *ri, char *buf,
 	int rc;
 
 	buf[0] = '\0';
+	if (!ours(s, ri->url))
+		return s->next.sign ? s->next.sign(s->next.ud, ri, buf, buflen)
+				    : 0;
 	if (s->no_sign) {
 		size_t at = 0;
 		return s->requester_pays
@@ -528,7 +560,9 @@ int s3_open(const struct s3_opts *o, struct s3 **out, char *err, size_t errlen)
 			goto fail;
 		}
 	if (!s->no_sign) {
-		r = aws_creds_open(o->profile, &s->creds, err, errlen);
+		struct cred_tls tls = {o->ca_file, o->ca_path};
+
+		r = aws_creds_open(o->profile, &tls, &s->creds, err, errlen);
 		if (r)
 			goto fail;
 		log_info("s3: credentials from %s, region %s%s",
@@ -607,3 +641,65 @@ int s3_find_region(struct s3 *s, struct http *h, const char *url)
 	log_info("s3: %s is in region %s (x-amz-bucket-region)", head, seen);
 	return 1;
 }
+
+/* ---- the bucket backend (bucket.h) -------------------------------------- */
+
+static int b_takes(const struct bucket_conf *c)
+{
+	return c->region || c->profile || c->path_style || c->requester_pays;
+}
+
+static int b_open(const struct bucket_conf *c, void **out, char *err,
+		  size_t errlen)
+{
+	struct s3_opts o = {.endpoint = c->endpoint,
+			    .region = c->region,
+			    .profile = c->profile,
+			    .path_style = c->path_style,
+			    .requester_pays = c->requester_pays,
+			    .no_sign = c->no_sign,
+			    .ca_file = c->ca_file,
+			    .ca_path = c->ca_path};
+	struct s3 *s;
+	int r = s3_open(&o, &s, err, errlen);
+
+	*out = s;
+	return r;
+}
+
+static void b_free(void *b)
+{
+	s3_free(b);
+}
+
+static const struct http_auth *b_hooks(void *b, const struct http_auth *next)
+{
+	struct s3 *s = b;
+
+	if (next)
+		s->next = *next;
+	return &s->auth;
+}
+
+static void b_ready(void *b, struct http *h, const char *url)
+{
+	s3_find_region(b, h, url);
+}
+
+static const char *b_last_error(void *b, char *buf, size_t buflen)
+{
+	return s3_last_error(b, buf, buflen);
+}
+
+const struct bucket_ops bucket_s3 = {
+	.scheme = "s3",
+	.is_url = s3_is_url,
+	.is_listing = s3_is_listing,
+	.takes = b_takes,
+	.open = b_open,
+	.free = b_free,
+	.hooks = b_hooks,
+	.ready = b_ready,
+	.list = s3_list_shards,
+	.last_error = b_last_error,
+};

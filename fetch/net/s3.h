@@ -30,6 +30,9 @@ struct s3_opts {
 	int path_style;	      /* -o path_style=1 */
 	int requester_pays;   /* -o requester_pays=1 */
 	int no_sign;	      /* -o no_sign=1: anonymous requests */
+	/* CA bundle and directory the credential requests (STS, container,
+	 * instance metadata) trust, as the transfers do; or NULL */
+	const char *ca_file, *ca_path;
 };
 
 struct s3;

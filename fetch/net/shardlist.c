@@ -3,8 +3,7 @@
 
 #include "common/file.h"
 #include "common/util.h"
-#include "fetch/net/gcs.h"
-#include "fetch/net/s3.h"
+#include "fetch/net/scheme.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -254,7 +253,7 @@ int shardlist_is_url(const char *s)
 		return s[7] != '\0' && s[7] != '/';
 	if (strncasecmp(s, "https://", 8) == 0)
 		return s[8] != '\0' && s[8] != '/';
-	return s3_is_url(s) || gcs_is_url(s);
+	return fetch_scheme_of(s) == FETCH_SCHEME_BUCKET;
 }
 
 int shardlist_file_has(const char *path, const char *scheme)

@@ -37,9 +37,9 @@ int shardlist_parse(const char *text, size_t len, size_t max_urls,
 void shardlist_clear(struct shardlist *l);
 
 /* 1 if s looks like an http:// or https:// URL (case-insensitive scheme)
- * with something after the "//" that is not another '/', or an s3:// URL
- * or gs:// URL with a bucket name (s3_is_url, gcs_is_url); 0 otherwise
- * and for NULL. */
+ * with something after the "//" that is not another '/', or a URL of a
+ * registered bucket backend (s3://, gs://: fetch/net/bucket.h) with a valid
+ * bucket name; 0 otherwise and for NULL. */
 int shardlist_is_url(const char *s);
 
 /* 1 if path is a local shard list file (not a URL) with a line starting

@@ -7,8 +7,11 @@ The service-account key is made at test time (never committed)."""
 
 import json
 import os
+import socket
+import ssl
 import stat
 import subprocess
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -22,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: E402
 
 from helpers import check_tree, free_port, stop_proc, wait_port  # noqa: E402
 from s3stack import S3RVER, client, put_files  # noqa: E402
+import tls_certs  # noqa: E402
 
 GCSDIR = os.path.join(helpers.REPO, "tests", "gcs")
 EMAIL = "echofs-test@echofs-test.iam.gserviceaccount.com"
@@ -329,3 +333,86 @@ def test_echofs_index_on_gs_then_mount_with_it(gcs, dataset, gcp_env, mounter,
     check_tree(m, dataset)
     assert not any("echofs-index" in r["path"] for r in gcs.requests())
     assert "index from option" in m.log()
+
+
+class TlsRelay:
+    """https on a free loopback port in front of a plain http server: each
+    connection's TLS is ended here (certificate signed by a private CA) and
+    its bytes relayed both ways, so the token server needs no TLS of its
+    own."""
+
+    def __init__(self, upstream_port, cert, key):
+        self.upstream = upstream_port
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(cert, key)
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self.relay, args=(c,), daemon=True).start()
+
+    @staticmethod
+    def pump(src, dst):
+        try:
+            while True:
+                b = src.recv(65536)
+                if not b:
+                    break
+                dst.sendall(b)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def relay(self, c):
+        try:
+            t = self.ctx.wrap_socket(c, server_side=True)
+        except (OSError, ssl.SSLError):
+            c.close()
+            return  # the client refused the certificate
+        u = socket.create_connection(("127.0.0.1", self.upstream))
+        threading.Thread(target=self.pump, args=(u, t), daemon=True).start()
+        self.pump(t, u)
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture
+def tls_token_uri(gcs, gcp_env, tmp_path):
+    """GOOGLE_APPLICATION_CREDENTIALS names an authorized-user key whose
+    token_uri is https, served through a private CA's certificate; yields
+    that CA's file."""
+    certs = tls_certs.make_all(str(tmp_path / "certs"))
+    relay = TlsRelay(gcs.token_port, *certs["good"])
+    gcp_env.setenv("GOOGLE_APPLICATION_CREDENTIALS", write_secret(
+        str(tmp_path / "user-tls.json"),
+        dict(USER, token_uri="https://127.0.0.1:%d/token" % relay.port)))
+    yield certs["ca"][0]
+    relay.close()
+
+
+def test_token_uri_behind_private_ca(gcs, dataset, gcp_env, mounter,
+                                     tls_token_uri):
+    """ca_file= trusts a private CA for the token request too (a token
+    endpoint behind a company proxy), not only for the shards."""
+    gcs.token_requests()
+    m = mounter(TEST_SRC, opts={"endpoint": gcs.url, "ca_file": tls_token_uri})
+    check_tree(m, dataset)
+    assert [t["kind"] for t in gcs.token_requests()] == ["user"]
+
+
+def test_untrusted_token_uri_says_so(gcs, gcp_env, mounter, tls_token_uri):
+    err = failed_mount(mounter, TEST_SRC, {"endpoint": gcs.url})
+    assert "TLS certificate not trusted" in err, err
+    assert "unreachable" not in err, err

@@ -8,6 +8,7 @@ import http.server
 import json
 import os
 import socketserver
+import ssl
 import subprocess
 import threading
 import time
@@ -67,6 +68,22 @@ def test_session_token_sent_and_checked(s3, dataset, aws_env, mounter):
 def test_prefix_glob_source(s3, dataset, aws_env, mounter):
     m = mounter("s3://dset/test/*.tar", opts={"endpoint": s3.url})
     check_tree(m, dataset)
+
+
+def test_list_file_of_s3_urls_without_options(s3, dataset, aws_env, mounter,
+                                             tmp_path):
+    """A shard list file naming s3:// URLs opens S3 by itself (endpoint from
+    AWS_ENDPOINT_URL, as the AWS CLI takes it), as one naming gs:// URLs
+    opens GCS: every request signed, every file right."""
+    lst = tmp_path / "shards.txt"
+    lst.write_text("".join("s3://dset/test/%s\n" % os.path.basename(p)
+                           for p in dataset.shards("test")))
+    aws_env.setenv("AWS_ENDPOINT_URL", s3.url)
+    s3.requests()
+    m = mounter(str(lst))
+    check_tree(m, dataset)
+    seen = s3.requests()
+    assert seen and all(r["verdict"] == "ok" for r in seen), seen[:3]
 
 
 def test_listing_5000_keys_over_pages(s3, dataset, aws_env, mounter):
@@ -199,21 +216,62 @@ class StandIn(http.server.BaseHTTPRequestHandler):
         self.reply(404, "")
 
 
-@pytest.fixture
-def standin(s3, tmp_path):
-    srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), StandIn)
+class TlsStandIn(StandIn):
+    """The same over TLS: the handshake is made in the handler's thread, so
+    a client that refuses the certificate stalls no other connection."""
+
+    def setup(self):
+        self.request.do_handshake()
+        super().setup()
+
+
+def serve_standin(s3, tmp_path, tls=None):
+    """A stand-in on a free loopback port; tls=(cert, key) serves https."""
+    srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0),
+                                          TlsStandIn if tls else StandIn)
+    if tls:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*tls)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True,
+                                     do_handshake_on_connect=False)
     srv.daemon_threads = True
     srv.issuer = Issuer(s3)
     srv.ecs_auth = "ecs-auth-token-value"
     srv.web_token_file = str(tmp_path / "web-identity-token")
     with open(srv.web_token_file, "w") as f:
         f.write("eyJhbGciOi.web.identity\n")
-    srv.url = "http://127.0.0.1:%d" % srv.server_address[1]
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield srv
+    srv.url = "%s://127.0.0.1:%d" % ("https" if tls else "http",
+                                     srv.server_address[1])
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def stop_standin(srv):
     srv.shutdown()
     srv.server_close()
+
+
+@pytest.fixture
+def standin(s3, tmp_path):
+    srv = serve_standin(s3, tmp_path)
+    yield srv
+    stop_standin(srv)
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    pytest.importorskip("cryptography",
+                        reason="python3-cryptography is not installed")
+    import tls_certs
+    return tls_certs.make_all(str(tmp_path_factory.mktemp("certs")))
+
+
+@pytest.fixture
+def tls_standin(s3, tmp_path, certs):
+    """The stand-in over https, its certificate signed by a private CA."""
+    srv = serve_standin(s3, tmp_path, tls=certs["good"])
+    yield srv
+    stop_standin(srv)
 
 
 def use_imds(env, standin):
@@ -259,6 +317,45 @@ def test_remote_credential_source(s3, dataset, aws_env, standin, mounter,
     log = m.log()
     for secret in ("sec/", "tok/", standin.ecs_auth, "web.identity"):
         assert secret not in log
+
+
+USE = {"imds": use_imds, "ecs": use_ecs, "web_identity": use_web_identity}
+PREFIX = {"imds": "ASIAIMDS", "ecs": "ASIAECSX", "web_identity": "ASIASTSX"}
+
+
+def use_source(env, standin, tmp_path, source):
+    env.delenv("AWS_ACCESS_KEY_ID")
+    env.delenv("AWS_SECRET_ACCESS_KEY")
+    if source == "ecs":
+        use_ecs(env, standin, tmp_path)
+    else:
+        USE[source](env, standin)
+
+
+@pytest.mark.parametrize("source", ["imds", "ecs", "web_identity"])
+def test_credential_endpoint_behind_private_ca(s3, dataset, aws_env,
+                                               tls_standin, certs, mounter,
+                                               tmp_path, source):
+    """ca_file= trusts a private CA for the credential request too (an
+    in-house STS, metadata or container endpoint), not only for the
+    shards."""
+    use_source(aws_env, tls_standin, tmp_path, source)
+    s3.requests()
+    m = mounter(TEST_SRC, opts={"endpoint": s3.url, "ca_file": certs["ca"][0]})
+    check_tree(m, dataset)
+    ids = akids(s3)
+    assert ids and all(i.startswith(PREFIX[source]) for i in ids), ids
+
+
+@pytest.mark.parametrize("source", ["imds", "ecs", "web_identity"])
+def test_untrusted_credential_endpoint_says_so(s3, aws_env, tls_standin,
+                                              mounter, tmp_path, source):
+    """Without the CA, the mount fails naming the certificate check, not
+    an unreachable endpoint or a missing key."""
+    use_source(aws_env, tls_standin, tmp_path, source)
+    err = failed_mount(mounter, TEST_SRC, {"endpoint": s3.url})
+    assert "TLS certificate not trusted" in err, err
+    assert "Key was rejected" not in err and "unreachable" not in err, err
 
 
 def test_precedence_order(s3, aws_env, standin, mounter, tmp_path):

@@ -62,7 +62,7 @@ static struct aws_creds *open_creds(const char *profile, char *err,
 				    size_t errlen)
 {
 	struct aws_creds *c = (struct aws_creds *)err; /* must be set */
-	int rc = aws_creds_open(profile, &c, err, errlen);
+	int rc = aws_creds_open(profile, NULL, &c, err, errlen);
 
 	cr_assert(rc <= 0, "rc %d", rc);
 	cr_assert_eq(rc == 0, c != NULL, "rc %d with *out %p", rc, (void *)c);

@@ -183,7 +183,7 @@ static void expect_fail(const char *what, const char *const *needles)
 {
 	char err[1024] = "";
 	struct gcs_creds *c = (struct gcs_creds *)err; /* must be reset */
-	int rc = gcs_creds_open(&c, err, sizeof(err));
+	int rc = gcs_creds_open(NULL, &c, err, sizeof(err));
 
 	cr_assert_lt(rc, 0, "%s: found credentials", what);
 	cr_assert_null(c, "%s: *out left set", what);

@@ -256,12 +256,14 @@ Test(s3, wrong_region_refusal_switches_an_unset_region_once)
 
 	cr_expect(signs_for(s, "us-east-1"));
 	cr_expect_eq(a->failed(s, "http://127.0.0.1:9000/dset/k", 400,
-			       wrong_region_body, sizeof(wrong_region_body) - 1),
+			       wrong_region_body,
+			       sizeof(wrong_region_body) - 1),
 		     1);
 	cr_expect(signs_for(s, "eu-west-3"));
 	/* the same refusal again changes nothing: no second attempt */
 	cr_expect_eq(a->failed(s, "http://127.0.0.1:9000/dset/k", 400,
-			       wrong_region_body, sizeof(wrong_region_body) - 1),
+			       wrong_region_body,
+			       sizeof(wrong_region_body) - 1),
 		     0);
 	s3_free(s);
 }
@@ -273,7 +275,8 @@ Test(s3, bodyless_refusal_uses_the_region_header)
 
 	a->header(s, "x-amz-bucket-region", 19, "ap-south-2", 10);
 	a->header(s, "x-amz-bucket-region", 19, "bad/region", 10); /* ignored */
-	cr_expect_eq(a->failed(s, "http://127.0.0.1:9000/dset/", 301, "", 0), 1);
+	cr_expect_eq(a->failed(s, "http://127.0.0.1:9000/dset/", 301, "", 0),
+		     1);
 	cr_expect(signs_for(s, "ap-south-2"));
 	s3_free(s);
 }
@@ -284,8 +287,54 @@ Test(s3, a_region_the_user_set_is_kept)
 	const struct http_auth *a = s3_http_auth(s);
 
 	cr_expect_eq(a->failed(s, "http://127.0.0.1:9000/dset/k", 400,
-			       wrong_region_body, sizeof(wrong_region_body) - 1),
+			       wrong_region_body,
+			       sizeof(wrong_region_body) - 1),
 		     0);
 	cr_expect(signs_for(s, "us-west-2"));
 	s3_free(s);
+}
+
+/* Chained behind another backend's hooks, S3 signs every URL it mapped
+ * (virtual-hosted, path-style under a base path) and hands the others to
+ * the next hooks unsigned. */
+Test(s3, signs_its_own_mapped_urls_only)
+{
+	static const struct {
+		const char *endpoint, *region, *url;
+		int ours;
+	} cases[] = {
+		{NULL, "eu-west-1", "s3://dset/k", 1},
+		{NULL, "eu-west-1", "s3://d.s/k", 1},
+		{"http://127.0.0.1:9000/base/", NULL, "s3://dset/k", 1},
+		{"https://minio.example", NULL, "s3://dset/k", 1},
+		{NULL, "eu-west-1", "https://dset.s3.eu-west-2.amazonaws.com/k",
+		 0},
+		{"http://127.0.0.1:9000/base", NULL,
+		 "http://127.0.0.1:9000/other/k", 0},
+		{"https://minio.example", NULL, "https://xminio.example/k", 0},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct s3_opts o = {.endpoint = cases[i].endpoint,
+				    .region = cases[i].region};
+		struct http_req_info ri = {.method = "GET"};
+		char err[256], buf[8192] = "x", *u = NULL;
+		const struct http_auth *a;
+		struct s3 *s;
+
+		clean_env();
+		setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE", 1);
+		setenv("AWS_SECRET_ACCESS_KEY", "secret/key", 1);
+		cr_assert_eq(s3_open(&o, &s, err, sizeof(err)), 0, "%s", err);
+		a = s3_http_auth(s);
+		if (strncmp(cases[i].url, "s3://", 5) == 0)
+			cr_assert_eq(a->map_url(a->ud, cases[i].url, &u), 0);
+		ri.url = u ? u : cases[i].url;
+		cr_expect_eq(a->sign(a->ud, &ri, buf, sizeof(buf)), 0);
+		cr_expect_eq(strstr(buf, "Authorization: AWS4-HMAC-SHA256") !=
+				     NULL,
+			     cases[i].ours, "%s -> %s: %s", cases[i].url,
+			     ri.url, buf);
+		free(u);
+		s3_free(s);
+	}
 }
