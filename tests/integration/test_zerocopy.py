@@ -290,7 +290,10 @@ def test_changed_download_bytes_are_not_spliced(slow_site, mounter, tmp_path):
     with open(temp_file_of(cache), "r+b") as f:
         f.seek(off + size // 2)
         f.write(bytes(x ^ 0xFF for x in want[b][size // 2:size // 2 + 64]))
+    # the first file's read may itself have been a view (CI's ASan run):
+    # count only b's
+    before = m.stats().get("zerocopy_streaming_reads", 0)
     assert read_all(m, [b]) == {b: want[b]}
     st = m.stats()
     assert st["errors"]["cache_corrupt"] + st["errors"]["verify"] >= 1, st
-    assert st.get("zerocopy_streaming_reads", 0) == 0, st
+    assert st.get("zerocopy_streaming_reads", 0) == before, st
