@@ -461,6 +461,8 @@ static void name_classes(struct namespace *ns, const struct class_table *t)
 	ns->nclasses = t->n;
 }
 
+#define PREFETCH_AHEAD 8
+
 /* Pass 4, class by class: the files of its run in order, their names
  * written side by side, sorted by name and made unique. Returns the bytes
  * the names took. */
@@ -475,6 +477,13 @@ static size_t fill_files(struct namespace *ns, const uint32_t *order)
 		c->first = (uint32_t)ns->nfiles;
 		for (uint32_t k = 0; k < c->count; k++) {
 			uint32_t s = order[c->first + k];
+			/* The samples of a class lie far apart in the index:
+			 * ask for a later one's key now, so that its cache
+			 * miss overlaps this name's work. */
+			if (k + PREFETCH_AHEAD < c->count)
+				__builtin_prefetch(dataset_key(
+					ns->ds,
+					order[c->first + k + PREFETCH_AHEAD]));
 			f[k] = (struct ns_file){p, s, (uint32_t)r};
 			p += write_name(p, ns->ds, s, ns->ext, "") + 1;
 		}
