@@ -1,12 +1,12 @@
 /* index.c - the dataset index in memory and as a text file (see index.h).
  *
  * Loading is the hot path (14.2 M samples, 0.9 GB of text, for
- * ImageNet-21k): a local file is mapped read-only and parsed where it lies,
- * one pass over its bytes, without writing to it. The strings an index
- * keeps (URLs, ETags, keys) are copied side by side into one region sized
- * by the text and trimmed after; labels and extensions are interned. The
- * text's pages are dropped as the parse passes them, so the load holds
- * little more than what the index keeps. Samples added one by one copy
+ * ImageNet-21k). The parser only reads the text (fields are pointer and
+ * length), so a local file is read in chunks into one reused buffer and a
+ * fetched one is parsed where it arrived: one pass over the bytes, and no
+ * fresh memory for the text. The strings an index keeps (URLs, ETags, keys)
+ * are copied side by side into one region sized by the text and trimmed
+ * after; labels and extensions are interned. Samples added one by one copy
  * their strings into a bump arena instead. */
 #include "fetch/format/index.h"
 
@@ -620,22 +620,6 @@ static int parse_line(struct parser *ps, const char *p, const char **next)
 		   fl[0] == 0 && n == 1 ? "empty line" : "unknown record type");
 }
 
-/* Drop the pages of a mapped file that the parse has passed (every
- * DROP_STEP bytes): they are in the page cache, and holding them would
- * add the whole text to the load's peak. */
-#define DROP_STEP ((size_t)64 << 20)
-
-static void drop_behind(const char *text, const char *upto, size_t *dropped)
-{
-	size_t done = (size_t)(upto - text) & ~(DROP_STEP - 1);
-
-	if (done > *dropped) { /* a hint: failure only keeps the pages */
-		madvise((char *)text + *dropped, done - *dropped,
-			MADV_DONTNEED);
-		*dropped = done;
-	}
-}
-
 static bool magic_ok(const char *text, size_t len, int *extra)
 {
 	size_t mlen = strlen(INDEX_MAGIC_V2);
@@ -650,9 +634,9 @@ static bool magic_ok(const char *text, size_t len, int *extra)
  * one-byte names and the newline. */
 #define MIN_SAMPLE_LINE 14
 
-/* The index's room, sized by the text without a pass over it: the sample
- * array (every line a shortest M line) and the kept strings' region (no
- * bigger than the text). Both are trimmed after the parse. */
+/* The index's room, sized by the text's length without a pass over it:
+ * the sample array (every line a shortest M line) and the kept strings'
+ * region (no bigger than the text). Both are trimmed after the parse. */
 static int alloc_index(struct index *ix, size_t len)
 {
 	struct index_arena *a = ix->arena;
@@ -663,58 +647,90 @@ static int alloc_index(struct index *ix, size_t len)
 	return a->text ? 0 : -ENOMEM;
 }
 
-/* Parse len bytes at text, which the caller keeps (a mapped file when
- * mapped: its pages are dropped behind the parse). */
-static int parse_text(const char *text, size_t len, bool mapped,
-		      struct index **out, char *err, size_t errlen)
+/* Check the first line (head: the text's first have bytes, or all of
+ * it) and make the index for a text of total bytes; *body is where the
+ * records start. */
+static int parse_start(struct parser *ps, const char *head, size_t have,
+		       size_t total, const char **body, char *err,
+		       size_t errlen)
 {
-	struct parser ps = {.end = text + len, .line = 1};
-	const char *p;
-	size_t dropped = 0;
+	size_t mlen = strlen(INDEX_MAGIC_V1);
 
-	*out = NULL;
-	if (!magic_ok(text, len, &ps.extra)) {
+	if (!magic_ok(head, have, &ps->extra)) {
 		snprintf(err, errlen,
 			 "line 1: not an echofs index (want \"%s\" or \"%s\")",
 			 INDEX_MAGIC_V2, INDEX_MAGIC_V1);
 		return -EBADMSG;
 	}
-	ps.ix = index_new();
-	ps.ix->has_sums = ps.extra == 1;
-	if (alloc_index(ps.ix, len)) {
-		index_free(ps.ix);
+	ps->line = 1;
+	ps->ix = index_new();
+	ps->ix->has_sums = ps->extra == 1;
+	if (alloc_index(ps->ix, total)) {
+		index_free(ps->ix);
+		ps->ix = NULL;
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	ps.kept = ps.ix->arena->text;
-	p = len > strlen(INDEX_MAGIC_V1) ? text + strlen(INDEX_MAGIC_V1) + 1
-					 : ps.end;
-	while (p < ps.end) {
-		ps.line++;
-		if (parse_line(&ps, p, &p)) {
-			snprintf(err, errlen, "line %zu: %s", ps.line, ps.why);
-			index_free(ps.ix);
+	ps->kept = ps->ix->arena->text;
+	*body = have > mlen ? head + mlen + 1 : head + have;
+	return 0;
+}
+
+/* Parse the lines of [p, end): all of them when last, else those that end
+ * within it. *stop is where parsing stopped. -EBADMSG (the index freed)
+ * with "line N: reason" in err. */
+static int parse_lines(struct parser *ps, const char *p, const char *end,
+		       bool last, const char **stop, char *err, size_t errlen)
+{
+	const char *lim = end;
+
+	if (!last) {
+		lim = p < end ? memrchr(p, '\n', (size_t)(end - p)) : NULL;
+		lim = lim ? lim + 1 : p;
+	}
+	ps->end = lim;
+	while (p < lim) {
+		ps->line++;
+		if (parse_line(ps, p, &p)) {
+			snprintf(err, errlen, "line %zu: %s", ps->line,
+				 ps->why);
+			index_free(ps->ix);
+			ps->ix = NULL;
 			return -EBADMSG;
 		}
-		if (mapped)
-			drop_behind(text, p, &dropped);
 	}
-	trim_map(ps.ix->arena->text, (size_t)(ps.kept - ps.ix->arena->text),
-		 &ps.ix->arena->text_map);
-	trim_samples(ps.ix);
-	*out = ps.ix;
+	*stop = p;
 	return 0;
+}
+
+/* The kept strings' and samples' untouched room given back. */
+static struct index *parse_finish(struct parser *ps)
+{
+	struct index_arena *a = ps->ix->arena;
+
+	trim_map(a->text, (size_t)(ps->kept - a->text), &a->text_map);
+	trim_samples(ps->ix);
+	return ps->ix;
 }
 
 int index_parse(const char *buf, size_t len, struct index **out, char *err,
 		size_t errlen)
 {
+	struct parser ps = {0};
+	const char *p;
+	int r;
+
 	*out = NULL;
 	if (len >= INDEX_FILE_MAX) {
 		snprintf(err, errlen, "index too large");
 		return -EFBIG;
 	}
-	return parse_text(buf, len, false, out, err, errlen);
+	r = parse_start(&ps, buf, len, len, &p, err, errlen);
+	if (!r)
+		r = parse_lines(&ps, p, buf + len, true, &p, err, errlen);
+	if (!r)
+		*out = parse_finish(&ps);
+	return r;
 }
 
 int index_parse_owned(char *text, size_t len, struct index **out, char *err,
@@ -726,51 +742,114 @@ int index_parse_owned(char *text, size_t len, struct index **out, char *err,
 	return r;
 }
 
-/* Map a local index read-only; *len 0 maps nothing (an empty file). */
-static int map_file(const char *path, const char **text, size_t *len)
-{
-	struct stat st;
-	void *p = NULL;
-	int fd, r = 0;
+/* A local file is read in chunks into one buffer that is parsed and
+ * reused (what is left of a line moves to its start), not read whole or
+ * mapped: a 0.9 GB index would cost 0.9 GB of fresh pages (2.5 s to zero
+ * on these VMs), and a mapping dies (SIGBUS) if the file is cut short
+ * while it loads. */
+#define READ_CHUNK ((size_t)8 << 20)
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &st))
+struct reader {
+	int fd;
+	size_t size; /* what fstat said: never read past it */
+	size_t done; /* bytes read */
+	char *buf;
+	size_t cap, have; /* bytes in buf */
+	bool eof;
+};
+
+/* Fill the buffer (up to the file's size): 0 or -errno. */
+static int fill(struct reader *rd)
+{
+	while (!rd->eof && rd->have < rd->cap) {
+		size_t want = rd->cap - rd->have;
+		ssize_t n;
+		if (want > rd->size - rd->done)
+			want = rd->size - rd->done;
+		n = want ? read(rd->fd, rd->buf + rd->have, want) : 0;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		rd->eof = n == 0;
+		rd->have += (size_t)n;
+		rd->done += (size_t)n;
+	}
+	return 0;
+}
+
+/* Keep the unparsed rest (from stop) at the buffer's start, with room to
+ * read more: a line longer than the buffer doubles it. */
+static void shift(struct reader *rd, const char *stop)
+{
+	size_t rest = (size_t)(rd->buf + rd->have - stop);
+
+	memmove(rd->buf, stop, rest);
+	rd->have = rest;
+	if (rest == rd->cap) {
+		rd->cap *= 2;
+		rd->buf = xrealloc(rd->buf, rd->cap);
+	}
+}
+
+static int load_fd(struct reader *rd, struct index **out, char *err,
+		   size_t errlen)
+{
+	struct parser ps = {0};
+	const char *p;
+	int r;
+
+	rd->cap = rd->size < READ_CHUNK ? rd->size + 1 : READ_CHUNK;
+	rd->buf = xmalloc(rd->cap);
+	r = fill(rd);
+	if (!r)
+		r = parse_start(&ps, rd->buf, rd->have, rd->size, &p, err,
+				errlen);
+	while (!r) {
+		r = parse_lines(&ps, p, rd->buf + rd->have, rd->eof, &p, err,
+				errlen);
+		if (r || rd->eof)
+			break;
+		shift(rd, p);
+		r = fill(rd);
+		p = rd->buf;
+	}
+	if (!r)
+		*out = parse_finish(&ps);
+	else if (ps.ix) /* a read error after the start */
+		index_free(ps.ix);
+	free(rd->buf);
+	return r;
+}
+
+int index_load(const char *path, struct index **out, char *err, size_t errlen)
+{
+	struct reader rd = {.fd = -1};
+	struct stat st;
+	int r = 0;
+
+	*out = NULL;
+	rd.fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (rd.fd < 0)
+		r = -errno;
+	else if (fstat(rd.fd, &st))
 		r = -errno;
 	else if (!S_ISREG(st.st_mode))
 		r = -EINVAL;
 	else if ((uint64_t)st.st_size >= INDEX_FILE_MAX)
 		r = -EFBIG;
-	else if (st.st_size > 0 &&
-		 (p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd,
-			   0)) == MAP_FAILED)
-		r = -errno;
-	close(fd);
-	if (r)
-		return r;
-	if (p)
-		madvise(p, (size_t)st.st_size, MADV_SEQUENTIAL);
-	*text = p ? p : "";
-	*len = (size_t)st.st_size;
-	return 0;
-}
-
-int index_load(const char *path, struct index **out, char *err, size_t errlen)
-{
-	const char *text = "";
-	size_t len = 0;
-	int r;
-
-	*out = NULL;
-	r = map_file(path, &text, &len);
-	if (r) {
-		snprintf(err, errlen, "%s: %s", path, strerror(-r));
-		return r;
+	if (!r) {
+		rd.size = (size_t)st.st_size;
+		r = load_fd(&rd, out, err, errlen);
+		if (r == -EBADMSG || r == -ENOMEM) {
+			close(rd.fd);
+			return r; /* err says why */
+		}
 	}
-	r = parse_text(text, len, true, out, err, errlen);
-	if (len)
-		munmap((void *)text, len);
+	if (rd.fd >= 0)
+		close(rd.fd);
+	if (r)
+		snprintf(err, errlen, "%s: %s", path, strerror(-r));
 	return r;
 }
 

@@ -517,8 +517,8 @@ Test(index, parse_reads_nothing_past_the_text)
 	munmap(map, 2 * (size_t)page);
 }
 
-/* A file of exactly one page without a final newline: index_load maps it,
- * and nothing past it is mapped. */
+/* A file of exactly one page without a final newline (and an empty one):
+ * index_load reads no further than the file's size. */
 Test(index, load_of_a_page_sized_file)
 {
 	char dir[] = "/tmp/echofs-index-XXXXXX", path[256], err[256];
@@ -546,6 +546,47 @@ Test(index, load_of_a_page_sized_file)
 	f = fopen(path, "w");
 	fclose(f);
 	cr_expect_eq(index_load(path, &ix, err, sizeof(err)), -EBADMSG);
+	unlink(path);
+	rmdir(dir);
+}
+
+/* index_load reads a file in chunks (8 MiB): lines cut by a chunk's end,
+ * and a line longer than a chunk (a 9 MB URL), load as index_parse parses
+ * the whole text. */
+Test(index, load_in_chunks_matches_parse)
+{
+	char dir[] = "/tmp/echofs-index-XXXXXX", path[256], err[256];
+	size_t urllen = 9u << 20, n = 400000, len;
+	struct index *a, *b;
+	char *text = NULL;
+	FILE *f;
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/big.index", dir);
+	f = open_memstream(&text, &len);
+	fputs("echofs-index 1\nS\thttp://h/", f);
+	for (size_t i = 0; i < urllen; i++)
+		fputc('a' + (int)(i % 26), f);
+	fputs(".tar\t100000000\t-\nS\thttp://h/2.tar\t100000000\t\"e\"\n", f);
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, "M\t%zu\t%zu\t10\tc%zu\tc%zu/k%zu\tjpg\n", i % 2,
+			i * 10, i % 97, i % 97, i);
+	fclose(f);
+	f = fopen(path, "w");
+	cr_assert_not_null(f);
+	cr_assert_eq(fwrite(text, 1, len, f), len);
+	fclose(f);
+	cr_assert_gt(len, 2 * (8u << 20), "spans chunks");
+	cr_assert_eq(index_parse(text, len, &a, err, sizeof(err)), 0, "%s",
+		     err);
+	cr_assert_eq(index_load(path, &b, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(b->nsamples, n);
+	cr_expect_eq(strlen(b->shards[0].url),
+		     urllen + strlen("http://h/.tar"));
+	expect_same(a, b);
+	index_free(a);
+	index_free(b);
+	free(text);
 	unlink(path);
 	rmdir(dir);
 }
