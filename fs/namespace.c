@@ -1,29 +1,76 @@
 /* namespace.c - the virtual ImageFolder tree built from a dataset: class
- * directories, file names, inode numbers, lookups and listings. */
+ * directories, file names, inode numbers, lookups and listings.
+ *
+ * The build is the mount's largest cost after the index load (14.2 M
+ * samples, 21,841 classes for ImageNet-21k), so it works on what repeats:
+ * labels are met by pointer (the index keeps one copy of each), classes
+ * are found once per distinct label, samples are bucketed by class with a
+ * counting sort of their numbers, and each class's names are written next
+ * to each other and sorted there, in cache. Only the samples a rank shows
+ * get names; every class gets its directory on every rank. */
 #include "fs/namespace.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "cache/dataset.h"
 #include "common/util.h"
 
 static const char *const control_names[] = {"stats", "stats.prom", "config"};
 
-/* One file before grouping. */
-struct ent {
-	char *name; /* in the names buffer, or a renamed copy */
-	uint32_t sample;
-	uint32_t cls; /* class number: the classes' sorted order */
-	int in_view;  /* a file of this rank (else only its class shows) */
-};
+/* The big tables (14 M samples: 57 MB of class numbers, 230 MB of files,
+ * 300 MB of names) are mapped with transparent huge pages: faulting them
+ * in 4 KiB pages costs more than filling them. Small ones come from
+ * malloc (*mapped = 0). MAP_NORESERVE: the names' region is reserved at
+ * its largest and what stays untouched is given back (trim_map). */
+#define HUGE_PAGE ((size_t)2 << 20)
+
+static void *big_alloc(size_t n, size_t *mapped)
+{
+	size_t len;
+	void *p;
+
+	*mapped = 0;
+	if (n < 2 * HUGE_PAGE)
+		return malloc(n ? n : 1);
+	if (n > SIZE_MAX - HUGE_PAGE)
+		return NULL;
+	len = (n + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	madvise(p, len, MADV_HUGEPAGE); /* a hint: failure is harmless */
+	*mapped = len;
+	return p;
+}
+
+static void big_free(void *p, size_t mapped)
+{
+	if (mapped)
+		munmap(p, mapped);
+	else
+		free(p);
+}
+
+/* Unmap a mapping's pages past used bytes; *mapped shrinks to match. */
+static void trim_map(void *p, size_t used, size_t *mapped)
+{
+	size_t keep = (used + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+
+	if (*mapped > keep) {
+		munmap((char *)p + keep, *mapped - keep);
+		*mapped = keep;
+	}
+}
 
 /* Within one class: by name, then by sample. */
-static int ent_cmp(const void *a, const void *b)
+static int file_cmp(const void *a, const void *b)
 {
-	const struct ent *x = a, *y = b;
+	const struct ns_file *x = a, *y = b;
 	int c = strcmp(x->name, y->name);
 
 	if (c != 0)
@@ -73,36 +120,83 @@ static size_t write_name(char *p, const struct dataset *ds, uint32_t sample,
 	return len + el;
 }
 
-static int all_numeric(const struct dataset *ds)
-{
-	uint64_t v;
-	for (uint32_t i = 0; i < dataset_nsamples(ds); i++)
-		if (parse_u64(dataset_label(ds, i), &v) != 0)
-			return 0;
-	return dataset_nsamples(ds) > 0;
-}
-
 /* One class while the tree is built. */
 struct build_class {
 	const char *label; /* the first sample's, borrowed */
 	uint64_t num;	   /* its value when labels are numeric */
-	size_t count;	   /* samples, in view or not */
-	size_t next;	   /* the next free slot of its run in ents */
+	size_t shown;	   /* samples in view */
+	size_t next;	   /* the next free slot of its run in the order */
 	uint32_t rank;	   /* its class number: place in the sorted order */
 };
 
-/* The classes met so far, found by label (by value when numeric: "1" and
- * "01" are one class) through an open-addressing table of ids + 1. Hashing
- * labels once each keeps a 14 M-sample, 21,841-class tree from sorting 14 M
- * labels with strcmp. */
+/* The classes, found by label (by value when numeric: "1" and "01" are
+ * one class) through an open-addressing table of ids + 1. */
 struct class_table {
 	struct build_class *c;
 	size_t n, cap;
 	uint32_t *slot; /* id + 1; 0 empty */
 	size_t nslots;	/* a power of two, more than twice n */
 	int numeric;
-	size_t n_ents; /* files placed (samples with a good label) */
 };
+
+/* The distinct label strings (by address) met in the samples: the index
+ * keeps one copy of each label, so 14 M samples hash 21,841 strings once
+ * each instead of 14 M times. Distinct copies of one label are simply
+ * distinct entries here, found to be one class by the class table. */
+struct label_set {
+	const char **label; /* by id; slot[] holds id + 1, 0 empty */
+	uint32_t *slot;
+	size_t n, cap, nslots; /* nslots a power of two, more than 2n */
+};
+
+static size_t ptr_hash(const char *p, size_t mask)
+{
+	return (size_t)(((uint64_t)(uintptr_t)p * 0x9e3779b97f4a7c15ull) >>
+			17) &
+	       mask;
+}
+
+static void label_set_grow(struct label_set *s)
+{
+	size_t nslots = s->nslots ? 2 * s->nslots : 1024;
+	uint32_t *slot = xcalloc(nslots, sizeof(*slot));
+
+	for (size_t id = 0; id < s->n; id++) {
+		size_t j = ptr_hash(s->label[id], nslots - 1);
+		while (slot[j])
+			j = (j + 1) & (nslots - 1);
+		slot[j] = (uint32_t)id + 1;
+	}
+	free(s->slot);
+	s->slot = slot;
+	s->nslots = nslots;
+}
+
+/* The id of label's address, added when new; UINT32_MAX past 2^32 - 2. */
+static uint32_t label_set_id(struct label_set *s, const char *label)
+{
+	size_t j;
+
+	if (s->nslots && (j = ptr_hash(label, s->nslots - 1), 1)) {
+		for (; s->slot[j]; j = (j + 1) & (s->nslots - 1))
+			if (s->label[s->slot[j] - 1] == label)
+				return s->slot[j] - 1;
+	}
+	if (s->n >= UINT32_MAX - 1)
+		return UINT32_MAX;
+	if (2 * (s->n + 1) > s->nslots)
+		label_set_grow(s);
+	if (s->n == s->cap) {
+		s->cap = s->cap ? 2 * s->cap : 64;
+		s->label = xrealloc(s->label, s->cap * sizeof(*s->label));
+	}
+	for (j = ptr_hash(label, s->nslots - 1); s->slot[j];
+	     j = (j + 1) & (s->nslots - 1))
+		;
+	s->label[s->n] = label;
+	s->slot[j] = (uint32_t)s->n + 1;
+	return (uint32_t)s->n++;
+}
 
 static uint64_t label_hash(const struct class_table *t, const char *label,
 			   uint64_t num)
@@ -173,35 +267,63 @@ static int class_cmp(const void *a, const void *b, void *arg)
 	return strcmp(x->label, y->label);
 }
 
-/* Bytes of one file's name as first written: "<base>.<ext>" and a NUL. */
-static size_t name_len(const struct namespace *ns, uint32_t i)
+/* Pass 1: every sample's label address into the set, its id into
+ * class_of. -EOVERFLOW past 2^32 - 2 distinct addresses. */
+static int find_labels(struct namespace *ns, struct label_set *ls)
 {
-	const char *e = ns->ext ? ns->ext : dataset_ext(ns->ds, i);
-	return strlen(key_base(dataset_key(ns->ds, i))) + 1 + strlen(e) + 1;
+	size_t n = dataset_nsamples(ns->ds);
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t id = label_set_id(ls, dataset_label(ns->ds, i));
+		if (id == UINT32_MAX)
+			return -EOVERFLOW;
+		ns->class_of[i] = id;
+	}
+	return 0;
 }
 
-/* Pass 1: every sample's class id into class_of (NS_NO_CLASS for a bad
- * label), the classes counted. Returns the bytes the names take. */
-static size_t find_classes(struct namespace *ns, struct class_table *t)
+/* Each distinct label to its class (NS_NO_CLASS when it can't be a
+ * directory name), by value when every label is a number. */
+static uint32_t *find_classes(struct namespace *ns, const struct label_set *ls,
+			      struct class_table *t)
+{
+	uint32_t *cls = xmalloc((ls->n ? ls->n : 1) * sizeof(*cls));
+	uint64_t v;
+
+	t->numeric = ls->n > 0;
+	for (size_t id = 0; id < ls->n && t->numeric; id++)
+		t->numeric = parse_u64(ls->label[id], &v) == 0;
+	ns->numeric_labels = t->numeric;
+	for (size_t id = 0; id < ls->n; id++)
+		cls[id] = label_ok(ls->label[id]) ? class_id(t, ls->label[id])
+						  : NS_NO_CLASS;
+	return cls;
+}
+
+/* Pass 2: class_of from label ids to class ids, the samples in view
+ * counted per class. Returns how many are in view. */
+static size_t count_shown(struct namespace *ns, const uint32_t *cls,
+			  struct class_table *t)
 {
 	const struct dataset *ds = ns->ds;
-	size_t bytes = 1;
+	size_t n = dataset_nsamples(ds), shown = 0;
 
-	for (uint32_t i = 0; i < dataset_nsamples(ds); i++) {
-		const char *label = dataset_label(ds, i);
-		if (!label_ok(label)) {
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t c = cls[ns->class_of[i]];
+		ns->class_of[i] = c;
+		if (c == NS_NO_CLASS) {
 			ns->counts.skipped_bad_label++;
-			ns->class_of[i] = NS_NO_CLASS;
 			continue;
 		}
-		ns->class_of[i] = class_id(t, label);
-		t->c[ns->class_of[i]].count++;
-		bytes += name_len(ns, i);
+		if (!dataset_in_view(ds, i))
+			continue;
+		t->c[c].shown++;
+		shown++;
 	}
-	return bytes;
+	return shown;
 }
 
-/* Class numbers in sorted label order, each class's run of slots in ents. */
+/* Class numbers in sorted label order, each class's run in the order. */
 static void rank_classes(struct class_table *t)
 {
 	uint32_t *order = xmalloc((t->n ? t->n : 1) * sizeof(*order));
@@ -214,48 +336,39 @@ static void rank_classes(struct class_table *t)
 		struct build_class *c = &t->c[order[r]];
 		c->rank = (uint32_t)r;
 		c->next = next;
-		next += c->count;
+		next += c->shown;
 	}
 	free(order);
 }
 
-/* Pass 2: each file into its class's run (a counting sort by class, in
- * sample order), its name written; class_of becomes the class number. */
-static size_t place_files(struct namespace *ns, struct class_table *t,
-			  struct ent *ents)
+/* Pass 3: the samples in view by class (a counting sort of their numbers,
+ * in sample order within a class); class_of becomes the class number. */
+static void bucket(struct namespace *ns, struct class_table *t, uint32_t *order)
 {
 	const struct dataset *ds = ns->ds;
-	char *p = ns->names;
-	size_t n = 0;
+	size_t n = dataset_nsamples(ds);
 
-	for (uint32_t i = 0; i < dataset_nsamples(ds); i++) {
+	for (uint32_t i = 0; i < n; i++) {
 		struct build_class *c;
-		struct ent *e;
 		if (ns->class_of[i] == NS_NO_CLASS)
 			continue;
 		c = &t->c[ns->class_of[i]];
-		e = &ents[c->next++];
-		e->name = p;
-		e->sample = i;
-		e->cls = c->rank;
-		e->in_view = dataset_in_view(ds, i);
 		ns->class_of[i] = c->rank;
-		p += write_name(p, ds, i, ns->ext, "") + 1;
-		n++;
+		if (dataset_in_view(ds, i))
+			order[c->next++] = i;
 	}
-	return n;
 }
 
-/* Mark in dup every entry of one class's sorted run whose name repeats the
+/* Mark in dup every file of one class's sorted run whose name repeats the
  * one before it. Marks first, renames after, so runs of three stay caught.
  * Returns how many. */
-static size_t mark_duplicates(const struct ent *ents, size_t n,
+static size_t mark_duplicates(const struct ns_file *f, size_t n,
 			      unsigned char *dup)
 {
 	size_t marked = 0;
 
 	for (size_t i = 1; i < n; i++) {
-		dup[i] = strcmp(ents[i - 1].name, ents[i].name) == 0;
+		dup[i] = strcmp(f[i - 1].name, f[i].name) == 0;
 		marked += dup[i];
 	}
 	return marked;
@@ -284,18 +397,21 @@ static char *renamed_name(struct namespace *ns, uint32_t s, const char *suffix)
  * should that name be another file's own, a later round adds "_<round>".
  * Leaves the run sorted. seen marks samples renamed already. Returns how
  * many files were renamed for the first time. */
-static size_t rename_duplicates(struct namespace *ns, struct ent *ents,
+static size_t rename_duplicates(struct namespace *ns, struct ns_file *f,
 				size_t n, unsigned char *seen)
 {
-	unsigned char *dup = xcalloc(n ? n : 1, 1);
 	char suffix[SUFFIX_ROOM];
+	unsigned char *dup;
 	size_t renamed = 0;
 
+	if (n < 2)
+		return 0;
+	dup = xcalloc(n, 1);
 	for (unsigned round = 0; round < DUP_ROUNDS; round++) {
-		if (!mark_duplicates(ents, n, dup))
+		if (!mark_duplicates(f, n, dup))
 			break;
 		for (size_t i = 1; i < n; i++) {
-			uint32_t s = ents[i].sample;
+			uint32_t s = f[i].sample;
 			if (!dup[i])
 				continue;
 			if (round)
@@ -303,35 +419,14 @@ static size_t rename_duplicates(struct namespace *ns, struct ent *ents,
 					 round);
 			else
 				snprintf(suffix, sizeof(suffix), "_dup%u", s);
-			ents[i].name = renamed_name(ns, s, suffix);
+			f[i].name = renamed_name(ns, s, suffix);
 			renamed += !(seen[s / 8] & (1u << (s % 8)));
 			seen[s / 8] |= (unsigned char)(1u << (s % 8));
 		}
-		qsort(ents, n, sizeof(*ents), ent_cmp);
+		qsort(f, n, sizeof(*f), file_cmp);
 	}
 	free(dup);
 	return renamed;
-}
-
-/* Sort each class's run by name and rename its duplicates. */
-static void sort_classes(struct namespace *ns, const struct class_table *t,
-			 struct ent *ents)
-{
-	unsigned char *seen = xcalloc(dataset_nsamples(ns->ds) / 8 + 1, 1);
-	size_t first = 0;
-
-	for (size_t r = 0; r < t->n; r++) {
-		/* rank_classes gave the runs in rank order: run r ends where
-		 * its class's next slot now points. */
-		size_t end = first;
-		while (end < t->n_ents && ents[end].cls == r)
-			end++;
-		qsort(ents + first, end - first, sizeof(*ents), ent_cmp);
-		ns->counts.renamed_duplicates +=
-			rename_duplicates(ns, ents + first, end - first, seen);
-		first = end;
-	}
-	free(seen);
 }
 
 static char *class_name(int numeric, const struct build_class *c, int width)
@@ -345,9 +440,8 @@ static char *class_name(int numeric, const struct build_class *c, int width)
 
 /* The classes in rank order (every class of the whole dataset gets its
  * directory, empty where this rank's view has none, so class numbers agree
- * on every rank) and the files in view. */
-static void group(struct namespace *ns, const struct class_table *t,
-		  const struct ent *ents, size_t n)
+ * on every rank). */
+static void name_classes(struct namespace *ns, const struct class_table *t)
 {
 	char digits[32];
 	uint64_t max_label = 0;
@@ -359,31 +453,68 @@ static void group(struct namespace *ns, const struct class_table *t,
 	width = snprintf(digits, sizeof(digits), "%llu",
 			 (unsigned long long)max_label);
 	ns->classes = xcalloc(t->n ? t->n : 1, sizeof(*ns->classes));
-	ns->files = xcalloc(n ? n : 1, sizeof(*ns->files));
-	for (size_t id = 0; id < t->n; id++)
-		ns->classes[t->c[id].rank].name =
-			class_name(ns->numeric_labels, &t->c[id], width);
-	ns->nclasses = t->n;
-	for (size_t i = 0; i < n; i++) {
-		struct ns_class *c = &ns->classes[ents[i].cls];
-		if (c->count == 0)
-			c->first = (uint32_t)ns->nfiles;
-		if (!ents[i].in_view)
-			continue;
-		c->count++;
-		ns->files[ns->nfiles].name = ents[i].name;
-		ns->files[ns->nfiles].sample = ents[i].sample;
-		ns->files[ns->nfiles].cls = ents[i].cls;
-		ns->nfiles++;
+	for (size_t id = 0; id < t->n; id++) {
+		struct ns_class *c = &ns->classes[t->c[id].rank];
+		c->name = class_name(ns->numeric_labels, &t->c[id], width);
+		c->count = (uint32_t)t->c[id].shown;
 	}
+	ns->nclasses = t->n;
+}
+
+#define PREFETCH_AHEAD 8
+
+/* Pass 4, class by class: the files of its run in order, their names
+ * written side by side, sorted by name and made unique. Returns the bytes
+ * the names took. */
+static size_t fill_files(struct namespace *ns, const uint32_t *order)
+{
+	unsigned char *seen = xcalloc(dataset_nsamples(ns->ds) / 8 + 1, 1);
+	char *p = ns->names;
+
+	for (size_t r = 0; r < ns->nclasses; r++) {
+		struct ns_class *c = &ns->classes[r];
+		struct ns_file *f = &ns->files[ns->nfiles];
+		c->first = (uint32_t)ns->nfiles;
+		for (uint32_t k = 0; k < c->count; k++) {
+			uint32_t s = order[c->first + k];
+			/* The samples of a class lie far apart in the index:
+			 * ask for a later one's key now, so that its cache
+			 * miss overlaps this name's work. */
+			if (k + PREFETCH_AHEAD < c->count)
+				__builtin_prefetch(dataset_key(
+					ns->ds,
+					order[c->first + k + PREFETCH_AHEAD]));
+			f[k] = (struct ns_file){p, s, (uint32_t)r};
+			p += write_name(p, ns->ds, s, ns->ext, "") + 1;
+		}
+		qsort(f, c->count, sizeof(*f), file_cmp);
+		ns->counts.renamed_duplicates +=
+			rename_duplicates(ns, f, c->count, seen);
+		ns->nfiles += c->count;
+	}
+	free(seen);
+	return (size_t)(p - ns->names);
+}
+
+static void free_build(struct label_set *ls, uint32_t *cls,
+		       struct class_table *t, uint32_t *order, size_t map_order)
+{
+	free(ls->label);
+	free(ls->slot);
+	free(cls);
+	free(t->slot);
+	free(t->c);
+	big_free(order, map_order);
 }
 
 int ns_open(const struct dataset *ds, const char *ext, struct namespace **out)
 {
-	size_t nsamples = dataset_nsamples(ds);
+	size_t nsamples = dataset_nsamples(ds), shown, map_order = 0;
+	struct label_set ls = {0};
 	struct class_table t = {0};
+	uint32_t *cls = NULL, *order = NULL;
 	struct namespace *ns;
-	struct ent *ents;
+	int r = -ENOMEM;
 
 	*out = NULL;
 	if (nsamples >= UINT32_MAX - NS_INO_FIRST_CLASS)
@@ -391,30 +522,30 @@ int ns_open(const struct dataset *ds, const char *ext, struct namespace **out)
 	ns = xcalloc(1, sizeof(*ns));
 	ns->ds = ds;
 	ns->ext = ext && strlen(ext) <= 7 ? ext : NULL;
-	ns->class_of = malloc((nsamples ? nsamples : 1) * sizeof(uint32_t));
-	if (!ns->class_of) {
-		ns_free(ns);
-		return -ENOMEM;
-	}
-	ns->numeric_labels = t.numeric = all_numeric(ds);
-	ns->names = malloc(find_classes(ns, &t));
-	ents = malloc((nsamples ? nsamples : 1) * sizeof(*ents));
-	if (!ns->names || !ents) {
-		free(ents);
-		free(t.slot);
-		free(t.c);
-		ns_free(ns);
-		return -ENOMEM;
-	}
+	ns->class_of =
+		big_alloc(nsamples * sizeof(uint32_t), &ns->map_class_of);
+	if (!ns->class_of || (r = find_labels(ns, &ls)) != 0)
+		goto fail;
+	cls = find_classes(ns, &ls, &t);
+	shown = count_shown(ns, cls, &t);
+	/* Room for every name at its longest; the unused rest is unmapped. */
+	ns->names = big_alloc(shown * (NAME_LEN_MAX + 1), &ns->map_names);
+	order = big_alloc(shown * sizeof(*order), &map_order);
+	ns->files = big_alloc(shown * sizeof(*ns->files), &ns->map_files);
+	r = -ENOMEM;
+	if (!ns->names || !order || !ns->files)
+		goto fail;
 	rank_classes(&t);
-	t.n_ents = place_files(ns, &t, ents);
-	sort_classes(ns, &t, ents);
-	group(ns, &t, ents, t.n_ents);
-	free(ents);
-	free(t.slot);
-	free(t.c);
+	bucket(ns, &t, order);
+	name_classes(ns, &t);
+	trim_map(ns->names, fill_files(ns, order), &ns->map_names);
+	free_build(&ls, cls, &t, order, map_order);
 	*out = ns;
 	return 0;
+fail:
+	free_build(&ls, cls, &t, order, map_order);
+	ns_free(ns);
+	return r;
 }
 
 void ns_free(struct namespace *ns)
@@ -424,9 +555,9 @@ void ns_free(struct namespace *ns)
 	for (size_t i = 0; i < ns->nclasses; i++)
 		free((char *)ns->classes[i].name);
 	free(ns->classes);
-	free(ns->files);
-	free(ns->class_of);
-	free(ns->names);
+	big_free(ns->files, ns->map_files);
+	big_free(ns->class_of, ns->map_class_of);
+	big_free(ns->names, ns->map_names);
 	for (size_t i = 0; i < ns->nrenamed; i++)
 		free(ns->renamed[i]);
 	free(ns->renamed);

@@ -61,6 +61,9 @@ struct namespace
 	int numeric_labels; /* 1 if every label was an integer */
 	const char *ext;    /* extension override or NULL (static string) */
 	uint32_t *class_of; /* per dataset sample: class, or NS_NO_CLASS */
+	/* private: bytes mapped for class_of, files and names (ns_open maps
+	 * the big tables with huge pages); 0 when malloc'd */
+	size_t map_class_of, map_files, map_names;
 };
 
 /* Build the tree. ds is borrowed and must outlive the namespace. ext, when

@@ -63,10 +63,10 @@ struct index_sample {
 
 /* M lines index_parse skipped for their names. */
 struct index_skips {
-	uint64_t labels;	/* bad label */
-	uint64_t names;		/* bad key or extension */
-	size_t first_line;	/* 1-based line of the first skip, 0: none */
-	const char *first_why;	/* its reason (static), NULL: none */
+	uint64_t labels;       /* bad label */
+	uint64_t names;	       /* bad key or extension */
+	size_t first_line;     /* 1-based line of the first skip, 0: none */
+	const char *first_why; /* its reason (static), NULL: none */
 };
 
 struct index {
@@ -105,15 +105,17 @@ int index_add_sample(struct index *ix, uint32_t shard, uint64_t offset,
 		     uint64_t size, const char *label, const char *key,
 		     const char *ext);
 
-/* Parse an index held in memory (its strings are copied into the index). On error returns -EBADMSG (or -ENOMEM) and writes
- * "line N: reason" into err. *out is caller-freed. */
+/* Parse an index held in memory (read only; its strings are copied into
+ * the index). On error returns -EBADMSG and writes "line N: reason" into
+ * err, or -ENOMEM, or -EFBIG (len INDEX_FILE_MAX or more). *out is
+ * caller-freed. */
 int index_parse(const char *buf, size_t len, struct index **out, char *err,
 		size_t errlen);
-/* Read and parse a local file. -errno on I/O failure, with a reason in err. */
+/* Read and parse a local file (in chunks, never past the size it had when
+ * opened). -errno on I/O failure, with a reason in err. */
 int index_load(const char *path, struct index **out, char *err, size_t errlen);
-/* index_parse on a malloc'd buffer of len bytes plus a NUL at text[len]
- * (file_read_all's and http_get_all's), which it takes over and frees:
- * no second copy of a big index. */
+/* index_parse on a malloc'd buffer of len bytes (file_read_all's and
+ * http_get_all's), which it takes over and frees. */
 int index_parse_owned(char *text, size_t len, struct index **out, char *err,
 		      size_t errlen);
 

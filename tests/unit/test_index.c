@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -232,8 +233,7 @@ static const struct {
 	 "line 3: control character in a field"},
 	/* A bad name is skipped (index_skip), a broken record is not. */
 	{HDR S0 "M\t0\t0\t1\t\tk\tjpg\tx\n", "line 3: M needs 7 fields"},
-	{HDR2 S2 "M\t0\t0\t1\t..\tk\tjpg\t-\n",
-	 "line 3: bad sample checksum"},
+	{HDR2 S2 "M\t0\t0\t1\t..\tk\tjpg\t-\n", "line 3: bad sample checksum"},
 	{HDR S0 "M\t0\t1000\t1\t..\tk\tjpg\n",
 	 "line 3: sample lies outside its shard"},
 	{"echofs-index 1\tx\n", "line 1: not an echofs index"},
@@ -264,12 +264,12 @@ Test(index, parse_table)
 	}
 }
 
-#define L255 \
+#define L255                                                                   \
 	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
 	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
 	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
 	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
-#define L251 \
+#define L251                                                                   \
 	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
 	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
 	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
@@ -472,4 +472,121 @@ Test(index, v1_has_no_sums)
 	cr_assert_eq(index_parse(t, sizeof(t) - 1, &ix, err, sizeof(err)), 0);
 	cr_expect_not(ix->has_sums);
 	index_free(ix);
+}
+
+/* The parser reads the text where it lies (a read-only mapping of the
+ * file, or the caller's buffer), which has no NUL after it: texts placed
+ * flush against an unreadable page must parse (or fail) as usual, without
+ * a read past their end. */
+Test(index, parse_reads_nothing_past_the_text)
+{
+	static const struct {
+		const char *text;
+		int want; /* 0 or -EBADMSG */
+		size_t samples;
+	} cases[] = {
+		{"echofs-index 1\nS\tu\t9\t-\nM\t0\t0\t1\ta\tk\tjpg", 0, 1},
+		{"echofs-index 1\nS\tu\t9\t-\nM\t0\t0\t1\ta\tk\tjpg\n", 0, 1},
+		{"echofs-index 1\nS\tu\t9\t-\n# a comment", 0, 0},
+		{"echofs-index 1\nS\tu\t9\t-\nM\t0\t0\t1\ta\tk\tjp\x01", 0, 0},
+		{"echofs-index 1\nS\tu\t9\t-\nM\t0\t0\t1\ta\tk\t", 0, 0},
+		{"echofs-index 1\nS\tu\t9\t-\nM\t0\t0\t1\ta\t   ", -EBADMSG, 0},
+		{"echofs-index 1\nS\tu\t9\t", -EBADMSG, 0},
+		{"echofs-index 1", 0, 0},
+		{"echofs-index", -EBADMSG, 0},
+	};
+	long page = sysconf(_SC_PAGESIZE);
+	char *map = mmap(NULL, 2 * (size_t)page, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char err[256];
+
+	cr_assert_neq(map, MAP_FAILED);
+	cr_assert_eq(mprotect(map + page, (size_t)page, PROT_NONE), 0);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t len = strlen(cases[i].text);
+		char *at = map + page - len;
+		struct index *ix = NULL;
+		memcpy(at, cases[i].text, len);
+		int r = index_parse(at, len, &ix, err, sizeof(err));
+		cr_expect_eq(r, cases[i].want, "case %zu: %d %s", i, r, err);
+		if (ix)
+			cr_expect_eq(ix->nsamples, cases[i].samples, "case %zu",
+				     i);
+		index_free(ix);
+	}
+	munmap(map, 2 * (size_t)page);
+}
+
+/* A file of exactly one page without a final newline (and an empty one):
+ * index_load reads no further than the file's size. */
+Test(index, load_of_a_page_sized_file)
+{
+	char dir[] = "/tmp/echofs-index-XXXXXX", path[256], err[256];
+	long page = sysconf(_SC_PAGESIZE);
+	const char *head = "echofs-index 1\nS\tu\t9\t-\nM\t0\t0\t1\ta\t";
+	size_t hl = strlen(head), keylen = (size_t)page - hl - 4;
+	struct index *ix;
+	FILE *f;
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/page.index", dir);
+	f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fputs(head, f);
+	for (size_t i = 0; i < keylen; i++)
+		fputc(i % 200 == 199 ? '/' : 'k', f);
+	fputs("\tjpg", f);
+	fclose(f);
+	cr_assert_eq(index_load(path, &ix, err, sizeof(err)), 0, "%s", err);
+	cr_expect_eq(ix->nsamples, 1);
+	cr_expect_eq(strlen(ix->samples[0].key), keylen);
+	cr_expect_str_eq(ix->samples[0].ext, "jpg");
+	index_free(ix);
+	/* and an empty file is no index */
+	f = fopen(path, "w");
+	fclose(f);
+	cr_expect_eq(index_load(path, &ix, err, sizeof(err)), -EBADMSG);
+	unlink(path);
+	rmdir(dir);
+}
+
+/* index_load reads a file in chunks (8 MiB): lines cut by a chunk's end,
+ * and a line longer than a chunk (a 9 MB URL), load as index_parse parses
+ * the whole text. */
+Test(index, load_in_chunks_matches_parse)
+{
+	char dir[] = "/tmp/echofs-index-XXXXXX", path[256], err[256];
+	size_t urllen = 9u << 20, n = 400000, len;
+	struct index *a, *b;
+	char *text = NULL;
+	FILE *f;
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/big.index", dir);
+	f = open_memstream(&text, &len);
+	fputs("echofs-index 1\nS\thttp://h/", f);
+	for (size_t i = 0; i < urllen; i++)
+		fputc('a' + (int)(i % 26), f);
+	fputs(".tar\t100000000\t-\nS\thttp://h/2.tar\t100000000\t\"e\"\n", f);
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, "M\t%zu\t%zu\t10\tc%zu\tc%zu/k%zu\tjpg\n", i % 2,
+			i * 10, i % 97, i % 97, i);
+	fclose(f);
+	f = fopen(path, "w");
+	cr_assert_not_null(f);
+	cr_assert_eq(fwrite(text, 1, len, f), len);
+	fclose(f);
+	cr_assert_gt(len, 2 * (8u << 20), "spans chunks");
+	cr_assert_eq(index_parse(text, len, &a, err, sizeof(err)), 0, "%s",
+		     err);
+	cr_assert_eq(index_load(path, &b, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(b->nsamples, n);
+	cr_expect_eq(strlen(b->shards[0].url),
+		     urllen + strlen("http://h/.tar"));
+	expect_same(a, b);
+	index_free(a);
+	index_free(b);
+	free(text);
+	unlink(path);
+	rmdir(dir);
 }

@@ -304,3 +304,34 @@ Test(namespace, rank_view_keeps_every_class)
 		cr_assert_eq(seen[i], 1, "sample %d shown %u times", i, seen[i]);
 	index_free(ix);
 }
+
+/* Names are made unique within what a mount shows: two "k.jpg" of one
+ * class in shards of different ranks are each plain "k.jpg" on their rank
+ * (a rank builds names only for its own samples). */
+Test(namespace, rank_names_are_unique_within_the_view)
+{
+	struct index *ix = index_new();
+	char err[128];
+
+	for (uint32_t s = 0; s < 2; s++) {
+		char url[32], key[16];
+		snprintf(url, sizeof(url), "http://h/%u.tar", s);
+		cr_assert_eq(index_add_shard(ix, url, 1 << 20, "\"e\""), s);
+		snprintf(key, sizeof(key), "d%u/k", s);
+		cr_assert_eq(index_add_sample(ix, s, 512, 10, "a", key, "jpg"),
+			     0);
+	}
+	for (uint32_t rank = 0; rank < 2; rank++) {
+		struct dataset *ds = dataset_wrap(ix, NULL);
+		cr_assert_eq(dataset_set_part(ds, rank, 2, 0, err, sizeof(err)),
+			     0, "%s", err);
+		struct namespace *ns = build(ds, NULL);
+		uint64_t d = ns_lookup(ns, NS_INO_ROOT, "a");
+		cr_assert_eq(ns->nfiles, 1, "rank %u", rank);
+		cr_expect_str_eq(list_name(ns, d, 0), "k.jpg", "rank %u", rank);
+		cr_expect_eq(ns->counts.renamed_duplicates, 0);
+		ns_free(ns);
+		dataset_close(ds);
+	}
+	index_free(ix);
+}
