@@ -468,7 +468,11 @@ bool echo_policy_untake(struct echo_policy *ep, const struct echo_take *t)
 	ep->served--;
 	if (ep->mode == ECHO_FIXED)
 		it->copies++;
-	if (t->fresh && it->uses == 1) {
+	if (it->uses == 1) {
+		/* Its only serve left, fresh or the echo that became its first
+		 * when the fresh one was untaken: never served, fresh again
+		 * (else it would sit in the served list with no uses, and its
+		 * next serve, fresh, would join the list a second time). */
 		make_fresh(ep, c, it);
 		return true;
 	}

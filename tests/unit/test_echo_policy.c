@@ -520,6 +520,51 @@ Test(echo_policy, untake_fresh_after_echo_keeps_it_served)
 	echo_policy_free(ep);
 }
 
+/* Both serves of a sample untaken, the fresh one first (two lookups of
+ * an echo file, neither opened): the sample was never served, so it is
+ * fresh again, and its next serve joins the served list once. Before, the
+ * second untake left it with 0 uses in the served list but not counted
+ * fresh; its next (fresh) serve appended it to the list a second time, and
+ * a later retire wrote through a freed neighbour (ASan: heap-use-after-free
+ * in list_remove, a double free in bench_echo_prep's fixed echo=2 mounts). */
+Test(echo_policy, untaking_every_serve_makes_it_fresh_again)
+{
+	static const enum echo_mode modes[] = {ECHO_ADAPTIVE, ECHO_FIXED};
+
+	for (size_t m = 0; m < 2; m++) {
+		struct echo_policy *ep = policy(2.0, modes[m], 0);
+		struct echo_item a, *out;
+		struct echo_take f, e, again[2];
+		struct echo_policy_stats st;
+
+		echo_policy_add(ep, &a, 0);
+		cr_assert_eq(echo_policy_take(ep, 0, &f), 0);
+		cr_assert_eq(echo_policy_take(ep, 0, &e), 0);
+		cr_assert(f.fresh && !e.fresh);
+		cr_assert(echo_policy_untake(ep, &f));
+		cr_assert(echo_policy_untake(ep, &e));
+		echo_policy_get_stats(ep, &st);
+		cr_assert_eq(st.served, 0, "mode %zu", m);
+		cr_assert_eq(st.fresh, 0, "mode %zu: %llu fresh", m,
+			     (unsigned long long)st.fresh);
+		cr_assert_eq(st.items, 1);
+		cr_assert_eq(echo_policy_ready(ep, 0), 1,
+			     "mode %zu: never served, so fresh again", m);
+		/* Served again, fresh then echo: the served list holds it once,
+		 * so an eviction scan meets it once and leaves the list empty. */
+		cr_assert_eq(echo_policy_take(ep, 0, &again[0]), 0);
+		cr_assert(again[0].fresh);
+		cr_assert(echo_policy_untake(ep, &again[0]));
+		cr_assert_eq(echo_policy_take(ep, 0, &again[0]), 0);
+		cr_assert(again[0].fresh);
+		out = echo_policy_evict(ep, NULL, NULL);
+		cr_assert_eq(out, &a);
+		cr_assert_null(echo_policy_evict(ep, NULL, NULL),
+			       "mode %zu: the item was in the list twice", m);
+		echo_policy_free(ep);
+	}
+}
+
 Test(echo_policy, untake_keeps_the_window_of_later_serves)
 {
 	/* Window 1. An untaken fresh serve of a, when a was echoed since,
