@@ -30,6 +30,10 @@
 #define ARENA_BLOCK_BIG (4u << 20) /* once an arena holds more than this */
 #define MAX_FIELDS 8
 
+/* A parsed key's offset into the text fits index_sample.key. */
+_Static_assert(INDEX_FILE_MAX <= (size_t)INDEX_KEYS_MAX + 1,
+	       "key offsets need more than 32 bits");
+
 struct arena_block {
 	struct arena_block *next;
 	size_t used, cap;
@@ -53,6 +57,12 @@ struct index_arena {
 	char *text;	    /* the strings a parse kept (URLs, ETags, keys) */
 	size_t text_map;    /* bytes mapped for text, 0 if malloc'd */
 	size_t samples_map; /* bytes mapped for samples, 0 if malloc'd */
+	/* The key area (ix->keys): a parse's keys lie in text among the
+	 * URLs and ETags (not owned); index_add_sample's in a malloc'd
+	 * buffer it grows (owned), the parsed ones copied there first. */
+	char *keys;
+	size_t keys_len, keys_cap;
+	bool keys_owned;
 };
 
 /* The two big buffers of a load (the text and the sample array, ~150 MB for
@@ -152,6 +162,8 @@ void index_free(struct index *ix)
 	big_free(ix->samples, ix->arena->samples_map);
 	free(ix->arena->interned.slot);
 	free(ix->arena->pair_slot);
+	if (ix->arena->keys_owned)
+		free(ix->arena->keys);
 	free(ix->names);
 	free(ix->arena);
 	free(ix->shards);
@@ -447,6 +459,37 @@ static int64_t names_of(struct index *ix, const char *label, size_t llen,
 	return pair_id(ix, intern(ix, label, llen), intern(ix, ext, elen));
 }
 
+/* Append key to the key area (owned and grown here; a parsed index's
+ * keys are copied over first), its offset into *off. */
+static int add_key(struct index *ix, const char *key, uint32_t *off)
+{
+	struct index_arena *a = ix->arena;
+	size_t n = strlen(key) + 1, cap = a->keys_cap;
+	char *k;
+
+	if (n > INDEX_KEYS_MAX - a->keys_len)
+		return -ENOMEM;
+	if (!a->keys_owned || a->keys_len + n > cap) {
+		while (cap < a->keys_len + n)
+			cap = cap ? 2 * cap : 4096;
+		k = malloc(cap);
+		if (!k)
+			return -ENOMEM;
+		if (a->keys_len)
+			memcpy(k, a->keys, a->keys_len);
+		if (a->keys_owned)
+			free(a->keys);
+		a->keys = k;
+		a->keys_cap = cap;
+		a->keys_owned = true;
+		ix->keys = k;
+	}
+	memcpy(a->keys + a->keys_len, key, n);
+	*off = (uint32_t)a->keys_len;
+	a->keys_len += n;
+	return 0;
+}
+
 int index_add_sample(struct index *ix, uint32_t shard, uint64_t offset,
 		     uint64_t size, const char *label, const char *key,
 		     const char *ext)
@@ -455,6 +498,7 @@ int index_add_sample(struct index *ix, uint32_t shard, uint64_t offset,
 	char lext[16];
 	size_t elen = strlen(ext);
 	int64_t names;
+	int r;
 
 	if (!text_ok(label) || !text_ok(key) || !text_ok(ext) ||
 	    names_reject(label, strlen(label), key, strlen(key), ext, elen) ||
@@ -473,7 +517,9 @@ int index_add_sample(struct index *ix, uint32_t shard, uint64_t offset,
 	s->offset = offset;
 	s->size = (uint32_t)size;
 	s->names = (uint32_t)names;
-	s->key = arena_strdup(ix->arena, key);
+	r = add_key(ix, key, &s->key);
+	if (r)
+		return r;
 	s->sum = 0;
 	ix->nsamples++;
 	return 0;
@@ -646,7 +692,8 @@ static int parse_sample(struct parser *ps, const char **f, size_t *fl, int n)
 	s->offset = off;
 	s->size = (uint32_t)size;
 	s->names = (uint32_t)names;
-	s->key = keep(ps, f[5], fl[5]);
+	/* the text is below INDEX_FILE_MAX: the offset fits (index.h) */
+	s->key = (uint32_t)(keep(ps, f[5], fl[5]) - ix->arena->text);
 	ix->nsamples++;
 	return 0;
 }
@@ -746,6 +793,8 @@ static int parse_start(struct parser *ps, const char *head, size_t have,
 		return -ENOMEM;
 	}
 	ps->kept = ps->ix->arena->text;
+	ps->ix->arena->keys = ps->ix->arena->text;
+	ps->ix->keys = ps->ix->arena->text;
 	*body = have > mlen ? head + mlen + 1 : head + have;
 	return 0;
 }
@@ -783,6 +832,7 @@ static struct index *parse_finish(struct parser *ps)
 	struct index_arena *a = ps->ix->arena;
 
 	trim_map(a->text, (size_t)(ps->kept - a->text), &a->text_map);
+	a->keys_len = (size_t)(ps->kept - a->text);
 	trim_samples(ps->ix);
 	return ps->ix;
 }

@@ -49,13 +49,14 @@ struct index_shard {
 	uint64_t sum;	  /* XXH3-64 of the shard (when has_sums) */
 };
 
-/* One sample, 40 bytes (an ImageNet-21k index holds 14.2 M of them): the
- * label and extension, which repeat, are one id into the index's table of
- * distinct (label, ext) pairs; read them with index_label and index_ext. */
+/* One sample, 32 bytes (an ImageNet-21k index holds 14.2 M of them): the
+ * key is an offset into the index's key area, and the label and extension,
+ * which repeat, one id into its table of distinct (label, ext) pairs; read
+ * them with index_key, index_label and index_ext. */
 struct index_sample {
 	uint64_t offset; /* of the image data within the shard */
 	uint64_t sum;	 /* XXH3-64 of the image data (when has_sums) */
-	const char *key; /* owned by the index; read with index_key */
+	uint32_t key;	 /* into index.keys (below INDEX_KEYS_MAX) */
 	uint32_t shard;
 	uint32_t size;	/* of the image data, at most INDEX_SAMPLE_MAX */
 	uint32_t names; /* into index.names: its label and ext */
@@ -67,6 +68,11 @@ struct index_names {
 	const char *label;
 	const char *ext;
 };
+
+/* The key area's bound: keys are NUL-terminated side by side, at offsets
+ * that fit a uint32_t (a parsed index's are within its text, which is
+ * below INDEX_FILE_MAX). index_add_sample past it: -ENOMEM. */
+#define INDEX_KEYS_MAX ((size_t)UINT32_MAX)
 
 /* The largest image member an index records: an M line with a bigger size
  * fails the parse, index_add_sample refuses it (-EINVAL). */
@@ -95,6 +101,7 @@ struct index {
 	struct index_skips skipped; /* filled by index_parse */
 	struct index_names *names;  /* index_sample.names points here */
 	size_t nnames;
+	const char *keys; /* index_sample.key points here */
 	/* private: string storage */
 	struct index_arena *arena;
 	size_t cap_shards, cap_samples, cap_names;
@@ -103,8 +110,7 @@ struct index {
 static inline const char *index_key(const struct index *ix,
 				    const struct index_sample *s)
 {
-	(void)ix;
-	return s->key;
+	return ix->keys + s->key;
 }
 
 static inline const char *index_label(const struct index *ix,

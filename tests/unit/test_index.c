@@ -635,7 +635,7 @@ Test(index, names_per_pair)
 	char key[32], err[128], *text, *again;
 	size_t len, len2;
 
-	cr_expect_leq(sizeof(struct index_sample), 40);
+	cr_expect_leq(sizeof(struct index_sample), 32);
 	index_add_shard(ix, "http://h/s.tar", 1 << 20, NULL);
 	for (int i = 0; i < 60; i++) {
 		snprintf(key, sizeof(key), "k%d", i);
