@@ -6,8 +6,10 @@
  * fetched one is parsed where it arrived: one pass over the bytes, and no
  * fresh memory for the text. The strings an index keeps (URLs, ETags, keys)
  * are copied side by side into one region sized by the text and trimmed
- * after; labels and extensions are interned. Samples added one by one copy
- * their strings into a bump arena instead. */
+ * after, and a sample records its key as an offset there; labels and
+ * extensions are interned, and a sample records one id for its (label,
+ * ext) pair (32 bytes a sample). Samples added one by one copy their keys
+ * into a key buffer the index grows, other strings into a bump arena. */
 #include "fetch/format/index.h"
 
 #include <errno.h>
