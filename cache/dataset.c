@@ -290,19 +290,19 @@ static const struct index_sample *sample_of(const struct dataset *ds,
 const char *dataset_key(const struct dataset *ds, uint32_t sample)
 {
 	const struct index_sample *s = sample_of(ds, sample);
-	return s ? s->key : "";
+	return s ? index_key(ds->ix, s) : "";
 }
 
 const char *dataset_label(const struct dataset *ds, uint32_t sample)
 {
 	const struct index_sample *s = sample_of(ds, sample);
-	return s ? s->label : "";
+	return s ? index_label(ds->ix, s) : "";
 }
 
 const char *dataset_ext(const struct dataset *ds, uint32_t sample)
 {
 	const struct index_sample *s = sample_of(ds, sample);
-	return s ? s->ext : "";
+	return s ? index_ext(ds->ix, s) : "";
 }
 
 uint64_t dataset_size(const struct dataset *ds, uint32_t sample)
@@ -367,7 +367,7 @@ int dataset_read_span(struct dataset *ds, uint32_t sample, uint64_t off,
 	if (!s)
 		return -EINVAL;
 	if (!ds->sh || ds->no_span || off != 0 || len < s->size ||
-	    s->size < DATASET_SPAN_MIN || s->size > SIZE_MAX)
+	    s->size < DATASET_SPAN_MIN) /* size: INDEX_SAMPLE_MAX fits */
 		return -EAGAIN;
 	shards_note(ds->sh, sample);
 	struct shards_view v;

@@ -77,7 +77,7 @@ static void count_rejected(struct outputs *o, uint32_t sample, const char *why)
 	o->failed[sample] = 1;
 	o->st.rejected++;
 	log_counted("image", "sample %s: cannot preprocess: %s",
-		    o->ix->samples[sample].key, why);
+		    index_key(o->ix, &o->ix->samples[sample]), why);
 }
 
 /* Read the sample and transform it (no lock held). A failure to transform,

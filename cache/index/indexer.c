@@ -369,7 +369,9 @@ static int merge(struct build *b, struct index **out)
 		for (size_t k = 0; k < p->nsamples; k++) {
 			const struct index_sample *s = &p->samples[k];
 			int r = index_add_sample(ix, n, s->offset, s->size,
-						 s->label, s->key, s->ext);
+						 index_label(p, s),
+						 index_key(p, s),
+						 index_ext(p, s));
 			if (r) {
 				index_free(ix);
 				return r;

@@ -484,7 +484,8 @@ static void sample_mismatch(struct shards *sh, uint32_t n, size_t i,
 	} else if (s->state == FETCHING && s->wr)
 		s->wr->bad = true; /* readers wait for the next copy */
 	pthread_mutex_unlock(&sh->lock);
-	shards_log_mismatch(sh, n, sh->ix->samples[i].key, attempt + 1);
+	shards_log_mismatch(sh, n, index_key(sh->ix, &sh->ix->samples[i]),
+			    attempt + 1);
 }
 
 /* Sample i's whole member into buf (size bytes), checked; a mismatch drops

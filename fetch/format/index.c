@@ -6,8 +6,10 @@
  * fetched one is parsed where it arrived: one pass over the bytes, and no
  * fresh memory for the text. The strings an index keeps (URLs, ETags, keys)
  * are copied side by side into one region sized by the text and trimmed
- * after; labels and extensions are interned. Samples added one by one copy
- * their strings into a bump arena instead. */
+ * after, and a sample records its key as an offset there; labels and
+ * extensions are interned, and a sample records one id for its (label,
+ * ext) pair (32 bytes a sample). Samples added one by one copy their keys
+ * into a key buffer the index grows, other strings into a bump arena. */
 #include "fetch/format/index.h"
 
 #include <errno.h>
@@ -30,6 +32,10 @@
 #define ARENA_BLOCK_BIG (4u << 20) /* once an arena holds more than this */
 #define MAX_FIELDS 8
 
+/* A parsed key's offset into the text fits index_sample.key. */
+_Static_assert(INDEX_FILE_MAX <= (size_t)INDEX_KEYS_MAX + 1,
+	       "key offsets need more than 32 bits");
+
 struct arena_block {
 	struct arena_block *next;
 	size_t used, cap;
@@ -48,9 +54,17 @@ struct index_arena {
 	struct arena_block *head;
 	size_t bytes;		    /* held in blocks, for the block size */
 	struct intern_set interned; /* labels and extensions */
+	uint32_t *pair_slot;	    /* ids + 1 into ix->names, 0: empty */
+	size_t pair_cap;	    /* a power of two */
 	char *text;	    /* the strings a parse kept (URLs, ETags, keys) */
 	size_t text_map;    /* bytes mapped for text, 0 if malloc'd */
 	size_t samples_map; /* bytes mapped for samples, 0 if malloc'd */
+	/* The key area (ix->keys): a parse's keys lie in text among the
+	 * URLs and ETags (not owned); index_add_sample's in a malloc'd
+	 * buffer it grows (owned), the parsed ones copied there first. */
+	char *keys;
+	size_t keys_len, keys_cap;
+	bool keys_owned;
 };
 
 /* The two big buffers of a load (the text and the sample array, ~150 MB for
@@ -149,6 +163,10 @@ void index_free(struct index *ix)
 	big_free(ix->arena->text, ix->arena->text_map);
 	big_free(ix->samples, ix->arena->samples_map);
 	free(ix->arena->interned.slot);
+	free(ix->arena->pair_slot);
+	if (ix->arena->keys_owned)
+		free(ix->arena->keys);
+	free(ix->names);
 	free(ix->arena);
 	free(ix->shards);
 	free(ix);
@@ -357,21 +375,13 @@ static void intern_grow(struct intern_set *set)
 	set->cap = cap;
 }
 
-/* Labels and extensions repeat across samples (a class's label, "jpg"):
- * one copy of each in the arena, for the len bytes at s. */
+/* One copy of each label and extension in the arena, for the len bytes
+ * at s. */
 static const char *intern(struct index *ix, const char *s, size_t len)
 {
 	struct intern_set *set = &ix->arena->interned;
 	size_t j;
 
-	if (ix->nsamples) { /* a shard often holds one class: a cheap check */
-		const struct index_sample *prev =
-			&ix->samples[ix->nsamples - 1];
-		if (same_str(prev->label, s, len))
-			return prev->label;
-		if (same_str(prev->ext, s, len))
-			return prev->ext;
-	}
 	if (2 * (set->n + 1) > set->cap)
 		intern_grow(set);
 	for (j = str_hash(s, len) & (set->cap - 1); set->slot[j];
@@ -382,6 +392,106 @@ static const char *intern(struct index *ix, const char *s, size_t len)
 	return set->slot[j] = arena_strndup(ix->arena, s, len);
 }
 
+/* Interned strings are equal when their pointers are. */
+static size_t pair_hash(const char *label, const char *ext, size_t cap)
+{
+	uint64_t h = (uint64_t)(uintptr_t)label * 0x9e3779b97f4a7c15ull ^
+		     (uint64_t)(uintptr_t)ext * 0xc2b2ae3d27d4eb4full;
+	return (size_t)(h >> 29) & (cap - 1);
+}
+
+static void pair_grow(struct index *ix)
+{
+	struct index_arena *a = ix->arena;
+	size_t cap = a->pair_cap ? 2 * a->pair_cap : 64;
+	uint32_t *slot = xcalloc(cap, sizeof(*slot));
+
+	for (size_t id = 0; id < ix->nnames; id++) {
+		const struct index_names *p = &ix->names[id];
+		size_t j = pair_hash(p->label, p->ext, cap);
+		while (slot[j])
+			j = (j + 1) & (cap - 1);
+		slot[j] = (uint32_t)id + 1;
+	}
+	free(a->pair_slot);
+	a->pair_slot = slot;
+	a->pair_cap = cap;
+}
+
+/* The id of the interned pair (label, ext), added if new; -1 when the
+ * table is full (more pairs than a uint32_t counts). */
+static int64_t pair_id(struct index *ix, const char *label, const char *ext)
+{
+	struct index_arena *a = ix->arena;
+	size_t j;
+
+	if (2 * (ix->nnames + 1) > a->pair_cap)
+		pair_grow(ix);
+	for (j = pair_hash(label, ext, a->pair_cap); a->pair_slot[j];
+	     j = (j + 1) & (a->pair_cap - 1)) {
+		const struct index_names *p = &ix->names[a->pair_slot[j] - 1];
+		if (p->label == label && p->ext == ext)
+			return a->pair_slot[j] - 1;
+	}
+	if (ix->nnames >= UINT32_MAX - 1)
+		return -1;
+	if (ix->nnames == ix->cap_names) {
+		ix->cap_names = ix->cap_names ? 2 * ix->cap_names : 64;
+		ix->names =
+			xrealloc(ix->names, ix->cap_names * sizeof(*ix->names));
+	}
+	ix->names[ix->nnames] = (struct index_names){label, ext};
+	a->pair_slot[j] = (uint32_t)ix->nnames + 1;
+	return (int64_t)ix->nnames++;
+}
+
+/* The names id for a sample's label and (lower-cased) ext: most samples
+ * repeat the previous one's (a shard often holds one class), a cheap
+ * check before the tables. -1 when the table is full. */
+static int64_t names_of(struct index *ix, const char *label, size_t llen,
+			const char *ext, size_t elen)
+{
+	if (ix->nsamples) {
+		uint32_t id = ix->samples[ix->nsamples - 1].names;
+		const struct index_names *p = &ix->names[id];
+		if (same_str(p->label, label, llen) &&
+		    same_str(p->ext, ext, elen))
+			return id;
+	}
+	return pair_id(ix, intern(ix, label, llen), intern(ix, ext, elen));
+}
+
+/* Append key to the key area (owned and grown here; a parsed index's
+ * keys are copied over first), its offset into *off. */
+static int add_key(struct index *ix, const char *key, uint32_t *off)
+{
+	struct index_arena *a = ix->arena;
+	size_t n = strlen(key) + 1, cap = a->keys_cap;
+	char *k;
+
+	if (n > INDEX_KEYS_MAX - a->keys_len)
+		return -ENOMEM;
+	if (!a->keys_owned || a->keys_len + n > cap) {
+		while (cap < a->keys_len + n)
+			cap = cap ? 2 * cap : 4096;
+		k = malloc(cap);
+		if (!k)
+			return -ENOMEM;
+		if (a->keys_len)
+			memcpy(k, a->keys, a->keys_len);
+		if (a->keys_owned)
+			free(a->keys);
+		a->keys = k;
+		a->keys_cap = cap;
+		a->keys_owned = true;
+		ix->keys = k;
+	}
+	memcpy(a->keys + a->keys_len, key, n);
+	*off = (uint32_t)a->keys_len;
+	a->keys_len += n;
+	return 0;
+}
+
 int index_add_sample(struct index *ix, uint32_t shard, uint64_t offset,
 		     uint64_t size, const char *label, const char *key,
 		     const char *ext)
@@ -389,22 +499,29 @@ int index_add_sample(struct index *ix, uint32_t shard, uint64_t offset,
 	struct index_sample *s;
 	char lext[16];
 	size_t elen = strlen(ext);
+	int64_t names;
+	int r;
 
 	if (!text_ok(label) || !text_ok(key) || !text_ok(ext) ||
 	    names_reject(label, strlen(label), key, strlen(key), ext, elen) ||
-	    elen >= sizeof(lext) || !in_shard(ix, shard, offset, size))
+	    elen >= sizeof(lext) || size > INDEX_SAMPLE_MAX ||
+	    !in_shard(ix, shard, offset, size))
 		return -EINVAL;
 	if (ix->nsamples == ix->cap_samples &&
 	    grow_samples(ix, ix->nsamples + 1))
 		return -ENOMEM;
 	lower_into(lext, ext, elen);
+	names = names_of(ix, label, strlen(label), lext, elen);
+	if (names < 0)
+		return -ENOMEM;
 	s = &ix->samples[ix->nsamples];
 	s->shard = shard;
 	s->offset = offset;
-	s->size = size;
-	s->label = intern(ix, label, strlen(label));
-	s->ext = intern(ix, lext, elen);
-	s->key = arena_strdup(ix->arena, key);
+	s->size = (uint32_t)size;
+	s->names = (uint32_t)names;
+	r = add_key(ix, key, &s->key);
+	if (r)
+		return r;
 	s->sum = 0;
 	ix->nsamples++;
 	return 0;
@@ -548,6 +665,7 @@ static int parse_sample(struct parser *ps, const char **f, size_t *fl, int n)
 	uint64_t shard, off, size;
 	char lext[16];
 	const char *why;
+	int64_t names;
 
 	if (n != 7 + ps->extra)
 		return bad(ps,
@@ -556,6 +674,8 @@ static int parse_sample(struct parser *ps, const char **f, size_t *fl, int n)
 		return bad(ps, "bad or unknown shard number");
 	if (parse_u64_n(f[2], fl[2], &off) || parse_u64_n(f[3], fl[3], &size))
 		return bad(ps, "bad offset or size");
+	if (size > INDEX_SAMPLE_MAX)
+		return bad(ps, "sample larger than 4 GiB");
 	if (!in_shard(ix, (uint32_t)shard, off, size))
 		return bad(ps, "sample lies outside its shard");
 	s->sum = 0;
@@ -567,12 +687,15 @@ static int parse_sample(struct parser *ps, const char **f, size_t *fl, int n)
 		return 0;
 	}
 	lower_into(lext, f[6], fl[6]); /* ext_ok: fl[6] < 16 */
+	names = names_of(ix, f[4], fl[4], lext, fl[6]);
+	if (names < 0)
+		return bad(ps, "too many labels");
 	s->shard = (uint32_t)shard;
 	s->offset = off;
-	s->size = size;
-	s->label = intern(ix, f[4], fl[4]);
-	s->ext = intern(ix, lext, fl[6]);
-	s->key = keep(ps, f[5], fl[5]);
+	s->size = (uint32_t)size;
+	s->names = (uint32_t)names;
+	/* the text is below INDEX_FILE_MAX: the offset fits (index.h) */
+	s->key = (uint32_t)(keep(ps, f[5], fl[5]) - ix->arena->text);
 	ix->nsamples++;
 	return 0;
 }
@@ -672,6 +795,8 @@ static int parse_start(struct parser *ps, const char *head, size_t have,
 		return -ENOMEM;
 	}
 	ps->kept = ps->ix->arena->text;
+	ps->ix->arena->keys = ps->ix->arena->text;
+	ps->ix->keys = ps->ix->arena->text;
 	*body = have > mlen ? head + mlen + 1 : head + have;
 	return 0;
 }
@@ -709,6 +834,7 @@ static struct index *parse_finish(struct parser *ps)
 	struct index_arena *a = ps->ix->arena;
 
 	trim_map(a->text, (size_t)(ps->kept - a->text), &a->text_map);
+	a->keys_len = (size_t)(ps->kept - a->text);
 	trim_samples(ps->ix);
 	return ps->ix;
 }
@@ -883,7 +1009,8 @@ int index_write(const struct index *ix, FILE *f)
 		const struct index_sample *s = &ix->samples[i];
 		fprintf(f, "M\t%u\t%llu\t%llu\t%s\t%s\t%s", s->shard,
 			(unsigned long long)s->offset,
-			(unsigned long long)s->size, s->label, s->key, s->ext);
+			(unsigned long long)s->size, index_label(ix, s),
+			index_key(ix, s), index_ext(ix, s));
 		write_sum(f, ix, s->sum);
 	}
 	if (fflush(f) || ferror(f))

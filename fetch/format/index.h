@@ -20,11 +20,12 @@
  * Strictness (index_parse and index_add_sample alike, so whatever is written
  * loads again): the first line is exactly "echofs-index 1" or "echofs-index 2";
  * no empty lines; S has 4 fields, M 7 (format 2: 5 and 8); numbers are plain
- * decimal; an M line names a shard defined by an earlier S line and offset +
- * size lies within that shard's size; keys are relative paths without empty,
- * "." or ".." components; labels are one such component (no '/'); ext has no
- * '.' or '/' (at most 15 bytes) and is lower-cased on the way in; URL, ETag,
- * key, label and ext are non-empty (an unknown ETag is written "-").
+ * decimal; an M line names a shard defined by an earlier S line, offset +
+ * size lies within that shard's size and size is at most INDEX_SAMPLE_MAX;
+ * keys are relative paths without empty, "." or ".." components; labels are
+ * one such component (no '/'); ext has no '.' or '/' (at most 15 bytes) and
+ * is lower-cased on the way in; URL, ETag, key, label and ext are non-empty
+ * (an unknown ETag is written "-").
  *
  * Names: no component of a key or label is longer than INDEX_COMPONENT_MAX
  * bytes or blank (spaces only), and the file name a key makes (its last
@@ -48,15 +49,34 @@ struct index_shard {
 	uint64_t sum;	  /* XXH3-64 of the shard (when has_sums) */
 };
 
+/* One sample, 32 bytes (an ImageNet-21k index holds 14.2 M of them): the
+ * key is an offset into the index's key area, and the label and extension,
+ * which repeat, one id into its table of distinct (label, ext) pairs; read
+ * them with index_key, index_label and index_ext. */
 struct index_sample {
+	uint64_t offset; /* of the image data within the shard */
+	uint64_t sum;	 /* XXH3-64 of the image data (when has_sums) */
+	uint32_t key;	 /* into index.keys (below INDEX_KEYS_MAX) */
 	uint32_t shard;
-	uint64_t offset;   /* of the image data within the shard */
-	uint64_t size;	   /* of the image data */
-	const char *label; /* owned by the index */
-	const char *key;   /* owned by the index */
-	const char *ext;   /* owned by the index, lower case, no dot */
-	uint64_t sum;	   /* XXH3-64 of the image data (when has_sums) */
+	uint32_t size;	/* of the image data, at most INDEX_SAMPLE_MAX */
+	uint32_t names; /* into index.names: its label and ext */
 };
+
+/* A distinct (label, ext) pair: strings owned by the index, ext lower case
+ * without the dot. */
+struct index_names {
+	const char *label;
+	const char *ext;
+};
+
+/* The key area's bound: keys are NUL-terminated side by side, at offsets
+ * that fit a uint32_t (a parsed index's are within its text, which is
+ * below INDEX_FILE_MAX). index_add_sample past it: -ENOMEM. */
+#define INDEX_KEYS_MAX ((size_t)UINT32_MAX)
+
+/* The largest image member an index records: an M line with a bigger size
+ * fails the parse, index_add_sample refuses it (-EINVAL). */
+#define INDEX_SAMPLE_MAX UINT32_MAX
 
 /* Longest name component (NAME_MAX), as TAR_COMPONENT_MAX. */
 #define INDEX_COMPONENT_MAX 255
@@ -79,10 +99,31 @@ struct index {
 	 * writes format 2. */
 	bool has_sums;
 	struct index_skips skipped; /* filled by index_parse */
+	struct index_names *names;  /* index_sample.names points here */
+	size_t nnames;
+	const char *keys; /* index_sample.key points here */
 	/* private: string storage */
 	struct index_arena *arena;
-	size_t cap_shards, cap_samples;
+	size_t cap_shards, cap_samples, cap_names;
 };
+
+static inline const char *index_key(const struct index *ix,
+				    const struct index_sample *s)
+{
+	return ix->keys + s->key;
+}
+
+static inline const char *index_label(const struct index *ix,
+				      const struct index_sample *s)
+{
+	return ix->names[s->names].label;
+}
+
+static inline const char *index_ext(const struct index *ix,
+				    const struct index_sample *s)
+{
+	return ix->names[s->names].ext;
+}
 
 /* Empty index; caller frees with index_free. */
 struct index *index_new(void);
@@ -97,10 +138,10 @@ uint32_t index_add_shard(struct index *ix, const char *url, uint64_t size,
  * SOURCE's own. Out-of-range shards are ignored. */
 void index_set_url(struct index *ix, uint32_t shard, const char *url);
 
-/* Append a sample (strings copied; label and ext shared with the previous
- * sample when equal). Returns 0, -ENOMEM, or -EINVAL if a field breaks the
- * rules above (control character, empty, unsafe path), the shard number is
- * out of range or the member lies outside the shard's recorded size. */
+/* Append a sample (strings copied; label and ext interned). Returns 0,
+ * -ENOMEM, or -EINVAL if a field breaks the rules above (control character,
+ * empty, unsafe path), the shard number is out of range, the member lies
+ * outside the shard's recorded size or is larger than INDEX_SAMPLE_MAX. */
 int index_add_sample(struct index *ix, uint32_t shard, uint64_t offset,
 		     uint64_t size, const char *label, const char *key,
 		     const char *ext);

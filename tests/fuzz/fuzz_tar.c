@@ -93,7 +93,8 @@ static void run_scan(const uint8_t *d, size_t n)
 		abort();
 	for (size_t i = 0; i < ix->nsamples; i++) {
 		const struct index_sample *x = &ix->samples[i];
-		if (x->offset + x->size > n || !x->label[0] || !x->key[0])
+		if (x->offset + x->size > n || !index_label(ix, x)[0] ||
+		    !index_key(ix, x)[0])
 			abort();
 	}
 	scan_free(s);

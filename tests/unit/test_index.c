@@ -51,9 +51,9 @@ static void expect_same(const struct index *a, const struct index *b)
 		cr_expect_eq(x->shard, y->shard);
 		cr_expect_eq(x->offset, y->offset);
 		cr_expect_eq(x->size, y->size);
-		cr_expect_str_eq(x->label, y->label);
-		cr_expect_str_eq(x->key, y->key);
-		cr_expect_str_eq(x->ext, y->ext);
+		cr_expect_str_eq(index_label(a, x), index_label(b, y));
+		cr_expect_str_eq(index_key(a, x), index_key(b, y));
+		cr_expect_str_eq(index_ext(a, x), index_ext(b, y));
 	}
 }
 
@@ -229,6 +229,10 @@ static const struct {
 	 "line 3: sample lies outside its shard"},
 	{HDR S0 "M\t0\t18446744073709551615\t2\tl\tk\tjpg\n",
 	 "line 3: sample lies outside its shard"},
+	/* A sample's size is held in 32 bits (INDEX_SAMPLE_MAX). */
+	{HDR "S\tu\t6442450944\t-\nM\t0\t0\t4294967296\tl\tk\tjpg\n",
+	 "line 3: sample larger than 4 GiB"},
+	{HDR "S\tu\t6442450944\t-\nM\t0\t1\t4294967295\tl\tk\tjpg\n", NULL},
 	{HDR S0 "M\t0\t0\t1\tl\tk\tjpg\r\n",
 	 "line 3: control character in a field"},
 	/* A bad name is skipped (index_skip), a broken record is not. */
@@ -317,8 +321,9 @@ static void check_skip(const char *text, size_t len, size_t i, int v2)
 
 	cr_assert_eq(r, 0, "case %zu (v%d): %s", i, v2 + 1, err);
 	cr_expect_eq(ix->nsamples, 2, "case %zu", i);
-	cr_expect_str_eq(ix->samples[0].key, "first", "case %zu", i);
-	cr_expect_str_eq(ix->samples[1].key, "last", "case %zu", i);
+	cr_expect_str_eq(index_key(ix, &ix->samples[0]), "first", "case %zu",
+			 i);
+	cr_expect_str_eq(index_key(ix, &ix->samples[1]), "last", "case %zu", i);
 	cr_expect_eq(ix->skipped.labels, (uint64_t)skip_cases[i].label,
 		     "case %zu", i);
 	cr_expect_eq(ix->skipped.names, (uint64_t)!skip_cases[i].label,
@@ -393,7 +398,7 @@ Test(index, parse_lowercases_ext_and_dash_etag)
 	char err[128];
 
 	cr_assert_eq(index_parse(t, sizeof(t) - 1, &ix, err, sizeof(err)), 0);
-	cr_expect_str_eq(ix->samples[0].ext, "jpg");
+	cr_expect_str_eq(index_ext(ix, &ix->samples[0]), "jpg");
 	cr_expect_str_eq(ix->shards[0].etag, "");
 	index_free(ix);
 }
@@ -539,8 +544,8 @@ Test(index, load_of_a_page_sized_file)
 	fclose(f);
 	cr_assert_eq(index_load(path, &ix, err, sizeof(err)), 0, "%s", err);
 	cr_expect_eq(ix->nsamples, 1);
-	cr_expect_eq(strlen(ix->samples[0].key), keylen);
-	cr_expect_str_eq(ix->samples[0].ext, "jpg");
+	cr_expect_eq(strlen(index_key(ix, &ix->samples[0])), keylen);
+	cr_expect_str_eq(index_ext(ix, &ix->samples[0]), "jpg");
 	index_free(ix);
 	/* and an empty file is no index */
 	f = fopen(path, "w");
@@ -589,4 +594,75 @@ Test(index, load_in_chunks_matches_parse)
 	free(text);
 	unlink(path);
 	rmdir(dir);
+}
+
+/* Sizes up to INDEX_SAMPLE_MAX are kept exactly; a bigger member is
+ * refused rather than cut to 32 bits. */
+Test(index, sample_size_bound)
+{
+	struct index *ix = index_new(), *back;
+	char err[128], *text;
+	size_t len;
+
+	index_add_shard(ix, "http://h/big.tar", 3ull << 32, NULL);
+	cr_expect_eq(index_add_sample(ix, 0, 0, 1ull << 32, "l", "k", "jpg"),
+		     -EINVAL);
+	cr_expect_eq(ix->nsamples, 0);
+	cr_assert_eq(index_add_sample(ix, 0, 1ull << 32, INDEX_SAMPLE_MAX, "l",
+				      "k", "jpg"),
+		     0);
+	text = write_mem(ix, &len);
+	cr_expect_str_eq(text, HDR "S\thttp://h/big.tar\t12884901888\t-\n"
+				   "M\t0\t4294967296\t4294967295\tl\tk\tjpg\n");
+	cr_assert_eq(index_parse(text, len, &back, err, sizeof(err)), 0, "%s",
+		     err);
+	cr_expect_eq(back->samples[0].size, INDEX_SAMPLE_MAX);
+	cr_expect_eq(back->samples[0].offset, 1ull << 32);
+	free(text);
+	index_free(ix);
+	index_free(back);
+}
+
+/* Labels and extensions are kept once per distinct (label, ext) pair, in
+ * any order of samples; every sample reads its own back, and the text
+ * written loads and writes again byte for byte. A guard on the record's
+ * size too: 14.2 M samples make each byte 14 MB of memory. */
+Test(index, names_per_pair)
+{
+	static const char *labels[] = {"l0", "l1", "l2"};
+	static const char *exts[] = {"jpg", "PNG"};
+	struct index *ix = index_new(), *back;
+	char key[32], err[128], *text, *again;
+	size_t len, len2;
+
+	cr_expect_leq(sizeof(struct index_sample), 32);
+	index_add_shard(ix, "http://h/s.tar", 1 << 20, NULL);
+	for (int i = 0; i < 60; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		cr_assert_eq(index_add_sample(ix, 0, (uint64_t)i, 1,
+					      labels[i % 3], key,
+					      exts[i / 3 % 2]),
+			     0);
+	}
+	cr_expect_eq(ix->nnames, 6);
+	for (int i = 0; i < 60; i++) {
+		const struct index_sample *s = &ix->samples[i];
+		cr_expect_str_eq(index_label(ix, s), labels[i % 3]);
+		cr_expect_str_eq(index_ext(ix, s), i / 3 % 2 ? "png" : "jpg");
+		/* interned: one copy of each string */
+		cr_expect_eq(index_label(ix, s),
+			     index_label(ix, &ix->samples[i % 3]));
+	}
+	text = write_mem(ix, &len);
+	cr_assert_eq(index_parse(text, len, &back, err, sizeof(err)), 0, "%s",
+		     err);
+	cr_expect_eq(back->nnames, 6);
+	expect_same(ix, back);
+	again = write_mem(back, &len2);
+	cr_expect_eq(len2, len);
+	cr_expect_str_eq(again, text);
+	free(text);
+	free(again);
+	index_free(ix);
+	index_free(back);
 }

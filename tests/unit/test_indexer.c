@@ -150,9 +150,10 @@ static void check_index(const struct index *ix)
 			const struct index_sample *x = &ix->samples[k];
 			const struct sample *m = &samples[s][i];
 			cr_assert_eq(x->shard, (uint32_t)s);
-			cr_assert_str_eq(x->key, m->key);
-			cr_assert_str_eq(x->label, m->label, "key %s", m->key);
-			cr_assert_str_eq(x->ext, m->ext);
+			cr_assert_str_eq(index_key(ix, x), m->key);
+			cr_assert_str_eq(index_label(ix, x), m->label,
+					 "key %s", m->key);
+			cr_assert_str_eq(index_ext(ix, x), m->ext);
 			cr_assert_eq(x->offset, m->off, "key %s", m->key);
 			cr_assert_eq(x->size, m->size);
 		}

@@ -233,7 +233,7 @@ Test(namespace, every_inode_round_trips)
 			cr_assert_eq(ns_kind_of(ns, ino, &num), NS_FILE);
 			const struct index_sample *sm = &ix->samples[ns->files[num].sample];
 			cr_assert_eq(sm->size, ns_file_size(ns, num));
-			cr_assert_eq(strtoull(sm->label, NULL, 10), c);
+			cr_assert_eq(strtoull(index_label(ix, sm), NULL, 10), c);
 			seen++;
 		}
 	}

@@ -200,7 +200,8 @@ Test(outputs, a_bad_image_is_rejected_each_time_and_not_cached)
 
 /* Issue 20: the index gives a sample's size and make() allocated that much
  * unchecked (the pool refuses past POOL_SAMPLE_MAX). A sample whose index
- * size is 64 GiB, in a shard the index claims is 128 GiB: refused with
+ * size is the largest an index holds (INDEX_SAMPLE_MAX, 4 GiB - 1), in a
+ * shard the index claims is 128 GiB: refused with
  * -EFBIG before any allocation or request, counted and logged as an image
  * error once, others unaffected. */
 Test(outputs, a_sample_above_the_cap_is_refused_before_reading)
@@ -208,9 +209,9 @@ Test(outputs, a_sample_above_the_cap_is_refused_before_reading)
 	char url[128];
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/s0.tar", srv.port);
 	uint32_t big = index_add_shard(ix, url, 128ULL << 30, "");
-	cr_assert_eq(
-		index_add_sample(ix, big, 0, 64ULL << 30, "0", "huge", "jpg"),
-		0);
+	cr_assert_eq(index_add_sample(ix, big, 0, INDEX_SAMPLE_MAX, "0", "huge",
+				      "jpg"),
+		     0);
 	uint32_t huge = (uint32_t)ix->nsamples - 1;
 	/* The shard readers size their tables at open: open them again over
 	 * the grown index. */

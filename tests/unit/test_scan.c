@@ -237,7 +237,8 @@ static void check_case(const struct scase *c, size_t chunk)
 	for (size_t i = 0; i < ix->nsamples; i++) {
 		const struct index_sample *x = &ix->samples[i];
 		n += (size_t)snprintf(got + n, sizeof(got) - n, "%s|%s|%s;",
-				      x->key, x->label, x->ext);
+				      index_key(ix, x), index_label(ix, x),
+				      index_ext(ix, x));
 		/* The recorded bytes are the image member's data. */
 		cr_expect_eq(x->size, 3);
 		cr_expect_eq(memcmp(t.buf + x->offset, "IMG", 3), 0);
