@@ -14,58 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "cache/dataset.h"
+#include "common/bigmap.h"
 #include "common/util.h"
 
 static const char *const control_names[] = {"stats", "stats.prom", "config"};
-
-/* The big tables (14 M samples: 57 MB of class numbers, 230 MB of files,
- * 300 MB of names) are mapped with transparent huge pages: faulting them
- * in 4 KiB pages costs more than filling them. Small ones come from
- * malloc (*mapped = 0). MAP_NORESERVE: the names' region is reserved at
- * its largest and what stays untouched is given back (trim_map). */
-#define HUGE_PAGE ((size_t)2 << 20)
-
-static void *big_alloc(size_t n, size_t *mapped)
-{
-	size_t len;
-	void *p;
-
-	*mapped = 0;
-	if (n < 2 * HUGE_PAGE)
-		return malloc(n ? n : 1);
-	if (n > SIZE_MAX - HUGE_PAGE)
-		return NULL;
-	len = (n + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
-	p = mmap(NULL, len, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (p == MAP_FAILED)
-		return NULL;
-	madvise(p, len, MADV_HUGEPAGE); /* a hint: failure is harmless */
-	*mapped = len;
-	return p;
-}
-
-static void big_free(void *p, size_t mapped)
-{
-	if (mapped)
-		munmap(p, mapped);
-	else
-		free(p);
-}
-
-/* Unmap a mapping's pages past used bytes; *mapped shrinks to match. */
-static void trim_map(void *p, size_t used, size_t *mapped)
-{
-	size_t keep = (used + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
-
-	if (*mapped > keep) {
-		munmap((char *)p + keep, *mapped - keep);
-		*mapped = keep;
-	}
-}
 
 /* Within one class: by name, then by sample. */
 static int file_cmp(const void *a, const void *b)
@@ -504,7 +458,7 @@ static void free_build(struct label_set *ls, uint32_t *cls,
 	free(cls);
 	free(t->slot);
 	free(t->c);
-	big_free(order, map_order);
+	bigmap_free(order, map_order);
 }
 
 int ns_open(const struct dataset *ds, const char *ext, struct namespace **out)
@@ -523,22 +477,22 @@ int ns_open(const struct dataset *ds, const char *ext, struct namespace **out)
 	ns->ds = ds;
 	ns->ext = ext && strlen(ext) <= 7 ? ext : NULL;
 	ns->class_of =
-		big_alloc(nsamples * sizeof(uint32_t), &ns->map_class_of);
+		bigmap_alloc(nsamples * sizeof(uint32_t), &ns->map_class_of);
 	if (!ns->class_of || (r = find_labels(ns, &ls)) != 0)
 		goto fail;
 	cls = find_classes(ns, &ls, &t);
 	shown = count_shown(ns, cls, &t);
 	/* Room for every name at its longest; the unused rest is unmapped. */
-	ns->names = big_alloc(shown * (NAME_LEN_MAX + 1), &ns->map_names);
-	order = big_alloc(shown * sizeof(*order), &map_order);
-	ns->files = big_alloc(shown * sizeof(*ns->files), &ns->map_files);
+	ns->names = bigmap_alloc(shown * (NAME_LEN_MAX + 1), &ns->map_names);
+	order = bigmap_alloc(shown * sizeof(*order), &map_order);
+	ns->files = bigmap_alloc(shown * sizeof(*ns->files), &ns->map_files);
 	r = -ENOMEM;
 	if (!ns->names || !order || !ns->files)
 		goto fail;
 	rank_classes(&t);
 	bucket(ns, &t, order);
 	name_classes(ns, &t);
-	trim_map(ns->names, fill_files(ns, order), &ns->map_names);
+	bigmap_trim(ns->names, fill_files(ns, order), &ns->map_names);
 	free_build(&ls, cls, &t, order, map_order);
 	*out = ns;
 	return 0;
@@ -555,9 +509,9 @@ void ns_free(struct namespace *ns)
 	for (size_t i = 0; i < ns->nclasses; i++)
 		free((char *)ns->classes[i].name);
 	free(ns->classes);
-	big_free(ns->files, ns->map_files);
-	big_free(ns->class_of, ns->map_class_of);
-	big_free(ns->names, ns->map_names);
+	bigmap_free(ns->files, ns->map_files);
+	bigmap_free(ns->class_of, ns->map_class_of);
+	bigmap_free(ns->names, ns->map_names);
 	for (size_t i = 0; i < ns->nrenamed; i++)
 		free(ns->renamed[i]);
 	free(ns->renamed);

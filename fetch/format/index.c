@@ -18,11 +18,11 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/file.h"
+#include "common/bigmap.h"
 #include "common/util.h"
 
 #define INDEX_MAGIC_V1 "echofs-index 1"
@@ -66,53 +66,6 @@ struct index_arena {
 	size_t keys_len, keys_cap;
 	bool keys_owned;
 };
-
-/* The two big buffers of a load (the text and the sample array, ~150 MB for
- * 1.3 M samples) are mapped with transparent huge pages: faulting them in
- * 4 KiB pages costs more than the parse itself. Small ones come from malloc
- * (*mapped = 0): a huge page per tiny index would be waste. */
-#define HUGE_PAGE ((size_t)2 << 20)
-
-static void *big_alloc(size_t n, size_t *mapped)
-{
-	size_t len;
-	void *p;
-
-	*mapped = 0;
-	if (n < 2 * HUGE_PAGE)
-		return malloc(n);
-	if (n > SIZE_MAX - HUGE_PAGE)
-		return NULL;
-	len = (n + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
-	/* NORESERVE: the kept strings' region is sized for the worst case
-	 * and trimmed (trim_map). */
-	p = mmap(NULL, len, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (p == MAP_FAILED)
-		return NULL;
-	madvise(p, len, MADV_HUGEPAGE); /* a hint: failure is harmless */
-	*mapped = len;
-	return p;
-}
-
-static void big_free(void *p, size_t mapped)
-{
-	if (mapped)
-		munmap(p, mapped);
-	else
-		free(p);
-}
-
-/* Unmap a mapping's pages past used bytes; *mapped shrinks to match. */
-static void trim_map(void *p, size_t used, size_t *mapped)
-{
-	size_t keep = (used + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
-
-	if (*mapped > keep) {
-		munmap((char *)p + keep, *mapped - keep);
-		*mapped = keep;
-	}
-}
 
 static char *arena_strndup(struct index_arena *a, const char *s, size_t len)
 {
@@ -160,8 +113,8 @@ void index_free(struct index *ix)
 		next = b->next;
 		free(b);
 	}
-	big_free(ix->arena->text, ix->arena->text_map);
-	big_free(ix->samples, ix->arena->samples_map);
+	bigmap_free(ix->arena->text, ix->arena->text_map);
+	bigmap_free(ix->samples, ix->arena->samples_map);
 	free(ix->arena->interned.slot);
 	free(ix->arena->pair_slot);
 	if (ix->arena->keys_owned)
@@ -293,7 +246,7 @@ static int grow_samples(struct index *ix, size_t want)
 		if (!n)
 			return -ENOMEM;
 		memcpy(n, ix->samples, ix->nsamples * sizeof(*n));
-		big_free(ix->samples, ix->arena->samples_map);
+		bigmap_free(ix->samples, ix->arena->samples_map);
 		ix->arena->samples_map = 0;
 	} else {
 		n = realloc(ix->samples, cap * sizeof(*n));
@@ -312,7 +265,7 @@ static int alloc_samples(struct index *ix, size_t lines)
 
 	if (lines > SIZE_MAX / sizeof(*ix->samples))
 		return -ENOMEM;
-	ix->samples = big_alloc(lines * sizeof(*ix->samples), &map);
+	ix->samples = bigmap_alloc(lines * sizeof(*ix->samples), &map);
 	if (!ix->samples)
 		return -ENOMEM;
 	ix->arena->samples_map = map;
@@ -325,7 +278,7 @@ static void trim_samples(struct index *ix)
 {
 	if (!ix->arena->samples_map)
 		return;
-	trim_map(ix->samples, ix->nsamples * sizeof(*ix->samples),
+	bigmap_trim(ix->samples, ix->nsamples * sizeof(*ix->samples),
 		 &ix->arena->samples_map);
 	ix->cap_samples = ix->arena->samples_map / sizeof(*ix->samples);
 }
@@ -766,7 +719,7 @@ static int alloc_index(struct index *ix, size_t len)
 
 	if (alloc_samples(ix, len / MIN_SAMPLE_LINE + 1))
 		return -ENOMEM;
-	a->text = big_alloc(len + 1, &a->text_map);
+	a->text = bigmap_alloc(len + 1, &a->text_map);
 	return a->text ? 0 : -ENOMEM;
 }
 
@@ -833,7 +786,7 @@ static struct index *parse_finish(struct parser *ps)
 {
 	struct index_arena *a = ps->ix->arena;
 
-	trim_map(a->text, (size_t)(ps->kept - a->text), &a->text_map);
+	bigmap_trim(a->text, (size_t)(ps->kept - a->text), &a->text_map);
 	a->keys_len = (size_t)(ps->kept - a->text);
 	trim_samples(ps->ix);
 	return ps->ix;
