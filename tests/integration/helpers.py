@@ -23,7 +23,7 @@ ECHOFS = os.path.join(BUILD, "echofs")
 PACK = os.path.join(BUILD, "tools", "echofs-pack")
 PYTHON = "/usr/bin/python3"
 FAULT_SERVER = os.path.join(REPO, "tests", "fault_server.py")
-# free_port and wait_port: one copy, in the benches' helper module (tools/
+# free_port, wait_port and the port-file server start: one copy, in the benches' helper module (tools/
 # must not import from tests/, so the shared code lives there).
 sys.path.insert(0, os.path.join(REPO, "tools", "bench"))
 import benchlib  # noqa: E402
@@ -328,17 +328,7 @@ class CacheSampler(threading.Thread):
 
 
 def start_port_file_server(cmd, port_file, log, timeout=30, what="server"):
-    """Start cmd (a test server that writes its port to port_file once it
-    listens) with its output in log; wait for the port (failing if the
-    server exits or timeout passes). Returns (proc, "http://127.0.0.1:PORT")."""
-    if os.path.exists(port_file):
-        os.unlink(port_file)
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(port_file):
-        assert proc.poll() is None and time.monotonic() < deadline, \
-            "%s did not start" % what
-        time.sleep(0.05)
-    with open(port_file) as f:
-        return proc, "http://127.0.0.1:%s" % f.read()
+    """benchlib.start_port_file_server, returning (proc, its URL)."""
+    proc, port = benchlib.start_port_file_server(cmd, port_file, log,
+                                                 timeout, what)
+    return proc, "http://127.0.0.1:%d" % port

@@ -34,6 +34,25 @@ def wait_port(port, proc, what, timeout=30):
     raise RuntimeError("%s did not start" % what)
 
 
+def start_port_file_server(cmd, port_file, log, timeout=30, what="server"):
+    """Starts cmd (a test server that writes its port to port_file once it
+    listens) with stdout and stderr to the open file log, and waits for the
+    port; raises when the server exits first or timeout seconds pass.
+    Returns (proc, port)."""
+    import subprocess
+    if os.path.exists(port_file):
+        os.unlink(port_file)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(port_file):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("%s did not start" % what)
+        time.sleep(0.05)
+    with open(port_file) as f:
+        return proc, int(f.read())
+
+
 def read_stats(root):
     """ROOT/.echofs/stats as a dict, or None when it cannot be read (not an
     echofs mount, or the daemon is gone): a benchmark counts, never stops."""

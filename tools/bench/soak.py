@@ -79,21 +79,11 @@ class Server:
 
     def start(self):
         pf = os.path.join(self.work, "server.port")
-        if os.path.exists(pf):
-            os.unlink(pf)
-        out = open(os.path.join(self.work, "server.log"), "a")
-        self.proc = subprocess.Popen(
-            [PY, FAULT_SERVER, "--root", self.root, "--port", str(self.port),
-             "--port-file", pf], stdout=out, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL)
-        out.close()
-        deadline = time.monotonic() + 30
-        while not os.path.exists(pf):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("fault server did not start")
-            time.sleep(0.05)
-        with open(pf) as f:
-            self.port = int(f.read())
+        with open(os.path.join(self.work, "server.log"), "a") as out:
+            self.proc, self.port = benchlib.start_port_file_server(
+                [PY, FAULT_SERVER, "--root", self.root, "--port",
+                 str(self.port), "--port-file", pf], pf, out,
+                what="fault server")
         self.url = "http://127.0.0.1:%d" % self.port
 
     def faults(self, rules):
