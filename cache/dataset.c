@@ -448,7 +448,8 @@ static void read_stats(struct shards *sh, struct dataset_read_stats *out)
 		.failed_shards = s.failed_shards, .refetches = s.refetches,
 		.read_errors = s.read_errors, .verify_errors = s.verify_errors,
 		.queued = s.queued, .active = s.active, .views = s.views,
-		.views_streaming = s.views_streaming, .bypassed = s.bypassed,
+		.views_streaming = s.views_streaming,
+		.views_refused = s.views_refused, .bypassed = s.bypassed,
 		.peer_reads = s.peer_reads, .passes = s.passes,
 		.pass_left = s.pass_left,
 	};

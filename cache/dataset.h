@@ -45,6 +45,7 @@ struct dataset_read_stats {
 	uint64_t active;        /* shard fetches in progress now */
 	uint64_t views;         /* reads answered as zero-copy spans (all) */
 	uint64_t views_streaming; /* of views: from a shard still streaming */
+	uint64_t views_refused; /* views not made: bytes unlike the index */
 	uint64_t bypassed;      /* range reads of shards not admitted */
 	uint64_t peer_reads;    /* samples from another mount's download */
 	uint64_t passes;        /* passes over the tracked view completed */

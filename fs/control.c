@@ -170,6 +170,8 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 	  "reads and page-cache pushes spliced from a verified cache file");
 	M("zerocopy_streaming_reads", 'c', s->sh.views_streaming,
 	  "of zerocopy_reads: spliced from a shard still downloading");
+	M("zerocopy_refused", 'c', s->sh.views_refused,
+	  "reads not spliced: the bytes did not match the index");
 	M("ioctls", 'c', fc->ioctls, "ioctl requests (isatty), answered ENOTTY");
 	M("lookups", 'c', fc->lookups, "lookup requests");
 	M("opens", 'c', fc->opens,

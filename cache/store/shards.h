@@ -104,6 +104,9 @@ struct shards_stats {
 	uint64_t views;         /* reads answered as zero-copy views (all) */
 	uint64_t views_streaming; /* of views: from a shard still streaming
 				   * (counted in misses, not hits) */
+	uint64_t views_refused; /* views not made: the bytes where the sample
+				 * lies did not match the index (copied, and
+				 * found bad, by the checking path instead) */
 	uint64_t bypassed;      /* range reads of shards not admitted, to keep
 				 * what the pass still needs (shards_track) */
 	uint64_t peer_reads;    /* samples served from another mount's partial

@@ -66,14 +66,20 @@ static struct cref *view_ref(struct shards *sh, uint32_t shard)
 	return c;
 }
 
-static void view_put(struct shards *sh, struct cref *c, bool served)
+/* How a view ended: spliced, left to the copying path, or refused
+ * because the bytes did not match the index (counted). */
+enum view_end { VIEW_SERVED, VIEW_NOT_MADE, VIEW_REFUSED };
+
+static void view_put(struct shards *sh, struct cref *c, enum view_end how)
 {
 	pthread_mutex_lock(&sh->lock);
 	c->users--;
 	shards_cref_release(c);
-	if (served) {
+	if (how == VIEW_SERVED) {
 		sh->stats.hits++;
 		sh->stats.views++;
+	} else if (how == VIEW_REFUSED) {
+		sh->stats.views_refused++;
 	}
 	pthread_mutex_unlock(&sh->lock);
 }
@@ -96,15 +102,17 @@ static struct wref *view_wref(struct shards *sh, uint32_t shard, uint64_t end)
 }
 
 static void wref_put(struct shards *sh, uint32_t shard, struct wref *wr,
-		     bool served)
+		     enum view_end how)
 {
 	pthread_mutex_lock(&sh->lock);
 	if (--wr->users == 0)
 		wake(&sh->slots[shard]); /* a worker in close_writer */
-	if (served) {
+	if (how == VIEW_SERVED) {
 		sh->stats.misses++;
 		sh->stats.views++;
 		sh->stats.views_streaming++;
+	} else if (how == VIEW_REFUSED) {
+		sh->stats.views_refused++;
 	}
 	pthread_mutex_unlock(&sh->lock);
 }
@@ -114,9 +122,11 @@ static void wref_put(struct shards *sh, uint32_t shard, struct wref *wr,
  * splices the same file's page cache through fd, the pages just hashed.
  * Pages of a mapping past the end of its file fault (SIGBUS); store_begin
  * sized the file to the whole shard and nothing shortens it while our
- * writer reference lives, and the size is checked here as well. */
-static bool stream_sample_ok(struct shards *sh, size_t i, int fd, uint64_t off,
-			     size_t len)
+ * writer reference lives, and the size is checked here as well. Returns
+ * VIEW_SERVED (it matches), VIEW_REFUSED (it does not) or VIEW_NOT_MADE
+ * (it could not be mapped). */
+static enum view_end stream_sample_check(struct shards *sh, size_t i, int fd,
+					 uint64_t off, size_t len)
 {
 	long pg = sysconf(_SC_PAGESIZE);
 	uint64_t start, span;
@@ -126,18 +136,18 @@ static bool stream_sample_ok(struct shards *sh, size_t i, int fd, uint64_t off,
 
 	if (pg <= 0 || fstat(fd, &st) != 0 || st.st_size < 0 ||
 	    (uint64_t)st.st_size < off + len)
-		return false;
+		return VIEW_NOT_MADE;
 	start = off - off % (uint64_t)pg;
 	span = off + len - start;
 	if (span > SIZE_MAX)
-		return false;
+		return VIEW_NOT_MADE;
 	p = mmap(NULL, (size_t)span, PROT_READ, MAP_SHARED, fd, (off_t)start);
 	if (p == MAP_FAILED)
-		return false;
+		return VIEW_NOT_MADE;
 	ok = verify_sample_ok(sh->vf, i, (const uint8_t *)p + (off - start),
 			      len);
 	munmap(p, (size_t)span);
-	return ok;
+	return ok ? VIEW_SERVED : VIEW_REFUSED;
 }
 
 /* wr (a reference taken by view_wref): sample i as a view of its temp
@@ -149,10 +159,12 @@ static int view_stream(struct shards *sh, uint32_t shard, size_t i,
 	const struct index_sample *smp = &sh->ix->samples[i];
 	/* wr->w is fixed for the wref's life, which our reference extends. */
 	int fd = store_writer_fd(wr->w);
+	enum view_end how = fd < 0 ? VIEW_NOT_MADE
+				   : stream_sample_check(sh, i, fd, smp->offset,
+							 (size_t)smp->size);
 
-	if (fd < 0 ||
-	    !stream_sample_ok(sh, i, fd, smp->offset, (size_t)smp->size)) {
-		wref_put(sh, shard, wr, false);
+	if (how != VIEW_SERVED) {
+		wref_put(sh, shard, wr, how);
 		return -EAGAIN;
 	}
 	*v = (struct shards_view){.fd = fd,
@@ -197,9 +209,12 @@ int shards_view(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 	/* The same check as read_member, on the very pages the reply will
 	 * splice: a mismatch is left to the copying path, which counts it,
 	 * drops the entry and fetches the shard again. */
-	if (off > c->map_len || len > c->map_len - off ||
-	    !verify_sample_ok(sh->vf, i, c->map + off, len)) {
-		view_put(sh, c, false);
+	if (off > c->map_len || len > c->map_len - off) {
+		view_put(sh, c, VIEW_NOT_MADE);
+		return -EAGAIN;
+	}
+	if (!verify_sample_ok(sh->vf, i, c->map + off, len)) {
+		view_put(sh, c, VIEW_REFUSED);
 		return -EAGAIN;
 	}
 	*v = (struct shards_view){
@@ -212,8 +227,8 @@ void shards_view_done(struct shards *sh, struct shards_view *v)
 	if (!sh || !v || !v->ref)
 		return;
 	if (v->streaming)
-		wref_put(sh, v->shard, v->ref, true);
+		wref_put(sh, v->shard, v->ref, VIEW_SERVED);
 	else
-		view_put(sh, v->ref, true);
+		view_put(sh, v->ref, VIEW_SERVED);
 	v->ref = NULL;
 }

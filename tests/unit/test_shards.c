@@ -963,7 +963,8 @@ static void flip_in_temp(uint64_t off)
 }
 
 /* Bytes of the temp file that no longer match the index are never a view:
- * -EAGAIN, nothing counted, so the copying path reads (and judges) them. */
+ * -EAGAIN, counted as a refused view only, so the copying path reads (and
+ * judges) them. */
 Test(shards, streaming_mismatch_is_not_a_view)
 {
 	const struct sample *m0 = &samples[0][0];
@@ -977,6 +978,7 @@ Test(shards, streaming_mismatch_is_not_a_view)
 	cr_assert_eq(shards_view(sh, 0, m0->off, m0->size, &v), -EAGAIN);
 	shards_get_stats(sh, &ss);
 	cr_assert_eq(ss.views + ss.views_streaming, 0);
+	cr_assert_eq(ss.views_refused, 1);
 	shards_free(sh);
 	store_close(st);
 	index_free(ix);
