@@ -3,6 +3,7 @@
 
 #include "cache/image/transform.h"
 #include "common/util.h"
+#include "fetch/format/index.h"
 #include "fetch/net/http.h"
 
 #include <criterion/criterion.h>
@@ -341,4 +342,19 @@ void fx_transform_ref(const struct transform_opts *opts, const uint8_t *in,
 				     sizeof(why)),
 		     0, "%s", why);
 	transform_ctx_free(tc);
+}
+
+struct index *fx_shards_index(int port, const size_t *len, int n)
+{
+	struct index *ix = index_new();
+
+	cr_assert_not_null(ix);
+	for (int s = 0; s < n; s++) {
+		char url[128];
+
+		snprintf(url, sizeof(url), "http://127.0.0.1:%d/s%d.tar", port,
+			 s);
+		cr_assert_eq(index_add_shard(ix, url, len[s], ""), (uint32_t)s);
+	}
+	return ix;
 }

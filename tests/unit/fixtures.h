@@ -109,6 +109,12 @@ struct http;
  * frees the client (fx_shards_teardown() does). */
 struct http *fx_http_open(unsigned connections, double retry_budget_s);
 
+struct index;
+
+/* A new index of the n shards the fault server on port serves as
+ * /s0.tar, /s1.tar, ... with the given lengths (no ETags, no samples). */
+struct index *fx_shards_index(int port, const size_t *len, int n);
+
 /* The teardown of a suite that serves n shards from tdir: stops srv, frees
  * *h and the n buffers in data (set to NULL), removes tdir. */
 void fx_shards_teardown(struct fx_server *srv, struct http **h, uint8_t **data,

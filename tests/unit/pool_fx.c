@@ -72,13 +72,7 @@ void pool_fx_teardown(void)
 
 static struct index *make_index(void)
 {
-	struct index *ix = index_new();
-	for (int s = 0; s < NSHARDS; s++) {
-		char url[128];
-		snprintf(url, sizeof(url), "http://127.0.0.1:%d/s%d.tar",
-			 srv.port, s);
-		index_add_shard(ix, url, shard_len[s], "");
-	}
+	struct index *ix = fx_shards_index(srv.port, shard_len, NSHARDS);
 	for (int s = 0; s < NSHARDS; s++)
 		for (int k = 0; k < PER_SHARD; k++) {
 			char key[32], label[16];

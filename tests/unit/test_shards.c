@@ -74,14 +74,7 @@ TestSuite(shards, .init = setup, .fini = teardown, .timeout = 90);
 
 static struct index *make_index(void)
 {
-	struct index *ix = index_new();
-	for (int s = 0; s < NSHARDS; s++) {
-		char url[128];
-		snprintf(url, sizeof(url), "http://127.0.0.1:%d/s%d.tar",
-			 srv.port, s);
-		index_add_shard(ix, url, shard_len[s], "");
-	}
-	return ix;
+	return fx_shards_index(srv.port, shard_len, NSHARDS);
 }
 
 static struct store *open_store(uint64_t cap)
