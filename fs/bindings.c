@@ -1,6 +1,6 @@
 /* bindings.c - on echo mounts, every path that is looked up is bound to a
- * sample from the echo pool, with an inode of its own whose size and bytes
- * never change. */
+ * sample from the echo pool, under an inode whose size and bytes do not
+ * change while the binding lasts. */
 #include "fs/bindings.h"
 
 #include <errno.h>
@@ -28,9 +28,15 @@ struct binding {
 	uint64_t nlookup;       /* references the kernel holds */
 	uint32_t opens;         /* open handles */
 	uint32_t reading;       /* READ replies in progress */
+	uint32_t looked;        /* lookups and getattrs answered with this sample */
+	uint64_t forgot;        /* references the kernel dropped meanwhile */
 	unsigned committed : 1; /* opened at least once: counted as served */
 	unsigned expired : 1;   /* given back unopened */
 	unsigned stored : 1;    /* bindings_take_store said yes once */
+	unsigned rebound : 1;   /* the sample was bound to an inode the kernel kept */
+	unsigned spent : 1;     /* released: the path binds anew (the bytes stay
+				 * while a reply is being sent) */
+	uint64_t gen;           /* serial of the sample bound: the mtime */
 	double created;
 	struct binding *hnext;            /* hash chain */
 	struct binding *uprev, *unext;    /* unopened list, oldest first */
@@ -50,12 +56,13 @@ struct bindings {
 	pthread_cond_t cond;
 	int stop;
 	uint64_t next_ino;
+	uint64_t gens;          /* samples bound so far: each binding's gen */
 	uint64_t made;          /* bindings made, seeds each one's rand */
 	struct binding **cur;   /* current binding of each path, or NULL */
 	struct binding **table; /* by inode */
 	size_t tsize, count;
 	struct binding *uhead, *utail;
-	uint64_t open_handles, expired;
+	uint64_t open_handles, expired, rebound;
 };
 
 static size_t slot(const struct bindings *b, uint64_t ino)
@@ -98,14 +105,6 @@ static void insert(struct bindings *b, struct binding *x)
 	x->hnext = b->table[k];
 	b->table[k] = x;
 	b->count++;
-	/* Append to the unopened list. */
-	x->uprev = b->utail;
-	x->unext = NULL;
-	if (b->utail)
-		b->utail->unext = x;
-	else
-		b->uhead = x;
-	b->utail = x;
 }
 
 static void unlist(struct bindings *b, struct binding *x)
@@ -161,11 +160,20 @@ static void fill(const struct binding *x, struct binding_attr *out)
 {
 	out->ino = x->ino;
 	out->size = x->size;
+	out->gen = x->gen;
 }
 
 int bindings_owns(const struct bindings *b, uint64_t ino)
 {
 	return ino >= b->first_ino;
+}
+
+/* The path's live binding (holding a sample), or NULL. Caller holds the
+ * lock. */
+static struct binding *live(const struct bindings *b, uint32_t file)
+{
+	struct binding *x = b->cur[file];
+	return x && x->s && !x->spent ? x : NULL;
 }
 
 /* The path's current binding, counting one kernel lookup; 1 if there is
@@ -175,13 +183,63 @@ static int current(struct bindings *b, uint32_t file, struct binding_attr *out)
 	struct binding *x;
 
 	pthread_mutex_lock(&b->lock);
-	x = b->cur[file];
+	x = live(b, file);
 	if (x) {
 		x->nlookup++;
+		x->looked++;
 		fill(x, out);
 	}
 	pthread_mutex_unlock(&b->lock);
 	return x ? 0 : 1;
+}
+
+/* Put sample s (bytes made: out, outlen) into binding x and list it as
+ * unopened. Caller holds the lock. */
+static void load(struct bindings *b, struct binding *x,
+		 struct dataset_sample *s, uint8_t *made, size_t outlen,
+		 uint64_t rand)
+{
+	x->s = s;
+	x->out = made;
+	x->size = outlen;
+	x->rand = rand;
+	x->sample = dataset_sample_id(s);
+	x->gen = ++b->gens;
+	x->committed = x->expired = x->stored = x->spent = 0;
+	x->created = now_mono();
+	x->nlookup++;
+	x->looked = 1;
+	x->forgot = 0;
+	/* Append to the unopened list. */
+	x->uprev = b->utail;
+	x->unext = NULL;
+	if (b->utail)
+		b->utail->unext = x;
+	else
+		b->uhead = x;
+	b->utail = x;
+}
+
+/* Whether spent binding x may take the path's next sample under its node
+ * id. The kernel applies the attributes of a lookup reply only if no other
+ * reply for the inode was applied since the request was sent (its
+ * attr_version), so a reply about the old sample applied late could hide
+ * the new size and mtime, and with them the dropping of the old pages.
+ * That cannot happen when the old sample was answered to exactly one
+ * lookup (or getattr) and then opened: every open is preceded by its
+ * task's own lookup of the binding it opens, so the one looker is the one
+ * opener, whose reply was applied before it opened. A reply the kernel
+ * threw away is forgotten at once and never applied: when a new inode
+ * replaces a path's old one, the kernel's revalidating lookup finds
+ * another node id, forgets it and looks the path up again, so such a
+ * binding is answered twice and forgotten once. Bindings that were
+ * looked at more than that, or expired unopened, or still sending a reply
+ * when the path was looked up again, are replaced by a new inode. Caller
+ * holds the lock. */
+static int rebindable(const struct binding *x)
+{
+	return x && !x->s && x->committed && x->nlookup && !x->opens &&
+	       !x->reading && x->looked == 1 + (x->forgot < x->looked ? x->forgot : 0);
 }
 
 /* Bind path `file` to the taken sample s (made by the hook first). The
@@ -226,18 +284,30 @@ static int bind_sample(struct bindings *b, uint32_t file,
 		return 0;
 	}
 	pthread_mutex_lock(&b->lock);
-	x = xcalloc(1, sizeof(*x));
-	x->ino = b->next_ino++;
-	x->file = file;
-	x->s = s;
-	x->out = made;
-	x->size = outlen;
-	x->rand = rand;
-	x->sample = dataset_sample_id(s);
-	x->nlookup = 1;
-	x->created = now_mono();
-	insert(b, x);
-	b->cur[file] = x;
+	x = b->cur[file];
+	if (live(b, file)) {
+		/* Bound meanwhile (between current() and here). */
+		x->nlookup++;
+		x->looked++;
+		fill(x, out);
+		pthread_mutex_unlock(&b->lock);
+		free(made);
+		dataset_echo_untake(b->ds, s);
+		return 0;
+	}
+	if (rebindable(x)) {
+		/* The kernel still holds the path's spent inode: bind the new
+		 * sample to it (see bindings.h, Rebinding). */
+		b->rebound++;
+		x->rebound = 1;
+	} else {
+		x = xcalloc(1, sizeof(*x));
+		x->ino = b->next_ino++;
+		x->file = file;
+		insert(b, x);
+		b->cur[file] = x;
+	}
+	load(b, x, s, made, outlen, rand);
 	fill(x, out);
 	pthread_mutex_unlock(&b->lock);
 	return 0;
@@ -303,8 +373,10 @@ int bindings_getattr(struct bindings *b, uint64_t ino, struct binding_attr *out)
 	struct binding *x;
 	pthread_mutex_lock(&b->lock);
 	x = find(b, ino);
-	if (x)
+	if (x) {
 		fill(x, out);
+		x->looked++; /* this reply also carries the sample's attributes */
+	}
 	pthread_mutex_unlock(&b->lock);
 	return x ? 0 : -ENOENT;
 }
@@ -312,11 +384,11 @@ int bindings_getattr(struct bindings *b, uint64_t ino, struct binding_attr *out)
 int bindings_open(struct bindings *b, uint64_t ino, struct binding **out)
 {
 	struct binding *x;
-	int commit = 0;
+	int commit = 0, drop;
 
 	pthread_mutex_lock(&b->lock);
 	x = find(b, ino);
-	if (!x || !x->s) {
+	if (!x || !x->s || x->spent) {
 		pthread_mutex_unlock(&b->lock);
 		/* Expired or finished: the kernel will look the path up again. */
 		return x ? -ESTALE : -ENOENT;
@@ -328,11 +400,15 @@ int bindings_open(struct bindings *b, uint64_t ino, struct binding **out)
 	}
 	x->opens++;
 	b->open_handles++;
+	/* A rebound sample looked up more than once: another looker's reply
+	 * may have been applied first, and the pages of the old sample may
+	 * still be being dropped by it. This open drops them itself. */
+	drop = x->rebound && x->looked > 1;
 	pthread_mutex_unlock(&b->lock);
 	if (commit)
 		dataset_echo_commit(b->ds, x->s);
 	*out = x;
-	return 0;
+	return drop;
 }
 
 int bindings_take_store(struct bindings *b, struct binding *h, uint64_t max,
@@ -448,16 +524,19 @@ static int maybe_unlink(struct bindings *b, struct binding *x)
 	return 1;
 }
 
-/* After the last handle and the last reply: the path's next lookup binds
- * anew and the bytes go back to the pool. Caller holds the lock; returns
- * the sample to drop (unlocked) or NULL. */
+/* After the last handle: the path's next lookup binds anew (the reader
+ * closed the file, so a reply still being sent cannot be for a new open);
+ * after the last reply too, the bytes go back to the pool. Caller holds the
+ * lock; returns the sample to drop (unlocked) or NULL. */
 static struct dataset_sample *finish(struct bindings *b, struct binding *h,
 				  int *untake)
 {
-	if (h->opens || h->reading)
+	(void)b;
+	if (h->opens)
 		return NULL;
-	if (b->cur[h->file] == h)
-		b->cur[h->file] = NULL;
+	h->spent = 1;
+	if (h->reading)
+		return NULL;
 	return detach(h, untake);
 }
 
@@ -504,6 +583,7 @@ void bindings_forget(struct bindings *b, uint64_t ino, uint64_t n)
 	x = find(b, ino);
 	if (x) {
 		x->nlookup -= n < x->nlookup ? n : x->nlookup;
+		x->forgot += n;
 		gone = maybe_unlink(b, x);
 		if (gone)
 			s = detach(x, &untake);
@@ -534,6 +614,7 @@ void bindings_get_stats(struct bindings *b, struct bindings_stats *out)
 	out->live = b->count;
 	out->open = b->open_handles;
 	out->expired = b->expired;
+	out->rebound = b->rebound;
 	pthread_mutex_unlock(&b->lock);
 }
 
@@ -547,8 +628,6 @@ static size_t reap(struct bindings *b, struct dataset_sample **out, size_t max)
 	while (n < max && b->uhead && b->uhead->created < limit) {
 		struct binding *x = b->uhead;
 		unlist(b, x);
-		if (b->cur[x->file] == x)
-			b->cur[x->file] = NULL;
 		x->expired = 1;
 		out[n] = detach(x, &untake);
 		if (out[n])

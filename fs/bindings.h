@@ -1,7 +1,8 @@
 /* bindings.h - on echo mounts, every path that is looked up is bound to a
- * sample from the echo pool, with an inode of its own whose size and bytes
- * never change: page cache, mmap, fstat and concurrent readers all see one
- * coherent file, while the next use of the path gets another sample.
+ * sample from the echo pool, under an inode whose size and bytes do not
+ * change while the binding lasts: page cache, mmap, fstat and concurrent
+ * readers all see one coherent file, while the next use of the path gets
+ * another sample.
  *
  * DESIGN
  * - A lookup of a path returns its current binding, making one
@@ -9,9 +10,21 @@
  *   has no sample yet the lookup is parked in the pool and finished (bound,
  *   then the caller's done callback) by the thread that makes a sample
  *   ready, or failed by the pool's timer or bindings_cancel. The binding stays current
- *   until it has been opened and every handle released; the next lookup
- *   then makes a new one with a new inode. Lookups are not cached by the
- *   kernel (entry timeout 0); attributes are (they never change).
+ *   until it has been opened and every handle released (or it expired);
+ *   the next lookup then binds a new sample. Lookups are not cached by the
+ *   kernel (entry timeout 0), attributes are: they change only with the
+ *   sample bound.
+ * - Rebinding: while the kernel still holds the path's inode (nlookup > 0)
+ *   and it is spent (no handle, no reply in progress, no sample), the next
+ *   sample is bound to the same node id, with its new size and a new mtime
+ *   (gen). The kernel's lookup of the path is then a revalidation that
+ *   finds the same node id: the dentry stays valid (one LOOKUP per open,
+ *   not two and a FORGET), and the changed size or mtime makes it drop the
+ *   old sample's pages (fuse_change_attributes with auto_inval_data). The
+ *   old bytes cannot be in use: RELEASE comes only after the last
+ *   descriptor and the last mapping are gone. A node id the kernel has
+ *   forgotten is never used again. Only a binding looked up once (and
+ *   then opened) is rebound; see rebindable() in bindings.c for why.
  * - A binding counts as served (dataset_echo_commit) when first opened.
  *   Bindings that nobody opens within expire_s (ls -l, stat) are given back
  *   to the pool by a reaper thread (dataset_echo_untake): looking at files
@@ -40,12 +53,14 @@ struct namespace;
 struct binding_attr {
 	uint64_t ino;
 	uint64_t size;
+	uint64_t gen; /* serial of the sample bound (changes at each rebind) */
 };
 
 struct bindings_stats {
 	uint64_t live;    /* bindings the kernel still knows */
 	uint64_t open;    /* open handles */
 	uint64_t expired; /* bindings given back unopened */
+	uint64_t rebound; /* samples bound to a path's inode the kernel kept */
 };
 
 struct bindings;
@@ -113,8 +128,10 @@ int bindings_cancel(struct bindings *b, const void *tag);
 /* Attributes of a known binding inode: 0 or -ENOENT. */
 int bindings_getattr(struct bindings *b, uint64_t ino, struct binding_attr *out);
 
-/* Open a binding: 0 with *out set (a handle for bindings_read/release), or
- * -ESTALE (expired), -ENOENT. */
+/* Open a binding: *out set (a handle for bindings_read/release) and 0, or
+ * 1 when the kernel's cached pages of ino must be dropped at this open
+ * (keep_cache off; see Rebinding above); or -ESTALE (expired, spent),
+ * -ENOENT. */
 int bindings_open(struct bindings *b, uint64_t ino, struct binding **out);
 /* 1 the first time it is asked for h's binding, if its size (set in
  * *size) is 1..max: the caller then copies the whole binding

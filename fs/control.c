@@ -220,6 +220,8 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 		M("bindings", 'g', s->bind.live, "path bindings the kernel knows");
 		M("bindings_expired", 'c', s->bind.expired,
 		  "bindings given back unopened (stat only)");
+		M("bindings_rebound", 'c', s->bind.rebound,
+		  "samples bound to a path's inode the kernel kept (one lookup per open)");
 	}
 #undef M
 	return n;

@@ -175,6 +175,38 @@ static int file_size(struct fs_ctx *fs, uint32_t file, uint64_t *size)
 	return 0;
 }
 
+/* t plus ns nanoseconds. */
+static struct timespec ts_add_ns(struct timespec t, uint64_t ns)
+{
+	t.tv_sec += (time_t)(ns / 1000000000u);
+	t.tv_nsec += (long)(ns % 1000000000u);
+	if (t.tv_nsec >= 1000000000L) {
+		t.tv_sec++;
+		t.tv_nsec -= 1000000000L;
+	}
+	return t;
+}
+
+/* Attributes of an echo file bound as ba. */
+static void binding_stat(const struct fs_ctx *fs, const struct binding_attr *ba,
+			 struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ba->ino;
+	st->st_uid = fs->uid;
+	st->st_gid = fs->gid;
+	st->st_atim = fs->mtime;
+	st->st_blksize = 65536;
+	st->st_mode = S_IFREG | 0444;
+	st->st_nlink = 1;
+	st->st_size = (off_t)ba->size;
+	st->st_blocks = (st->st_size + 511) / 512;
+	/* Each sample bound to the inode gets its own mtime, so that the
+	 * kernel drops the previous sample's pages even when the size stays
+	 * (auto_inval_data; bindings.h, Rebinding). */
+	st->st_mtim = st->st_ctim = ts_add_ns(fs->mtime, ba->gen);
+}
+
 /* Attributes of ino. refresh: re-render a control file (lookup, getattr). */
 static int fill_attr(struct fs_ctx *fs, fuse_ino_t ino, struct stat *st,
 		     int refresh)
@@ -229,10 +261,7 @@ static int fill_attr(struct fs_ctx *fs, fuse_ino_t ino, struct stat *st,
 		int r = bindings_getattr(fs->bind, ino, &ba);
 		if (r)
 			return r;
-		st->st_mode = S_IFREG | 0444;
-		st->st_nlink = 1;
-		st->st_size = (off_t)ba.size;
-		st->st_blocks = (st->st_size + 511) / 512;
+		binding_stat(fs, &ba, st);
 		return 0;
 	}
 	return -ENOENT;
@@ -263,10 +292,13 @@ static void reply_echo_entry(fuse_req_t req, struct fs_ctx *fs, int r,
 	struct fuse_entry_param e;
 
 	if (r == 0) {
-		r = fill_entry(fs, ba->ino, &e, 0);
+		/* The attributes of the sample this lookup was answered with
+		 * (the path may be bound anew meanwhile). */
+		memset(&e, 0, sizeof(e));
+		e.ino = ba->ino;
+		e.attr_timeout = fs->timeout;
 		e.entry_timeout = 0;
-		if (r)
-			bindings_forget(fs->bind, ba->ino, 1);
+		binding_stat(fs, ba, &e.attr);
 	}
 	if (r)
 		fuse_reply_err(req, errmap_reply(ERRMAP_LOOKUP, r));
@@ -513,12 +545,16 @@ static int open_echo(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 	if ((fi->flags & O_ACCMODE) != O_RDONLY)
 		return -EROFS;
 	r = bindings_open(fs->bind, ino, &h);
-	if (r)
+	if (r < 0)
 		return r;
 	fi->fh = (uint64_t)(uintptr_t)h;
-	fi->keep_cache = 1; /* the inode's bytes never change */
+	/* The inode's bytes do not change while it is open. Its pages are
+	 * this binding's, unless it was rebound after more than one lookup
+	 * (bindings.h, Rebinding): then this open drops them. */
+	fi->keep_cache = r == 0;
 	fi->noflush = 1;
-	store_echo(fs, ino, h);
+	if (fi->keep_cache)
+		store_echo(fs, ino, h);
 	return 0;
 }
 
@@ -582,7 +618,6 @@ static void fs_op_forget_multi(fuse_req_t req, size_t count,
 {
 	struct fs_ctx *fs = ctx_of(req);
 	for (size_t i = 0; fs->bind && i < count; i++)
-		if (bindings_owns(fs->bind, forgets[i].ino))
 			bindings_forget(fs->bind, forgets[i].ino,
 					forgets[i].nlookup);
 	fuse_reply_none(req);

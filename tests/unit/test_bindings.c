@@ -153,7 +153,7 @@ static void read_whole(struct bindings *b, uint64_t ino, uint64_t size,
 	bindings_release(b, hd);
 }
 
-Test(bindings, a_path_keeps_one_inode_until_opened_then_gets_a_new_one)
+Test(bindings, a_path_looked_at_twice_gets_a_new_inode_after_its_open)
 {
 	struct bindings *b = open_bindings(60, NULL);
 	struct binding_attr a1, a2, a3;
@@ -172,7 +172,9 @@ Test(bindings, a_path_keeps_one_inode_until_opened_then_gets_a_new_one)
 	cr_assert_eq(class_of[src], class_of[3], "a sample of the path's class");
 	cr_assert_eq(a1.size, size_of[src]);
 	read_whole(b, a1.ino, a1.size, src);
-	/* opened and released: the next lookup binds anew, a new inode */
+	/* opened and released after two lookups and a getattr (a reply about
+	 * it could still be applied late): the next lookup binds anew under a
+	 * new inode */
 	cr_assert_eq(bindings_lookup(b, 3, &a3), 0);
 	cr_assert_gt(a3.ino, a1.ino);
 	bindings_get_stats(b, &st);
@@ -226,7 +228,9 @@ Test(bindings, unopened_bindings_expire_and_open_then_says_estale)
 	cr_assert_eq(bindings_open(b, a.ino, &hd), -ESTALE);
 	cr_assert_eq(bindings_getattr(b, a.ino, &a2), 0, "attrs stay known");
 	cr_assert_eq(bindings_lookup(b, 5, &a2), 0);
-	cr_assert_neq(a2.ino, a.ino, "an expired binding is not current");
+	cr_assert_neq(a2.ino, a.ino,
+		      "an expired binding is not current, nor rebound: a reply "
+		      "about it may be applied late");
 	bindings_forget(b, a.ino, 1);
 	bindings_forget(b, a2.ino, 1);
 	cr_assert_eq(bindings_open(b, 999999, &hd), -ENOENT);
@@ -317,7 +321,8 @@ Test(bindings, take_store_says_yes_once_per_binding_within_the_cap)
 	bindings_release(b, h2);
 
 	cr_assert_eq(bindings_lookup(b, 5, &a2), 0); /* a new binding */
-	cr_assert_neq(a2.ino, a.ino);
+	cr_assert_eq(a2.ino, a.ino, "looked up once, opened: rebound");
+	cr_assert_gt(a2.gen, a.gen);
 	cr_assert_eq(bindings_source(b, a2.ino, &src), 0);
 	cr_assert_eq(bindings_open(b, a2.ino, &h1), 0);
 	cr_assert_eq(bindings_open(b, a2.ino, &h2), 0);
@@ -331,7 +336,132 @@ Test(bindings, take_store_says_yes_once_per_binding_within_the_cap)
 	bindings_read_done(b, h1);
 	bindings_release(b, h1);
 	bindings_release(b, h2);
+	bindings_forget(b, a.ino, 2); /* both lookups */
+	bindings_free(b);
+}
+
+/* Open, read whole and release the path's binding a, looked up once. */
+static uint32_t serve_once(struct bindings *b, const struct binding_attr *a)
+{
+	uint32_t src;
+	cr_assert_eq(bindings_source(b, a->ino, &src), 0);
+	read_whole(b, a->ino, a->size, src);
+	return src;
+}
+
+Test(bindings, a_path_opened_again_keeps_its_inode_with_the_next_sample)
+{
+	struct bindings *b = open_bindings(60, NULL);
+	struct binding_attr a[8];
+	struct bindings_stats st;
+
+	/* As a trainer reads a file in each pass: one lookup, one open. */
+	for (int n = 0; n < 8; n++) {
+		uint32_t src;
+		cr_assert_eq(bindings_lookup(b, 2, &a[n]), 0);
+		cr_assert_eq(bindings_source(b, a[n].ino, &src), 0);
+		cr_assert_eq(class_of[src], class_of[2], "a sample of the class");
+		cr_assert_eq(a[n].size, size_of[src], "the new sample's size");
+		if (n > 0) {
+			cr_assert_eq(a[n].ino, a[0].ino, "the kernel's inode kept");
+			cr_assert_gt(a[n].gen, a[n - 1].gen, "a new mtime");
+		}
+		read_whole(b, a[n].ino, a[n].size, src);
+	}
+	bindings_get_stats(b, &st);
+	cr_assert_eq(st.live, 1);
+	cr_assert_eq(st.rebound, 7);
+	/* Every lookup was counted for the kernel: 7 forgets keep it. */
+	bindings_forget(b, a[0].ino, 7);
+	bindings_get_stats(b, &st);
+	cr_assert_eq(st.live, 1);
+	bindings_forget(b, a[0].ino, 1);
+	bindings_get_stats(b, &st);
+	cr_assert_eq(st.live, 0);
+	bindings_free(b);
+}
+
+Test(bindings, a_rebound_inode_looked_up_twice_drops_its_pages_at_open)
+{
+	struct bindings *b = open_bindings(60, NULL);
+	struct binding_attr a, a2, a3;
+	struct binding *h1, *h2;
+	uint64_t size;
+
+	cr_assert_eq(bindings_lookup(b, 4, &a), 0);
+	serve_once(b, &a);
+	cr_assert_eq(bindings_lookup(b, 4, &a2), 0); /* rebound */
+	cr_assert_eq(a2.ino, a.ino);
+	cr_assert_eq(bindings_lookup(b, 4, &a3), 0); /* a second reader */
+	cr_assert_eq(a3.ino, a.ino);
+	cr_assert_eq(a3.gen, a2.gen, "the same sample for both");
+	/* Either reader's reply may have been applied first: each open drops
+	 * the old sample's pages itself, and none stores. */
+	cr_assert_eq(bindings_open(b, a.ino, &h1), 1);
+	cr_assert_eq(bindings_open(b, a.ino, &h2), 1);
+	bindings_release(b, h1);
+	bindings_release(b, h2);
+	/* Looked up twice: the next sample gets a new inode. */
+	cr_assert_eq(bindings_lookup(b, 4, &a2), 0);
+	cr_assert_gt(a2.ino, a.ino);
+	cr_assert_eq(bindings_open(b, a2.ino, &h1), 0, "a new inode has no old pages");
+	cr_assert_eq(bindings_take_store(b, h1, a2.size, &size), 1);
+	bindings_release(b, h1);
+	bindings_forget(b, a.ino, 3);
+	bindings_forget(b, a2.ino, 1);
+	bindings_free(b);
+}
+
+Test(bindings, a_getattr_stops_the_inode_from_being_rebound)
+{
+	struct bindings *b = open_bindings(60, NULL);
+	struct binding_attr a, a2, g;
+
+	cr_assert_eq(bindings_lookup(b, 6, &a), 0);
+	cr_assert_eq(bindings_getattr(b, a.ino, &g), 0); /* fstat, sent */
+	serve_once(b, &a);
+	cr_assert_eq(bindings_lookup(b, 6, &a2), 0);
+	cr_assert_gt(a2.ino, a.ino, "a getattr reply could be applied late");
 	bindings_forget(b, a.ino, 1);
 	bindings_forget(b, a2.ino, 1);
+	bindings_free(b);
+}
+
+Test(bindings, a_path_closed_while_a_reply_is_sent_binds_a_new_inode)
+{
+	struct bindings *b = open_bindings(60, NULL);
+	struct binding_attr a, a2, a3;
+	struct binding *hd;
+	const void *data;
+	struct pool_stats p0, p1;
+	uint32_t src;
+
+	cr_assert_eq(bindings_lookup(b, 7, &a), 0);
+	cr_assert_eq(bindings_source(b, a.ino, &src), 0);
+	cr_assert_eq(bindings_open(b, a.ino, &hd), 0);
+	cr_assert_eq(bindings_read(b, hd, 0, 64, &data), 64);
+	bindings_release(b, hd); /* the reader closed; the reply is not done */
+	pool_get_stats(pool, &p0);
+	/* The path moves on at once: a new sample, not the closed one again.
+	 * The old bytes are still pinned, so not under the same inode. */
+	cr_assert_eq(bindings_lookup(b, 7, &a2), 0);
+	cr_assert_gt(a2.ino, a.ino);
+	cr_assert_eq(bindings_open(b, a.ino, &hd), -ESTALE, "the closed one");
+	cr_assert(memcmp(data, source(src), 64) == 0, "still pinned");
+	bindings_read_done(b, hd);
+	/* The kernel's revalidation found another node id: it looks the path
+	 * up again and forgets the reply it threw away. Answered twice,
+	 * forgotten once, opened once: the next sample may take the inode. */
+	cr_assert_eq(bindings_lookup(b, 7, &a3), 0);
+	cr_assert_eq(a3.ino, a2.ino);
+	bindings_forget(b, a2.ino, 1);
+	serve_once(b, &a3);
+	pool_get_stats(pool, &p1);
+	cr_assert_eq(p1.fresh_served + p1.echoes_served,
+		     p0.fresh_served + p0.echoes_served + 1);
+	cr_assert_eq(bindings_lookup(b, 7, &a3), 0);
+	cr_assert_eq(a3.ino, a2.ino, "rebound");
+	bindings_forget(b, a.ino, 1);
+	bindings_forget(b, a2.ino, 2);
 	bindings_free(b);
 }
