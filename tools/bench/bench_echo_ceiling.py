@@ -139,6 +139,17 @@ def echo_of(case):
     return int(case.split("echo=")[1].split()[0])
 
 
+def serve_us(p, r1, r2):
+    """What one served file costs the 2 readers beyond its share of
+    decoding, in microseconds of the pass's wall time: 1/rate less the
+    fresh share times the exact mount's decode time (1/R1 - 1/R2). The
+    ceiling prices it at an exact second-pass read, 1/R2."""
+    if not p.get("files_per_s"):
+        return None
+    fresh = p.get("fresh_per_s", 0) / p["files_per_s"]
+    return 1e6 * (1 / p["files_per_s"] - fresh * (1 / r1 - 1 / r2))
+
+
 def case_rows(reps):
     """Per (build, case) lists of per-repeat figures, each against its own
     repeat's R1 and ceiling."""
@@ -157,7 +168,7 @@ def case_rows(reps):
             full = o["timeline"][1:]  # second 0 holds the mount's first lookups
             x = rows.setdefault((build, case), {k: [] for k in (
                 "first", "steady", "first_c", "steady_c", "fresh_r1", "fresh3_r1",
-                "low_r1", "cpu3", "req3", "stall3")})
+                "low_r1", "cpu3", "req3", "stall3", "look3", "serve_us")})
             x["first"].append(p1["files_per_s"])
             x["steady"].append(pl["files_per_s"])
             x["first_c"].append(p1["files_per_s"] / c)
@@ -168,6 +179,8 @@ def case_rows(reps):
             x["cpu3"].append(pl.get("daemon_cpu_ms_per_file"))
             x["req3"].append(pl.get("reads_per_file"))
             x["stall3"].append(pl.get("stall_s"))
+            x["look3"].append(pl.get("lookups_per_file"))
+            x["serve_us"].append(serve_us(pl, r1, r2))
     return rows
 
 
@@ -190,18 +203,23 @@ def cmd_report(a):
     print(f"R1 (exact, first pass) **{r1:.0f}** files/s ({runs(r1s)}); "
           f"R2 (exact, second pass) **{r2:.0f}** ({runs(r2s)}); "
           f"ceiling C(E=2) **{c2:.0f}** ({c2 / r1:.2f}x R1), "
-          f"C(E=4) **{c4:.0f}** ({c4 / r1:.2f}x R1). Medians over {len(r1s)} repeats.\n")
+          f"C(E=4) **{c4:.0f}** ({c4 / r1:.2f}x R1). Medians over {len(r1s)} repeats. "
+          f"An exact second-pass read costs {1e6 / r2:.0f} us of the readers' wall time: "
+          f"the price of an echo serve in C.\n")
     print("| build | mount | first pass files/s | ÷ C | steady (3rd pass) files/s | ÷ C "
           "| fresh/s ÷ R1 (run; 3rd pass) | lowest second ÷ R1 | daemon CPU ms/file (3rd) "
-          "| READs/file (3rd) | reader wait s (3rd) | steady ÷ C per repeat |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+          "| READs/file (3rd) | LOOKUPs/file (3rd) | serve us/file (3rd) "
+          "| reader wait s (3rd) | steady ÷ C per repeat |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+          "| ---: | ---: | --- |")
     for (build, case), x in sorted(case_rows(reps).items(),
                                    key=lambda kv: (kv[0][0] != "before", kv[0][1])):
         print(f"| {build} | {case} | {med(x['first']):.0f} | **{med(x['first_c']):.2f}** "
               f"| {med(x['steady']):.0f} | **{med(x['steady_c']):.2f}** "
               f"| **{med(x['fresh_r1']):.2f}**; {med(x['fresh3_r1']):.2f} "
               f"| {fmt(med(x['low_r1']))} | {fmt(med(x['cpu3']), '%.3f')} "
-              f"| {fmt(med(x['req3']), '%.2f')} | {fmt(med(x['stall3']))} "
+              f"| {fmt(med(x['req3']), '%.2f')} | {fmt(med(x['look3']), '%.2f')} "
+              f"| {fmt(med(x['serve_us']), '%.0f')} | {fmt(med(x['stall3']))} "
               f"| {runs(x['steady_c'], '%.2f')} |")
     if a.plot:
         plot(reps, r1, c2, c4, a.plot, a.title)
