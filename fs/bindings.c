@@ -239,7 +239,8 @@ static void load(struct bindings *b, struct binding *x,
 static int rebindable(const struct binding *x)
 {
 	return x && !x->s && x->committed && x->nlookup && !x->opens &&
-	       !x->reading && x->looked == 1 + (x->forgot < x->looked ? x->forgot : 0);
+	       !x->reading && x->forgot < x->looked &&
+	       x->looked - x->forgot == 1;
 }
 
 /* Bind path `file` to the taken sample s (made by the hook first). The
@@ -528,10 +529,8 @@ static int maybe_unlink(struct bindings *b, struct binding *x)
  * closed the file, so a reply still being sent cannot be for a new open);
  * after the last reply too, the bytes go back to the pool. Caller holds the
  * lock; returns the sample to drop (unlocked) or NULL. */
-static struct dataset_sample *finish(struct bindings *b, struct binding *h,
-				  int *untake)
+static struct dataset_sample *finish(struct binding *h, int *untake)
 {
-	(void)b;
 	if (h->opens)
 		return NULL;
 	h->spent = 1;
@@ -549,7 +548,7 @@ void bindings_read_done(struct bindings *b, struct binding *h)
 	h->reading--;
 	/* The kernel may send RELEASE while a READ is still being answered:
 	 * only the later of the two lets the bytes go. */
-	s = h->committed && !h->opens ? finish(b, h, &untake) : NULL;
+	s = h->committed && !h->opens ? finish(h, &untake) : NULL;
 	gone = maybe_unlink(b, h);
 	pthread_mutex_unlock(&b->lock);
 	drop_sample(b, s, untake);
@@ -565,7 +564,7 @@ void bindings_release(struct bindings *b, struct binding *h)
 	pthread_mutex_lock(&b->lock);
 	h->opens--;
 	b->open_handles--;
-	s = finish(b, h, &untake);
+	s = finish(h, &untake);
 	gone = maybe_unlink(b, h);
 	pthread_mutex_unlock(&b->lock);
 	drop_sample(b, s, untake);
