@@ -187,16 +187,22 @@ static struct timespec ts_add_ns(struct timespec t, uint64_t ns)
 	return t;
 }
 
+/* What every inode's attributes share. */
+static void base_stat(const struct fs_ctx *fs, fuse_ino_t ino, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	st->st_uid = fs->uid;
+	st->st_gid = fs->gid;
+	st->st_atim = st->st_mtim = st->st_ctim = fs->mtime;
+	st->st_blksize = 65536;
+}
+
 /* Attributes of an echo file bound as ba. */
 static void binding_stat(const struct fs_ctx *fs, const struct binding_attr *ba,
 			 struct stat *st)
 {
-	memset(st, 0, sizeof(*st));
-	st->st_ino = ba->ino;
-	st->st_uid = fs->uid;
-	st->st_gid = fs->gid;
-	st->st_atim = fs->mtime;
-	st->st_blksize = 65536;
+	base_stat(fs, ba->ino, st);
 	st->st_mode = S_IFREG | 0444;
 	st->st_nlink = 1;
 	st->st_size = (off_t)ba->size;
@@ -213,12 +219,7 @@ static int fill_attr(struct fs_ctx *fs, fuse_ino_t ino, struct stat *st,
 {
 	uint32_t num;
 
-	memset(st, 0, sizeof(*st));
-	st->st_ino = ino;
-	st->st_uid = fs->uid;
-	st->st_gid = fs->gid;
-	st->st_atim = st->st_mtim = st->st_ctim = fs->mtime;
-	st->st_blksize = 65536;
+	base_stat(fs, ino, st);
 	switch (ns_kind_of(fs->ns, ino, &num)) {
 	case NS_ROOT:
 		st->st_mode = S_IFDIR | 0555;
