@@ -36,6 +36,13 @@ struct binding {
 	unsigned rebound : 1;   /* the sample was bound to an inode the kernel kept */
 	unsigned spent : 1;     /* released: the path binds anew (the bytes stay
 				 * while a reply is being sent) */
+	/* Binding at open only: */
+	unsigned taking : 1;    /* an OPEN's take is under way (taker) */
+	unsigned deferred : 1;  /* ... waiting for the last READ reply first */
+	unsigned storing : 1;   /* the new sample's pages are being stored */
+	unsigned unstored : 1;  /* the store failed: opens drop the pages */
+	unsigned bound_once : 1; /* a sample was bound before */
+	const void *taker;      /* tag of the OPEN whose take is under way */
 	uint64_t gen;           /* serial of the sample bound: the mtime */
 	double created;
 	struct binding *hnext;            /* hash chain */
@@ -50,6 +57,9 @@ struct bindings {
 	bindings_make_fn make;
 	void *make_ud;
 	struct bindings_render render; /* set before serving; read-only then */
+	uint64_t fixed;         /* binding at open: every binding's size, or 0 */
+	bindings_store_fn store; /* with fixed: the page-cache store */
+	void *store_ud;
 	pthread_t reaper;
 
 	pthread_mutex_t lock; /* guards everything below and every binding */
@@ -62,7 +72,17 @@ struct bindings {
 	struct binding **table; /* by inode */
 	size_t tsize, count;
 	struct binding *uhead, *utail;
+	struct opener *waiting; /* OPENs waiting for a binding's sample */
 	uint64_t open_handles, expired, rebound;
+};
+
+/* An OPEN waiting for its binding's sample (binding at open). */
+struct opener {
+	struct binding *x;
+	const void *tag;
+	bindings_opened_fn done;
+	void *ud;
+	struct opener *next;
 };
 
 static size_t slot(const struct bindings *b, uint64_t ino)
@@ -156,11 +176,13 @@ static void drop_sample(struct bindings *b, struct dataset_sample *s,
 		dataset_echo_release(b->ds, s);
 }
 
-static void fill(const struct binding *x, struct binding_attr *out)
+static void fill(const struct bindings *b, const struct binding *x,
+		 struct binding_attr *out)
 {
 	out->ino = x->ino;
 	out->size = x->size;
 	out->gen = x->gen;
+	out->stable = b->fixed != 0;
 }
 
 int bindings_owns(const struct bindings *b, uint64_t ino)
@@ -187,25 +209,35 @@ static int current(struct bindings *b, uint32_t file, struct binding_attr *out)
 	if (x) {
 		x->nlookup++;
 		x->looked++;
-		fill(x, out);
+		fill(b, x, out);
 	}
 	pthread_mutex_unlock(&b->lock);
 	return x ? 0 : 1;
 }
 
-/* Put sample s (bytes made: out, outlen) into binding x and list it as
- * unopened. Caller holds the lock. */
-static void load(struct bindings *b, struct binding *x,
-		 struct dataset_sample *s, uint8_t *made, size_t outlen,
-		 uint64_t rand)
+/* Put sample s (bytes made: made, outlen; the render hook's draw: rand)
+ * into binding x. Caller holds the lock. */
+static void set_sample(struct bindings *b, struct binding *x,
+		       struct dataset_sample *s, uint8_t *made, size_t outlen,
+		       uint64_t rand)
 {
 	x->s = s;
 	x->out = made;
 	x->size = outlen;
 	x->rand = rand;
 	x->sample = dataset_sample_id(s);
-	x->gen = ++b->gens;
+	/* Bound at open, the mtime stays: the store replaces the pages. */
+	x->gen = b->fixed ? 0 : ++b->gens;
 	x->committed = x->expired = x->stored = x->spent = 0;
+}
+
+/* set_sample for a lookup: one kernel reference, listed as unopened.
+ * Caller holds the lock. */
+static void load(struct bindings *b, struct binding *x,
+		 struct dataset_sample *s, uint8_t *made, size_t outlen,
+		 uint64_t rand)
+{
+	set_sample(b, x, s, made, outlen, rand);
 	x->created = now_mono();
 	x->nlookup++;
 	x->looked = 1;
@@ -243,6 +275,14 @@ static int rebindable(const struct binding *x)
 	       x->looked - x->forgot == 1;
 }
 
+/* A new draw for the make or render hook. Caller holds the lock. */
+static uint64_t next_rand(struct bindings *b)
+{
+	uint64_t rand = hash64(&b->made, sizeof(b->made), b->first_ino);
+	b->made++;
+	return rand;
+}
+
 /* Bind path `file` to the taken sample s (made by the hook first). The
  * sample is given back on failure or when another lookup won the race. */
 static int bind_sample(struct bindings *b, uint32_t file,
@@ -257,8 +297,7 @@ static int bind_sample(struct bindings *b, uint32_t file,
 
 	if (b->make || b->render.range) {
 		pthread_mutex_lock(&b->lock);
-		rand = hash64(&b->made, sizeof(b->made), b->first_ino);
-		b->made++;
+		rand = next_rand(b);
 		pthread_mutex_unlock(&b->lock);
 	}
 	if (b->render.range) {
@@ -290,7 +329,7 @@ static int bind_sample(struct bindings *b, uint32_t file,
 		/* Bound meanwhile (between current() and here). */
 		x->nlookup++;
 		x->looked++;
-		fill(x, out);
+		fill(b, x, out);
 		pthread_mutex_unlock(&b->lock);
 		free(made);
 		dataset_echo_untake(b->ds, s);
@@ -309,9 +348,31 @@ static int bind_sample(struct bindings *b, uint32_t file,
 		b->cur[file] = x;
 	}
 	load(b, x, s, made, outlen, rand);
-	fill(x, out);
+	fill(b, x, out);
 	pthread_mutex_unlock(&b->lock);
 	return 0;
+}
+
+/* Binding at open: a lookup returns the path's inode, made if the kernel
+ * holds none, and takes no sample. */
+static void lookup_fixed(struct bindings *b, uint32_t file,
+			 struct binding_attr *out)
+{
+	struct binding *x;
+
+	pthread_mutex_lock(&b->lock);
+	x = b->cur[file];
+	if (!x) {
+		x = xcalloc(1, sizeof(*x));
+		x->ino = b->next_ino++;
+		x->file = file;
+		x->size = b->fixed;
+		insert(b, x);
+		b->cur[file] = x;
+	}
+	x->nlookup++;
+	fill(b, x, out);
+	pthread_mutex_unlock(&b->lock);
 }
 
 int bindings_lookup(struct bindings *b, uint32_t file, struct binding_attr *out)
@@ -319,6 +380,10 @@ int bindings_lookup(struct bindings *b, uint32_t file, struct binding_attr *out)
 	struct dataset_sample *s;
 	int r;
 
+	if (b->fixed) {
+		lookup_fixed(b, file, out);
+		return 0;
+	}
 	if (current(b, file, out) == 0)
 		return 0;
 	r = dataset_echo_take(b->ds, b->ns->files[file].cls, &s);
@@ -352,6 +417,10 @@ int bindings_lookup_async(struct bindings *b, uint32_t file, const void *tag,
 	struct parked *pk;
 	int r;
 
+	if (b->fixed) {
+		lookup_fixed(b, file, out);
+		return 0;
+	}
 	if (current(b, file, out) == 0)
 		return 0;
 	pk = xmalloc(sizeof(*pk));
@@ -364,18 +433,13 @@ int bindings_lookup_async(struct bindings *b, uint32_t file, const void *tag,
 	return r ? r : bind_sample(b, file, s, out);
 }
 
-int bindings_cancel(struct bindings *b, const void *tag)
-{
-	return b ? dataset_echo_cancel(b->ds, tag) : 0;
-}
-
 int bindings_getattr(struct bindings *b, uint64_t ino, struct binding_attr *out)
 {
 	struct binding *x;
 	pthread_mutex_lock(&b->lock);
 	x = find(b, ino);
 	if (x) {
-		fill(x, out);
+		fill(b, x, out);
 		x->looked++; /* this reply also carries the sample's attributes */
 	}
 	pthread_mutex_unlock(&b->lock);
@@ -410,6 +474,240 @@ int bindings_open(struct bindings *b, uint64_t ino, struct binding **out)
 		dataset_echo_commit(b->ds, x->s);
 	*out = x;
 	return drop;
+}
+
+/* ---- binding at open (see bindings.h, DESIGN) ---- */
+
+static struct dataset_sample *finish(struct binding *h, int *untake);
+
+/* Unlink and return the OPENs waiting on x (all of them, or only the one
+ * named tag when tag is not NULL). Caller holds the lock. */
+static struct opener *unwait(struct bindings *b, const struct binding *x,
+			     const void *tag)
+{
+	struct opener **pp = &b->waiting, *got = NULL, **tail = &got;
+
+	while (*pp) {
+		struct opener *w = *pp;
+		if ((x && w->x != x) || (tag && w->tag != tag)) {
+			pp = &w->next;
+			continue;
+		}
+		*pp = w->next;
+		w->next = NULL;
+		*tail = w;
+		tail = &w->next;
+	}
+	return got;
+}
+
+/* The first OPEN waiting on x, or NULL. Caller holds the lock. */
+static struct opener *first_waiting(const struct bindings *b,
+				    const struct binding *x)
+{
+	struct opener *w = b->waiting;
+	while (w && w->x != x)
+		w = w->next;
+	return w;
+}
+
+/* Answer the OPENs of list w with r (0, 1 or -errno) and free them. */
+static void answer(struct opener *w, int r, struct binding *h)
+{
+	while (w) {
+		struct opener *n = w->next;
+		w->done(w->ud, r, r < 0 ? NULL : h);
+		free(w);
+		w = n;
+	}
+}
+
+struct open_take {
+	struct bindings *b;
+	struct binding *x;
+};
+
+static void open_taken(void *ud, int err, struct dataset_sample *s);
+
+/* Take a sample for x on behalf of the OPEN named tag (x->taker). */
+static void take_for(struct bindings *b, struct binding *x, const void *tag)
+{
+	struct open_take *t = xmalloc(sizeof(*t));
+	struct dataset_sample *s = NULL;
+	int r;
+
+	*t = (struct open_take){.b = b, .x = x};
+	r = dataset_echo_take_async(b->ds, b->ns->files[x->file].cls, tag,
+				    open_taken, t, &s);
+	if (r != -EINPROGRESS)
+		open_taken(t, r, s);
+}
+
+/* The size sample s's bytes have, or -errno. */
+static ssize_t sample_size(struct bindings *b, struct dataset_sample *s)
+{
+	if (!b->render.size)
+		return (ssize_t)dataset_sample_len(s);
+	return b->render.size(b->render.ud, dataset_sample_data(s),
+			      dataset_sample_len(s));
+}
+
+/* A take for x failed with err. An interrupted taker fails alone and the
+ * next waiting OPEN takes anew; any other error fails them all. Caller
+ * holds the lock, which this drops. */
+static void take_failed(struct bindings *b, struct binding *x, int err)
+{
+	struct opener *failed, *next;
+	const void *tag = NULL;
+
+	failed = unwait(b, x, err == -EINTR ? x->taker : NULL);
+	next = first_waiting(b, x);
+	x->taking = next != NULL;
+	if (next)
+		tag = x->taker = next->tag;
+	pthread_mutex_unlock(&b->lock);
+	answer(failed, err, NULL);
+	if (tag)
+		take_for(b, x, tag);
+}
+
+/* Bind taken sample s to x, store its pages, then answer every OPEN
+ * waiting on x (those that came during the store too). A parked take
+ * runs this in the pool's thread that made the sample ready (a decoder
+ * while the pool fills). Answering such opens without the store instead
+ * (a READ renders the bytes in a FUSE thread) was measured: no better
+ * first pass, and 0.02-0.08 READs per file (BENCHMARKS.md section 15). */
+static void open_taken(void *ud, int err, struct dataset_sample *s)
+{
+	struct open_take t = *(struct open_take *)ud;
+	struct bindings *b = t.b;
+	struct binding *x = t.x;
+	struct opener *w;
+	int r, n = 0, untake = 0, drop;
+
+	free(ud);
+	if (err == 0) {
+		ssize_t size = sample_size(b, s);
+		if (size != (ssize_t)b->fixed) {
+			dataset_echo_untake(b->ds, s);
+			err = size < 0 ? (int)size : -EIO;
+		}
+	}
+	pthread_mutex_lock(&b->lock);
+	x->taking = 0;
+	if (err) {
+		take_failed(b, x, err);
+		return;
+	}
+	if (!first_waiting(b, x)) {
+		/* Every OPEN was interrupted meanwhile. */
+		pthread_mutex_unlock(&b->lock);
+		dataset_echo_untake(b->ds, s);
+		return;
+	}
+	if (x->bound_once) {
+		b->rebound++;
+		x->rebound = 1;
+	}
+	set_sample(b, x, s, NULL, b->fixed, next_rand(b));
+	/* Counted as served now; the store below is the only one. */
+	x->committed = x->bound_once = x->storing = x->stored = 1;
+	pthread_mutex_unlock(&b->lock);
+	dataset_echo_commit(b->ds, s);
+	r = b->store ? b->store(b->store_ud, x->ino, x, x->size) : -ENOSYS;
+
+	pthread_mutex_lock(&b->lock);
+	x->storing = 0;
+	x->unstored = r != 0;
+	drop = x->unstored;
+	w = unwait(b, x, NULL);
+	for (struct opener *o = w; o; o = o->next)
+		n++;
+	x->opens += (uint32_t)n;
+	b->open_handles += (uint64_t)n;
+	s = n ? NULL : finish(x, &untake); /* all interrupted during the store */
+	pthread_mutex_unlock(&b->lock);
+	drop_sample(b, s, untake);
+	answer(w, drop, x);
+}
+
+int bindings_open_async(struct bindings *b, uint64_t ino, const void *tag,
+			bindings_opened_fn done, void *ud,
+			struct binding **out)
+{
+	struct binding *x;
+	struct opener *w;
+	int start, r;
+
+	if (!b->fixed)
+		return bindings_open(b, ino, out);
+	pthread_mutex_lock(&b->lock);
+	x = find(b, ino);
+	if (!x) {
+		pthread_mutex_unlock(&b->lock);
+		return -ENOENT;
+	}
+	if (x->s && !x->spent && !x->storing) {
+		/* Open already, its pages stored: share its sample. */
+		x->opens++;
+		b->open_handles++;
+		r = x->unstored;
+		pthread_mutex_unlock(&b->lock);
+		*out = x;
+		return r;
+	}
+	w = xmalloc(sizeof(*w));
+	*w = (struct opener){.x = x, .tag = tag, .done = done, .ud = ud,
+			     .next = b->waiting};
+	b->waiting = w;
+	start = !x->taking && !x->storing;
+	if (start) {
+		x->taking = 1;
+		x->taker = tag;
+		/* The last READ reply of the old sample is still being sent:
+		 * bindings_read_done takes when it is done. */
+		x->deferred = x->s != NULL;
+		start = !x->deferred;
+	}
+	pthread_mutex_unlock(&b->lock);
+	if (start)
+		take_for(b, x, tag);
+	return -EINPROGRESS;
+}
+
+/* An OPEN waiting on another's take or store, named tag, is answered
+ * EINTR. The taker's own request is cancelled in the pool instead (the
+ * pool holds it as its tag), unless its take waits for a READ reply: then
+ * the next waiting OPEN becomes the taker. 1 if one was waiting. */
+static int cancel_open(struct bindings *b, const void *tag)
+{
+	struct opener *w = b->waiting, *next;
+	struct binding *x;
+
+	pthread_mutex_lock(&b->lock);
+	while (w && w->tag != tag)
+		w = w->next;
+	x = w ? w->x : NULL;
+	if (!x || (x->taking && x->taker == tag && !x->deferred)) {
+		pthread_mutex_unlock(&b->lock);
+		return 0;
+	}
+	w = unwait(b, x, tag);
+	if (x->taking && x->taker == tag) {
+		next = first_waiting(b, x);
+		x->taking = x->deferred = next != NULL;
+		x->taker = next ? next->tag : NULL;
+	}
+	pthread_mutex_unlock(&b->lock);
+	answer(w, -EINTR, NULL);
+	return 1;
+}
+
+int bindings_cancel(struct bindings *b, const void *tag)
+{
+	if (!b)
+		return 0;
+	return dataset_echo_cancel(b->ds, tag) || cancel_open(b, tag);
 }
 
 int bindings_take_store(struct bindings *b, struct binding *h, uint64_t max,
@@ -516,7 +814,7 @@ ssize_t bindings_read(struct bindings *b, struct binding *h, uint64_t off,
  * unlocked). */
 static int maybe_unlink(struct bindings *b, struct binding *x)
 {
-	if (x->nlookup || x->opens || x->reading)
+	if (x->nlookup || x->opens || x->reading || x->taking || x->storing)
 		return 0;
 	unhash(b, x);
 	unlist(b, x);
@@ -542,16 +840,25 @@ static struct dataset_sample *finish(struct binding *h, int *untake)
 void bindings_read_done(struct bindings *b, struct binding *h)
 {
 	struct dataset_sample *s;
+	const void *taker = NULL;
 	int untake = 0, gone;
 
 	pthread_mutex_lock(&b->lock);
 	h->reading--;
 	/* The kernel may send RELEASE while a READ is still being answered:
 	 * only the later of the two lets the bytes go. */
-	s = h->committed && !h->opens ? finish(h, &untake) : NULL;
+	s = h->committed && !h->opens && !h->storing ? finish(h, &untake)
+						     : NULL;
+	if (h->deferred && !h->s) {
+		/* An OPEN waited for this reply to bind the next sample. */
+		h->deferred = 0;
+		taker = h->taker;
+	}
 	gone = maybe_unlink(b, h);
 	pthread_mutex_unlock(&b->lock);
 	drop_sample(b, s, untake);
+	if (taker)
+		take_for(b, h, taker);
 	if (gone)
 		free(h);
 }
@@ -598,6 +905,8 @@ int bindings_source(struct bindings *b, uint64_t ino, uint32_t *sample)
 	struct binding *x;
 	pthread_mutex_lock(&b->lock);
 	x = find(b, ino);
+	if (x && b->fixed && !x->bound_once)
+		x = NULL; /* bound at open, never opened */
 	if (x)
 		*sample = x->sample;
 	pthread_mutex_unlock(&b->lock);
@@ -695,11 +1004,20 @@ void bindings_set_render(struct bindings *b, const struct bindings_render *r)
 	b->render = *r;
 }
 
+void bindings_bind_at_open(struct bindings *b, uint64_t size,
+			   bindings_store_fn store, void *ud)
+{
+	b->fixed = size;
+	b->store = store;
+	b->store_ud = ud;
+}
+
 void bindings_free(struct bindings *b)
 {
 	if (!b)
 		return;
 	dataset_echo_cancel_all(b->ds); /* no parked lookup may outlive b */
+	answer(unwait(b, NULL, NULL), -ESHUTDOWN, NULL); /* nor a waiting open */
 	pthread_mutex_lock(&b->lock);
 	b->stop = 1;
 	pthread_cond_broadcast(&b->cond);

@@ -13,7 +13,7 @@
  *   until it has been opened and every handle released (or it expired);
  *   the next lookup then binds a new sample. Lookups are not cached by the
  *   kernel (entry timeout 0), attributes are: they change only with the
- *   sample bound.
+ *   sample bound. (Binding at open, below, differs.)
  * - Rebinding: while the kernel still holds the path's inode (nlookup > 0)
  *   and it is spent (no handle, no reply in progress, no sample), the next
  *   sample is bound to the same node id, with its new size and a new mtime
@@ -36,9 +36,25 @@
  *   and the last reply gives them back.
  * - A binding is freed when the kernel has forgotten it (nlookup 0), no
  *   handle is open and no reply is being sent.
+ * - Binding at open (bindings_bind_at_open: every rendering has one size,
+ *   known before any sample is taken, e.g. PPM with a crop): a lookup binds
+ *   nothing. It returns the path's one inode with that size and a fixed
+ *   mtime, and the kernel may cache the entry and the attributes (stable),
+ *   so a reopen sends no LOOKUP at all. The OPEN binds: when the inode
+ *   holds no sample it takes one (parked in the pool like a lookup, never
+ *   blocking a FUSE thread), and the store hook writes the new sample's
+ *   bytes over the whole of the inode's page cache before any open of it
+ *   is answered. OPENs that arrive meanwhile wait for that and share the
+ *   sample, as do OPENs while it is open. When the store fails, the opens
+ *   are told to drop the pages (keep_cache off) and READs serve the bytes.
+ *   A spent inode whose last READ reply is still being sent takes its next
+ *   sample when that reply is done. The taking OPEN's request is the
+ *   pool's tag: an INTERRUPT cancels it there, and the OPENs waiting on it
+ *   take anew; an INTERRUPT of a waiting OPEN answers it at once.
  * - Locking: one mutex guards the table, the per-path current bindings and
- *   every binding's counters; takes run without it. A binding's bytes
- *   are immutable, so a pinned reply is copied out without the lock.
+ *   every binding's counters; takes, renders and stores run without it. A
+ *   binding's bytes are immutable, so a pinned reply is copied out without
+ *   the lock.
  */
 #ifndef ECHOFS_BINDINGS_H
 #define ECHOFS_BINDINGS_H
@@ -54,6 +70,7 @@ struct binding_attr {
 	uint64_t ino;
 	uint64_t size;
 	uint64_t gen; /* serial of the sample bound (changes at each rebind) */
+	int stable;   /* bound at open: entry and attributes may be cached */
 };
 
 struct bindings_stats {
@@ -91,6 +108,19 @@ struct bindings_render {
  * serves, after bindings_new. */
 void bindings_set_render(struct bindings *b, const struct bindings_render *r);
 
+/* Page-cache store of binding at open: write the whole of h's bytes (size,
+ * read with bindings_read) into the page cache of inode ino. 0 or -errno.
+ * Called without the bindings lock, before any open of h is answered. */
+typedef int (*bindings_store_fn)(void *ud, uint64_t ino, struct binding *h,
+				 uint64_t size);
+
+/* Bind at open (see DESIGN): every binding's bytes are `size` long (the
+ * render hook's, or the pool sample's without one; a sample of another
+ * size fails its open with EIO). Call before the mount serves, after
+ * bindings_set_render; not with a make hook. */
+void bindings_bind_at_open(struct bindings *b, uint64_t size,
+			   bindings_store_fn store, void *ud);
+
 /* ds (an echo mount's dataset: dataset_echo_start) and ns borrowed. Binding inodes are numbered from first_ino up.
  * Starts the reaper. Returns 0 with *out set, or -errno with *out NULL (the
  * reaper could not start). The x_open rule of docs/ARCHITECTURE.md under
@@ -122,7 +152,8 @@ int bindings_lookup_async(struct bindings *b, uint32_t file, const void *tag,
 			  bindings_done_fn done, void *ud,
 			  struct binding_attr *out);
 
-/* Fail the parked lookup named tag with -EINTR. 1 if it was parked. */
+/* Fail the parked lookup or open named tag with -EINTR. 1 if it was
+ * parked. */
 int bindings_cancel(struct bindings *b, const void *tag);
 
 /* Attributes of a known binding inode: 0 or -ENOENT. */
@@ -133,6 +164,19 @@ int bindings_getattr(struct bindings *b, uint64_t ino, struct binding_attr *out)
  * (keep_cache off; see Rebinding above); or -ESTALE (expired, spent),
  * -ENOENT. */
 int bindings_open(struct bindings *b, uint64_t ino, struct binding **out);
+/* Completion of an open: r 0 (keep the pages) or 1 (drop them) with h,
+ * or -errno with h NULL. */
+typedef void (*bindings_opened_fn)(void *ud, int r, struct binding *h);
+
+/* bindings_open without waiting; with binding at open, the open binds (see
+ * DESIGN). Returns 0 or 1 with *out set now, -EINPROGRESS when parked
+ * (done(ud, ...) is then called exactly once, maybe from another thread,
+ * maybe before this returns), or -errno. tag names the open for
+ * bindings_cancel and, while its take is parked, for the pool. */
+int bindings_open_async(struct bindings *b, uint64_t ino, const void *tag,
+			bindings_opened_fn done, void *ud,
+			struct binding **out);
+
 /* 1 the first time it is asked for h's binding, if its size (set in
  * *size) is 1..max: the caller then copies the whole binding
  * (bindings_read) into the kernel's page cache before answering the open,

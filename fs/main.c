@@ -114,6 +114,7 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 	uint32_t *class_of = xmalloc((nsamples ? nsamples : 1) *
 				     sizeof(*class_of));
 	enum dataset_echo_serve serve = dataset_echo_serving(a->ds);
+	ssize_t fixed;
 	int r;
 
 	for (size_t i = 0; i < nsamples; i++) {
@@ -139,6 +140,13 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 		bindings_set_render(a->bind, &(struct bindings_render){
 			.size = augment_size, .range = augment_range,
 			.ud = a->ds});
+	/* Every rendering one size, small enough for one store: bind at open
+	 * (bindings.h), so reopening a path costs no LOOKUP. */
+	fixed = dataset_output_fixed_size(a->ds);
+	if (serve != DATASET_SERVE_AUGMENT && fixed > 0 &&
+	    fixed <= (ssize_t)FS_READAHEAD)
+		bindings_bind_at_open(a->bind, (uint64_t)fixed, fs_store_binding,
+				      &a->fs);
 	log_info("echo mount: echo=%g echo_mode=%s", a->o.echo.echo,
 		 dataset_echo_mode_name(a->o.echo.mode));
 	return 0;

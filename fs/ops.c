@@ -25,7 +25,9 @@
  * listing a directory binds nothing. .echofs/config can be written there.
  * An echo lookup that must wait for data is parked in the pool (no FUSE
  * thread waits) and answered from the thread that makes a sample ready;
- * an INTERRUPT answers it EINTR at once. */
+ * an INTERRUPT answers it EINTR at once. When every served file has one
+ * size the open binds instead (bindings.h): entries are cached and the
+ * OPEN is what may be parked. */
 #include "fs/ops.h"
 
 #include <errno.h>
@@ -298,7 +300,9 @@ static void reply_echo_entry(fuse_req_t req, struct fs_ctx *fs, int r,
 		memset(&e, 0, sizeof(e));
 		e.ino = ba->ino;
 		e.attr_timeout = fs->timeout;
-		e.entry_timeout = 0;
+		/* A path binds anew at every open: the kernel asks each time,
+		 * unless it binds at open (bindings.h). */
+		e.entry_timeout = ba->stable ? fs->timeout : 0;
 		binding_stat(fs, ba, &e.attr);
 	}
 	if (r)
@@ -315,9 +319,9 @@ static void lookup_echo_done(void *ud, int err, const struct binding_attr *ba)
 	reply_echo_entry(req, ctx_of(req), err, ba);
 }
 
-/* INTERRUPT for a lookup: answered EINTR at once if it is parked (libfuse
- * keeps req alive while this runs, so it can name the parked lookup). */
-static void lookup_echo_interrupt(fuse_req_t req, void *data)
+/* INTERRUPT for a lookup or an open: answered EINTR at once if it is
+ * parked (libfuse keeps req alive while this runs, so it can name it). */
+static void echo_interrupt(fuse_req_t req, void *data)
 {
 	bindings_cancel(data, req);
 }
@@ -339,7 +343,7 @@ static void lookup_echo(fuse_req_t req, struct fs_ctx *fs, uint32_t num)
 	struct binding_attr ba;
 	int r;
 
-	fuse_req_interrupt_func(req, lookup_echo_interrupt, fs->bind);
+	fuse_req_interrupt_func(req, echo_interrupt, fs->bind);
 	if (fuse_req_interrupted(req)) {
 		fuse_reply_err(req, EINTR);
 		return;
@@ -501,19 +505,18 @@ static int may_steer(fuse_req_t req, const struct fs_ctx *fs)
  * with it and finds no inode (ENOENT); at OPEN the inode is held. Up to
  * FS_READAHEAD bytes: what the first read() would fetch ahead anyway. A
  * failed or refused store costs nothing but the READs it would have saved. */
-static void store_echo(struct fs_ctx *fs, fuse_ino_t ino, struct binding *h)
+int fs_store_binding(void *ud, uint64_t ino, struct binding *h, uint64_t size)
 {
+	struct fs_ctx *fs = ud;
 	const void *data = NULL;
-	uint64_t size;
 	ssize_t n;
 	int r;
 
-	if (!fs->se || atomic_load(&fs->no_store) ||
-	    !bindings_take_store(fs->bind, h, FS_READAHEAD, &size))
-		return;
+	if (!fs->se || atomic_load(&fs->no_store))
+		return -ENOSYS;
 	n = bindings_read(fs->bind, h, 0, (size_t)size, &data);
 	if (n < 0)
-		return; /* the READ that follows reports it */
+		return (int)n; /* the READ that follows reports it */
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT((size_t)n);
 	bv.buf[0].mem = (void *)data;
 	r = fuse_lowlevel_notify_store(fs->se, ino, 0, &bv, 0);
@@ -522,41 +525,105 @@ static void store_echo(struct fs_ctx *fs, fuse_ino_t ino, struct binding *h)
 		fs->counters.echo_stores++;
 	else if (r == -ENOSYS)
 		atomic_store(&fs->no_store, 1);
+	return r;
 }
 
-/* Echo mounts open files for real: bindings and control files. */
-static int open_echo(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
-		     struct fuse_file_info *fi)
+static void store_echo(struct fs_ctx *fs, fuse_ino_t ino, struct binding *h)
+{
+	uint64_t size;
+
+	if (bindings_take_store(fs->bind, h, FS_READAHEAD, &size))
+		fs_store_binding(fs, ino, h, size);
+}
+
+/* Answer the open of binding h: r 0 (its pages are its own: keep them), 1
+ * (drop them) or -errno. */
+static void reply_binding_open(fuse_req_t req, struct fs_ctx *fs,
+			       struct fuse_file_info *fi, int r,
+			       struct binding *h)
+{
+	if (r < 0) {
+		fuse_reply_err(req, errmap_reply(ERRMAP_OPEN, r));
+		return;
+	}
+	fi->fh = (uint64_t)(uintptr_t)h;
+	fi->keep_cache = r == 0;
+	fi->noflush = 1;
+	if (fuse_reply_open(req, fi) == -ENOENT)
+		/* The opener was interrupted: no release will come. */
+		bindings_release(fs->bind, h);
+}
+
+/* A parked echo open (binding at open): its request and open flags. */
+struct echo_open {
+	fuse_req_t req;
+	struct fuse_file_info fi;
+};
+
+/* A parked echo open is answered (from the pool's threads). */
+static void open_echo_done(void *ud, int r, struct binding *h)
+{
+	struct echo_open *eo = ud;
+
+	reply_binding_open(eo->req, ctx_of(eo->req), &eo->fi, r, h);
+	free(eo);
+}
+
+/* Open binding ino: at once, or parked when the open binds a sample that
+ * is not ready (bindings.h, binding at open); the INTERRUPT rule of
+ * lookup_echo holds here too. */
+static void open_binding(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
+			 struct fuse_file_info *fi)
+{
+	struct echo_open *eo;
+	struct binding *h = NULL;
+	int r;
+
+	fuse_req_interrupt_func(req, echo_interrupt, fs->bind);
+	if (fuse_req_interrupted(req)) {
+		fuse_reply_err(req, EINTR);
+		return;
+	}
+	eo = xmalloc(sizeof(*eo));
+	*eo = (struct echo_open){.req = req, .fi = *fi};
+	r = bindings_open_async(fs->bind, ino, req, open_echo_done, eo, &h);
+	if (r == -EINPROGRESS)
+		return; /* req and eo belong to the pool now */
+	free(eo);
+	/* Bound at lookup: the first open stores the pages. */
+	if (r == 0)
+		store_echo(fs, ino, h);
+	reply_binding_open(req, fs, fi, r, h);
+}
+
+/* Echo mounts open files for real: control files here, bindings in
+ * open_binding. The bytes of an open binding do not change while it is
+ * open; its pages are its own (keep_cache) unless bindings_open says to
+ * drop them. */
+static void open_echo(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
+		      struct fuse_file_info *fi)
 {
 	uint32_t num;
-	struct binding *h;
-	int r;
+	int r = 0;
 
 	if (ns_kind_of(fs->ns, ino, &num) == NS_CONTROL_FILE) {
 		if ((fi->flags & O_ACCMODE) != O_RDONLY && ino != NS_INO_CONFIG)
-			return -EACCES;
-		if ((fi->flags & O_ACCMODE) != O_RDONLY &&
-		    (r = may_steer(req, fs)) != 0)
-			return r;
+			r = -EACCES;
+		else if ((fi->flags & O_ACCMODE) != O_RDONLY)
+			r = may_steer(req, fs);
 		fi->direct_io = 1;
-		return 0;
+	} else if (!bindings_owns(fs->bind, ino)) {
+		r = -EISDIR;
+	} else if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+		r = -EROFS;
+	} else {
+		open_binding(req, fs, ino, fi);
+		return;
 	}
-	if (!bindings_owns(fs->bind, ino))
-		return -EISDIR;
-	if ((fi->flags & O_ACCMODE) != O_RDONLY)
-		return -EROFS;
-	r = bindings_open(fs->bind, ino, &h);
-	if (r < 0)
-		return r;
-	fi->fh = (uint64_t)(uintptr_t)h;
-	/* The inode's bytes do not change while it is open. Its pages are
-	 * this binding's, unless it was rebound after more than one lookup
-	 * (bindings.h, Rebinding): then this open drops them. */
-	fi->keep_cache = r == 0;
-	fi->noflush = 1;
-	if (fi->keep_cache)
-		store_echo(fs, ino, h);
-	return 0;
+	if (r)
+		fuse_reply_err(req, errmap_reply(ERRMAP_OPEN, r));
+	else
+		fuse_reply_open(req, fi);
 }
 
 static void fs_op_open(fuse_req_t req, fuse_ino_t ino,
@@ -564,16 +631,10 @@ static void fs_op_open(fuse_req_t req, fuse_ino_t ino,
 {
 	struct fs_ctx *fs = ctx_of(req);
 	uint32_t num;
-	int r;
 
 	fs->counters.opens++;
 	if (fs->bind) {
-		r = open_echo(req, fs, ino, fi);
-		if (r)
-			fuse_reply_err(req, errmap_reply(ERRMAP_OPEN, r));
-		else if (fuse_reply_open(req, fi) == -ENOENT && fi->fh)
-			/* The opener was interrupted: no release will come. */
-			bindings_release(fs->bind, (struct binding *)(uintptr_t)fi->fh);
+		open_echo(req, fs, ino, fi);
 		return;
 	}
 	if ((fi->flags & O_ACCMODE) != O_RDONLY) {

@@ -52,6 +52,11 @@ void fs_ctx_destroy(struct fs_ctx *fs);
 
 extern const struct fuse_lowlevel_ops fs_ops;
 
+struct binding;
+/* bindings_store_fn of echo mounts that bind at open (ud: the fs_ctx):
+ * notify_store of the binding's bytes. */
+int fs_store_binding(void *ud, uint64_t ino, struct binding *h, uint64_t size);
+
 /* dataset_echo_opts.interrupted for echo lookups, whose tag is their fuse_req_t. */
 int fs_req_interrupted(const void *tag);
 

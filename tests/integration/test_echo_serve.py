@@ -147,38 +147,15 @@ def lookups_per_stats(m):
     return m.stats()["lookups"] - a
 
 
-@pytest.mark.parametrize("case", ["plain", "ppm-stored", "ppm-unstored"])
-def test_reopening_a_path_costs_one_lookup_and_serves_its_new_sample(
-        mounter, fault_server, dataset, case):
-    """A path opened again after its last close is bound to a new sample
-    under the inode the kernel kept: its revalidating LOOKUP finds the
-    same node id, so an open costs one LOOKUP (before: two, and a FORGET,
-    since the kernel saw a new inode and looked the path up again). What a
-    reader gets is the new sample's bytes, not the pages of the old one:
-    each open reads the file whole, then drops its pages and reads it
-    again through READs (rendered anew for PPM), which must agree; the
-    file is read once more so the next binding starts with the old
-    pages cached. 'ppm-unstored' is larger than the open-time store
-    (FS_READAHEAD), so only the kernel dropping the old pages keeps them
-    from being read; PPM renderings all have one size. Fails on bytes of
-    the previous binding, on an open that served no new sample, or on
-    reopens that cost two LOOKUPs (on a51bda7 every one did)."""
-    if case == "plain":
-        opts = {"index": fault_server.index, "echo": 4, "echo_mode": "fixed",
-                "seed": 3}
-    else:
-        opts = echo_ppm(fault_server, crop=128 if case == "ppm-stored" else 640)
-    by_hash = {}
-    for rel, digest in dataset.ref_hashes("test").items():
-        by_hash[digest] = rel.split(os.sep)[0]
-    m = mounter(fault_server.source, opts=opts)
-    d = m.path("3")
-    names = sorted(os.listdir(d))[:3]
-    opens = 6
+def reopen_rows(m, names, opens, check):
+    """Open each of names `opens` times, one open at a time: read the file
+    whole, drop its pages and read it again through READs (rendered anew
+    for PPM), which must agree, then once more so that the next open
+    starts with this one's pages cached. check(bytes) judges the bytes.
+    Returns (open number, LOOKUPs, rebound) per open and the sizes seen."""
     per_stats = lookups_per_stats(m)
     rows, sizes = [], set()
-    for name in names:
-        p = os.path.join(d, name)
+    for p in names:
         for k in range(opens):
             wait_released(m)
             s0 = m.stats()
@@ -188,21 +165,54 @@ def test_reopening_a_path_costs_one_lookup_and_serves_its_new_sample(
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
                 size = os.fstat(fd).st_size
                 whole = os.read(fd, size + 1)
-                assert len(whole) == size, (name, k)
+                assert len(whole) == size, (p, k)
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
                 again = os.pread(fd, size + 1, 0)
-                assert again == whole, "%s open %d: old pages read" % (name, k)
+                assert again == whole, "%s open %d: old pages read" % (p, k)
                 assert os.pread(fd, size + 1, 0) == whole
             finally:
                 os.close(fd)
-            if case == "plain":
-                assert by_hash.get(hashlib.sha256(whole).hexdigest()) == "3"
-            else:
-                assert whole.startswith(b"P6\n")
+            check(whole)
             s1 = m.stats()
             rows.append((k, s1["lookups"] - s0["lookups"] - per_stats,
                          s1["bindings_rebound"] - s0["bindings_rebound"]))
             sizes.add(size)
+    return rows, sizes
+
+
+@pytest.mark.parametrize("case", ["plain", "ppm-unstored"])
+def test_reopening_a_path_costs_one_lookup_and_serves_its_new_sample(
+        mounter, fault_server, dataset, case):
+    """A path opened again after its last close is bound to a new sample
+    under the inode the kernel kept: its revalidating LOOKUP finds the
+    same node id, so an open costs one LOOKUP (before: two, and a FORGET,
+    since the kernel saw a new inode and looked the path up again). What a
+    reader gets is the new sample's bytes, not the pages of the old one
+    (reopen_rows). 'ppm-unstored' is larger than the open-time store
+    (FS_READAHEAD), so it binds at lookup and only the kernel dropping the
+    old pages keeps them from being read; PPM renderings all have one
+    size. Fails on bytes of the previous binding, on an open that served
+    no new sample, or on reopens that cost two LOOKUPs (on a51bda7 every
+    one did). Smaller PPM renderings bind at open: the next test."""
+    if case == "plain":
+        opts = {"index": fault_server.index, "echo": 4, "echo_mode": "fixed",
+                "seed": 3}
+    else:
+        opts = echo_ppm(fault_server, crop=640)
+    by_hash = {}
+    for rel, digest in dataset.ref_hashes("test").items():
+        by_hash[digest] = rel.split(os.sep)[0]
+    m = mounter(fault_server.source, opts=opts)
+    d = m.path("3")
+    names = [os.path.join(d, n) for n in sorted(os.listdir(d))[:3]]
+    opens = 6
+
+    def check(whole):
+        if case == "plain":
+            assert by_hash.get(hashlib.sha256(whole).hexdigest()) == "3"
+        else:
+            assert whole.startswith(b"P6\n")
+    rows, sizes = reopen_rows(m, names, opens, check)
     st = m.stats()
     assert st["errors"]["image"] == 0
     assert st["fresh_served"] + st["echoes_served"] == len(names) * opens, \
@@ -219,3 +229,69 @@ def test_reopening_a_path_costs_one_lookup_and_serves_its_new_sample(
     assert sum(r for _, _, r in rows) >= reopens // 2, rows
     if case == "plain":
         assert len(sizes) > 1, "plain samples of one size: no size change tried"
+
+
+def test_a_fixed_size_echo_path_binds_at_open_and_reopens_without_a_lookup(
+        mounter, fault_server):
+    """PPM renderings with a crop all have one size, small enough for one
+    page-cache store: such a mount binds at open (fs/bindings.h). The
+    kernel keeps the path's entry and inode, so a reopen sends no LOOKUP
+    (on 9e4b89c each cost one), and each OPEN binds a new sample whose
+    bytes the store writes over the old pages before the open is answered.
+    Checks: every open serves a new sample and reads its own bytes (also
+    through READs after dropping the pages, reopen_rows), a reopen costs
+    no LOOKUP and keeps the inode, a file read with read-ahead costs no
+    READ, and two descriptors open at once share one sample."""
+    m = mounter(fault_server.source, opts=echo_ppm(fault_server))
+    want_len = len(b"P6\n128 128\n255\n") + 128 * 128 * 3
+    d = m.path("3")
+    names = [os.path.join(d, n) for n in sorted(os.listdir(d))[:3]]
+    opens = 6
+    seen = []
+
+    def check(whole):
+        assert whole.startswith(b"P6\n128 128\n255\n")
+        seen.append(whole)
+    inos = {p: os.stat(p).st_ino for p in names}
+    rows, sizes = reopen_rows(m, names, opens, check)
+    st = m.stats()
+    assert st["errors"]["image"] == 0
+    assert sizes == {want_len}
+    assert st["fresh_served"] + st["echoes_served"] == len(names) * opens, \
+        "an open served no new sample"
+    # Consecutive opens of a path read different renderings (a new crop
+    # and flip of a new sample; equal bytes would mean old pages).
+    for i in range(len(names)):
+        run = seen[i * opens:(i + 1) * opens]
+        assert all(a != b for a, b in zip(run, run[1:])), i
+    # (open, LOOKUPs, rebound): the os.stat above looked every path up.
+    assert rows == [(k, 0, 1 if k else 0) for _ in names
+                    for k in range(opens)], rows
+    assert {p: os.stat(p).st_ino for p in names} == inos
+
+    # Read-ahead on: the stored pages answer every read, no READ.
+    wait_released(m)
+    reads_per_stats = -m.stats()["reads"] + m.stats()["reads"]
+    r0 = m.stats()
+    for p in names:
+        with open(p, "rb") as f:
+            assert len(f.read()) == want_len
+    r1 = m.stats()
+    assert r1["reads"] - r0["reads"] - reads_per_stats == 0
+    assert r1["echo_page_stores"] - r0["echo_page_stores"] == len(names)
+
+    # Two descriptors at once: one sample, one store.
+    wait_released(m)
+    a = os.open(names[0], os.O_RDONLY)
+    try:
+        b = os.open(names[0], os.O_RDONLY)
+        try:
+            assert os.read(a, want_len + 1) == os.read(b, want_len + 1)
+        finally:
+            os.close(b)
+    finally:
+        os.close(a)
+    r2 = m.stats()
+    assert r2["echo_page_stores"] - r1["echo_page_stores"] == 1
+    assert r2["fresh_served"] + r2["echoes_served"] == \
+        r1["fresh_served"] + r1["echoes_served"] + 1

@@ -14,10 +14,12 @@
 
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define NSHARDS 2
@@ -463,5 +465,313 @@ Test(bindings, a_path_closed_while_a_reply_is_sent_binds_a_new_inode)
 	cr_assert_eq(a3.ino, a2.ino, "rebound");
 	bindings_forget(b, a.ino, 1);
 	bindings_forget(b, a2.ino, 2);
+	bindings_free(b);
+}
+
+/* ---- binding at open ---- */
+
+#define FIXED 512
+
+/* A render hook whose renderings all have FIXED bytes: byte k of the
+ * rendering of a sample for rand is the sample's first byte plus k plus
+ * rand's low byte. */
+static ssize_t fixed_size(void *ud, const uint8_t *data, size_t len)
+{
+	(void)ud, (void)data, (void)len;
+	return FIXED;
+}
+
+static ssize_t fixed_range(void *ud, const uint8_t *data, size_t len,
+			   uint64_t rand, uint64_t off, uint8_t *dst, size_t n)
+{
+	(void)ud, (void)len;
+	for (size_t k = 0; k < n; k++)
+		dst[k] = (uint8_t)(data[0] + off + k + rand);
+	return (ssize_t)n;
+}
+
+/* What the store hook and the open completions saw. */
+struct opened {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int stores, calls, r;
+	uint8_t stored[FIXED]; /* the bytes of the last store */
+	struct binding *h;
+	struct bindings *b;
+	void (*during_store)(struct opened *o, uint64_t ino);
+	int store_err; /* what the store returns */
+};
+
+static struct opened done_of = {.lock = PTHREAD_MUTEX_INITIALIZER,
+				.cond = PTHREAD_COND_INITIALIZER};
+
+static int store_hook(void *ud, uint64_t ino, struct binding *h,
+		      uint64_t size)
+{
+	struct opened *o = ud;
+	const void *data;
+
+	cr_assert_eq(size, FIXED);
+	cr_assert_eq(bindings_read(o->b, h, 0, FIXED, &data), FIXED);
+	pthread_mutex_lock(&o->lock);
+	memcpy(o->stored, data, FIXED);
+	o->stores++;
+	cr_assert_eq(o->calls, 0, "an open answered before the store");
+	pthread_mutex_unlock(&o->lock);
+	bindings_read_done(o->b, h);
+	if (o->during_store)
+		o->during_store(o, ino);
+	return o->store_err;
+}
+
+static void opened_cb(void *ud, int r, struct binding *h)
+{
+	struct opened *o = ud;
+	pthread_mutex_lock(&o->lock);
+	o->calls++;
+	o->r = r;
+	o->h = h;
+	pthread_cond_broadcast(&o->cond);
+	pthread_mutex_unlock(&o->lock);
+}
+
+/* Wait until o has seen `calls` completions (at most 10 s). */
+static void wait_calls(struct opened *o, int calls)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 10;
+	pthread_mutex_lock(&o->lock);
+	while (o->calls < calls &&
+	       pthread_cond_timedwait(&o->cond, &o->lock, &until) == 0)
+		;
+	cr_assert_eq(o->calls, calls, "open completions");
+	pthread_mutex_unlock(&o->lock);
+}
+
+static struct bindings *open_fixed(struct opened *o)
+{
+	struct bindings *b = open_bindings(60, NULL);
+
+	bindings_set_render(b, &(struct bindings_render){
+		.size = fixed_size, .range = fixed_range});
+	bindings_bind_at_open(b, FIXED, store_hook, o);
+	o->b = b;
+	o->stores = o->calls = o->r = 0;
+	o->h = NULL;
+	o->during_store = NULL;
+	o->store_err = 0;
+	return b;
+}
+
+/* An open that bound a sample was answered r after o had seen `stores`
+ * stores: it keeps the pages its store wrote first. */
+static void check_stored(struct opened *o, int r, int stores)
+{
+	cr_assert_eq(r, 0, "keep the pages");
+	cr_assert_eq(o->stores, stores + 1, "stored before the answer");
+}
+
+/* Open ino (tag) and wait for the answer: returns its r, h in *h. */
+static int open_wait(struct bindings *b, struct opened *o, uint64_t ino,
+		     const void *tag, struct binding **h)
+{
+	int calls = o->calls;
+	int r = bindings_open_async(b, ino, tag, opened_cb, o, h);
+
+	if (r != -EINPROGRESS)
+		return r;
+	wait_calls(o, calls + 1);
+	*h = o->h;
+	return o->r;
+}
+
+Test(bindings, at_open_a_lookup_binds_nothing_and_each_open_a_new_sample)
+{
+	struct opened *o = &done_of;
+	struct bindings *b = open_fixed(o);
+	struct binding_attr a, a2;
+	struct bindings_stats st;
+	struct binding *h;
+	const void *data;
+	uint32_t src, last = UINT32_MAX;
+	uint8_t prev[FIXED];
+
+	cr_assert_eq(bindings_lookup(b, 4, &a), 0);
+	cr_assert_eq(a.size, FIXED);
+	cr_assert(a.stable, "the kernel may cache the entry");
+	cr_assert_eq(bindings_source(b, a.ino, &src), -ENOENT,
+		     "no sample bound at lookup");
+	cr_assert_eq(bindings_lookup(b, 4, &a2), 0);
+	cr_assert_eq(a2.ino, a.ino);
+	for (int n = 0; n < 6; n++) {
+		int stores = o->stores, r;
+		o->calls = 0;
+		r = open_wait(b, o, a.ino, &n, &h);
+		check_stored(o, r, stores);
+		cr_assert_eq(bindings_source(b, a.ino, &src), 0);
+		cr_assert_eq(class_of[src], class_of[4]);
+		cr_assert_eq(bindings_read(b, h, 0, FIXED + 9, &data), FIXED);
+		cr_assert(memcmp(data, o->stored, FIXED) == 0,
+			  "the store wrote the binding's bytes");
+		cr_assert(n == 0 || memcmp(data, prev, FIXED) != 0 ||
+			  src != last, "open %d: a new rendering", n);
+		memcpy(prev, data, FIXED);
+		last = src;
+		bindings_read_done(b, h);
+		cr_assert_eq(bindings_getattr(b, a.ino, &a2), 0);
+		cr_assert_eq(a2.gen, 0, "the mtime stays");
+		bindings_release(b, h);
+	}
+	bindings_get_stats(b, &st);
+	cr_assert_eq(st.rebound, 5);
+	cr_assert_eq(st.live, 1);
+	cr_assert_eq(st.open, 0);
+	bindings_forget(b, a.ino, 2);
+	bindings_get_stats(b, &st);
+	cr_assert_eq(st.live, 0);
+	bindings_free(b);
+}
+
+/* During the store: an open of the same inode (waits, then shares), and
+ * another that is interrupted (answered EINTR at once). */
+static struct opened second = {.lock = PTHREAD_MUTEX_INITIALIZER,
+			       .cond = PTHREAD_COND_INITIALIZER};
+static int tag2, tag3;
+
+static void open_twice_during_store(struct opened *o, uint64_t ino)
+{
+	struct binding *h = NULL;
+
+	cr_assert_eq(bindings_open_async(o->b, ino, &tag2, opened_cb, &second,
+					 &h),
+		     -EINPROGRESS, "waits for the store");
+	cr_assert_eq(bindings_open_async(o->b, ino, &tag3, opened_cb, &second,
+					 &h),
+		     -EINPROGRESS);
+	cr_assert_eq(bindings_cancel(o->b, &tag3), 1);
+	pthread_mutex_lock(&second.lock);
+	cr_assert_eq(second.calls, 1);
+	cr_assert_eq(second.r, -EINTR);
+	pthread_mutex_unlock(&second.lock);
+	o->during_store = NULL;
+}
+
+Test(bindings, at_open_opens_during_the_store_wait_and_share_the_sample)
+{
+	struct opened *o = &done_of;
+	struct bindings *b = open_fixed(o);
+	struct binding_attr a;
+	struct bindings_stats st;
+	struct binding *h, *h2;
+	int tag1;
+
+	second.calls = 0;
+	cr_assert_eq(bindings_lookup(b, 2, &a), 0);
+	o->during_store = open_twice_during_store;
+	cr_assert_eq(open_wait(b, o, a.ino, &tag1, &h), 0);
+	wait_calls(&second, 2);
+	cr_assert_eq(second.r, 0);
+	cr_assert_eq(second.h, h, "one binding shared");
+	cr_assert_eq(o->stores, 1, "one store");
+	/* Open now, stored: a third open shares at once. */
+	cr_assert_eq(bindings_open_async(b, a.ino, &tag3, opened_cb, &second,
+					 &h2),
+		     0);
+	cr_assert_eq(h2, h);
+	bindings_get_stats(b, &st);
+	cr_assert_eq(st.open, 3);
+	bindings_release(b, h);
+	bindings_release(b, h);
+	bindings_release(b, h2);
+	bindings_get_stats(b, &st);
+	cr_assert_eq(st.open, 0);
+	bindings_forget(b, a.ino, 1);
+	bindings_free(b);
+}
+
+Test(bindings, at_open_a_failed_store_drops_the_pages_and_a_wrong_size_fails)
+{
+	struct opened *o = &done_of;
+	struct bindings *b = open_fixed(o);
+	struct binding_attr a;
+	struct binding *h;
+	int tag;
+
+	cr_assert_eq(bindings_lookup(b, 1, &a), 0);
+	o->store_err = -ENOMEM;
+	cr_assert_eq(open_wait(b, o, a.ino, &tag, &h), 1, "drop the pages");
+	cr_assert_eq(o->stores, 1, "tried");
+	cr_assert_not_null(h);
+	o->calls = 0;
+	cr_assert_eq(bindings_open_async(b, a.ino, &tag, opened_cb, o, &h), 1,
+		     "a second open of it drops them too");
+	bindings_release(b, h);
+	bindings_release(b, h);
+	bindings_free(b);
+
+	/* Renderings of another size than promised: EIO, nothing served. */
+	struct pool_stats ps0, ps1;
+	pool_get_stats(pool, &ps0);
+	b = open_bindings(60, NULL);
+	o->b = b;
+	o->calls = 0;
+	o->store_err = 0;
+	bindings_set_render(b, &(struct bindings_render){
+		.size = fixed_size, .range = fixed_range});
+	bindings_bind_at_open(b, FIXED + 1, store_hook, o);
+	cr_assert_eq(bindings_lookup(b, 1, &a), 0);
+	cr_assert_eq(open_wait(b, o, a.ino, &tag, &h), -EIO);
+	cr_assert_null(h);
+	pool_get_stats(pool, &ps1);
+	cr_assert_eq(ps1.fresh_served + ps1.echoes_served,
+		     ps0.fresh_served + ps0.echoes_served);
+	bindings_forget(b, a.ino, 1);
+	bindings_free(b);
+}
+
+Test(bindings, at_open_a_reopen_waits_for_the_last_reply_of_the_old_sample)
+{
+	struct opened *o = &done_of;
+	struct bindings *b = open_fixed(o);
+	struct binding_attr a;
+	struct binding *h, *h2;
+	const void *data;
+	uint32_t src1, src2;
+	int tag, tag2_;
+
+	cr_assert_eq(bindings_lookup(b, 6, &a), 0);
+	cr_assert_eq(open_wait(b, o, a.ino, &tag, &h), 0);
+	cr_assert_eq(bindings_source(b, a.ino, &src1), 0);
+	cr_assert_eq(bindings_read(b, h, 0, 100, &data), 100);
+	bindings_release(b, h); /* RELEASE before the READ's reply */
+	o->calls = 0;
+	cr_assert_eq(bindings_open_async(b, a.ino, &tag2_, opened_cb, o, &h2),
+		     -EINPROGRESS);
+	cr_assert_eq(o->calls, 0, "no new sample while the old is being sent");
+	cr_assert_eq(o->stores, 1);
+	bindings_read_done(b, h); /* the reply is sent: the open binds */
+	wait_calls(o, 1);
+	check_stored(o, o->r, 1);
+	cr_assert_eq(o->h, h);
+	cr_assert_eq(bindings_source(b, a.ino, &src2), 0);
+	bindings_release(b, o->h);
+	/* An interrupted open whose take waits for a reply gives way. */
+	o->calls = 0;
+	int stores = o->stores;
+	cr_assert_eq(open_wait(b, o, a.ino, &tag, &h), 0);
+	cr_assert_eq(o->stores, stores + 1);
+	cr_assert_eq(bindings_read(b, h, 0, 10, &data), 10);
+	bindings_release(b, h);
+	o->calls = 0;
+	cr_assert_eq(bindings_open_async(b, a.ino, &tag2_, opened_cb, o, &h2),
+		     -EINPROGRESS);
+	cr_assert_eq(bindings_cancel(b, &tag2_), 1);
+	cr_assert_eq(o->calls, 1);
+	cr_assert_eq(o->r, -EINTR);
+	bindings_read_done(b, h); /* nobody waits: nothing is taken */
+	cr_assert_eq(o->calls, 1);
+	cr_assert_eq(o->stores, stores + 1);
+	bindings_forget(b, a.ino, 1);
 	bindings_free(b);
 }
