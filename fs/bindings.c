@@ -479,6 +479,7 @@ int bindings_open(struct bindings *b, uint64_t ino, struct binding **out)
 /* ---- binding at open (see bindings.h, DESIGN) ---- */
 
 static struct dataset_sample *finish(struct binding *h, int *untake);
+static int maybe_unlink(struct bindings *b, struct binding *x);
 
 /* Unlink and return the OPENs waiting on x (all of them, or only the one
  * named tag when tag is not NULL). Caller holds the lock. */
@@ -560,15 +561,20 @@ static void take_failed(struct bindings *b, struct binding *x, int err)
 	struct opener *failed, *next;
 	const void *tag = NULL;
 
+	int gone;
+
 	failed = unwait(b, x, err == -EINTR ? x->taker : NULL);
 	next = first_waiting(b, x);
 	x->taking = next != NULL;
 	if (next)
 		tag = x->taker = next->tag;
+	gone = maybe_unlink(b, x); /* forgotten while it took */
 	pthread_mutex_unlock(&b->lock);
 	answer(failed, err, NULL);
 	if (tag)
 		take_for(b, x, tag);
+	if (gone)
+		free(x);
 }
 
 /* Bind taken sample s to x, store its pages, then answer every OPEN
@@ -583,7 +589,7 @@ static void open_taken(void *ud, int err, struct dataset_sample *s)
 	struct bindings *b = t.b;
 	struct binding *x = t.x;
 	struct opener *w;
-	int r, n = 0, untake = 0, drop;
+	int r, n = 0, untake = 0, drop, gone;
 
 	free(ud);
 	if (err == 0) {
@@ -601,8 +607,11 @@ static void open_taken(void *ud, int err, struct dataset_sample *s)
 	}
 	if (!first_waiting(b, x)) {
 		/* Every OPEN was interrupted meanwhile. */
+		int gone = maybe_unlink(b, x);
 		pthread_mutex_unlock(&b->lock);
 		dataset_echo_untake(b->ds, s);
+		if (gone)
+			free(x);
 		return;
 	}
 	if (x->bound_once) {
@@ -626,9 +635,12 @@ static void open_taken(void *ud, int err, struct dataset_sample *s)
 	x->opens += (uint32_t)n;
 	b->open_handles += (uint64_t)n;
 	s = n ? NULL : finish(x, &untake); /* all interrupted during the store */
+	gone = maybe_unlink(b, x);          /* ... and the inode forgotten */
 	pthread_mutex_unlock(&b->lock);
 	drop_sample(b, s, untake);
 	answer(w, drop, x);
+	if (gone)
+		free(x);
 }
 
 int bindings_open_async(struct bindings *b, uint64_t ino, const void *tag,
@@ -681,10 +693,12 @@ int bindings_open_async(struct bindings *b, uint64_t ino, const void *tag,
  * the next waiting OPEN becomes the taker. 1 if one was waiting. */
 static int cancel_open(struct bindings *b, const void *tag)
 {
-	struct opener *w = b->waiting, *next;
+	struct opener *w, *next;
 	struct binding *x;
+	int gone;
 
 	pthread_mutex_lock(&b->lock);
+	w = b->waiting;
 	while (w && w->tag != tag)
 		w = w->next;
 	x = w ? w->x : NULL;
@@ -698,8 +712,11 @@ static int cancel_open(struct bindings *b, const void *tag)
 		x->taking = x->deferred = next != NULL;
 		x->taker = next ? next->tag : NULL;
 	}
+	gone = maybe_unlink(b, x);
 	pthread_mutex_unlock(&b->lock);
 	answer(w, -EINTR, NULL);
+	if (gone)
+		free(x);
 	return 1;
 }
 

@@ -775,3 +775,34 @@ Test(bindings, at_open_a_reopen_waits_for_the_last_reply_of_the_old_sample)
 	bindings_forget(b, a.ino, 1);
 	bindings_free(b);
 }
+
+/* During the store the kernel forgets the inode and the one OPEN is
+ * interrupted: nobody is answered with the binding, and it is freed. */
+static int tag_forgotten;
+
+static void forget_and_interrupt(struct opened *o, uint64_t ino)
+{
+	bindings_forget(o->b, ino, 1);
+	cr_assert_eq(bindings_cancel(o->b, &tag_forgotten), 1);
+	o->during_store = NULL;
+}
+
+Test(bindings, at_open_an_inode_forgotten_while_its_open_is_interrupted_is_freed)
+{
+	struct opened *o = &done_of;
+	struct bindings *b = open_fixed(o);
+	struct binding_attr a;
+	struct bindings_stats st;
+	struct binding *h = NULL;
+
+	cr_assert_eq(bindings_lookup(b, 3, &a), 0);
+	o->during_store = forget_and_interrupt;
+	cr_assert_eq(open_wait(b, o, a.ino, &tag_forgotten, &h), -EINTR);
+	cr_assert_null(h);
+	cr_assert_eq(o->stores, 1);
+	bindings_get_stats(b, &st);
+	cr_assert_eq(st.open, 0);
+	cr_assert_eq(st.live, 0, "the forgotten binding is freed");
+	cr_assert_eq(bindings_getattr(b, a.ino, &a), -ENOENT);
+	bindings_free(b);
+}
