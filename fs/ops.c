@@ -519,7 +519,13 @@ int fs_store_binding(void *ud, uint64_t ino, struct binding *h, uint64_t size)
 		return (int)n; /* the READ that follows reports it */
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT((size_t)n);
 	bv.buf[0].mem = (void *)data;
-	r = fuse_lowlevel_notify_store(fs->se, ino, 0, &bv, 0);
+	/* No splice: a store of a binding at open may run in the echo pool's
+	 * thread that made the sample ready, and libfuse keeps a splice pipe
+	 * per calling thread, freed only by a thread-key destructor that
+	 * never runs for threads outliving the session (two fds and 24 bytes
+	 * each, found by LeakSanitizer). From memory, writev copies once, as
+	 * the splice path would. */
+	r = fuse_lowlevel_notify_store(fs->se, ino, 0, &bv, FUSE_BUF_NO_SPLICE);
 	bindings_read_done(fs->bind, h);
 	if (r == 0)
 		fs->counters.echo_stores++;
