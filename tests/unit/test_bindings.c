@@ -796,6 +796,12 @@ Test(bindings, at_open_an_inode_forgotten_while_its_open_is_interrupted_is_freed
 	struct binding *h = NULL;
 
 	cr_assert_eq(bindings_lookup(b, 3, &a), 0);
+	/* A sample of the class ready, so that the take, the store and the
+	 * freeing all run in this thread (a parked take would finish them in
+	 * the pool's thread, after the EINTR). */
+	struct dataset_sample *ready;
+	cr_assert_eq(dataset_echo_take(ds, files[3].cls, &ready), 0);
+	dataset_echo_untake(ds, ready);
 	o->during_store = forget_and_interrupt;
 	cr_assert_eq(open_wait(b, o, a.ino, &tag_forgotten, &h), -EINTR);
 	cr_assert_null(h);
