@@ -1,7 +1,7 @@
 /* bindings.c - on echo mounts, every path that is looked up is bound to a
  * sample from the echo pool, under an inode whose size and bytes do not
  * change while the binding lasts. */
-#include "fs/bindings.h"
+#include "fs/bindings_int.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -17,80 +17,12 @@
 #define REAP_EVERY_MS 250
 #define REAP_BATCH 256
 
-struct binding {
-	uint64_t ino;
-	uint32_t file;          /* the path: namespace file number */
-	struct dataset_sample *s;  /* NULL once given back (expired or done) */
-	uint8_t *out;           /* bytes made by the make hook, or NULL */
-	uint64_t size;
-	uint64_t rand;          /* the render hook's draw for this binding */
-	uint32_t sample;        /* source sample, kept after s is dropped */
-	uint64_t nlookup;       /* references the kernel holds */
-	uint32_t opens;         /* open handles */
-	uint32_t reading;       /* READ replies in progress */
-	uint32_t looked;        /* lookups and getattrs answered with this sample */
-	uint64_t forgot;        /* references the kernel dropped meanwhile */
-	unsigned committed : 1; /* opened at least once: counted as served */
-	unsigned expired : 1;   /* given back unopened */
-	unsigned stored : 1;    /* bindings_take_store said yes once */
-	unsigned rebound : 1;   /* the sample was bound to an inode the kernel kept */
-	unsigned spent : 1;     /* released: the path binds anew (the bytes stay
-				 * while a reply is being sent) */
-	/* Binding at open only: */
-	unsigned taking : 1;    /* an OPEN's take is under way (taker) */
-	unsigned deferred : 1;  /* ... waiting for the last READ reply first */
-	unsigned storing : 1;   /* the new sample's pages are being stored */
-	unsigned unstored : 1;  /* the store failed: opens drop the pages */
-	unsigned bound_once : 1; /* a sample was bound before */
-	const void *taker;      /* tag of the OPEN whose take is under way */
-	uint64_t gen;           /* serial of the sample bound: the mtime */
-	double created;
-	struct binding *hnext;            /* hash chain */
-	struct binding *uprev, *unext;    /* unopened list, oldest first */
-};
-
-struct bindings {
-	struct dataset *ds;
-	const struct namespace *ns;
-	uint64_t first_ino;
-	double expire_s;
-	bindings_make_fn make;
-	void *make_ud;
-	struct bindings_render render; /* set before serving; read-only then */
-	uint64_t fixed;         /* binding at open: every binding's size, or 0 */
-	bindings_store_fn store; /* with fixed: the page-cache store */
-	void *store_ud;
-	pthread_t reaper;
-
-	pthread_mutex_t lock; /* guards everything below and every binding */
-	pthread_cond_t cond;
-	int stop;
-	uint64_t next_ino;
-	uint64_t gens;          /* samples bound so far: each binding's gen */
-	uint64_t made;          /* bindings made, seeds each one's rand */
-	struct binding **cur;   /* current binding of each path, or NULL */
-	struct binding **table; /* by inode */
-	size_t tsize, count;
-	struct binding *uhead, *utail;
-	struct opener *waiting; /* OPENs waiting for a binding's sample */
-	uint64_t open_handles, expired, rebound;
-};
-
-/* An OPEN waiting for its binding's sample (binding at open). */
-struct opener {
-	struct binding *x;
-	const void *tag;
-	bindings_opened_fn done;
-	void *ud;
-	struct opener *next;
-};
-
 static size_t slot(const struct bindings *b, uint64_t ino)
 {
 	return (size_t)(ino * 0x9E3779B97F4A7C15ULL >> 20) & (b->tsize - 1);
 }
 
-static struct binding *find(const struct bindings *b, uint64_t ino)
+struct binding *bindings_find(const struct bindings *b, uint64_t ino)
 {
 	struct binding *x = b->table[slot(b, ino)];
 	while (x && x->ino != ino)
@@ -165,7 +97,7 @@ static struct dataset_sample *detach(struct binding *x, int *untake)
 	return s;
 }
 
-static void drop_sample(struct bindings *b, struct dataset_sample *s,
+void bindings_drop_sample(struct bindings *b, struct dataset_sample *s,
 			int untake)
 {
 	if (!s)
@@ -217,7 +149,7 @@ static int current(struct bindings *b, uint32_t file, struct binding_attr *out)
 
 /* Put sample s (bytes made: made, outlen; the render hook's draw: rand)
  * into binding x. Caller holds the lock. */
-static void set_sample(struct bindings *b, struct binding *x,
+void bindings_set_sample(struct bindings *b, struct binding *x,
 		       struct dataset_sample *s, uint8_t *made, size_t outlen,
 		       uint64_t rand)
 {
@@ -237,7 +169,7 @@ static void load(struct bindings *b, struct binding *x,
 		 struct dataset_sample *s, uint8_t *made, size_t outlen,
 		 uint64_t rand)
 {
-	set_sample(b, x, s, made, outlen, rand);
+	bindings_set_sample(b, x, s, made, outlen, rand);
 	x->created = now_mono();
 	x->nlookup++;
 	x->looked = 1;
@@ -276,7 +208,7 @@ static int rebindable(const struct binding *x)
 }
 
 /* A new draw for the make or render hook. Caller holds the lock. */
-static uint64_t next_rand(struct bindings *b)
+uint64_t bindings_next_rand(struct bindings *b)
 {
 	uint64_t rand = hash64(&b->made, sizeof(b->made), b->first_ino);
 	b->made++;
@@ -297,7 +229,7 @@ static int bind_sample(struct bindings *b, uint32_t file,
 
 	if (b->make || b->render.range) {
 		pthread_mutex_lock(&b->lock);
-		rand = next_rand(b);
+		rand = bindings_next_rand(b);
 		pthread_mutex_unlock(&b->lock);
 	}
 	if (b->render.range) {
@@ -437,7 +369,7 @@ int bindings_getattr(struct bindings *b, uint64_t ino, struct binding_attr *out)
 {
 	struct binding *x;
 	pthread_mutex_lock(&b->lock);
-	x = find(b, ino);
+	x = bindings_find(b, ino);
 	if (x) {
 		fill(b, x, out);
 		x->looked++; /* this reply also carries the sample's attributes */
@@ -452,7 +384,7 @@ int bindings_open(struct bindings *b, uint64_t ino, struct binding **out)
 	int commit = 0, drop;
 
 	pthread_mutex_lock(&b->lock);
-	x = find(b, ino);
+	x = bindings_find(b, ino);
 	if (!x || !x->s || x->spent) {
 		pthread_mutex_unlock(&b->lock);
 		/* Expired or finished: the kernel will look the path up again. */
@@ -476,255 +408,11 @@ int bindings_open(struct bindings *b, uint64_t ino, struct binding **out)
 	return drop;
 }
 
-/* ---- binding at open (see bindings.h, DESIGN) ---- */
-
-static struct dataset_sample *finish(struct binding *h, int *untake);
-static int maybe_unlink(struct bindings *b, struct binding *x);
-
-/* Unlink and return the OPENs waiting on x (all of them, or only the one
- * named tag when tag is not NULL). Caller holds the lock. */
-static struct opener *unwait(struct bindings *b, const struct binding *x,
-			     const void *tag)
-{
-	struct opener **pp = &b->waiting, *got = NULL, **tail = &got;
-
-	while (*pp) {
-		struct opener *w = *pp;
-		if ((x && w->x != x) || (tag && w->tag != tag)) {
-			pp = &w->next;
-			continue;
-		}
-		*pp = w->next;
-		w->next = NULL;
-		*tail = w;
-		tail = &w->next;
-	}
-	return got;
-}
-
-/* The first OPEN waiting on x, or NULL. Caller holds the lock. */
-static struct opener *first_waiting(const struct bindings *b,
-				    const struct binding *x)
-{
-	struct opener *w = b->waiting;
-	while (w && w->x != x)
-		w = w->next;
-	return w;
-}
-
-/* Answer the OPENs of list w with r (0, 1 or -errno) and free them. */
-static void answer(struct opener *w, int r, struct binding *h)
-{
-	while (w) {
-		struct opener *n = w->next;
-		w->done(w->ud, r, r < 0 ? NULL : h);
-		free(w);
-		w = n;
-	}
-}
-
-struct open_take {
-	struct bindings *b;
-	struct binding *x;
-};
-
-static void open_taken(void *ud, int err, struct dataset_sample *s);
-
-/* Take a sample for x on behalf of the OPEN named tag (x->taker). */
-static void take_for(struct bindings *b, struct binding *x, const void *tag)
-{
-	struct open_take *t = xmalloc(sizeof(*t));
-	struct dataset_sample *s = NULL;
-	int r;
-
-	*t = (struct open_take){.b = b, .x = x};
-	r = dataset_echo_take_async(b->ds, b->ns->files[x->file].cls, tag,
-				    open_taken, t, &s);
-	if (r != -EINPROGRESS)
-		open_taken(t, r, s);
-}
-
-/* The size sample s's bytes have, or -errno. */
-static ssize_t sample_size(struct bindings *b, struct dataset_sample *s)
-{
-	if (!b->render.size)
-		return (ssize_t)dataset_sample_len(s);
-	return b->render.size(b->render.ud, dataset_sample_data(s),
-			      dataset_sample_len(s));
-}
-
-/* A take for x failed with err. An interrupted taker fails alone and the
- * next waiting OPEN takes anew; any other error fails them all. Caller
- * holds the lock, which this drops. */
-static void take_failed(struct bindings *b, struct binding *x, int err)
-{
-	struct opener *failed, *next;
-	const void *tag = NULL;
-
-	int gone;
-
-	failed = unwait(b, x, err == -EINTR ? x->taker : NULL);
-	next = first_waiting(b, x);
-	x->taking = next != NULL;
-	if (next)
-		tag = x->taker = next->tag;
-	gone = maybe_unlink(b, x); /* forgotten while it took */
-	pthread_mutex_unlock(&b->lock);
-	answer(failed, err, NULL);
-	if (tag)
-		take_for(b, x, tag);
-	if (gone)
-		free(x);
-}
-
-/* Bind taken sample s to x, store its pages, then answer every OPEN
- * waiting on x (those that came during the store too). A parked take
- * runs this in the pool's thread that made the sample ready (a decoder
- * while the pool fills). Answering such opens without the store instead
- * (a READ renders the bytes in a FUSE thread) was measured: no better
- * first pass, and 0.02-0.08 READs per file (BENCHMARKS.md section 15). */
-static void open_taken(void *ud, int err, struct dataset_sample *s)
-{
-	struct open_take t = *(struct open_take *)ud;
-	struct bindings *b = t.b;
-	struct binding *x = t.x;
-	struct opener *w;
-	int r, n = 0, untake = 0, drop, gone;
-
-	free(ud);
-	if (err == 0) {
-		ssize_t size = sample_size(b, s);
-		if (size != (ssize_t)b->fixed) {
-			dataset_echo_untake(b->ds, s);
-			err = size < 0 ? (int)size : -EIO;
-		}
-	}
-	pthread_mutex_lock(&b->lock);
-	x->taking = 0;
-	if (err) {
-		take_failed(b, x, err);
-		return;
-	}
-	if (!first_waiting(b, x)) {
-		/* Every OPEN was interrupted meanwhile. */
-		int gone = maybe_unlink(b, x);
-		pthread_mutex_unlock(&b->lock);
-		dataset_echo_untake(b->ds, s);
-		if (gone)
-			free(x);
-		return;
-	}
-	if (x->bound_once) {
-		b->rebound++;
-		x->rebound = 1;
-	}
-	set_sample(b, x, s, NULL, b->fixed, next_rand(b));
-	/* Counted as served now; the store below is the only one. */
-	x->committed = x->bound_once = x->storing = x->stored = 1;
-	pthread_mutex_unlock(&b->lock);
-	dataset_echo_commit(b->ds, s);
-	r = b->store ? b->store(b->store_ud, x->ino, x, x->size) : -ENOSYS;
-
-	pthread_mutex_lock(&b->lock);
-	x->storing = 0;
-	x->unstored = r != 0;
-	drop = x->unstored;
-	w = unwait(b, x, NULL);
-	for (struct opener *o = w; o; o = o->next)
-		n++;
-	x->opens += (uint32_t)n;
-	b->open_handles += (uint64_t)n;
-	s = n ? NULL : finish(x, &untake); /* all interrupted during the store */
-	gone = maybe_unlink(b, x);          /* ... and the inode forgotten */
-	pthread_mutex_unlock(&b->lock);
-	drop_sample(b, s, untake);
-	answer(w, drop, x);
-	if (gone)
-		free(x);
-}
-
-int bindings_open_async(struct bindings *b, uint64_t ino, const void *tag,
-			bindings_opened_fn done, void *ud,
-			struct binding **out)
-{
-	struct binding *x;
-	struct opener *w;
-	int start, r;
-
-	if (!b->fixed)
-		return bindings_open(b, ino, out);
-	pthread_mutex_lock(&b->lock);
-	x = find(b, ino);
-	if (!x) {
-		pthread_mutex_unlock(&b->lock);
-		return -ENOENT;
-	}
-	if (x->s && !x->spent && !x->storing) {
-		/* Open already, its pages stored: share its sample. */
-		x->opens++;
-		b->open_handles++;
-		r = x->unstored;
-		pthread_mutex_unlock(&b->lock);
-		*out = x;
-		return r;
-	}
-	w = xmalloc(sizeof(*w));
-	*w = (struct opener){.x = x, .tag = tag, .done = done, .ud = ud,
-			     .next = b->waiting};
-	b->waiting = w;
-	start = !x->taking && !x->storing;
-	if (start) {
-		x->taking = 1;
-		x->taker = tag;
-		/* The last READ reply of the old sample is still being sent:
-		 * bindings_read_done takes when it is done. */
-		x->deferred = x->s != NULL;
-		start = !x->deferred;
-	}
-	pthread_mutex_unlock(&b->lock);
-	if (start)
-		take_for(b, x, tag);
-	return -EINPROGRESS;
-}
-
-/* An OPEN waiting on another's take or store, named tag, is answered
- * EINTR. The taker's own request is cancelled in the pool instead (the
- * pool holds it as its tag), unless its take waits for a READ reply: then
- * the next waiting OPEN becomes the taker. 1 if one was waiting. */
-static int cancel_open(struct bindings *b, const void *tag)
-{
-	struct opener *w, *next;
-	struct binding *x;
-	int gone;
-
-	pthread_mutex_lock(&b->lock);
-	w = b->waiting;
-	while (w && w->tag != tag)
-		w = w->next;
-	x = w ? w->x : NULL;
-	if (!x || (x->taking && x->taker == tag && !x->deferred)) {
-		pthread_mutex_unlock(&b->lock);
-		return 0;
-	}
-	w = unwait(b, x, tag);
-	if (x->taking && x->taker == tag) {
-		next = first_waiting(b, x);
-		x->taking = x->deferred = next != NULL;
-		x->taker = next ? next->tag : NULL;
-	}
-	gone = maybe_unlink(b, x);
-	pthread_mutex_unlock(&b->lock);
-	answer(w, -EINTR, NULL);
-	if (gone)
-		free(x);
-	return 1;
-}
-
 int bindings_cancel(struct bindings *b, const void *tag)
 {
 	if (!b)
 		return 0;
-	return dataset_echo_cancel(b->ds, tag) || cancel_open(b, tag);
+	return dataset_echo_cancel(b->ds, tag) || bindings_cancel_open(b, tag);
 }
 
 int bindings_take_store(struct bindings *b, struct binding *h, uint64_t max,
@@ -829,7 +517,7 @@ ssize_t bindings_read(struct bindings *b, struct binding *h, uint64_t off,
 /* Free x if neither the kernel, a handle nor a reply refers to it. Caller
  * holds the lock; returns 1 if x was unlinked (the caller frees it
  * unlocked). */
-static int maybe_unlink(struct bindings *b, struct binding *x)
+int bindings_maybe_unlink(struct bindings *b, struct binding *x)
 {
 	if (x->nlookup || x->opens || x->reading || x->taking || x->storing)
 		return 0;
@@ -844,7 +532,7 @@ static int maybe_unlink(struct bindings *b, struct binding *x)
  * closed the file, so a reply still being sent cannot be for a new open);
  * after the last reply too, the bytes go back to the pool. Caller holds the
  * lock; returns the sample to drop (unlocked) or NULL. */
-static struct dataset_sample *finish(struct binding *h, int *untake)
+struct dataset_sample *bindings_finish(struct binding *h, int *untake)
 {
 	if (h->opens)
 		return NULL;
@@ -864,18 +552,18 @@ void bindings_read_done(struct bindings *b, struct binding *h)
 	h->reading--;
 	/* The kernel may send RELEASE while a READ is still being answered:
 	 * only the later of the two lets the bytes go. */
-	s = h->committed && !h->opens && !h->storing ? finish(h, &untake)
+	s = h->committed && !h->opens && !h->storing ? bindings_finish(h, &untake)
 						     : NULL;
 	if (h->deferred && !h->s) {
 		/* An OPEN waited for this reply to bind the next sample. */
 		h->deferred = 0;
 		taker = h->taker;
 	}
-	gone = maybe_unlink(b, h);
+	gone = bindings_maybe_unlink(b, h);
 	pthread_mutex_unlock(&b->lock);
-	drop_sample(b, s, untake);
+	bindings_drop_sample(b, s, untake);
 	if (taker)
-		take_for(b, h, taker);
+		bindings_take_for(b, h, taker);
 	if (gone)
 		free(h);
 }
@@ -888,10 +576,10 @@ void bindings_release(struct bindings *b, struct binding *h)
 	pthread_mutex_lock(&b->lock);
 	h->opens--;
 	b->open_handles--;
-	s = finish(h, &untake);
-	gone = maybe_unlink(b, h);
+	s = bindings_finish(h, &untake);
+	gone = bindings_maybe_unlink(b, h);
 	pthread_mutex_unlock(&b->lock);
-	drop_sample(b, s, untake);
+	bindings_drop_sample(b, s, untake);
 	if (gone)
 		free(h);
 }
@@ -903,16 +591,16 @@ void bindings_forget(struct bindings *b, uint64_t ino, uint64_t n)
 	int untake = 0, gone = 0;
 
 	pthread_mutex_lock(&b->lock);
-	x = find(b, ino);
+	x = bindings_find(b, ino);
 	if (x) {
 		x->nlookup -= n < x->nlookup ? n : x->nlookup;
 		x->forgot += n;
-		gone = maybe_unlink(b, x);
+		gone = bindings_maybe_unlink(b, x);
 		if (gone)
 			s = detach(x, &untake);
 	}
 	pthread_mutex_unlock(&b->lock);
-	drop_sample(b, s, untake);
+	bindings_drop_sample(b, s, untake);
 	if (gone)
 		free(x);
 }
@@ -921,7 +609,7 @@ int bindings_source(struct bindings *b, uint64_t ino, uint32_t *sample)
 {
 	struct binding *x;
 	pthread_mutex_lock(&b->lock);
-	x = find(b, ino);
+	x = bindings_find(b, ino);
 	if (x && b->fixed && !x->bound_once)
 		x = NULL; /* bound at open, never opened */
 	if (x)
@@ -1034,7 +722,7 @@ void bindings_free(struct bindings *b)
 	if (!b)
 		return;
 	dataset_echo_cancel_all(b->ds); /* no parked lookup may outlive b */
-	answer(unwait(b, NULL, NULL), -ESHUTDOWN, NULL); /* nor a waiting open */
+	bindings_cancel_all_opens(b); /* nor a waiting open */
 	pthread_mutex_lock(&b->lock);
 	b->stop = 1;
 	pthread_cond_broadcast(&b->cond);
@@ -1045,7 +733,7 @@ void bindings_free(struct bindings *b)
 		for (; x; x = n) {
 			int untake = 0;
 			n = x->hnext;
-			drop_sample(b, detach(x, &untake), untake);
+			bindings_drop_sample(b, detach(x, &untake), untake);
 			free(x);
 		}
 	}
