@@ -709,6 +709,11 @@ void bindings_set_render(struct bindings *b, const struct bindings_render *r)
 	b->render = *r;
 }
 
+int bindings_binds_at_open(const struct bindings *b)
+{
+	return b->fixed != 0;
+}
+
 void bindings_bind_at_open(struct bindings *b, uint64_t size,
 			   bindings_store_fn store, void *ud)
 {

@@ -168,6 +168,10 @@ int bindings_open(struct bindings *b, uint64_t ino, struct binding **out);
  * or -errno with h NULL. */
 typedef void (*bindings_opened_fn)(void *ud, int r, struct binding *h);
 
+/* 1 when the mount binds at open (bindings_bind_at_open was called):
+ * only then may bindings_open_async park. */
+int bindings_binds_at_open(const struct bindings *b);
+
 /* bindings_open without waiting; with binding at open, the open binds (see
  * DESIGN). Returns 0 or 1 with *out set now, -EINPROGRESS when parked
  * (done(ud, ...) is then called exactly once, maybe from another thread,

@@ -590,15 +590,21 @@ static void open_binding(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 		fuse_reply_err(req, EINTR);
 		return;
 	}
+	if (!bindings_binds_at_open(fs->bind)) {
+		/* Bound at lookup: never waits; the first open stores the
+		 * pages. */
+		r = bindings_open(fs->bind, ino, &h);
+		if (r == 0)
+			store_echo(fs, ino, h);
+		reply_binding_open(req, fs, fi, r, h);
+		return;
+	}
 	eo = xmalloc(sizeof(*eo));
 	*eo = (struct echo_open){.req = req, .fi = *fi};
 	r = bindings_open_async(fs->bind, ino, req, open_echo_done, eo, &h);
 	if (r == -EINPROGRESS)
 		return; /* req and eo belong to the pool now */
 	free(eo);
-	/* Bound at lookup: the first open stores the pages. */
-	if (r == 0)
-		store_echo(fs, ino, h);
 	reply_binding_open(req, fs, fi, r, h);
 }
 
