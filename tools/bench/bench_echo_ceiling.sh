@@ -6,7 +6,7 @@
 # serve), R2 = its second pass over the same files (page cache: serve only).
 #   tools/bench/bench_echo_ceiling.sh [--count N] [--repeats R]
 #       [--photo-size WxH] [--before DIR] [--cases LIST] [--out DIR]
-#       [--data DIR]
+#       [--data DIR] [--passes N]
 # Every mount: -o size=256,crop=224,format=ppm over a warm disk cache,
 # 2 shuffled readers reading whole files, passes of every file once (the
 # readers meet after each pass). exact: 2 passes (R1, R2). Echo cases
@@ -24,6 +24,9 @@
 # results.jsonl, report.md and timeline.png there (default: printed only);
 # --data DIR: keep the packed shards there and reuse them in later runs
 # with the same --count and --photo-size (making photos takes minutes).
+# --passes N: passes of each echo mount (default 3; the last is "steady",
+# and every pass after the first is also pooled: the pool's decoders run
+# ahead in bursts, a pass of the pool spanning E passes of the readers).
 # BUILD_DIR picks the build (default build). Goals (issue 19): steady
 # >= 0.95 C, first pass >= 0.8 C, fresh/s >= 0.9 R1.
 set -euo pipefail
@@ -36,11 +39,12 @@ BEFORE=
 CASES="exact e4f e2f e4a e2a"
 OUT=
 DATA=
+PASSES=3
 CMDLINE="tools/bench/bench_echo_ceiling.sh $*"
 # shellcheck source=tools/bench/common.sh
 . tools/bench/common.sh
-bench_args 2,28 --count=COUNT --repeats=REPEATS --photo-size=SIZE \
-	--before=BEFORE --cases=CASES --out=OUT --data=DATA -- "$@"
+bench_args 2,31 --count=COUNT --repeats=REPEATS --photo-size=SIZE \
+	--before=BEFORE --cases=CASES --out=OUT --data=DATA --passes=PASSES -- "$@"
 [ -z "$BEFORE" ] || [ -x "$BEFORE/echofs" ] ||
 	{ echo "bench_echo_ceiling.sh: no echofs in $BEFORE" >&2; exit 2; }
 [[ $SIZE =~ ^([0-9]+)x([0-9]+)$ ]] ||
@@ -87,7 +91,7 @@ declare -A NAME=([exact]="exact" [e4f]="echo=4 fixed" [e2f]="echo=2 fixed"
 	[e4a]="echo=4 adaptive" [e2a]="echo=2 adaptive")
 # one REPEAT BUILD CASE ECHOFS: mount, read, record one JSON line
 one() {
-	local passes=3 out
+	local passes=$PASSES out
 	[ "$3" = exact ] && passes=2
 	mount_echofs "$3" "${OPTS[$3]}" "" "$4"
 	out=$($PY $READER read "$MNT" --passes $passes --seed "$RANDOM" --pid "$DPID") ||
