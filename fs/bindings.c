@@ -98,7 +98,7 @@ static struct dataset_sample *detach(struct binding *x, int *untake)
 }
 
 void bindings_drop_sample(struct bindings *b, struct dataset_sample *s,
-			int untake)
+			  int untake)
 {
 	if (!s)
 		return;
@@ -150,8 +150,8 @@ static int current(struct bindings *b, uint32_t file, struct binding_attr *out)
 /* Put sample s (bytes made: made, outlen; the render hook's draw: rand)
  * into binding x. Caller holds the lock. */
 void bindings_set_sample(struct bindings *b, struct binding *x,
-		       struct dataset_sample *s, uint8_t *made, size_t outlen,
-		       uint64_t rand)
+			 struct dataset_sample *s, uint8_t *made, size_t outlen,
+			 uint64_t rand)
 {
 	x->s = s;
 	x->out = made;
