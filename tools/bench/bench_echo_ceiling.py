@@ -69,6 +69,9 @@ def pass_summary(a, b, files):
         out["fresh_per_s"] = round(d("fresh_served") / secs, 1)
         out["echoes"] = d("echoes_served")
         out["stall_s"] = round(d("stall_s"), 2)
+        # Decoded samples held at the pass's end: what the pool decoded
+        # ahead of the readers (a first pass pays for them).
+        out["pool_samples_end"] = sb.get("pool_samples")
     for k in ("reads", "ioctls", "lookups", "opens", "echo_page_stores"):
         if files and d(k) is not None:
             out[k + "_per_file"] = round(d(k) / files, 3)
@@ -169,10 +172,21 @@ def case_rows(reps):
             x = rows.setdefault((build, case), {k: [] for k in (
                 "first", "steady", "first_c", "steady_c", "fresh_r1", "fresh3_r1",
                 "low_r1", "cpu3", "req3", "stall3", "look3", "serve_us",
-                "later_c")})
+                "later_c", "fresh1_x", "first_ceff")})
             x["first"].append(p1["files_per_s"])
             x["steady"].append(pl["files_per_s"])
             x["first_c"].append(p1["files_per_s"] / c)
+            # A first pass serves more fresh samples than files / E: the
+            # echo copies its fresh samples leave for later passes (each
+            # echo waits outside the window). Against the ceiling of the
+            # echo factor it actually served, files / fresh, what is left
+            # is the price of the serves and the mount's start.
+            fresh1 = p1.get("fresh_per_s", 0) * p1["secs"]
+            x["fresh1_x"].append(fresh1 * echo_of(case) / p1["files"]
+                                 if p1["files"] else None)
+            x["first_ceff"].append(
+                p1["files_per_s"] / ceiling(r1, r2, p1["files"] / fresh1)
+                if fresh1 > 0 else None)
             x["steady_c"].append(pl["files_per_s"] / c)
             # Every pass after the first, pooled: the pool's decoders run
             # ahead in bursts (a pass of the pool spans E passes of the
@@ -217,16 +231,17 @@ def cmd_report(a):
     n = max(len(o["passes"]) for rep in reps.values()
             for (b, c), o in rep.items() if c != "exact")
     last = {2: "2nd", 3: "3rd"}.get(n, "%dth" % n)
-    print(f"| build | mount | first pass files/s | ÷ C | steady ({last} pass) files/s | ÷ C "
+    print(f"| build | mount | first pass files/s | ÷ C | fresh ÷ files/E; ÷ C(files/fresh) (first) | steady ({last} pass) files/s | ÷ C "
           f"| passes 2-{n} ÷ C "
           f"| fresh/s ÷ R1 (run; {last} pass) | lowest second ÷ R1 | daemon CPU ms/file ({last}) "
           f"| READs/file ({last}) | LOOKUPs/file ({last}) | serve us/file ({last}) "
           f"| reader wait s ({last}) | steady ÷ C per repeat |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
           "| ---: | ---: | ---: | --- |")
     for (build, case), x in sorted(case_rows(reps).items(),
                                    key=lambda kv: (kv[0][0] != "before", kv[0][1])):
         print(f"| {build} | {case} | {med(x['first']):.0f} | **{med(x['first_c']):.2f}** "
+              f"| {fmt(med(x['fresh1_x']))}; {fmt(med(x['first_ceff']))} "
               f"| {med(x['steady']):.0f} | **{med(x['steady_c']):.2f}** "
               f"| **{fmt(med(x['later_c']))}** "
               f"| **{med(x['fresh_r1']):.2f}**; {med(x['fresh3_r1']):.2f} "
