@@ -6,6 +6,7 @@
 #include <fuse_log.h>
 #include <fuse_lowlevel.h>
 #include <limits.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -523,6 +524,27 @@ static void wipe_argv_secrets(int argc, char **argv)
 	}
 }
 
+/* Keep freed memory for the next sample instead of giving it back to the
+ * kernel. Every decode allocates and frees buffers of 50 KB to a few MB
+ * (the shard bytes, the decoded photo, its resized copy, a served
+ * rendering); glibc's defaults serve those above 128 KiB with mmap (its
+ * dynamic threshold rises only to the largest chunk freed) and trim a
+ * heap's free top beyond 128 KiB, so each decode faulted fresh zeroed pages
+ * in: 5% of the daemon's CPU in a profile of an echo=4 mount
+ * (BENCHMARKS.md section 15, "Page faults"). With chunks up to 32 MiB
+ * (glibc's largest) from the heaps and up to 64 MiB of free top kept per
+ * heap, freed buffers are reused; the daemon's resident memory stays near
+ * its peak use (mem_size and decode_mem bound that) instead of returning
+ * to the kernel between samples. */
+static void keep_freed_memory(void)
+{
+#if defined(M_MMAP_THRESHOLD) && defined(M_TRIM_THRESHOLD)
+	if (!mallopt(M_MMAP_THRESHOLD, 32 << 20) ||
+	    !mallopt(M_TRIM_THRESHOLD, 64 << 20))
+		log_info("malloc thresholds left at their defaults");
+#endif
+}
+
 int main(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -531,6 +553,7 @@ int main(int argc, char **argv)
 	int r;
 
 	fuse_set_log_func(fuse_log_to_ours);
+	keep_freed_memory();
 	if (options_parse(&args, &a.o, err, sizeof(err)) != 0) {
 		fprintf(stderr, "echofs: error: %s\n", err);
 		fprintf(stderr, "usage: %s [options] SOURCE MOUNTPOINT (see --help)\n", argv[0]);

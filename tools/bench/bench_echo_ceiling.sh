@@ -18,8 +18,8 @@
 # case back to back, which goes first alternating); medians over repeats.
 # --count: photos (default 2000); --repeats: default 3; --photo-size:
 # default 500x375 (1200x900 for ~1 MP photos); --before DIR: a build dir of
-# an older echofs, whose echo cases are mounted in the same repeats (the
-# ceiling is this build's exact mount); --cases: space-separated subset of
+# an older echofs, whose cases (exact too) are mounted in the same repeats
+# (each build's echo mounts against its own exact mount's ceiling); --cases: space-separated subset of
 # "exact e4f e2f e4a e2a" (exact is always run); --out DIR: keep
 # results.jsonl, report.md and timeline.png there (default: printed only);
 # --data DIR: keep the packed shards there and reuse them in later runs
@@ -114,12 +114,12 @@ for ((i = 1; i <= REPEATS; i++)); do
 	for ((k = 0; k < n; k++)); do
 		c=${LIST[$(((k + i - 1) % n))]}
 		# With --before, which build goes first alternates too.
-		if [ -n "$BEFORE" ] && [ "$c" != exact ] && ((i % 2 == 0)); then
+		if [ -n "$BEFORE" ] && ((i % 2 == 0)); then
 			one "$i" before "$c" "$BEFORE/echofs"
 			one "$i" this "$c" "$B/echofs"
 		else
 			one "$i" this "$c" "$B/echofs"
-			[ -n "$BEFORE" ] && [ "$c" != exact ] && one "$i" before "$c" "$BEFORE/echofs"
+			[ -z "$BEFORE" ] || one "$i" before "$c" "$BEFORE/echofs"
 		fi
 	done
 done
