@@ -72,6 +72,10 @@ def pass_summary(a, b, files):
         # Decoded samples held at the pass's end: what the pool decoded
         # ahead of the readers (a first pass pays for them).
         out["pool_samples_end"] = sb.get("pool_samples")
+        # Decodes the readers never got: samples dropped to fit mem_size,
+        # fresh ones given back while a reader waited (re-read later).
+        for k in ("pool_dropped", "pool_given_back", "pool_reread"):
+            out[k] = d(k)
     for k in ("reads", "ioctls", "lookups", "opens", "echo_page_stores"):
         if files and d(k) is not None:
             out[k + "_per_file"] = round(d(k) / files, 3)
