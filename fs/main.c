@@ -539,9 +539,10 @@ static void wipe_argv_secrets(int argc, char **argv)
 static void keep_freed_memory(void)
 {
 #if defined(M_MMAP_THRESHOLD) && defined(M_TRIM_THRESHOLD)
-	if (!mallopt(M_MMAP_THRESHOLD, 32 << 20) ||
-	    !mallopt(M_TRIM_THRESHOLD, 64 << 20))
-		log_info("malloc thresholds left at their defaults");
+	/* Silent when refused (a sanitizer's allocator refuses both): the
+	 * defaults only cost speed. */
+	(void)mallopt(M_MMAP_THRESHOLD, 32 << 20);
+	(void)mallopt(M_TRIM_THRESHOLD, 64 << 20);
 #endif
 }
 
