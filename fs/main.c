@@ -530,12 +530,12 @@ static void wipe_argv_secrets(int argc, char **argv)
  * rendering); glibc's defaults serve those above 128 KiB with mmap (its
  * dynamic threshold rises only to the largest chunk freed) and trim a
  * heap's free top beyond 128 KiB, so each decode faulted fresh zeroed pages
- * in: 5% of the daemon's CPU in a profile of an echo=4 mount
- * (BENCHMARKS.md section 15, "Page faults"). With chunks up to 32 MiB
- * (glibc's largest) from the heaps and up to 64 MiB of free top kept per
- * heap, freed buffers are reused; the daemon's resident memory stays near
- * its peak use (mem_size and decode_mem bound that) instead of returning
- * to the kernel between samples. */
+ * in: 5% of the daemon's CPU in a profile of an echo=4 mount (BENCHMARKS.md
+ * section 15, "Profiles of the decode"). With chunks up to 32 MiB (glibc's
+ * largest) from the heaps and up to 64 MiB of free top kept per heap,
+ * freed buffers are reused; the daemon's resident memory stays near its
+ * peak use (mem_size and decode_mem bound that) instead of returning to
+ * the kernel between samples. */
 static void keep_freed_memory(void)
 {
 #if defined(M_MMAP_THRESHOLD) && defined(M_TRIM_THRESHOLD)
