@@ -12,8 +12,10 @@
 # readers meet after each pass). exact: 2 passes (R1, R2). Echo cases
 # (augment=1,flip=1): 3 passes, first pass and third (steady state)
 # files/s as fractions of the ceiling, fresh samples/s as a fraction of R1,
-# a per-second timeline (its lowest whole second against R1), daemon CPU
-# and READs per file. Each repeat mounts every case once, the order
+# the first pass's fresh samples against files/E and its files/s against
+# the ceiling of the echo factor it served (files/fresh), a per-second
+# timeline (its lowest whole second against R1), daemon CPU and READs per
+# file. Each repeat mounts every case once, the order
 # rotated from repeat to repeat (with --before, the two builds' mounts of a
 # case back to back, which goes first alternating); medians over repeats.
 # --count: photos (default 2000); --repeats: default 3; --photo-size:
