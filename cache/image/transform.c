@@ -382,17 +382,19 @@ static int taps_make(struct taps *t, unsigned in, unsigned out, int pad)
 	return 0;
 }
 
-/* The horizontal pass of n taps (a constant where inlined). */
+/* The horizontal pass for output columns [x0, x0 + ow): fixed taps each
+ * (padded; a constant where inlined), or with fixed 0 each column's own
+ * n. */
 static inline __attribute__((always_inline)) void
 hpass_fixed(const uint8_t *src, uint16_t *dst, const struct taps *t,
-	    unsigned x0, unsigned ow, unsigned n)
+	    unsigned x0, unsigned ow, unsigned fixed)
 {
 	const int32_t half = 1 << (HBITS - 1);
 
 	for (unsigned x = 0; x < ow; x++) {
-		unsigned i = x0 + x;
+		unsigned i = x0 + x, n = fixed ? fixed : t->n[i];
 		const uint8_t *s = src + 3 * (size_t)t->start[i];
-		const int32_t *w = t->w + (size_t)i * n;
+		const int32_t *w = t->w + (size_t)i * t->maxn;
 		int32_t r = half, g = half, b = half;
 		for (unsigned k = 0; k < n; k++) {
 			r += w[k] * s[3 * k];
@@ -466,27 +468,11 @@ static void hpass_row(const uint8_t *src, size_t row, uint16_t *dst,
 #else
 	(void)row;
 #endif
-	if (t->padded) {
-		switch (t->maxn) {
-		case 2: hpass_fixed(src, dst, t, x0, ow, 2); return;
-		case 3: hpass_fixed(src, dst, t, x0, ow, 3); return;
-		case 4: hpass_fixed(src, dst, t, x0, ow, 4); return;
-		}
-	}
-	for (unsigned x = 0; x < ow; x++) {
-		unsigned i = x0 + x, n = t->n[i];
-		const uint8_t *s = src + 3 * (size_t)t->start[i];
-		const int32_t *w = t->w + (size_t)i * t->maxn;
-		int32_t r = 0, g = 0, b = 0;
-		for (unsigned k = 0; k < n; k++) {
-			r += w[k] * s[3 * k];
-			g += w[k] * s[3 * k + 1];
-			b += w[k] * s[3 * k + 2];
-		}
-		const int32_t half = 1 << (HBITS - 1);
-		dst[3 * x] = (uint16_t)((r + half) >> HBITS);
-		dst[3 * x + 1] = (uint16_t)((g + half) >> HBITS);
-		dst[3 * x + 2] = (uint16_t)((b + half) >> HBITS);
+	switch (t->padded ? t->maxn : 0) {
+	case 2: hpass_fixed(src, dst, t, x0, ow, 2); return;
+	case 3: hpass_fixed(src, dst, t, x0, ow, 3); return;
+	case 4: hpass_fixed(src, dst, t, x0, ow, 4); return;
+	default: hpass_fixed(src, dst, t, x0, ow, 0); return;
 	}
 }
 
