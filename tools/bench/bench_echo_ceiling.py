@@ -69,8 +69,8 @@ def pass_summary(a, b, files):
         out["fresh_per_s"] = round(d("fresh_served") / secs, 1)
         out["echoes"] = d("echoes_served")
         out["stall_s"] = round(d("stall_s"), 2)
-        # Decoded samples held at the pass's end: what the pool decoded
-        # ahead of the readers (a first pass pays for them).
+        # Samples the pool holds at the pass's end: its echo stock (served,
+        # copies still owed) and fresh ones decoded ahead of the readers.
         out["pool_samples_end"] = sb.get("pool_samples")
         # Decodes the readers never got: samples dropped to fit mem_size,
         # fresh ones given back while a reader waited (re-read later).

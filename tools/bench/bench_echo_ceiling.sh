@@ -138,7 +138,7 @@ LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 	echo "Command: \`${CMDLINE% }\`; commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')${BEFORE:+, before = $BEFORE}."
 	echo "$(nproc) cores, $(date -u +%F) $T0-$(date -u +%H:%M) UTC, load average $LOAD0 at the start, $LOAD1 at the end."
 	echo "Each echo figure is against its own repeat's R1 and ceiling, then the median; fresh/s over the"
-	echo "whole run (3 passes) and over the 3rd pass; the lowest whole second of the timeline (second 0"
+	echo "whole run and over the last pass; the lowest whole second of the timeline (second 0"
 	echo "left out: it holds the mount's start) against R1."
 } | tee "$TMP/report.md"
 [ -z "$OUT" ] || cp "$RESULTS" "$TMP/report.md" "$OUT/"
