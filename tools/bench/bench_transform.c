@@ -52,6 +52,20 @@ static double run(struct transform_ctx *tc, const struct transform_opts *o,
 	return n / (now_mono() - t0);
 }
 
+/* transform_apply, warmed, then timed runs times: 0, or 1 on a failure. */
+static int bench_apply(struct transform_ctx *tc, const struct transform_opts *o,
+		       const struct file *fs, int n, uint64_t runs)
+{
+	run(tc, o, fs, n < 20 ? n : 20); /* warm caches */
+	for (uint64_t r = 0; r < runs; r++) {
+		double ips = run(tc, o, fs, n);
+		if (ips < 0)
+			return 1;
+		printf("echofs %.1f\n", ips);
+	}
+	return 0;
+}
+
 /* One pass of transform_resize over the decoded images: us/image, or -1. */
 static double run_resize(const struct image *im, int n, unsigned size,
 			 uint64_t *hash)
@@ -136,24 +150,11 @@ int main(int argc, char **argv)
 				   .format = TF_JPEG,
 				   .quality = (int)q};
 	struct transform_ctx *tc = transform_ctx_new();
-	if (resize) {
-		int r = bench_resize(tc, fs, n, (unsigned)size, runs);
-		transform_ctx_free(tc);
-		for (int i = 0; i < n; i++)
-			free(fs[i].data);
-		free(fs);
-		return r;
-	}
-	run(tc, &o, fs, n < 20 ? n : 20); /* warm caches */
-	for (uint64_t r = 0; r < runs; r++) {
-		double ips = run(tc, &o, fs, n);
-		if (ips < 0)
-			return 1;
-		printf("echofs %.1f\n", ips);
-	}
+	int r = resize ? bench_resize(tc, fs, n, (unsigned)size, runs)
+		       : bench_apply(tc, &o, fs, n, runs);
 	transform_ctx_free(tc);
 	for (int i = 0; i < n; i++)
 		free(fs[i].data);
 	free(fs);
-	return 0;
+	return r;
 }
