@@ -82,6 +82,15 @@ struct dataset_echo_stats {
 	uint64_t reread;        /* given-back samples read again */
 	uint64_t owed;          /* given-back samples owed a fresh serve */
 	uint64_t parked;        /* takes waiting now */
+	/* The adaptive mode's governor (cache/echo/governor.h). */
+	double echo_factor;     /* echoes per fresh sample allowed now */
+	double fresh_rate;      /* fresh/s measured at that factor */
+	double best_fresh_rate; /* best fresh/s at any factor */
+	const char *echo_reason; /* why it last changed ("" in other modes) */
+	uint64_t echo_changes;
+	/* Echoes served by opens of their class since their last serve. */
+	uint64_t echo_age_p10, echo_age_p50;
+	uint64_t fresh_ready;   /* read, never served yet */
 };
 
 /* The converted outputs' figures (preprocessing exact mounts). */
@@ -313,7 +322,8 @@ int dataset_echo_set(struct dataset *ds, double echo,
 		     enum dataset_echo_mode mode);
 /* Fresh samples of class cls ready now. */
 uint64_t dataset_echo_ready(struct dataset *ds, uint32_t cls);
-/* "adaptive" / "fixed" <-> mode: 0 or -EINVAL; the name is static. */
+/* "adaptive" / "fixed" / "greedy" <-> mode: 0 or -EINVAL; the name is
+ * static. */
 int dataset_echo_mode_parse(const char *s, enum dataset_echo_mode *out);
 const char *dataset_echo_mode_name(enum dataset_echo_mode m);
 

@@ -76,7 +76,11 @@ static int ingest_sample(void *ud, uint32_t sample, const uint8_t *in,
 				 sizeof(why));
 	}
 	if (r)
-		log_warn("sample %s skipped: %s", dataset_key(ds, sample), why);
+		/* Rate-limited: the pool never reads a failed sample again,
+		 * but a dataset with many bad ones must not flood the log
+		 * (issue 32). */
+		log_counted("bad_sample", "sample %s skipped: %s",
+			    dataset_key(ds, sample), why);
 	return r;
 }
 
@@ -421,6 +425,14 @@ void dataset_echo_fill_stats(struct dataset *ds, struct dataset_stats *out)
 		.reread = p.reread,
 		.owed = p.owed,
 		.parked = p.parked,
+		.echo_factor = p.echo_factor,
+		.fresh_rate = p.fresh_rate,
+		.best_fresh_rate = p.best_fresh_rate,
+		.echo_reason = p.echo_reason,
+		.echo_changes = p.echo_changes,
+		.echo_age_p10 = p.echo_age_p10,
+		.echo_age_p50 = p.echo_age_p50,
+		.fresh_ready = p.fresh_ready,
 	};
 }
 

@@ -12,11 +12,13 @@
 #define DATASET_WORLD_MAX 65536
 
 /* How an echo mount chooses between a fresh sample and an echo
- * (cache/echo/policy.h): echo only when no fresh one is ready, or always
- * E serves per fresh sample. */
+ * (cache/echo/policy.h, governor.h): adaptive echoes only while the fresh
+ * rate holds; greedy whenever no fresh one is ready; fixed always E serves
+ * per fresh sample. */
 enum dataset_echo_mode {
-	DATASET_ECHO_ADAPTIVE = 0,
+	DATASET_ECHO_ADAPTIVE = 0, /* governed: never slows the readers */
 	DATASET_ECHO_FIXED = 1,
+	DATASET_ECHO_GREEDY = 2,   /* echo whenever no fresh one is ready */
 };
 
 /* Output format of a preprocessing mount (cache/image/transform.h). */

@@ -17,7 +17,7 @@
 #include "fs/namespace.h"
 #include "fs/push.h"
 
-#define MAX_METRICS 64
+#define MAX_METRICS 96
 
 /* The fetch rate is measured over the time since the previous sample taken
  * at least RATE_WINDOW_S ago, so frequent readers see a steady figure. */
@@ -205,6 +205,20 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 		M("effective_echo", 'g', s->pool.effective_echo,
 		  "served / fresh over the mount's life");
 		M("stall_s", 'c', s->pool.stall_s, "seconds readers waited for fresh data");
+		M("echo_factor", 'g', s->pool.echo_factor,
+		  "echoes per fresh sample allowed now (adaptive: the governor's choice)");
+		M("echo_fresh_rate", 'g', s->pool.fresh_rate,
+		  "fresh samples/s the governor measured at that factor");
+		M("echo_best_fresh_rate", 'g', s->pool.best_fresh_rate,
+		  "best fresh samples/s the governor measured at any factor");
+		M("echo_changes", 'c', s->pool.echo_changes,
+		  "changes of the governor's echo factor");
+		M("echo_age_p10", 'g', s->pool.echo_age_p10,
+		  "10th percentile of echoes' age, opens of their class since the last serve");
+		M("echo_age_p50", 'g', s->pool.echo_age_p50,
+		  "median age of echoes, opens of their class since the last serve");
+		M("pool_fresh_ready", 'g', s->pool.fresh_ready,
+		  "samples read ahead and not served yet");
 		M("pool_bytes", 'g', s->pool.pool_bytes, "bytes held by the echo pool");
 		M("pool_samples", 'g', s->pool.pool_samples, "samples held by the echo pool");
 		M("pool_dropped", 'c', s->pool.dropped, "samples dropped to fit mem_size");
@@ -278,14 +292,22 @@ static size_t errors(const struct control *c, const struct snapshot *s,
 	return n;
 }
 
+/* The governor's last reason; "none" outside the adaptive mode. */
+static const char *reason_of(const struct snapshot *s)
+{
+	const char *r = s->pool.echo_reason;
+
+	return r && *r ? r : "none";
+}
+
 static void render_json(const struct control *c, const struct snapshot *s,
 			struct out *o, const struct metric *m, size_t n,
 			const struct metric *e, size_t ne)
 {
 	put(o, "{\n  \"version\": \"%s\"", ECHOFS_VERSION);
 	if (dataset_echoes(c->src.ds))
-		put(o, ",\n  \"echo_mode\": \"%s\"",
-		    dataset_echo_mode_name(s->mode));
+		put(o, ",\n  \"echo_mode\": \"%s\",\n  \"echo_reason\": \"%s\"",
+		    dataset_echo_mode_name(s->mode), reason_of(s));
 	for (size_t i = 0; i < n; i++)
 		put(o, ",\n  \"%s\": %.17g", m[i].name, m[i].value);
 	render_ready(c, o, 0);
@@ -296,8 +318,8 @@ static void render_json(const struct control *c, const struct snapshot *s,
 	put(o, "\n  }\n}\n");
 }
 
-static void render_prom(const struct control *c, struct out *o,
-			const struct metric *m, size_t n,
+static void render_prom(const struct control *c, const struct snapshot *s,
+			struct out *o, const struct metric *m, size_t n,
 			const struct metric *e, size_t ne)
 {
 	for (size_t i = 0; i < n; i++) {
@@ -311,6 +333,11 @@ static void render_prom(const struct control *c, struct out *o,
 	for (size_t i = 0; i < ne; i++)
 		put(o, "echofs_errors_total{kind=\"%s\"} %.17g\n", e[i].name,
 		    e[i].value);
+	if (dataset_echoes(c->src.ds))
+		put(o, "# HELP echofs_echo_reason why the echo factor last changed\n"
+		       "# TYPE echofs_echo_reason gauge\n"
+		       "echofs_echo_reason{reason=\"%s\"} 1\n",
+		    reason_of(s));
 	render_ready(c, o, 1);
 }
 
@@ -344,7 +371,7 @@ int control_render(struct control *c, enum control_file which, char **out,
 	size_t n = metrics(c, &s, m);
 	size_t ne = errors(c, &s, e);
 	if (which == CONTROL_STATS_PROM)
-		render_prom(c, &o, m, n, e, ne);
+		render_prom(c, &s, &o, m, n, e, ne);
 	else
 		render_json(c, &s, &o, m, n, e, ne);
 	*out = o.buf;

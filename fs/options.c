@@ -208,13 +208,15 @@ static int convert_echo(struct raw_opts *r, struct fs_options *o, char *err,
 		return -EINVAL;
 	}
 	if (r->echo_mode && dataset_echo_mode_parse(r->echo_mode, &o->echo.mode)) {
-		snprintf(err, errlen, "bad echo_mode '%s' (adaptive or fixed)",
+		snprintf(err, errlen,
+			 "bad echo_mode '%s' (adaptive, fixed or greedy)",
 			 r->echo_mode);
 		return -EINVAL;
 	}
-	if (r->echo_window) {
+	if (r->echo_window && strcmp(r->echo_window, "auto") != 0) {
 		if (parse_u64(r->echo_window, &v) || v < 1 || v > 1000000) {
-			snprintf(err, errlen, "bad echo_window '%s' (1 to 1000000)",
+			snprintf(err, errlen,
+				 "bad echo_window '%s' (auto, or 1 to 1000000)",
 				 r->echo_window);
 			return -EINVAL;
 		}
@@ -659,12 +661,15 @@ void options_usage(FILE *f, const char *prog)
 "  -o echo=E            data echoing: each open of <class>/<key> may return\n"
 "                       a recently served sample of that class, up to E uses\n"
 "                       per sample on average (default 1: exact mount)\n"
-"  -o echo_mode=MODE    adaptive (default: fresh samples drawn alongside\n"
-"                       echoes while the upstream is behind, first when it\n"
-"                       keeps up) or fixed (every sample served E times)\n"
+"  -o echo_mode=MODE    adaptive (default: echo only while it keeps the\n"
+"                       fresh rate: a governor measures fresh samples/s\n"
+"                       and picks the factor, 1 to E, that holds 0.95 of\n"
+"                       the best), greedy (echo whenever no fresh sample\n"
+"                       is ready; can slow a CPU-bound job) or fixed\n"
+"                       (every sample served E times; can slow one too)\n"
 "  -o echo_window=N     never echo a sample served in the last N opens of\n"
 "                       its class, at most half the class's samples held\n"
-"                       (default 16)\n"
+"                       (default auto: that half)\n"
 "  -o mem_size=SIZE     memory for the echo pool (default 512M)\n"
 "  -o seed=N            seed of the stream order and echo choices (default 0)\n",
 		prog);

@@ -51,6 +51,7 @@ struct sample {
 	struct table scalar; /* echofs_<name> <value> */
 	struct table errors; /* echofs_errors_total{kind="..."} */
 	struct table ready;  /* echofs_ready{class="..."} */
+	struct table reason; /* echofs_echo_reason{reason="..."} 1 */
 	unsigned malformed;  /* echofs lines whose value did not parse */
 };
 
@@ -88,6 +89,12 @@ static void usage(FILE *f)
 	      "effective e          served / fresh over the mount's life\n"
 	      "interval e           served / fresh over the interval\n"
 	      "pass, pool MB        dataset pass, echo pool memory\n"
+	      "echo factor          echoes per fresh sample allowed now\n"
+	      "                     (adaptive mode: the governor's pick)\n"
+	      "gov fresh/s, best    fresh/s it measured there, and the\n"
+	      "                     best at any factor\n"
+	      "echo age p10, p50    opens of a class between an echo and\n"
+	      "                     the sample's last serve\n"
 	      "cache hits/s, misses/s, reads/s, served MB/s\n"
 	      "errors, new errors   total, and new ones by kind\n"
 	      "class / ready        fresh samples ready per class\n"
@@ -166,6 +173,7 @@ static void sample_free(struct sample *s)
 	table_free(&s->scalar);
 	table_free(&s->errors);
 	table_free(&s->ready);
+	table_free(&s->reason);
 	s->malformed = 0;
 }
 
@@ -208,6 +216,10 @@ static struct table *labelled(struct sample *s, const char *name, size_t len,
 	if (len == 5 && memcmp(name, "ready", 5) == 0) {
 		*label = "class=\"";
 		return &s->ready;
+	}
+	if (len == 11 && memcmp(name, "echo_reason", 11) == 0) {
+		*label = "reason=\"";
+		return &s->reason;
 	}
 	return NULL;
 }
@@ -426,10 +438,26 @@ static void render_echo(struct view *v, const struct delta *d)
 		{"pass", gauge(d->b, "pass"), 0},
 		{"pool MB", gauge(d->b, "pool_bytes") / MB, 2},
 		{"pool samples", gauge(d->b, "pool_samples"), 0}};
+	/* The adaptive mode's governor: the factor it allows, the fresh
+	 * rate it measured there and the best it saw, why it last moved. */
+	const struct cell l4[] = {
+		{"echo factor", gauge(d->b, "echo_factor"), 2},
+		{"gov fresh/s", gauge(d->b, "echo_fresh_rate"), 1},
+		{"best fresh/s", gauge(d->b, "echo_best_fresh_rate"), 1}};
+	const struct cell l5[] = {
+		{"echo age p10", gauge(d->b, "echo_age_p10"), 0},
+		{"echo age p50", gauge(d->b, "echo_age_p50"), 0},
+		{"factor changes", gauge(d->b, "echo_changes"), 0}};
+	const struct table *r = &d->b->reason;
 
 	cells(v, l1, ARRAY_SIZE(l1));
 	cells(v, l2, ARRAY_SIZE(l2));
 	cells(v, l3, ARRAY_SIZE(l3));
+	cells(v, l4, ARRAY_SIZE(l4));
+	cells(v, l5, ARRAY_SIZE(l5));
+	for (size_t i = 0; i < r->n; i++)
+		if (r->v[i].value == 1)
+			emit(v, "  last change of the echo factor: %s", r->v[i].name);
 }
 
 static void render_io(struct view *v, const struct delta *d)

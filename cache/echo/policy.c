@@ -31,7 +31,10 @@ struct echo_policy {
 	struct echo_rng rng;
 	/* Served samples still held, oldest first serve first. */
 	struct echo_item *head, *tail;
-	uint64_t served, fresh, items;
+	uint64_t served, fresh, items, ready;
+	/* The cap and the serves counted when it was set (echo_policy_set_cap). */
+	double cap;
+	uint64_t served0, fresh0;
 };
 
 /* ---- generator ---- */
@@ -176,7 +179,8 @@ static void list_remove(struct echo_policy *ep, struct echo_item *it)
 static bool echo_ok(double echo, enum echo_mode mode)
 {
 	return isfinite(echo) && echo >= 1.0 && echo <= ECHO_MAX &&
-	       (mode == ECHO_ADAPTIVE || mode == ECHO_FIXED);
+	       (mode == ECHO_ADAPTIVE || mode == ECHO_FIXED ||
+		mode == ECHO_GREEDY);
 }
 
 static uint32_t max_uses(const struct echo_policy *ep)
@@ -209,6 +213,7 @@ int echo_policy_open(uint32_t nclasses, const struct echo_policy_opts *o,
 	ep->echo = o->echo;
 	ep->mode = o->mode;
 	ep->window = o->window;
+	ep->cap = o->echo;
 	echo_rng_seed(&ep->rng, o->seed);
 	*out = ep;
 	return 0;
@@ -241,6 +246,7 @@ int echo_policy_add(struct echo_policy *ep, struct echo_item *it, uint32_t cls)
 		fifo_push(c, it, false);
 	}
 	c->nfresh++;
+	ep->ready++;
 	ep->items++;
 	return 0;
 }
@@ -283,6 +289,7 @@ static void serve(struct echo_policy *ep, struct eclass *c,
 	if (t->fresh) {
 		ep->fresh++;
 		c->nfresh--;
+		ep->ready--;
 	}
 }
 
@@ -367,37 +374,69 @@ static void take_fresh(struct echo_policy *ep, struct eclass *c,
 	}
 }
 
+/* The candidate outside the window whose last serve is oldest, and the
+ * serves left of all those outside it (*weight): issue 29, an echo of a
+ * sample served one or two batches ago taught a trainer almost nothing;
+ * the oldest makes the pool a shuffle buffer for echoes, copies as far
+ * apart as what it holds allows. */
+static struct echo_item *oldest_echo(const struct echo_policy *ep,
+				     const struct eclass *c, uint64_t *weight)
+{
+	struct echo_item *pick = NULL;
+
+	*weight = 0;
+	for (size_t i = 0; i < c->nbag; i++) {
+		struct echo_item *it = c->bag[i];
+		uint64_t n;
+		if (!eligible(ep, c, it) || (n = copies_left(ep, it)) == 0)
+			continue;
+		*weight += n;
+		if (!pick || it->last_tick < pick->last_tick)
+			pick = it;
+	}
+	return pick;
+}
+
+/* served + 1 <= cap * fresh, counted since the cap was set, with a little
+ * slack for rounding. */
+static bool echo_allowed(const struct echo_policy *ep)
+{
+	double cap = ep->cap < ep->echo ? ep->cap : ep->echo;
+	double served = (double)ep->served - (double)ep->served0;
+	double fresh = (double)ep->fresh - (double)ep->fresh0;
+
+	return served + 1 <= cap * fresh + 1e-9;
+}
+
 /* Adaptive: fresh samples and echoes drawn together, each fresh sample
  * weighing ceil(E) serves against the candidates' serves left, so fresh
  * samples wait among the echoes as fixed mode's do (issue 19: serving each
  * the moment it arrived left a trainer learning from copies of the few
  * samples just decoded; drawn together it reached its target 1.65x sooner
  * than echo=1, fresh-first 0.9x). Fresh first, as before, when
- *  - no echo is allowed (served/fresh would pass E, or every candidate is
- *    inside the window): fresh samples are never held back for echoes the
- *    ratio forbids;
+ *  - no echo is allowed (served/fresh would pass the cap, or every
+ *    candidate is inside the window): fresh samples are never held back
+ *    for echoes the ratio forbids;
  *  - the upstream keeps up: the class's fresh samples outweigh its echoes
  *    (ceil(E) * ready >= serves left). The backlog then grows with every
  *    arrival, and serving it first keeps it at most that weight: a fast
- *    upstream is served fresh, echoes fill only the gaps. */
+ *    upstream is served fresh, echoes fill only the gaps.
+ * The echo served is the oldest candidate (oldest_echo). */
 static int take_adaptive(struct echo_policy *ep, struct eclass *c,
 			 struct echo_take *t)
 {
-	/* served + 1 <= E * fresh, with a little slack for rounding. */
-	bool ratio_ok =
-		(double)(ep->served + 1) <= ep->echo * (double)ep->fresh + 1e-9;
-	uint64_t echoes = ratio_ok ? echo_weight(ep, c) : 0;
+	uint64_t echoes = 0;
+	struct echo_item *it =
+		echo_allowed(ep) ? oldest_echo(ep, c, &echoes) : NULL;
 	uint64_t fresh = (uint64_t)c->flen * max_uses(ep);
-	struct echo_item *it;
 
 	if (c->flen && (echoes == 0 || fresh >= echoes ||
 			echo_rng_below(&ep->rng, fresh + echoes) < fresh)) {
 		take_fresh(ep, c, t);
 		return 0;
 	}
-	if (echoes == 0)
+	if (!it)
 		return -EAGAIN;
-	it = pick_nth(ep, c, echo_rng_below(&ep->rng, echoes));
 	serve(ep, c, it, window_now(ep, c), t);
 	if (it->uses >= max_uses(ep))
 		retire(ep, c, it, t);
@@ -457,6 +496,7 @@ static void make_fresh(struct echo_policy *ep, struct eclass *c,
 	else
 		fifo_push(c, it, true);
 	c->nfresh++;
+	ep->ready++;
 	ep->fresh--;
 }
 
@@ -543,6 +583,7 @@ struct echo_item *echo_policy_give_back(struct echo_policy *ep, uint32_t cls)
 		bag_remove(c, it);
 	}
 	c->nfresh--;
+	ep->ready--;
 	ep->items--;
 	return it;
 }
@@ -579,6 +620,16 @@ static void refile_to_adaptive(struct eclass *c)
 	}
 }
 
+int echo_policy_set_cap(struct echo_policy *ep, double cap)
+{
+	if (!isfinite(cap) || cap < 1.0)
+		return -EINVAL;
+	ep->cap = cap;
+	ep->served0 = ep->served;
+	ep->fresh0 = ep->fresh;
+	return 0;
+}
+
 int echo_policy_set(struct echo_policy *ep, double echo, enum echo_mode mode)
 {
 	enum echo_mode old = ep->mode;
@@ -586,6 +637,7 @@ int echo_policy_set(struct echo_policy *ep, double echo, enum echo_mode mode)
 	if (!echo_ok(echo, mode))
 		return -EINVAL;
 	ep->echo = echo;
+	ep->cap = echo;
 	ep->mode = mode;
 	if (old == mode)
 		return 0;
@@ -618,4 +670,5 @@ void echo_policy_get_stats(const struct echo_policy *ep,
 	out->served = ep->served;
 	out->fresh = ep->fresh;
 	out->items = ep->items;
+	out->ready = ep->ready;
 }

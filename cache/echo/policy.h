@@ -12,11 +12,14 @@
  * Per class the policy keeps the class's open counter (tick), the samples
  * never served yet, and the echo candidates with their use counts and the
  * tick of their last serve. Two modes:
- *  - ECHO_ADAPTIVE: E is the most echoes per fresh sample. An echo is
- *    allowed only if serving it keeps served/fresh <= E over the policy's
- *    life; echoes are drawn at random outside the window weighted by the
- *    serves a candidate has left (ceil(E) - uses), so its echoes spread over
- *    the time it is held; a sample is never served more than ceil(E) times.
+ *  - ECHO_ADAPTIVE (and ECHO_GREEDY, the same here): E is the most echoes
+ *    per fresh sample. An echo is
+ *    allowed only if serving it keeps served/fresh <= cap since the cap
+ *    was last set (cap <= E: the echo factor the caller's governor allows
+ *    now, cache/echo/governor.h; E until it is set); the echo served is
+ *    the candidate whose last serve is oldest (the pool as a shuffle
+ *    buffer: issue 29, copies of a sample as far apart as the pool
+ *    allows); a sample is never served more than ceil(E) times.
  *    When both are possible, the class's fresh samples (oldest first) are
  *    drawn alongside the echoes, each weighing ceil(E) serves, while the
  *    upstream falls behind; fresh first when it keeps up, i.e. when the
@@ -37,12 +40,8 @@
  * `window` or half the samples the class holds (fresh and candidates),
  * whichever is smaller: a window wider than what exists would forbid every
  * echo, so a mount's first samples could not be echoed until ~2 * window
- * of each class had arrived. Fresh samples are never inside it.
- * ECHO_DEFAULT_WINDOW is 16 opens: in an ImageFolder epoch read in random
- * order a class sees about batch/nclasses opens per batch, so 16 opens keep
- * copies of a sample in different batches for up to ~16 * nclasses images
- * once a class holds 32 samples; before that (a mount's first second, a
- * small class) copies come closer. When every candidate is inside the
+ * of each class had arrived. Fresh samples are never inside it. The
+ * default, ECHO_WINDOW_AUTO, is that half alone. When every candidate is inside the
  * window (a class whose candidates were all just used) the policy says
  * "wait": the caller waits for fresh data, which always comes (the streamer
  * runs pass after pass, and each fresh serve advances the tick, so the window
@@ -60,9 +59,16 @@
 enum echo_mode {
 	ECHO_ADAPTIVE = 0,
 	ECHO_FIXED = 1,
+	/* The policy's ECHO_ADAPTIVE without the caller's governor: the pool
+	 * echoes whenever no fresh sample is ready, whatever that costs the
+	 * readers (the adaptive mode before issue 29). */
+	ECHO_GREEDY = 2,
 };
 
-#define ECHO_DEFAULT_WINDOW 16
+/* The default window: half the samples the class holds (see "The window"
+ * above), so that it grows with the pool instead of being a fixed count of
+ * opens (issue 29: 16 opens were a batch and a half of a trainer). */
+#define ECHO_WINDOW_AUTO UINT32_MAX
 /* Largest E accepted: a sample is kept for at most ceil(E) serves. */
 #define ECHO_MAX 1000.0
 /* Eviction looks at this many of the oldest served candidates. */
@@ -113,6 +119,7 @@ struct echo_policy_stats {
 	uint64_t served; /* serves counted (fresh + echoes) */
 	uint64_t fresh;	 /* first serves */
 	uint64_t items;	 /* items held (fresh, candidates, bag) */
+	uint64_t ready;	 /* never-served items held, all classes */
 };
 
 struct echo_policy;
@@ -161,6 +168,13 @@ struct echo_item *echo_policy_give_back(struct echo_policy *ep, uint32_t cls);
 int echo_policy_set(struct echo_policy *ep, double echo, enum echo_mode mode);
 void echo_policy_get(const struct echo_policy *ep, double *echo,
 		     enum echo_mode *mode);
+
+/* The echo factor allowed now, cap <= E (the adaptive mode's governor
+ * moves it): echoes are allowed while served/fresh <= cap counted from this
+ * call, so a cap raised after a long time at 1 does not release a burst of
+ * echoes the old count would allow. Ignored in ECHO_FIXED. -EINVAL when
+ * cap < 1 or not finite. */
+int echo_policy_set_cap(struct echo_policy *ep, double cap);
 
 /* Never-served samples of class cls held now (0 for a bad class). */
 uint64_t echo_policy_ready(const struct echo_policy *ep, uint32_t cls);

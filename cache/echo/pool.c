@@ -277,7 +277,7 @@ static int settle_opts(struct pool_opts *o, const struct pool_opts *in)
 	if (o->echo == 0)
 		o->echo = 1;
 	if (o->window == 0)
-		o->window = ECHO_DEFAULT_WINDOW;
+		o->window = ECHO_WINDOW_AUTO;
 	if (o->mem_size == 0)
 		o->mem_size = POOL_MEM_DEFAULT;
 	if (o->shuffle_buffer == 0)
@@ -309,6 +309,7 @@ static int group_samples(struct pool *p, const uint32_t *class_of)
 	p->in_line = xcalloc(ix->nsamples + 1, 1);
 	p->debt_pass = xcalloc(ix->nsamples + 1, sizeof(uint32_t));
 	p->held = xcalloc(ix->nsamples + 1, 1);
+	p->bad = xcalloc(ix->nsamples + 1, 1);
 	p->shard_first = xcalloc(ix->nshards + 1, sizeof(uint32_t));
 	p->by_shard = xmalloc((ix->nsamples + 1) * sizeof(uint32_t));
 	p->order = xmalloc((ix->nshards + 1) * sizeof(uint32_t));
@@ -394,6 +395,8 @@ static void destroy(struct pool *p)
 	free(p->in_line);
 	free(p->debt_pass);
 	free(p->held);
+	free(p->bad);
+	echo_gov_free(p->gov);
 	free(p->by_shard);
 	free(p->shard_first);
 	free(p->order);
@@ -439,6 +442,30 @@ static void alloc_state(struct pool *p)
 	p->owed = xcalloc(p->ncls, sizeof(*p->owed));
 }
 
+/* The adaptive mode's governor for E (p->lock held, or before the pool's
+ * threads start): made, restarted at factor 1, or dropped in the other
+ * modes; the policy's cap follows it. 0 or -EINVAL. */
+static int govern(struct pool *p)
+{
+	double echo;
+	enum echo_mode mode;
+
+	echo_policy_get(p->ep, &echo, &mode);
+	if (mode != ECHO_ADAPTIVE || echo <= 1.0) {
+		echo_gov_free(p->gov);
+		p->gov = NULL;
+		return 0; /* echo_policy_set put the cap at E */
+	}
+	if (p->gov) {
+		if (echo_gov_set_top(p->gov, echo, now_mono()) != 0)
+			return -EINVAL;
+	} else if (echo_gov_open(&(struct echo_gov_opts){.echo = echo},
+				 now_mono(), &p->gov) != 0) {
+		return -EINVAL;
+	}
+	return echo_policy_set_cap(p->ep, echo_gov_factor(p->gov));
+}
+
 int pool_open(const struct index *ix, struct shards *sh,
 	      const uint32_t *class_of, uint32_t nclasses,
 	      const struct pool_opts *o, struct pool **out)
@@ -463,6 +490,8 @@ int pool_open(const struct index *ix, struct shards *sh,
 				       p->o.seed};
 	if (r == 0)
 		r = echo_policy_open(nclasses, &eo, &p->ep);
+	if (r == 0)
+		r = govern(p);
 	if (r < 0)
 		goto fail;
 	/* The stream's draws come from another sequence than the policy's. */
@@ -542,8 +571,16 @@ static bool wait_class(struct pool *p, uint32_t cls, const struct deadline *dl)
 /* One take of class cls if one is possible now (p->lock held). */
 int pool_try_take(struct pool *p, uint32_t cls, struct echo_take *t)
 {
+	int r;
+
 	buffer_pull(p, cls);
-	return echo_policy_take(p->ep, cls, t);
+	r = echo_policy_take(p->ep, cls, t);
+	if (r == 0 && t->fresh) {
+		p->takes++;
+		if (p->pacing) /* the streamer waits for readers to take */
+			pthread_cond_signal(&p->room_cv);
+	}
+	return r;
 }
 
 static int take_locked(struct pool *p, uint32_t cls, struct echo_take *t)
@@ -636,6 +673,29 @@ int pool_take_async(struct pool *p, uint32_t cls, const void *tag,
 	return r;
 }
 
+/* An echo served age opens of its class after its last serve. */
+static void count_echo(struct pool *p, uint64_t age)
+{
+	unsigned b = 0;
+
+	p->served_echo++;
+	while (b + 1 < POOL_AGE_BUCKETS && age >> (b + 1))
+		b++;
+	p->echo_age[b]++;
+}
+
+/* A committed serve through the governor; a new factor becomes the
+ * policy's cap, and parked takes may be served echoes now. */
+static void tick_governor(struct pool *p, bool fresh)
+{
+	echo_gov_serve(p->gov, fresh);
+	if (!echo_gov_tick(p->gov, now_mono()))
+		return;
+	(void)echo_policy_set_cap(p->ep, echo_gov_factor(p->gov)); /* >= 1 */
+	for (uint32_t c = 0; p->nparked && c < p->ncls; c++)
+		pool_notify(p, c);
+}
+
 void pool_commit(struct pool *p, struct pool_sample *s)
 {
 	struct ref *rf = (struct ref *)s;
@@ -648,9 +708,11 @@ void pool_commit(struct pool *p, struct pool_sample *s)
 		if (rf->t.fresh)
 			p->served_fresh++;
 		else
-			p->served_echo++;
+			count_echo(p, rf->t.tick - rf->t.prev_tick);
+		if (p->gov)
+			tick_governor(p, rf->t.fresh);
 	}
-	pthread_mutex_unlock(&p->lock);
+	pool_unlock(p);
 }
 
 void pool_untake(struct pool *p, struct pool_sample *s)
@@ -689,6 +751,8 @@ int pool_set_echo(struct pool *p, double echo, enum echo_mode mode)
 		return -EINVAL;
 	pthread_mutex_lock(&p->lock);
 	r = echo_policy_set(p->ep, echo, mode);
+	if (r == 0)
+		r = govern(p);
 	if (r == 0) {
 		for (uint32_t c = 0; c < p->ncls; c++)
 			pool_notify(p, c);
@@ -705,10 +769,36 @@ void pool_get_echo(struct pool *p, double *echo, enum echo_mode *mode)
 	pthread_mutex_unlock(&p->lock);
 }
 
+/* The lower bound of the bucket holding quantile q of the echoes' ages
+ * (p->lock held); 0 before any echo. */
+static uint64_t age_quantile(const struct pool *p, double q)
+{
+	uint64_t n = 0, seen = 0;
+
+	for (unsigned b = 0; b < POOL_AGE_BUCKETS; b++)
+		n += p->echo_age[b];
+	if (n == 0)
+		return 0;
+	for (unsigned b = 0; b < POOL_AGE_BUCKETS; b++) {
+		seen += p->echo_age[b];
+		if ((double)seen >= q * (double)n)
+			return (uint64_t)1 << b;
+	}
+	return (uint64_t)1 << (POOL_AGE_BUCKETS - 1);
+}
+
 void pool_get_stats(struct pool *p, struct pool_stats *out)
 {
 	pthread_mutex_lock(&p->lock);
 	uint64_t fresh = p->served_fresh, all = fresh + p->served_echo;
+	struct echo_gov_state g = {0};
+	struct echo_policy_stats ps;
+	double echo;
+
+	echo_policy_get(p->ep, &echo, NULL);
+	echo_policy_get_stats(p->ep, &ps);
+	if (p->gov)
+		echo_gov_get(p->gov, &g);
 	*out = (struct pool_stats){
 		.pass = p->pass,
 		.fresh_in_pass = p->fresh_in_pass,
@@ -728,6 +818,15 @@ void pool_get_stats(struct pool *p, struct pool_stats *out)
 		.parked = p->nparked,
 		.walks = p->walks,
 		.owed_looks = p->owed_looks,
+		.echo_factor = p->gov ? g.factor : echo,
+		.fresh_rate = g.fresh_rate,
+		.best_fresh_rate = g.best_rate,
+		.echo_reason = p->gov ? echo_gov_reason_name(g.reason) : "",
+		.echo_changes = g.changes,
+		.echo_age_p10 = age_quantile(p, 0.10),
+		.echo_age_p50 = age_quantile(p, 0.50),
+		.fresh_ready = ps.ready + p->nshuf,
+		.bad_samples = p->rejected,
 	};
 	pthread_mutex_unlock(&p->lock);
 }
@@ -752,6 +851,8 @@ int echo_mode_parse(const char *s, enum echo_mode *out)
 		*out = ECHO_ADAPTIVE;
 	else if (strcmp(s, "fixed") == 0)
 		*out = ECHO_FIXED;
+	else if (strcmp(s, "greedy") == 0)
+		*out = ECHO_GREEDY;
 	else
 		return -EINVAL;
 	return 0;
@@ -759,5 +860,7 @@ int echo_mode_parse(const char *s, enum echo_mode *out)
 
 const char *echo_mode_name(enum echo_mode m)
 {
-	return m == ECHO_FIXED ? "fixed" : "adaptive";
+	return m == ECHO_FIXED	 ? "fixed"
+	       : m == ECHO_GREEDY ? "greedy"
+				  : "adaptive";
 }

@@ -56,10 +56,14 @@ struct pool_opts {
 	double echo;             /* E in [1, 1000]; 1 (or 0) means fresh only */
 	enum echo_mode mode;
 	unsigned window;         /* echo_window in opens of a class; 0 picks
-				  * ECHO_DEFAULT_WINDOW (16, cache/echo/policy.h) */
+				  * ECHO_WINDOW_AUTO (half the class's
+				  * samples, cache/echo/policy.h) */
 	uint64_t mem_size;       /* bytes; 0 means 512 MiB */
 	uint64_t seed;
 	unsigned shuffle_buffer; /* samples; 0 picks 1024; at most 2^20 */
+	unsigned lookahead;      /* fresh samples read ahead of the readers
+				  * (buffer included); 0 picks the buffer +
+				  * 2 per class + 64 */
 	double wait_s;           /* longest a take waits; 0 means 30 s */
 	unsigned ingest_threads; /* threads running the ingest hook; 0 means 1 */
 	/* Optional: what the pool keeps of a sample, made from its bytes by
@@ -103,6 +107,19 @@ struct pool_stats {
 	 * and owed-line entries looked at to find one readable now. */
 	uint64_t walks;
 	uint64_t owed_looks;
+	/* The adaptive mode's governor (cache/echo/governor.h); factor is E
+	 * in the other modes and the other fields 0. */
+	double echo_factor;     /* echoes per fresh sample allowed now */
+	double fresh_rate;      /* fresh/s measured at that factor */
+	double best_fresh_rate; /* best fresh/s measured at any factor */
+	const char *echo_reason; /* why the factor last changed */
+	uint64_t echo_changes;
+	/* Echoes served, by opens of their class since that sample's last
+	 * serve: the median and the 10th percentile (lower bound of a
+	 * power-of-two bucket), 0 before any echo. */
+	uint64_t echo_age_p10, echo_age_p50;
+	uint64_t fresh_ready;   /* read, never served: buffer and queues */
+	uint64_t bad_samples;   /* samples whose ingest failed (counted once) */
 };
 
 /* A sample handed to a reader: immutable bytes, reference counted. */
@@ -185,7 +202,7 @@ void pool_get_stats(struct pool *p, struct pool_stats *out);
  * pulls one out of the buffer before it echoes). 0 for a bad class. */
 uint64_t pool_ready(struct pool *p, uint32_t cls);
 
-/* "adaptive" / "fixed" <-> enum. Returns 0 or -EINVAL. */
+/* "adaptive" / "fixed" / "greedy" <-> enum. Returns 0 or -EINVAL. */
 int echo_mode_parse(const char *s, enum echo_mode *out);
 const char *echo_mode_name(enum echo_mode m);
 

@@ -9,6 +9,7 @@
 #ifndef ECHOFS_POOL_INT_H
 #define ECHOFS_POOL_INT_H
 
+#include "cache/echo/governor.h"
 #include "cache/echo/policy.h"
 #include "cache/echo/pool.h"
 #include "common/deadline.h"
@@ -39,6 +40,7 @@
 /* Read samples queued for the ingest threads, per thread: enough that a
  * thread finishing a decode finds the next one read. */
 #define POOL_IQ_PER_THREAD 2
+#define POOL_AGE_BUCKETS 24
 
 struct entry {
 	struct echo_item it; /* first: container_of is a cast */
@@ -138,6 +140,17 @@ struct pool {
 	 * policy's own counts, which include reservations. */
 	uint64_t served_fresh, served_echo;
 	double stall_s;
+	/* ECHO_ADAPTIVE with E > 1: the governor that sets the policy's cap
+	 * (cache/echo/governor.h), ticked at every committed serve. */
+	struct echo_gov *gov;
+	/* Echoes committed by age, opens of their class since their last
+	 * serve: bucket i holds ages in [2^i, 2^(i+1)). */
+	uint64_t echo_age[POOL_AGE_BUCKETS];
+	/* Fresh takes so far, and at the start of the streamer's walk: a
+	 * walk starts only after readers took something (demand). */
+	uint64_t takes, takes_at_walk;
+	bool pacing;	 /* the streamer waits for readers to take */
+	uint8_t *bad;	 /* per sample: its ingest failed; not read again */
 };
 
 /* ---- pool.c: entries, the shuffle buffer, memory, takes ---- */

@@ -101,10 +101,14 @@ static void drop_failed(struct pool *p, struct entry *e, uint64_t reserved,
 {
 	p->bytes -= reserved;
 	p->samples--;
-	if (rejected)
+	if (rejected && !p->bad[sample]) {
+		/* Failed for the rest of the mount: a bad JPEG is decoded,
+		 * counted and logged once, not once a pass (issue 32). */
+		p->bad[sample] = 1;
 		p->rejected++;
-	else
+	} else if (!rejected) {
 		p->read_errors++;
+	}
 	if (p->is_owed[sample]) {
 		p->is_owed[sample] = 0; /* it is lost for this pass */
 		p->nowed--;
@@ -210,6 +214,41 @@ static int read_sample(struct pool *p, uint32_t s, bool reread, uint32_t pass)
 	return ok ? 1 : 0;
 }
 
+/* Fresh samples read and not served yet: the shuffle buffer and the
+ * policy's queues (p->lock held). */
+static uint64_t fresh_ready(const struct pool *p)
+{
+	struct echo_policy_stats ps;
+
+	echo_policy_get_stats(p->ep, &ps);
+	return ps.ready + p->nshuf;
+}
+
+/* The stock of fresh samples the streamer keeps ahead of the readers: the
+ * shuffle buffer and a few per class, unless o.lookahead says. */
+static uint64_t pace_limit(const struct pool *p)
+{
+	if (p->o.lookahead)
+		return p->o.lookahead;
+	return (uint64_t)p->o.shuffle_buffer + 2ULL * p->ncls + 64;
+}
+
+/* Wait (p->lock held) while the readers have pace_limit fresh samples
+ * ready and none of them waits: the ingest decodes no more than the
+ * readers take (issue 29: decoding far ahead at full speed took the cores
+ * a CPU-bound trainer needed, for samples it may never get). A take of a
+ * fresh sample wakes it (p->pacing). -ESHUTDOWN on stop. */
+static int pace(struct pool *p)
+{
+	while (!p->stop && p->waiters == 0 && fresh_ready(p) >= pace_limit(p)) {
+		struct deadline dl = deadline_in(1.0);
+		p->pacing = true;
+		cond_wait_until(&p->room_cv, &p->lock, &dl);
+		p->pacing = false;
+	}
+	return p->stop ? -ESHUTDOWN : 0;
+}
+
 /* Stream sample s of the pass, or an owed one (reread). Returns 1 if it
  * was read or given back, 0 if skipped, -ESHUTDOWN. */
 static int stream_sample(struct pool *p, uint32_t s, bool reread)
@@ -219,6 +258,18 @@ static int stream_sample(struct pool *p, uint32_t s, bool reread)
 	int r;
 
 	pthread_mutex_lock(&p->lock);
+	if (p->bad[s]) {
+		if (reread) {
+			p->is_owed[s] = 0;
+			p->nowed--;
+		}
+		pthread_mutex_unlock(&p->lock);
+		return 0;
+	}
+	if (!reread && pace(p) < 0) {
+		pthread_mutex_unlock(&p->lock);
+		return -ESHUTDOWN;
+	}
 	if (!reread && p->is_owed[s]) {
 		/* Still owed from an earlier pass: it is served once. */
 		pthread_mutex_unlock(&p->lock);
@@ -339,6 +390,20 @@ static void rest_unless_waited(struct pool *p, double s)
 			return;
 }
 
+/* No walk starts without demand (p->lock held): until a reader took a
+ * fresh sample since the last walk began, or waits (issue 32: a mount
+ * nobody read walked its passes 20 times a second, re-reading what it
+ * held). */
+static void wait_for_demand(struct pool *p)
+{
+	while (!p->stop && p->waiters == 0 && p->takes == p->takes_at_walk) {
+		struct deadline dl = deadline_in(1.0);
+		p->pacing = true;
+		cond_wait_until(&p->room_cv, &p->lock, &dl);
+		p->pacing = false;
+	}
+}
+
 static bool next_pass(struct pool *p, int64_t added)
 {
 	while (!p->stop && p->ingesting)
@@ -358,6 +423,7 @@ static bool next_pass(struct pool *p, int64_t added)
 	} else if (p->walk_new == 0) {
 		rest_unless_waited(p, POOL_REST_S);
 	}
+	wait_for_demand(p);
 	if (p->stop)
 		return false;
 	if (added > 0)
@@ -375,6 +441,7 @@ void *stream_main(void *arg)
 		p->walk_new = 0;
 		pthread_mutex_lock(&p->lock);
 		p->walks++;
+		p->takes_at_walk = p->takes;
 		pthread_mutex_unlock(&p->lock);
 		for (size_t i = 0; i < p->norder; i++) {
 			int64_t r = stream_shard(p, i);

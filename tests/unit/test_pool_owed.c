@@ -127,7 +127,14 @@ static void big_drain_fresh(struct pool *p)
  * walked, ~10^9 in these 2 s) and walks at most once per rest. */
 Test(pool_owed, held_data_set_does_not_spin_the_streamer)
 {
-	struct pool_opts po = {.echo = 4, .seed = 3, .wait_s = 10};
+	/* The whole pass read ahead (the default paces the streamer to the
+	 * readers), so that pass 1 is served mostly fresh and its samples
+	 * stay held for their echoes. */
+	struct pool_opts po = {.echo = 4,
+			       .mode = ECHO_GREEDY,
+			       .seed = 3,
+			       .wait_s = 10,
+			       .lookahead = BIG_N};
 	uint32_t *cls_of = xmalloc(BIG_N * sizeof(*cls_of));
 	struct pool_stats a, b;
 	struct stack k;
@@ -177,7 +184,11 @@ Test(pool_owed, held_data_set_does_not_spin_the_streamer)
  * (before: ~1 s of CPU in 2 s; counted here: looks per take and walks). */
 Test(pool_owed, steady_reader_of_held_data_set_does_not_spin_the_streamer)
 {
-	struct pool_opts po = {.echo = 2, .seed = 4, .wait_s = 10};
+	struct pool_opts po = {.echo = 2,
+			       .mode = ECHO_GREEDY,
+			       .seed = 4,
+			       .wait_s = 10,
+			       .lookahead = BIG_N};
 	uint32_t *cls_of = xmalloc(BIG_N * sizeof(*cls_of));
 	struct pool_stats a, b;
 	struct stack k;
@@ -340,6 +351,7 @@ Test(pool_owed, first_opens_wait_for_one_decode_of_their_class)
 {
 	struct gate g;
 	struct pool_opts po = {.echo = 4,
+			       .mode = ECHO_GREEDY,
 			       .seed = 6,
 			       .wait_s = 60,
 			       .ingest = gated_ingest,
@@ -418,6 +430,7 @@ static void run_rate(const struct rate_case *rc, unsigned units,
 	struct gate g;
 	uint32_t *cls_of = xmalloc(BIG_N * sizeof(*cls_of));
 	struct pool_opts po = {.echo = 4,
+			       .mode = ECHO_GREEDY,
 			       .seed = 8,
 			       .wait_s = 60,
 			       .mem_size = rc->mem_size,

@@ -1,0 +1,263 @@
+/* governor.c - the adaptive echo mode's controller: measures the fresh rate
+ * at each echo factor and keeps the highest factor that holds it (see
+ * governor.h). */
+#include "cache/echo/governor.h"
+
+#include "common/util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+
+struct level {
+	double factor;
+	double rate;	  /* estimate, fresh/s; valid when seen > 0 */
+	uint64_t seen;	  /* window number of its last measurement, 0: none */
+};
+
+struct echo_gov {
+	struct echo_gov_opts o;
+	struct level lv[GOV_MAX_LEVELS];
+	unsigned nlv, cur;
+	/* The open window, and the time of the last tick. */
+	double ws, last;
+	uint64_t fresh, served;
+	/* Windows closed at the current level (the first, a transition, is
+	 * not measured) and since the last probe down. */
+	unsigned at_level;
+	uint64_t windows, idle, changes;
+	enum gov_reason reason;
+};
+
+static int settle_opts(struct echo_gov_opts *o, const struct echo_gov_opts *in)
+{
+	*o = *in;
+	if (!isfinite(o->echo) || o->echo < 1.0 || !isfinite(o->window_s) ||
+	    o->window_s < 0 || !isfinite(o->keep) || o->keep < 0 ||
+	    o->keep > 1)
+		return -EINVAL;
+	if (o->window_s == 0)
+		o->window_s = 1.0;
+	if (o->min_serves == 0)
+		o->min_serves = 32;
+	if (o->keep == 0)
+		o->keep = 0.95;
+	if (o->settle == 0)
+		o->settle = 2;
+	if (o->stale == 0)
+		o->stale = 30;
+	if (o->probe == 0)
+		o->probe = 15;
+	return 0;
+}
+
+/* Factors 1 .. E: fine steps below 2 (1, 1.125, 1.25, 1.5), where a
+ * CPU-bound node finds the most echo that keeps its fresh rate (each echo
+ * a reader takes costs a fraction of a decode), then sqrt(2) apart
+ * (2, 2.83, 4, ...); E exactly last. */
+static void build_levels(struct echo_gov *g)
+{
+	static const double fine[] = {1.0, 1.125, 1.25, 1.5, 2.0};
+	double e = g->o.echo;
+	unsigned n = 0;
+
+	for (size_t i = 0; i < sizeof(fine) / sizeof(fine[0]); i++)
+		if (fine[i] < e * 0.98 || i == 0)
+			g->lv[n++] = (struct level){.factor = fine[i]};
+	for (double f = 2.0 * M_SQRT2; f < e * 0.98 && n < GOV_MAX_LEVELS - 1;
+	     f *= M_SQRT2)
+		g->lv[n++] = (struct level){.factor = f};
+	if (e > 1.0)
+		g->lv[n++] = (struct level){.factor = e};
+	g->nlv = n;
+	g->cur = 0;
+	g->at_level = 0;
+	g->reason = GOV_START;
+}
+
+int echo_gov_open(const struct echo_gov_opts *o, double now,
+		  struct echo_gov **out)
+{
+	struct echo_gov *g;
+	struct echo_gov_opts s;
+
+	*out = NULL;
+	if (!o || settle_opts(&s, o) != 0)
+		return -EINVAL;
+	g = xcalloc(1, sizeof(*g));
+	g->o = s;
+	g->ws = g->last = now;
+	build_levels(g);
+	*out = g;
+	return 0;
+}
+
+void echo_gov_free(struct echo_gov *g)
+{
+	free(g);
+}
+
+void echo_gov_serve(struct echo_gov *g, bool fresh)
+{
+	g->served++;
+	g->fresh += fresh;
+}
+
+void echo_gov_unserve(struct echo_gov *g, bool fresh)
+{
+	/* A take given back after its window closed is not worth undoing. */
+	if (g->served == 0 || (fresh && g->fresh == 0))
+		return;
+	g->served--;
+	g->fresh -= fresh;
+}
+
+static bool live(const struct echo_gov *g, const struct level *l)
+{
+	return l->seen && g->windows - l->seen < g->o.stale;
+}
+
+static double best_rate(const struct echo_gov *g, unsigned *at)
+{
+	double best = 0;
+
+	for (unsigned i = 0; i < g->nlv; i++)
+		if (live(g, &g->lv[i]) && g->lv[i].rate > best) {
+			best = g->lv[i].rate;
+			if (at)
+				*at = i;
+		}
+	return best;
+}
+
+static void go(struct echo_gov *g, unsigned level, enum gov_reason why)
+{
+	g->cur = level;
+	g->at_level = 0;
+	g->reason = why;
+	g->changes++;
+}
+
+/* The one decision after a level has settled (see governor.h). */
+static bool decide(struct echo_gov *g)
+{
+	const struct level *l = &g->lv[g->cur];
+	double best = best_rate(g, NULL), keep = g->o.keep * best;
+	unsigned k = g->cur;
+
+	if (g->o.no_probing || g->at_level < g->o.settle + 1)
+		return false;
+	if (k > 0 && l->rate < keep) {
+		go(g, k - 1, GOV_DOWN);
+		return true;
+	}
+	if (k + 1 < g->nlv &&
+	    (!live(g, &g->lv[k + 1]) || g->lv[k + 1].rate >= keep)) {
+		go(g, k + 1, GOV_UP);
+		return true;
+	}
+	if (k > 0 && g->at_level >= g->o.probe) {
+		go(g, k - 1, GOV_PROBE);
+		return true;
+	}
+	return false;
+}
+
+/* A window with data at the current level; its first after a change is a
+ * transition (the echo credit and the readers adjust) and only counted. */
+static bool close_window(struct echo_gov *g, double dur)
+{
+	struct level *l = &g->lv[g->cur];
+	double rate = (double)g->fresh / dur;
+
+	g->windows++;
+	if (g->at_level++ > 0) {
+		/* Averaged with the window before only within one visit. */
+		bool cont = l->seen && l->seen == g->windows - 1;
+		l->rate = cont ? 0.5 * (l->rate + rate) : rate;
+		l->seen = g->windows;
+	}
+	return decide(g);
+}
+
+bool echo_gov_tick(struct echo_gov *g, double now)
+{
+	double dur = now - g->ws, gap = now - g->last;
+	bool changed = false;
+
+	g->last = now;
+	if (gap > g->o.window_s) {
+		/* Nobody read for a window or more (a trainer evaluating, an
+		 * epoch boundary): the open window would measure the pause,
+		 * not the echo factor. */
+		g->idle++;
+		g->ws = now;
+		g->served = g->fresh = 0;
+		return false;
+	}
+	if (dur < g->o.window_s)
+		return false;
+	if (g->served < g->o.min_serves && dur < 8 * g->o.window_s)
+		return false; /* too few serves to measure: extend */
+	if (g->served < 4)
+		g->idle++; /* nobody reads: no information */
+	else
+		changed = close_window(g, dur);
+	g->ws = now;
+	g->served = g->fresh = 0;
+	return changed;
+}
+
+int echo_gov_set_top(struct echo_gov *g, double echo, double now)
+{
+	if (!isfinite(echo) || echo < 1.0)
+		return -EINVAL;
+	g->o.echo = echo;
+	build_levels(g);
+	g->reason = GOV_SET;
+	g->changes++;
+	g->ws = g->last = now;
+	g->served = g->fresh = 0;
+	return 0;
+}
+
+double echo_gov_factor(const struct echo_gov *g)
+{
+	return g->lv[g->cur].factor;
+}
+
+void echo_gov_get(const struct echo_gov *g, struct echo_gov_state *out)
+{
+	unsigned at = 0;
+	double best = best_rate(g, &at);
+	const struct level *l = &g->lv[g->cur];
+
+	*out = (struct echo_gov_state){
+		.factor = l->factor,
+		.level = g->cur,
+		.nlevels = g->nlv,
+		.fresh_rate = live(g, l) ? l->rate : 0,
+		.best_rate = best,
+		.best_factor = best > 0 ? g->lv[at].factor : 0,
+		.reason = g->reason,
+		.windows = g->windows,
+		.idle = g->idle,
+		.changes = g->changes,
+	};
+}
+
+const char *echo_gov_reason_name(enum gov_reason r)
+{
+	switch (r) {
+	case GOV_UP:
+		return "up";
+	case GOV_DOWN:
+		return "down";
+	case GOV_PROBE:
+		return "probe";
+	case GOV_SET:
+		return "set";
+	default:
+		return "start";
+	}
+}

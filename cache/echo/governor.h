@@ -1,0 +1,106 @@
+/* governor.h - the adaptive echo mode's controller: picks the echo factor,
+ * from 1 up to echo=E, that keeps the fresh-sample rate at least `keep`
+ * (0.95) of the best rate it has measured (issue 29).
+ *
+ * Why: echoing pays only when it fills time the trainer would spend
+ * waiting. On a network-bound mount the fresh rate is the link's, whatever
+ * the echo factor, and echoes are free extra steps; on a CPU-bound node
+ * every echo a reader takes costs the same cores the decoders need, so the
+ * fresh rate falls as the factor rises and echoes replace fresh samples
+ * instead of adding to them. The governor tells the two apart by measuring
+ * what it controls: fresh serves per second at each factor.
+ *
+ * DESIGN
+ * - Levels: factors 1 = l_0 < l_1 < ... < l_K = E, in fine steps below 2
+ *   and sqrt(2) apart above (E = 4: 1, 1.125, 1.25, 1.5, 2, 2.83, 4): on a
+ *   CPU-bound node the most echo that keeps the fresh rate is small, since
+ *   every echo a reader takes costs a fraction of a decode. It starts at
+ *   level 0 (an exact mount's behaviour) so that the best rate includes
+ *   the rate without echo.
+ * - Windows: serves are counted in windows of `window_s` seconds; a window
+ *   with fewer than `min_serves` serves is extended (up to 8 windows), and
+ *   one that still has fewer than 4, or in which no serve came for a whole
+ *   window, is dropped as idle (a trainer evaluating, an epoch boundary):
+ *   no information, no decision. Each
+ *   level keeps an estimate of its fresh rate (the mean of its last two
+ *   windows) and the window number it was measured in; an estimate older
+ *   than `stale` windows is forgotten.
+ * - After `settle` windows at a level, one decision:
+ *   down   when the level's rate < keep * best (best over the levels with a
+ *          live estimate): echo is taking the place of fresh samples;
+ *   up     when the next level has no live estimate or kept the rate: try
+ *          more echo (this is how the top is found, and how a stale
+ *          verdict is re-checked: a reader that changes half-way is
+ *          followed within `stale` + a few windows);
+ *   probe  every `probe` windows at a level > 0, one step down to measure
+ *          the rate with less echo (the best must stay current).
+ *   With probing off (tests), the level never changes.
+ * - Pure state and arithmetic on a clock the caller passes in: no threads,
+ *   no I/O. The caller (cache/echo/pool.c) serializes calls with its lock.
+ */
+#ifndef ECHOFS_ECHO_GOVERNOR_H
+#define ECHOFS_ECHO_GOVERNOR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define GOV_MAX_LEVELS 24
+
+struct echo_gov_opts {
+	double echo;	     /* E >= 1: the top factor */
+	double window_s;     /* 0 picks 1 s */
+	unsigned min_serves; /* 0 picks 32 */
+	double keep;	     /* 0 picks 0.95 */
+	unsigned settle;     /* windows at a level before it is judged; 0: 2 */
+	unsigned stale;	     /* windows an estimate lives; 0: 30 */
+	unsigned probe;	     /* windows between probes down; 0: 15 */
+	bool no_probing;     /* never change level (for tests) */
+};
+
+/* Why the factor last changed. */
+enum gov_reason {
+	GOV_START = 0, /* the first level: no echo yet */
+	GOV_UP,	       /* the fresh rate held: more echo */
+	GOV_DOWN,      /* the fresh rate fell below keep * best */
+	GOV_PROBE,     /* a periodic step down to re-measure */
+	GOV_SET,       /* echo= was changed */
+};
+
+struct echo_gov_state {
+	double factor;	   /* the echo factor in force */
+	unsigned level, nlevels;
+	double fresh_rate; /* the current level's estimate, fresh/s */
+	double best_rate;  /* the best live estimate, fresh/s */
+	double best_factor;
+	enum gov_reason reason;
+	uint64_t windows;  /* windows closed with data */
+	uint64_t idle;	   /* windows dropped as idle */
+	uint64_t changes;  /* level changes */
+};
+
+struct echo_gov;
+
+/* 0 with *out set, or -EINVAL (*out NULL) for bad options. now is the
+ * caller's monotonic clock in seconds. */
+int echo_gov_open(const struct echo_gov_opts *o, double now,
+		  struct echo_gov **out);
+void echo_gov_free(struct echo_gov *g); /* accepts NULL */
+
+/* One serve shown to a reader: fresh (its first) or an echo. */
+void echo_gov_serve(struct echo_gov *g, bool fresh);
+/* Undo a serve counted by echo_gov_serve (a take given back). */
+void echo_gov_unserve(struct echo_gov *g, bool fresh);
+
+/* Advance the clock to now: closes the window if its time is up and may
+ * change the level. Returns true when the factor changed. */
+bool echo_gov_tick(struct echo_gov *g, double now);
+
+/* A new top factor E (echo= changed): the levels are rebuilt and the
+ * governor starts again from level 0. -EINVAL if E < 1 or not finite. */
+int echo_gov_set_top(struct echo_gov *g, double echo, double now);
+
+double echo_gov_factor(const struct echo_gov *g);
+void echo_gov_get(const struct echo_gov *g, struct echo_gov_state *out);
+const char *echo_gov_reason_name(enum gov_reason r);
+
+#endif
