@@ -11,9 +11,10 @@
  * or abort; several processes often admit the same key at once), drop one,
  * hold pins across operations, read a live writer's temp file
  * (store_peer_open), close and reopen the store (a rescan with a sweep).
- * Meanwhile the parent SIGKILLs a worker at a random moment (once or twice;
- * half the time a new worker takes its place and opens the store while the
- * others write), then stops the rest. Every byte a worker reads is compared
+ * Meanwhile the parent SIGKILLs workers (one to three times a run; half the
+ * time a new worker takes the place and opens the store while the others
+ * write): at a random moment, or aimed at one inside store_begin,
+ * store_write, store_commit or store_open, then stops the rest. Every byte a worker reads is compared
  * with the model as it goes. After the run a fresh process checks the
  * directory: before any rescan, entry files plus leftover temp files fit
  * the cap; a fresh store_open leaves no temp file, keeps the cap, finds no
@@ -73,8 +74,11 @@ static volatile sig_atomic_t stop_flag;
  * that checks nothing must show here. */
 struct tally {
 	_Atomic uint64_t ops, commits, aborts, exists, refused, drops, reopens,
-		peer_reads, bytes_checked;
+		peer_reads, bytes_checked, aimed_kills;
+	/* where each worker slot is now, for kills aimed at a step */
+	_Atomic int phase[MAX_WORKERS];
 };
+enum phase { PH_OTHER, PH_BEGIN, PH_WRITE, PH_COMMIT, PH_OPEN, PH_N };
 static struct tally *tally;
 
 static uint64_t mix(uint64_t x)
@@ -134,6 +138,7 @@ struct worker {
 	struct store_entry *pin[NPINS];
 	int pin_key[NPINS];
 	uint64_t bad, ops, wrong_bytes;
+	uint64_t drops; /* since this store_open: each counts as corrupt */
 };
 
 static void bad(struct worker *w, const char *fmt, ...)
@@ -281,7 +286,9 @@ static void op_admit(struct worker *w, int k, uint8_t *buf)
 	struct key *key = &keys[k];
 	struct store_writer *wr = NULL;
 	struct store_entry *e = NULL;
+	tally->phase[w->id] = PH_BEGIN;
 	int r = store_begin(w->s, key->url, key->etag, key->size, &wr);
+	tally->phase[w->id] = PH_WRITE;
 
 	switch (r) {
 	case 0:
@@ -304,7 +311,9 @@ static void op_admit(struct worker *w, int k, uint8_t *buf)
 		store_abort(wr);
 		return;
 	}
+	tally->phase[w->id] = PH_COMMIT;
 	r = store_commit(wr, &e);
+	tally->phase[w->id] = PH_OTHER;
 	if (r != 0) {
 		bad(w, "store_commit key %d: %s", k, strerror(-r));
 		return;
@@ -322,6 +331,7 @@ static void op_drop(struct worker *w, int k)
 		return;
 	store_drop(e);
 	store_put(e);
+	w->drops++;
 	tally->drops++;
 }
 
@@ -359,7 +369,11 @@ static void op_peer(struct worker *w, int k, uint8_t *buf)
 static int worker_open(struct worker *w)
 {
 	char err[256];
+	if (w->id >= 0)
+		tally->phase[w->id] = PH_OPEN;
 	int r = store_open(w->dir, CAP, &w->s, err, sizeof(err));
+	if (w->id >= 0)
+		tally->phase[w->id] = PH_OTHER;
 	if (r != 0) {
 		bad(w, "store_open: %s", err);
 		return r;
@@ -375,12 +389,27 @@ static void release_all(struct worker *w)
 		unpin(w, i);
 }
 
+/* Every corrupt entry this store met was one it dropped itself: an invalid
+ * file under an entry's name (a torn write a killed writer left there) is
+ * a failure wherever it is met, also by a rescan that removes it before
+ * the final check could see it. Then close. */
+static void close_checked(struct worker *w)
+{
+	struct store_stats st;
+	store_get_stats(w->s, &st);
+	if (st.corrupt != w->drops)
+		bad(w, "%" PRIu64 " entries found corrupt, %" PRIu64
+		       " dropped by this worker", st.corrupt, w->drops);
+	store_close(w->s);
+	w->s = NULL;
+	w->drops = 0;
+}
+
 /* A rescan with a sweep: close and open again. */
 static int op_reopen(struct worker *w)
 {
 	release_all(w);
-	store_close(w->s);
-	w->s = NULL;
+	close_checked(w);
 	tally->reopens++;
 	return worker_open(w);
 }
@@ -422,6 +451,7 @@ static int worker_main(int id, uint64_t seed, const char *dir)
 		return 3;
 	while (!stop_flag) {
 		int k = pick_key(&w), op = (int)rnd_below(&w.rng, 100);
+		tally->phase[w.id] = PH_OTHER;
 		w.ops++;
 		tally->ops++;
 		if (op < 35)
@@ -438,7 +468,7 @@ static int worker_main(int id, uint64_t seed, const char *dir)
 			break;
 	}
 	release_all(&w);
-	store_close(w.s);
+	close_checked(&w);
 	free(buf);
 	return w.bad ? 3 : 0;
 }
@@ -591,32 +621,56 @@ struct opts {
 	bool keep;
 };
 
+/* The slot to kill: any, or (most of the time) one caught in a given step
+ * of the store's (begin, write, commit, open), waited for up to 200 ms, so
+ * that kills land inside the short steps where a crash does harm. */
+static int pick_victim(uint64_t *rng, const pid_t *pids, int n)
+{
+	int want = (int)rnd_below(rng, PH_N), v = (int)rnd_below(rng, (uint64_t)n);
+	if (want == PH_OTHER)
+		return v;
+	for (int tries = 0; tries < 2000; tries++) {
+		for (int i = 0; i < n; i++) {
+			int c = (v + i) % n;
+			if (pids[c] > 0 && tally->phase[c] == want) {
+				tally->aimed_kills++;
+				return c;
+			}
+		}
+		struct timespec t = {0, 100000};
+		nanosleep(&t, NULL);
+	}
+	return v;
+}
+
 /* One run. Returns 0 if it passed. */
 static int run_one(const struct opts *o, uint64_t seed, uint64_t *kills)
 {
 	char dir[4096];
 	pid_t pids[MAX_WORKERS];
 	uint64_t rng = mix(seed);
-	int n = o->workers, fail = 0, next_id = n;
+	int n = o->workers, fail = 0;
 
 	snprintf(dir, sizeof(dir), "%s/echofs-model-XXXXXX", o->base);
 	if (!mkdtemp(dir)) {
 		perror("store_model: mkdtemp");
 		return -1;
 	}
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
+		tally->phase[i] = PH_OTHER;
 		pids[i] = spawn(worker_main, i, seed, dir);
-	for (int round = 1 + (int)rnd_below(&rng, 2); round > 0; round--) {
-		sleep_ms(5 + rnd_below(&rng, 150));
-		int v = (int)rnd_below(&rng, (uint64_t)n);
+	}
+	for (int round = 1 + (int)rnd_below(&rng, 3); round > 0; round--) {
+		sleep_ms(5 + rnd_below(&rng, 100));
+		int v = pick_victim(&rng, pids, n);
 		if (pids[v] > 0 && kill(pids[v], SIGKILL) == 0) {
 			fail |= reap(pids[v], true, seed, "killed worker");
 			++*kills;
 		}
 		/* a new user opens the store (a sweep) while others write */
-		pids[v] = rnd_below(&rng, 2)
-				  ? spawn(worker_main, next_id++, seed, dir)
-				  : -1;
+		tally->phase[v] = PH_OTHER;
+		pids[v] = rnd_below(&rng, 2) ? spawn(worker_main, v, seed, dir)
+					     : -1;
 	}
 	sleep_ms(5 + rnd_below(&rng, 60));
 	for (int i = 0; i < n; i++)
@@ -718,7 +772,8 @@ int main(int argc, char **argv)
 	       (uint64_t)tally->refused, (uint64_t)tally->drops,
 	       (uint64_t)tally->reopens, (uint64_t)tally->peer_reads,
 	       (uint64_t)tally->bytes_checked);
-	printf("store_model: %" PRIu64 " runs, %" PRIu64 " kills, %" PRIu64
-	       " failed\n", o.runs, kills, failed);
+	printf("store_model: %" PRIu64 " runs, %" PRIu64 " kills (%" PRIu64
+	       " aimed at a step), %" PRIu64 " failed\n",
+	       o.runs, kills, (uint64_t)tally->aimed_kills, failed);
 	return failed ? 1 : 0;
 }
