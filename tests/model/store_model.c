@@ -14,13 +14,13 @@
  * Meanwhile the parent SIGKILLs workers (one to three times a run; half the
  * time a new worker takes the place and opens the store while the others
  * write): at a random moment, or aimed at one inside store_begin,
- * store_write, store_commit or store_open, then stops the rest. Every byte a worker reads is compared
- * with the model as it goes. After the run a fresh process checks the
- * directory: before any rescan, entry files plus leftover temp files fit
- * the cap; a fresh store_open leaves no temp file, keeps the cap, finds no
- * corrupt entry (a killed writer must never leave a torn file under an
- * entry's name), serves every entry file in the directory, and every byte
- * of every entry matches the model.
+ * store_write, store_commit or store_open, then stops the rest. Every byte a
+ * worker reads is compared with the model as it goes. After the run a fresh
+ * process checks the directory: before any rescan, entry files plus leftover
+ * temp files fit the cap; a fresh store_open leaves no temp file, keeps the
+ * cap, finds no corrupt entry (a killed writer must never leave a torn file
+ * under an entry's name), serves every entry file in the directory, and every
+ * byte of every entry matches the model.
  *
  *   store_model [--seed N] [--runs N] [--workers N] [--dir D] [--keep]
  *
@@ -40,11 +40,11 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -149,7 +149,8 @@ static void bad(struct worker *w, const char *fmt, ...)
 	va_list ap;
 	int n = snprintf(line, sizeof(line),
 			 "store_model: seed %" PRIu64 " worker %d op %" PRIu64
-			 ": ", w->seed, w->id, w->ops);
+			 ": ",
+			 w->seed, w->id, w->ops);
 	va_start(ap, fmt);
 	if (n >= 0 && (size_t)n < sizeof(line))
 		vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
@@ -158,13 +159,13 @@ static void bad(struct worker *w, const char *fmt, ...)
 	n = (int)strnlen(line, sizeof(line) - 2);
 	line[n++] = '\n';
 	if (write(2, line, (size_t)n) < 0)
-		(void)0; /* nowhere left to say it; the exit status still does */
+		(void)0; /* nowhere to say it; the exit status tells */
 	w->bad++;
 }
 
 /* Compare buf (read at off of key k) with the model. */
-static void check_bytes(struct worker *w, int k, const uint8_t *buf,
-			size_t len, uint64_t off, const char *what)
+static void check_bytes(struct worker *w, int k, const uint8_t *buf, size_t len,
+			uint64_t off, const char *what)
 {
 	uint64_t wrong = 0, first = 0;
 	for (size_t i = 0; i < len; i++)
@@ -172,8 +173,10 @@ static void check_bytes(struct worker *w, int k, const uint8_t *buf,
 			first = off + i;
 	if (wrong) {
 		w->wrong_bytes += wrong;
-		bad(w, "%s key %d: %" PRIu64 " wrong bytes of %zu at %" PRIu64
-		       ", first at %" PRIu64, what, k, wrong, len, off, first);
+		bad(w,
+		    "%s key %d: %" PRIu64 " wrong bytes of %zu at %" PRIu64
+		    ", first at %" PRIu64,
+		    what, k, wrong, len, off, first);
 	}
 }
 
@@ -192,8 +195,9 @@ static void read_range(struct worker *w, struct store_entry *e, int k,
 			return;
 		}
 		if ((size_t)r != n) {
-			bad(w, "store_pread key %d at %" PRIu64
-			       ": %zd bytes of %zu",
+			bad(w,
+			    "store_pread key %d at %" PRIu64
+			    ": %zd bytes of %zu",
 			    k, off, r, n);
 			return;
 		}
@@ -273,12 +277,14 @@ static int write_all(struct worker *w, struct store_writer *wr, int k,
 		off += n;
 		if (rnd_below(&w->rng, 4) == 0)
 			sched_yield(); /* let a kill or a peer land here */
-		if (rnd_below(&w->rng, 8) == 0) { /* read back what is written */
+		/* read back some of what is written */
+		if (rnd_below(&w->rng, 8) == 0) {
 			uint64_t at = rnd_below(&w->rng, off);
 			size_t m = (size_t)(off - at < 4096 ? off - at : 4096);
 			ssize_t got = store_writer_pread(wr, buf, m, at);
 			if (got != (ssize_t)m)
-				bad(w, "store_writer_pread key %d: %zd", k, got);
+				bad(w, "store_writer_pread key %d: %zd", k,
+				    got);
 			else
 				check_bytes(w, k, buf, m, at, "writer");
 		}
@@ -364,8 +370,10 @@ static void op_peer(struct worker *w, int k, uint8_t *buf)
 		for (ssize_t i = 0; i < r; i++)
 			if (buf[i] != 0 && buf[i] != model_byte(key, off + i)) {
 				w->wrong_bytes++;
-				bad(w, "peer temp file key %d: wrong byte at "
-				       "%" PRIu64, k, off + i);
+				bad(w,
+				    "peer temp file key %d: wrong byte at "
+				    "%" PRIu64,
+				    k, off + i);
 				break;
 			}
 		off += (uint64_t)r;
@@ -405,8 +413,10 @@ static void close_checked(struct worker *w)
 	struct store_stats st;
 	store_get_stats(w->s, &st);
 	if (st.corrupt != w->drops)
-		bad(w, "%" PRIu64 " entries found corrupt, %" PRIu64
-		       " dropped by this worker", st.corrupt, w->drops);
+		bad(w,
+		    "%" PRIu64 " entries found corrupt, %" PRIu64
+		    " dropped by this worker",
+		    st.corrupt, w->drops);
 	store_close(w->s);
 	w->s = NULL;
 	w->drops = 0;
@@ -528,8 +538,9 @@ static int verify_main(uint64_t seed, const char *dir)
 	if (!buf || take_census(dir, &before) != 0)
 		return 3;
 	if (before.entry_bytes + before.tmp_bytes > CAP)
-		bad(&w, "cap broken before the rescan: %" PRIu64
-			" entry + %" PRIu64 " temp bytes > cap %" PRIu64,
+		bad(&w,
+		    "cap broken before the rescan: %" PRIu64 " entry + %" PRIu64
+		    " temp bytes > cap %" PRIu64,
 		    before.entry_bytes, before.tmp_bytes, CAP);
 	if (worker_open(&w) != 0)
 		return 3;
@@ -552,11 +563,14 @@ static int verify_main(uint64_t seed, const char *dir)
 	}
 	store_get_stats(w.s, &st);
 	if (st.corrupt)
-		bad(&w, "%" PRIu64 " corrupt entries (a torn file under an "
-			"entry's name)", st.corrupt);
+		bad(&w,
+		    "%" PRIu64 " corrupt entries (a torn file under an "
+		    "entry's name)",
+		    st.corrupt);
 	take_census(dir, &after);
 	if (after.entries != found)
-		bad(&w, "%" PRIu64 " entry files but %" PRIu64 " entries served",
+		bad(&w,
+		    "%" PRIu64 " entry files but %" PRIu64 " entries served",
 		    after.entries, found);
 	store_close(w.s);
 	free(buf);
@@ -633,7 +647,8 @@ struct opts {
  * that kills land inside the short steps where a crash does harm. */
 static int pick_victim(uint64_t *rng, const pid_t *pids, int n)
 {
-	int want = (int)rnd_below(rng, PH_N), v = (int)rnd_below(rng, (uint64_t)n);
+	int want = (int)rnd_below(rng, PH_N),
+	    v = (int)rnd_below(rng, (uint64_t)n);
 	if (want == PH_OTHER)
 		return v;
 	for (int tries = 0; tries < 2000; tries++) {
@@ -689,8 +704,10 @@ static int run_one(const struct opts *o, uint64_t seed, uint64_t *kills)
 	fail |= reap(spawn(verify_child, 0, seed, dir), false, seed,
 		     "fresh open's check");
 	if (fail || o->keep)
-		fprintf(stderr, "store_model: seed %" PRIu64 ": cache_dir kept: "
-				"%s\n", seed, dir);
+		fprintf(stderr,
+			"store_model: seed %" PRIu64 ": cache_dir kept: "
+			"%s\n",
+			seed, dir);
 	else
 		nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 	return fail ? -1 : 0;
@@ -715,7 +732,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	o->workers = 3;
 	o->base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
 	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+		const char *a = argv[i],
+			   *val = i + 1 < argc ? argv[i + 1] : NULL;
 		if (strcmp(a, "--keep") == 0) {
 			o->keep = true;
 			continue;
@@ -746,12 +764,14 @@ int main(int argc, char **argv)
 	uint64_t failed = 0, kills = 0;
 
 	if (parse_args(argc, argv, &o) != 0) {
-		fprintf(stderr, "usage: store_model [--seed N] [--runs N] "
-				"[--workers 2..%d] [--dir D] [--keep]\n",
+		fprintf(stderr,
+			"usage: store_model [--seed N] [--runs N] "
+			"[--workers 2..%d] [--dir D] [--keep]\n",
 			MAX_WORKERS);
 		return 2;
 	}
-	log_set_level(LOG_LEVEL_ERROR); /* refusals under the cap are expected */
+	log_set_level(
+		LOG_LEVEL_ERROR); /* refusals under the cap are expected */
 	tally = mmap(NULL, sizeof(*tally), PROT_READ | PROT_WRITE,
 		     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (tally == MAP_FAILED) {
@@ -766,9 +786,11 @@ int main(int argc, char **argv)
 	for (uint64_t r = 0; r < o.runs; r++)
 		if (run_one(&o, o.seed + r, &kills) != 0) {
 			failed++;
-			fprintf(stderr, "store_model: FAILED run %" PRIu64
-					", replay: store_model --seed %" PRIu64
-					" --runs 1\n", r, o.seed + r);
+			fprintf(stderr,
+				"store_model: FAILED run %" PRIu64
+				", replay: store_model --seed %" PRIu64
+				" --runs 1\n",
+				r, o.seed + r);
 		}
 	printf("store_model: %" PRIu64 " ops: %" PRIu64 " commits, %" PRIu64
 	       " aborts, %" PRIu64 " waited for another writer, %" PRIu64
