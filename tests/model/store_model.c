@@ -14,7 +14,9 @@
  * Meanwhile the parent SIGKILLs workers (one to three times a run; half the
  * time a new worker takes the place and opens the store while the others
  * write): at a random moment, or aimed at one inside store_begin,
- * store_write, store_commit or store_open, then stops the rest. Every byte a
+ * store_write, store_commit or store_open; after each kill another process
+ * opens the store afresh and reads every entry while the others go on.
+ * Then the parent stops the rest. Every byte a
  * worker reads is compared with the model as it goes. After the run a fresh
  * process checks the directory: before any rescan, entry files plus leftover
  * temp files fit the cap; a fresh store_open leaves no temp file, keeps the
@@ -527,12 +529,45 @@ static int take_census(const char *dir, struct census *c)
 	return 0;
 }
 
+/* store_get every key of the model and read it whole; how many were in. */
+static uint64_t read_every_entry(struct worker *w, uint8_t *buf)
+{
+	uint64_t found = 0;
+	for (int k = 0; k < NKEYS; k++) {
+		struct key *key = &keys[k];
+		struct store_entry *e =
+			store_get(w->s, key->url, key->etag, key->size);
+		if (!e)
+			continue;
+		found++;
+		read_range(w, e, k, 0, key->size, buf);
+		store_put(e);
+	}
+	return found;
+}
+
+/* Right after a kill, while the others go on: a fresh store_open and a
+ * read of every entry. (The directory's totals move meanwhile: the check
+ * after the run looks at those.) */
+static int verify_live(uint64_t seed, const char *dir)
+{
+	struct worker w = {.id = -1, .seed = seed, .dir = dir, .rng = seed};
+	uint8_t *buf = malloc(256 * 1024);
+
+	if (!buf || worker_open(&w) != 0)
+		return 3;
+	read_every_entry(&w, buf);
+	close_checked(&w);
+	free(buf);
+	return w.bad ? 3 : 0;
+}
+
 static int verify_main(uint64_t seed, const char *dir)
 {
 	struct worker w = {.id = -1, .seed = seed, .dir = dir, .rng = seed};
 	struct census before, after;
 	struct store_stats st;
-	uint64_t found = 0;
+	uint64_t found;
 	uint8_t *buf = malloc(256 * 1024);
 
 	if (!buf || take_census(dir, &before) != 0)
@@ -551,16 +586,7 @@ static int verify_main(uint64_t seed, const char *dir)
 	if (after.entry_bytes > CAP)
 		bad(&w, "cap broken after the rescan: %" PRIu64 " > %" PRIu64,
 		    after.entry_bytes, CAP);
-	for (int k = 0; k < NKEYS; k++) {
-		struct key *key = &keys[k];
-		struct store_entry *e =
-			store_get(w.s, key->url, key->etag, key->size);
-		if (!e)
-			continue;
-		found++;
-		read_range(&w, e, k, 0, key->size, buf);
-		store_put(e);
-	}
+	found = read_every_entry(&w, buf);
 	store_get_stats(w.s, &st);
 	if (st.corrupt)
 		bad(&w,
@@ -602,11 +628,11 @@ static pid_t spawn(int (*fn)(int, uint64_t, const char *), int id,
 	return pid;
 }
 
+/* id 0: the check after a run; 1: a check while the others run. */
 static int verify_child(int id, uint64_t seed, const char *dir)
 {
-	(void)id;
 	unblock_term();
-	return verify_main(seed, dir);
+	return id ? verify_live(seed, dir) : verify_main(seed, dir);
 }
 
 /* Wait for pid; 0 if it ended as expected (exit 0, or the SIGKILL we
@@ -669,9 +695,9 @@ static int pick_victim(uint64_t *rng, const pid_t *pids, int n)
 static int run_one(const struct opts *o, uint64_t seed, uint64_t *kills)
 {
 	char dir[4096];
-	pid_t pids[MAX_WORKERS];
+	pid_t pids[MAX_WORKERS], checks[3];
 	uint64_t rng = mix(seed);
-	int n = o->workers, fail = 0;
+	int n = o->workers, fail = 0, nchecks = 0;
 
 	snprintf(dir, sizeof(dir), "%s/echofs-model-XXXXXX", o->base);
 	if (!mkdtemp(dir)) {
@@ -688,6 +714,7 @@ static int run_one(const struct opts *o, uint64_t seed, uint64_t *kills)
 		if (pids[v] > 0 && kill(pids[v], SIGKILL) == 0) {
 			fail |= reap(pids[v], true, seed, "killed worker");
 			++*kills;
+			checks[nchecks++] = spawn(verify_child, 1, seed, dir);
 		}
 		/* a new user opens the store (a sweep) while others write */
 		tally->phase[v] = PH_OTHER;
@@ -701,6 +728,9 @@ static int run_one(const struct opts *o, uint64_t seed, uint64_t *kills)
 	for (int i = 0; i < n; i++)
 		if (pids[i] > 0)
 			fail |= reap(pids[i], false, seed, "worker");
+	while (nchecks > 0)
+		fail |= reap(checks[--nchecks], false, seed,
+			     "fresh open's check after a kill");
 	fail |= reap(spawn(verify_child, 0, seed, dir), false, seed,
 		     "fresh open's check");
 	if (fail || o->keep)
