@@ -71,6 +71,8 @@ void crs_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define cr_expect_not_null(p, ...) CRS_CHECK(0, (p) != NULL, __VA_ARGS__)
 #define cr_expect_str_eq(a, b, ...) \
 	CRS_CHECK(0, strcmp((a), (b)) == 0, __VA_ARGS__)
+#define cr_expect_float_eq(a, b, eps, ...)                           \
+	CRS_CHECK(0, (a) - (b) <= (eps) && (b) - (a) <= (eps), __VA_ARGS__)
 #define cr_skip_test(...) crs_skip("" __VA_ARGS__)
 
 #endif
