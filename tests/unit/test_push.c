@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -205,8 +206,13 @@ static void setup(void)
 static void teardown(void)
 {
 	if (mounted) {
-		fuse_session_unmount(se); /* ends the loop */
+		/* End the loop first (its read fails with ENODEV once the
+		 * mount is gone), then let libfuse close the descriptor: it
+		 * must not be closed while the loop still reads it. */
+		fuse_session_exit(se);
+		umount2(mnt, MNT_DETACH);
 		pthread_join(loop_thread, NULL);
+		fuse_session_unmount(se);
 		mounted = false;
 	}
 	fuse_session_destroy(se);
