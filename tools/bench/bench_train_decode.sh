@@ -9,6 +9,8 @@
 #                        [--size 72] [--crop 64] [--threads 1] [--workers 2]
 #                        [--eval-seconds 5] [--ceiling-seconds 60] [--seed 1]
 #                        [--out /tmp/echofs-bench] [--total 5400]
+#                        [--batch 64] [--input rgb64]
+#                        [--placements "shared:INPUT"] [--augment 1]
 # Photos: --count training and then --test-count held-out colour JPEGs
 # (~500x375, quality 90; both multiples of 500) made from the first articles of
 # Fashion-MNIST's training split by tools/bench/echofs_photos.py (articles
@@ -21,11 +23,19 @@
 # exact mount made beforehand (the trainer alone: what it could consume) and
 # (b) the exact preprocessing mount (decode in the loop); the gap shows that
 # decoding, not training, is the slow stage. Then every case "E:MODE" trains
-# on a fresh echo mount (augment=1,flip=1, seed=SEED+repeat-1) until --target
-# on the whole test split or --budget seconds. Cases of one repeat run back
+# on a fresh echo mount (augment=1,flip=1, seed=SEED+repeat-1; --augment 0
+# leaves those out) until --target on the whole test split or --budget
+# seconds; the case "exact" is the exact preprocessing mount trained the same
+# way. --ceiling-seconds 0 skips the ceilings. Cases of one repeat run back
 # to back, so they share the machine's load; the load average is recorded
-# with every run. Results in OUT/train-decode/: evals.jsonl, runs.jsonl,
-# runs.csv, table.md, accuracy.png.
+# with every run. --placements lists PLACE:INPUT pairs, each run with every
+# case in every repeat (interleaved): PLACE shared (everything on both cores)
+# or pinned (issue 29: the model on core 1, the accelerator's stand-in; the
+# echofs daemon and the DataLoader workers on core 0); INPUT is
+# bench_train.py's --input (gray16, tensor224: issue 29's trainer with
+# --size 256 --crop 224 --batch 128). Results in OUT/train-decode/:
+# evals.jsonl, runs.jsonl, table.md (one table per placement) and per
+# placement runs-PLACE-INPUT.{csv,png}.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -44,13 +54,19 @@ CEIL_S=60
 SEED=1
 OUT=/tmp/echofs-bench
 TOTAL=5400
+BATCH=64
+INPUT=rgb64
+PLACEMENTS=
+AUGMENT=1
 CMDLINE="tools/bench/bench_train_decode.sh $*"
 # shellcheck source=tools/bench/common.sh
 . tools/bench/common.sh
-bench_args 2,28 --count=COUNT --test-count=TEST_COUNT --target=TARGET \
+bench_args 2,38 --count=COUNT --test-count=TEST_COUNT --target=TARGET \
 	--budget=BUDGET --repeats=REPEATS --cases=CASES --size=SIZE --crop=CROP \
 	--threads=THREADS --workers=WORKERS --eval-seconds=EVAL_S \
-	--ceiling-seconds=CEIL_S --seed=SEED --out=OUT --total=TOTAL -- "$@"
+	--ceiling-seconds=CEIL_S --seed=SEED --out=OUT --total=TOTAL \
+	--batch=BATCH --input=INPUT --placements=PLACEMENTS --augment=AUGMENT -- "$@"
+PLACEMENTS=${PLACEMENTS:-shared:$INPUT}
 
 mkdir -p "$OUT/train-decode"
 OUT=$(cd "$OUT" && pwd)
@@ -112,16 +128,18 @@ warm() {
 	blog "$1: disk cache warm, $(du -sh "$BTMP/cache-$1" | cut -f1)"
 }
 
-# trainer LABEL TRAIN_ROOT [extra args]: one run; appends its summary and
-# the load average to runs.jsonl
+# trainer LABEL TRAIN_ROOT [extra args]: one run with this placement's
+# INPUT (and --pin when PLACE is pinned); appends its summary and the load
+# average to runs.jsonl
 trainer() {
-	local label=$1 root=$2 out
+	local label=$1 root=$2 out pin=()
 	shift 2
+	[ "$PLACE" = pinned ] && pin=(--pin)
 	out=$(timeout $((BUDGET + CEIL_S + 240)) $PY tools/bench/bench_train.py --train "$root" \
-		--test "$BTMP/test" --test-cache "$BTMP/test.pt" --label "$label" --input rgb64 \
-		--log "$RES/evals.jsonl" --target "$TARGET" --budget "$BUDGET" \
+		--test "$BTMP/test" --test-cache "$BTMP/test-$INPUT.pt" --label "$label" --input "$INPUT" \
+		--log "$RES/evals.jsonl" --target "$TARGET" --budget "$BUDGET" --batch "$BATCH" \
 		--eval-seconds "$EVAL_S" --eval-subset 1000 --threads "$THREADS" --workers "$WORKERS" \
-		--seed "$((SEED + REP - 1))" --repeat "$REP" "$@" 2>>"$RES/trainer.log") ||
+		--seed "$((SEED + REP - 1))" --repeat "$REP" "${pin[@]}" "$@" 2>>"$RES/trainer.log") ||
 		blog "$label: trainer failed (see $RES/trainer.log)"
 	[ -n "$out" ] || { blog "$label: no result"; return 0; }
 	out=$(echo "$out" | $PY -c 'import json,os,sys
@@ -130,9 +148,11 @@ d=json.loads(sys.stdin.read()); d["load1"]=round(os.getloadavg()[0], 1); print(j
 	blog "$label: $out"
 }
 
-# train_on LABEL OPTS: a fresh mount of the training split over its warm cache
+# train_on LABEL OPTS: a fresh mount of the training split over its warm
+# cache; pinned: the daemon's threads on core 0
 train_on() {
 	bench_mount HOST "$BTMP/cache-train" "$BTMP/train" "$SRC_train" "index=$BTMP/train.idx,$2"
+	[ "$PLACE" = pinned ] && taskset -a -p -c 0 "$(mount_pid "$BTMP/train")" >/dev/null
 	trainer "$1" "$BTMP/train" "${@:3}"
 	bench_unmount "$BTMP/train"
 }
@@ -155,45 +175,84 @@ warm train "$NTRAIN"
 warm test "$NTEST"
 bench_mount HOST "$BTMP/cache-test" "$BTMP/test" "$SRC_test" "index=$BTMP/test.idx,$PREP"
 
-# Local PPMs: the exact mount's own output, copied once (cp times one reader).
-bench_mount HOST "$BTMP/cache-train" "$BTMP/train" "$SRC_train" "index=$BTMP/train.idx,$PREP"
-t0=$(date +%s.%N)
-cp -r "$BTMP/train/." "$BTMP/ppm-train"
-rm -rf "$BTMP/ppm-train/.echofs"
-t1=$(date +%s.%N)
-bench_unmount "$BTMP/train"
-blog "local PPMs: $(find "$BTMP/ppm-train" -name '*.ppm' | wc -l) files, cp -r one reader $(awk -v n="$COUNT" -v a="$t0" -v b="$t1" 'BEGIN {printf "%.0f", n / (b - a)}') files/s"
+# Local PPMs (for the ceilings): the exact mount's own output, copied once
+# (cp times one reader).
+if [ "$CEIL_S" != 0 ]; then
+	bench_mount HOST "$BTMP/cache-train" "$BTMP/train" "$SRC_train" "index=$BTMP/train.idx,$PREP"
+	t0=$(date +%s.%N)
+	cp -r "$BTMP/train/." "$BTMP/ppm-train"
+	rm -rf "$BTMP/ppm-train/.echofs"
+	t1=$(date +%s.%N)
+	bench_unmount "$BTMP/train"
+	blog "local PPMs: $(find "$BTMP/ppm-train" -name '*.ppm' | wc -l) files, cp -r one reader $(awk -v n="$COUNT" -v a="$t0" -v b="$t1" 'BEGIN {printf "%.0f", n / (b - a)}') files/s"
+fi
 
 : >"$RES/evals.jsonl"
 : >"$RES/runs.jsonl"
 : >"$RES/trainer.log"
+AUG=
+[ "$AUGMENT" = 1 ] && AUG=,augment=1,flip=1
+INPUT0=$INPUT
+PLACE=shared
 for ((REP = 1; REP <= REPEATS; REP++)); do
-	blog "repeat $REP/$REPEATS: ceilings, $CEIL_S s each"
-	BUDGET_SAVED=$BUDGET
-	BUDGET=$CEIL_S
-	trainer local-ppm "$BTMP/ppm-train" --keep-going
-	train_on exact-prep "$PREP" --keep-going
-	BUDGET=$BUDGET_SAVED
-	for c in $CASES; do
-		e=${c%%:*} m=${c#*:}
-		label="$m E=$e"
-		[ "$e" = 1 ] && label="E=1"
-		train_on "$label" "$PREP,echo=$e,echo_mode=$m,augment=1,flip=1,seed=$((SEED + REP - 1))"
+	for pl in $PLACEMENTS; do
+		PLACE=${pl%%:*} INPUT=${pl#*:}
+		if [ "$CEIL_S" != 0 ]; then
+			blog "repeat $REP/$REPEATS, $pl: ceilings, $CEIL_S s each"
+			BUDGET_SAVED=$BUDGET
+			BUDGET=$CEIL_S
+			trainer "$pl local-ppm" "$BTMP/ppm-train" --keep-going
+			train_on "$pl exact-prep" "$PREP" --keep-going
+			BUDGET=$BUDGET_SAVED
+		fi
+		for c in $CASES; do
+			if [ "$c" = exact ]; then
+				train_on "$pl exact" "$PREP"
+				continue
+			fi
+			e=${c%%:*} m=${c#*:}
+			label="$pl $m E=$e"
+			[ "$e" = 1 ] && label="$pl E=1"
+			train_on "$label" "$PREP,echo=$e,echo_mode=$m$AUG,seed=$((SEED + REP - 1))"
+		done
 	done
 done
+INPUT=$INPUT0
 
-$PY tools/bench/bench_train_report.py --runs "$RES/runs.jsonl" --evals "$RES/evals.jsonl" \
-	--target "$TARGET" --csv "$RES/runs.csv" --png "$RES/accuracy.png" \
-	--baseline "E=1" --goal-speedup 1.0 --refs "local-ppm exact-prep" \
-	--title "Photo-sized JPEGs decoded by echofs ($PREP), warm disk cache, no cap" \
-	--ymin 0.3 --ymax 0.7 --subset 1000 >"$RES/table.md"
+# One table per placement, each against its exact mount (or its E=1): its
+# runs and evaluations with the placement taken off their labels.
+: >"$RES/table.md"
+for pl in $PLACEMENTS; do
+	base="E=1"
+	case " $CASES " in *" exact "*) base=exact ;; esac
+	f=$RES/runs-${pl/:/-}
+	for k in runs evals; do
+		$PY -c 'import json,sys
+for l in open(sys.argv[1]):
+    d = json.loads(l)
+    if d["label"].startswith(sys.argv[2] + " "):
+        d["label"] = d["label"][len(sys.argv[2]) + 1:]
+        print(json.dumps(d))' "$RES/$k.jsonl" "$pl" >"$f.$k.jsonl"
+	done
+	{
+		echo "### $pl"
+		echo
+		$PY tools/bench/bench_train_report.py --runs "$f.runs.jsonl" \
+			--evals "$f.evals.jsonl" --target "$TARGET" --csv "$f.csv" \
+			--png "$f.png" --baseline "$base" --goal-speedup 1.0 \
+			--refs "local-ppm exact-prep" \
+			--title "Photo-sized JPEGs decoded by echofs ($PREP), $pl, warm disk cache" \
+			--ymin 0.3 --ymax 0.9 --subset 1000
+		echo
+	} >>"$RES/table.md"
+done
 cat >>"$RES/table.md" <<EOF
 
 - data: $COUNT training + $TEST_COUNT held-out photos (\`tools/bench/echofs_photos.py\`, ~500x375 colour JPEG, quality 90, from Fashion-MNIST train articles 0..$((COUNT - 1)) and $COUNT..$((COUNT + TEST_COUNT - 1))), $NTRAIN + $NTEST shards of 500 (\`bench_prep_e2e.py pack\`, one list a split), nginx on the host loopback, no cap; disk caches warm (every file read once) before any timing
-- training mount: \`$B/echofs -o cache_dir=WARM,index=IDX,$PREP,echo=E,echo_mode=M,augment=1,flip=1,seed=$SEED+repeat-1 '$SRC_train' MNT\`; exact-prep: the same without the echo options; local-ppm: that mount's files copied to local disk first
+- training mount: \`$B/echofs -o cache_dir=WARM,index=IDX,$PREP,echo=E,echo_mode=M${AUG},seed=$SEED+repeat-1 '$SRC_train' MNT\`; exact and exact-prep: the same without the echo options; local-ppm: that mount's files copied to local disk first
 - test mount (exact): \`-o $PREP\`, the $TEST_COUNT held-out photos read once into memory; accuracy every $EVAL_S s on a fixed 1,000-image subset, the whole held-out set confirms the target
-- trainer: \`/usr/bin/python3 tools/bench/bench_train.py --input rgb64 --train MNT --test TESTMNT --target $TARGET --budget $BUDGET --eval-seconds $EVAL_S --eval-subset 1000 --threads $THREADS --workers $WORKERS --seed $SEED+repeat-1\` (ImageFolder + DataLoader(shuffle, batch 64, num_workers=$WORKERS), ToTensor/Normalize, conv 8x8/4 (16) + conv 3x3/2 (32) + linear, Adam 3e-3, torch.set_num_threads($THREADS)); ceilings run $CEIL_S s each with --keep-going
+- trainer: \`/usr/bin/python3 tools/bench/bench_train.py --input INPUT [--pin] --train MNT --test TESTMNT --target $TARGET --budget $BUDGET --batch $BATCH --eval-seconds $EVAL_S --eval-subset 1000 --threads $THREADS --workers $WORKERS --seed $SEED+repeat-1\` (ImageFolder + DataLoader(shuffle, batch $BATCH, num_workers=$WORKERS), Adam 3e-3, torch.set_num_threads($THREADS); INPUT per placement: $PLACEMENTS; see bench_train.py); pinned: \`--pin\` (model on core 1, loader workers on core 0) and \`taskset -a -p -c 0\` on the daemon; ceilings run $CEIL_S s each with --keep-going (0: none)
 - command: \`$CMDLINE\` ($ECHOFS_INFO; $(nproc) cores, torch $($PY -c 'import torch; print(torch.__version__)'), load average at end $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ))
 EOF
 cat "$RES/table.md"
-echo "plot: $RES/accuracy.png"
+echo "plots: $RES/runs-PLACE-INPUT.png"
