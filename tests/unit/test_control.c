@@ -197,6 +197,9 @@ static void expect_prom_matches_json(const char *prom, const char *json)
 			snprintf(want, sizeof(want), "\"%s\": %s", kind, value);
 		else if (sscanf(name, "ready{class=\"%63[^\"]\"}", kind) == 1)
 			snprintf(want, sizeof(want), "\"%s\": %s", kind, value);
+		else if (sscanf(name, "echo_reason{reason=\"%63[^\"]\"}", kind) == 1)
+			/* The governor's last reason: a string in the JSON. */
+			snprintf(want, sizeof(want), "\"echo_reason\": \"%s\"", kind);
 		else {
 			snprintf(want, sizeof(want), "\"%s\": %s", name, value);
 			char help[160];
@@ -306,6 +309,9 @@ Test(control, echo_mount_stats_and_config)
 
 	expect_valid_json(json);
 	expect_has(json, "\"echo_mode\": \"adaptive\"");
+	expect_has(json, "\"echo_reason\": \"start\"");
+	expect_has(json, "\"echo_factor\": 1,");
+	expect_has(prom, "echofs_echo_reason{reason=\"start\"} 1\n");
 	expect_has(json, "\"echo\": 3,");
 	expect_has(json, "\"ready\": {\"0\": ");
 	expect_has(json, ", \"2\": ");
