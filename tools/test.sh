@@ -3,7 +3,8 @@
 # integration suite (real FUSE mounts against nginx and the fault server).
 #   tools/test.sh            the fast tier: every unit suite and the core
 #                            integration tests (under 5 minutes on 2 cores)
-#   tools/test.sh --full     every integration test (about 15 minutes in all)
+#   tools/test.sh --full     every integration test (about 10 minutes on an
+#                            idle 2-core machine)
 #   tools/test.sh --asan     build-asan/ (clang, ASan + UBSan), both suites
 #                            (add --full for every integration test)
 # The core tests are listed in tests/integration/conftest.py (FAST); the
@@ -19,7 +20,7 @@ for a in "$@"; do
 	case "$a" in
 	--asan) ASAN=1 ;;
 	--full) FULL=1 ;;
-	-h | --help) sed -n '2,12p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,13p' "$0"; exit 0 ;;
 	*) echo "test.sh: unknown argument $a" >&2; exit 2 ;;
 	esac
 done

@@ -77,6 +77,9 @@ FAST = {
     "test_tls.py": ["test_private_ca_through_ca_file"],
     # the command line, the tools, docs and the rest of the face
     "test_docs.py": ["test_echofs_options_agree", "test_tool_flags_agree",
+                     "test_every_option_listed_once",
+                     "test_examples_use_real_options",
+                     "test_doc_links_resolve",
                      "test_version_names_the_libraries"],
     "test_check.py": ["test_check_takes_source_alone",
                       "test_check_with_index_beside",

@@ -297,6 +297,15 @@ def read_checked_for(m, want, seconds):
     return reads
 
 
+def read_checked_every(m, want, step):
+    """Reads every step-th file of mount m (sorted paths), each checked
+    against want {path: sha256}; returns how many were read."""
+    paths = sorted(want)[::step]
+    for p in paths:
+        assert sha256_file(m.path(p)) == want[p], p
+    return len(paths)
+
+
 def failed_mount(mounter, source, opts, timeout=120, one_line=True):
     """Mounts source, which must fail, and returns echofs's stderr; with
     one_line, nothing may be left mounted and the error is one line."""

@@ -1,7 +1,12 @@
-"""test_docs.py - the three places that list echofs's options agree: the
-binary's --help, the README's option tables and the echofs(1) man page; the
-tools' --help and their man pages name the same flags."""
+"""test_docs.py - the places that list echofs's options agree: the binary's
+--help, the echofs(1) man page (the reference: every option once) and the
+user guide under docs/guide/ (every option once, in the option table of its
+topic's page); the README's and the guide's examples use only real options;
+the tools' --help and their man pages name the same flags; links between
+the documents resolve."""
 
+import collections
+import glob
 import os
 import re
 import subprocess
@@ -11,6 +16,11 @@ import pytest
 from helpers import BUILD, ECHOFS, REPO
 
 MAN = os.path.join(REPO, "docs", "man")
+GUIDE = os.path.join(REPO, "docs", "guide")
+
+# An option as the three places spell it: "-o name" (the value, if any,
+# follows a "="), or a flag ("-f", "--check").
+OPTION = re.compile(r"(?<![\w-])(-o [a-z_]+|--?[A-Za-z][a-z-]*)")
 
 
 def help_text(binary):
@@ -19,17 +29,152 @@ def help_text(binary):
     return r.stdout
 
 
-def test_echofs_options_agree():
-    helped = set(re.findall(r"-o ([a-z_]+)", help_text(ECHOFS)))
-    with open(os.path.join(REPO, "README.md")) as f:
-        readme = set(re.findall(r"^\| `-o ([a-z_]+)", f.read(), re.M))
+def help_options():
+    """Options of `echofs --help`: the tags of its option lines (indented
+    lines that start with '-'), in order, repeats kept."""
+    names = []
+    for line in help_text(ECHOFS).splitlines():
+        m = re.match(r"^ {2,}(-o [a-z_]+|-[\w-]+(?:, -[\w-]+)?)", line)
+        if m:
+            names += OPTION.findall(m.group(1).split("=")[0])
+    return names
+
+
+def man_options():
+    """Options of echofs(1): the tag line after each .TP, repeats kept."""
     with open(os.path.join(MAN, "echofs.1")) as f:
-        man = set(re.findall(r'^\.BI? "?\\-o ([a-z_]+)', f.read(), re.M))
-    assert helped, "no -o option found in --help"
-    assert helped == readme, "--help vs README: only in help %s, only in README %s" % (
-        sorted(helped - readme), sorted(readme - helped))
-    assert helped == man, "--help vs echofs.1: only in help %s, only in man %s" % (
-        sorted(helped - man), sorted(man - helped))
+        lines = f.read().replace("\\-", "-").splitlines()
+    names = []
+    for i, line in enumerate(lines[:-1]):
+        if line == ".TP" and lines[i + 1].startswith(".B"):
+            tag = lines[i + 1].replace('"', "").split("=")[0]
+            names += OPTION.findall(tag)
+    return names
+
+
+def guide_options():
+    """Options of the user guide: the first cell of its table rows when
+    that cell is code (`-o cache_dir=DIR`, `-h`, `--help`), repeats kept,
+    with the page each came from."""
+    found = []
+    for page in sorted(glob.glob(os.path.join(GUIDE, "*.md"))):
+        with open(page) as f:
+            for line in f:
+                m = re.match(r"^\| ((?:`[^`]+`(?:, )?)+) \|", line)
+                if m:
+                    for code in re.findall(r"`([^`]+)`", m.group(1)):
+                        found += [(n, os.path.basename(page))
+                                  for n in OPTION.findall(code.split("=")[0])]
+    return found
+
+
+def only(a, b):
+    return sorted(set(a) - set(b))
+
+
+def test_echofs_options_agree():
+    """Every option of --help is in the man page and in the guide, and the
+    other way round (a new option must be documented in both)."""
+    helped = help_options()
+    man = man_options()
+    guide = [n for n, _ in guide_options()]
+    assert "-o cache_dir" in helped and "--check" in helped, helped
+    assert set(helped) == set(man), \
+        "--help vs echofs.1: only in --help %s, only in the man page %s" % (
+            only(helped, man), only(man, helped))
+    assert set(helped) == set(guide), \
+        "--help vs docs/guide: only in --help %s, only in the guide %s" % (
+            only(helped, guide), only(guide, helped))
+
+
+def test_every_option_listed_once():
+    """The man page is the one reference: each option has one entry there
+    and one row in the guide (on the page of its topic)."""
+    twice = [n for n, c in collections.Counter(man_options()).items() if c > 1]
+    assert not twice, "listed more than once in echofs.1: %s" % twice
+    pages = collections.defaultdict(list)
+    for n, page in guide_options():
+        pages[n].append(page)
+    twice = {n: p for n, p in pages.items() if len(p) > 1}
+    assert not twice, "listed more than once in docs/guide: %s" % twice
+
+
+def example_options(path):
+    """The option names of every `-o a=...,b` in the file's code (fenced
+    blocks and inline code)."""
+    with open(path) as f:
+        text = f.read()
+    code = re.findall(r"```.*?```", text, re.S) + re.findall(r"`[^`\n]+`", text)
+    names = []
+    for block in code:
+        for arg in re.findall(r"(?<![\w-])-o\s+([^\s`'\"]+)", block):
+            for part in arg.split(","):
+                name = part.split("=")[0]
+                if re.fullmatch(r"[a-z_]+", name):
+                    names.append(name)
+    return names
+
+
+def test_examples_use_real_options():
+    """The README's and the guide's examples name only options echofs has
+    (the README's examples are what newcomers copy)."""
+    helped = {n[3:] for n in help_options() if n.startswith("-o ")}
+    # libfuse's own options, passed through, and mount(8)'s
+    helped |= {"allow_other", "ro", "rw", "nosuid", "nodev",
+               "default_permissions"}
+    docs = [os.path.join(REPO, "README.md")] + sorted(
+        glob.glob(os.path.join(GUIDE, "*.md")))
+    seen = 0
+    for path in docs:
+        names = example_options(path)
+        seen += len(names)
+        bad = sorted(set(names) - helped)
+        assert not bad, "%s uses options echofs does not have: %s" % (
+            os.path.relpath(path, REPO), bad)
+    assert seen > 20, "found only %d example options: is the parser right?" % seen
+
+
+def anchors(path):
+    """GitHub's anchors for the headings of a markdown file."""
+    out = set()
+    fence = False
+    with open(path) as f:
+        for line in f:
+            if line.startswith("```"):
+                fence = not fence
+            m = None if fence else re.match(r"^#+ (.*)", line)
+            if m:
+                h = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower())
+                out.add(h.replace(" ", "-"))
+    return out
+
+
+def test_doc_links_resolve():
+    """Every relative link of the README, HACKING.md, BENCHMARKS.md and
+    docs/ (images included) names a file that exists, and a #fragment into
+    a markdown file names one of its headings."""
+    files = [os.path.join(REPO, n) for n in ("README.md", "HACKING.md",
+                                             "BENCHMARKS.md")]
+    files += sorted(glob.glob(os.path.join(REPO, "docs", "**", "*.md"),
+                              recursive=True))
+    bad = []
+    links = 0
+    for path in files:
+        with open(path) as f:
+            text = re.sub(r"```.*?```", "", f.read(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            links += 1
+            name, _, frag = target.partition("#")
+            dest = os.path.normpath(os.path.join(os.path.dirname(path), name)) \
+                if name else path
+            if not os.path.exists(dest):
+                bad.append("%s: %s (no such file)" % (os.path.relpath(path, REPO), target))
+            elif frag and dest.endswith(".md") and frag not in anchors(dest):
+                bad.append("%s: %s (no such heading)" % (os.path.relpath(path, REPO), target))
+    assert links > 50, links
+    assert not bad, "\n".join(bad)
 
 
 @pytest.mark.parametrize("tool", ["echofs-index", "echofs-pack", "echofs-top"])
