@@ -9,10 +9,19 @@
 #include <math.h>
 #include <stdlib.h>
 
+/* Windows a level's estimate is made of: its last GOV_KEEP while it
+ * lives, so that a level the governor stays at follows a change of the
+ * readers within GOV_KEEP windows. */
+#define GOV_KEEP 8
+
+/* A level's last windows' fresh rates, their mean and the squared
+ * standard error of the mean. */
 struct level {
 	double factor;
-	double rate;	  /* estimate, fresh/s; valid when seen > 0 */
-	uint64_t seen;	  /* window number of its last measurement, 0: none */
+	double rate[GOV_KEEP];
+	unsigned n, next;
+	double mean, se2;
+	uint64_t seen; /* window number of its last measurement, 0: none */
 };
 
 struct echo_gov {
@@ -25,6 +34,8 @@ struct echo_gov {
 	/* Windows closed at the current level (the first, a transition, is
 	 * not measured) and since the last probe down. */
 	unsigned at_level;
+	/* Stepping down after a fall: goes on while each step pays. */
+	bool descend;
 	uint64_t windows, idle, changes;
 	enum gov_reason reason;
 };
@@ -43,7 +54,7 @@ static int settle_opts(struct echo_gov_opts *o, const struct echo_gov_opts *in)
 	if (o->keep == 0)
 		o->keep = 0.95;
 	if (o->settle == 0)
-		o->settle = 2;
+		o->settle = 3;
 	if (o->stale == 0)
 		o->stale = 30;
 	if (o->probe == 0)
@@ -117,21 +128,54 @@ static bool live(const struct echo_gov *g, const struct level *l)
 	return l->seen && g->windows - l->seen < g->o.stale;
 }
 
-static double best_rate(const struct echo_gov *g, unsigned *at)
+/* Add a window's rate and recompute the mean and its squared standard
+ * error (a level with one window is taken to vary by its whole mean: it
+ * proves nothing yet). */
+static void level_add(struct level *l, double rate)
 {
-	double best = 0;
+	double sum = 0, ss = 0;
+
+	l->rate[l->next] = rate;
+	l->next = (l->next + 1) % GOV_KEEP;
+	if (l->n < GOV_KEEP)
+		l->n++;
+	for (unsigned i = 0; i < l->n; i++)
+		sum += l->rate[i];
+	l->mean = sum / l->n;
+	for (unsigned i = 0; i < l->n; i++)
+		ss += (l->rate[i] - l->mean) * (l->rate[i] - l->mean);
+	l->se2 = l->n < 2 ? l->mean * l->mean : ss / (l->n - 1) / l->n;
+}
+
+static const struct level *best_level(const struct echo_gov *g)
+{
+	const struct level *best = NULL;
 
 	for (unsigned i = 0; i < g->nlv; i++)
-		if (live(g, &g->lv[i]) && g->lv[i].rate > best) {
-			best = g->lv[i].rate;
-			if (at)
-				*at = i;
-		}
+		if (live(g, &g->lv[i]) &&
+		    (!best || g->lv[i].mean > best->mean))
+			best = &g->lv[i];
 	return best;
+}
+
+/* Is a's fresh rate below keep x b's, beyond the noise? Serves come in
+ * bursts (a shard's samples at once, a DataLoader's batch), so one window
+ * can be far off: the gap must exceed twice the standard error of the
+ * difference of the two means. */
+static bool below(const struct echo_gov *g, const struct level *a,
+		  const struct level *b)
+{
+	double gap = g->o.keep * b->mean - a->mean;
+
+	return gap > 0 && gap * gap > 4.0 * (a->se2 + b->se2);
 }
 
 static void go(struct echo_gov *g, unsigned level, enum gov_reason why)
 {
+	if (why == GOV_DOWN)
+		g->descend = true;
+	else if (why == GOV_UP)
+		g->descend = false;
 	g->cur = level;
 	g->at_level = 0;
 	g->reason = why;
@@ -141,18 +185,26 @@ static void go(struct echo_gov *g, unsigned level, enum gov_reason why)
 /* The one decision after a level has settled (see governor.h). */
 static bool decide(struct echo_gov *g)
 {
-	const struct level *l = &g->lv[g->cur];
-	double best = best_rate(g, NULL), keep = g->o.keep * best;
+	const struct level *l = &g->lv[g->cur], *best = best_level(g);
 	unsigned k = g->cur;
 
-	if (g->o.no_probing || g->at_level < g->o.settle + 1)
+	if (g->o.no_probing || g->at_level < g->o.settle + 1 || !best)
 		return false;
-	if (k > 0 && l->rate < keep) {
+	if (k > 0 && below(g, l, best)) {
 		go(g, k - 1, GOV_DOWN);
 		return true;
 	}
+	/* After a fall (the readers changed), the step down paid if the
+	 * level left is below this one: try one more at once rather than at
+	 * the next probe, so the way down takes a few windows a level. */
+	if (g->descend && k > 0 && k + 1 < g->nlv &&
+	    below(g, &g->lv[k + 1], l)) {
+		go(g, k - 1, GOV_DOWN);
+		return true;
+	}
+	g->descend = false;
 	if (k + 1 < g->nlv &&
-	    (!live(g, &g->lv[k + 1]) || g->lv[k + 1].rate >= keep)) {
+	    (!live(g, &g->lv[k + 1]) || !below(g, &g->lv[k + 1], best))) {
 		go(g, k + 1, GOV_UP);
 		return true;
 	}
@@ -164,17 +216,17 @@ static bool decide(struct echo_gov *g)
 }
 
 /* A window with data at the current level; its first after a change is a
- * transition (the echo credit and the readers adjust) and only counted. */
+ * transition (the echo credit and the readers adjust) and only counted.
+ * A level's windows add up while its estimate lives. */
 static bool close_window(struct echo_gov *g, double dur)
 {
 	struct level *l = &g->lv[g->cur];
-	double rate = (double)g->fresh / dur;
 
 	g->windows++;
 	if (g->at_level++ > 0) {
-		/* Averaged with the window before only within one visit. */
-		bool cont = l->seen && l->seen == g->windows - 1;
-		l->rate = cont ? 0.5 * (l->rate + rate) : rate;
+		if (!live(g, l))
+			l->n = l->next = 0;
+		level_add(l, (double)g->fresh / dur);
 		l->seen = g->windows;
 	}
 	return decide(g);
@@ -228,17 +280,15 @@ double echo_gov_factor(const struct echo_gov *g)
 
 void echo_gov_get(const struct echo_gov *g, struct echo_gov_state *out)
 {
-	unsigned at = 0;
-	double best = best_rate(g, &at);
-	const struct level *l = &g->lv[g->cur];
+	const struct level *l = &g->lv[g->cur], *best = best_level(g);
 
 	*out = (struct echo_gov_state){
 		.factor = l->factor,
 		.level = g->cur,
 		.nlevels = g->nlv,
-		.fresh_rate = live(g, l) ? l->rate : 0,
-		.best_rate = best,
-		.best_factor = best > 0 ? g->lv[at].factor : 0,
+		.fresh_rate = live(g, l) ? l->mean : 0,
+		.best_rate = best ? best->mean : 0,
+		.best_factor = best ? best->factor : 0,
 		.reason = g->reason,
 		.windows = g->windows,
 		.idle = g->idle,

@@ -22,13 +22,19 @@
  *   one that still has fewer than 4, or in which no serve came for a whole
  *   window, is dropped as idle (a trainer evaluating, an epoch boundary):
  *   no information, no decision. Each
- *   level keeps an estimate of its fresh rate (the mean of its last two
- *   windows) and the window number it was measured in; an estimate older
- *   than `stale` windows is forgotten.
- * - After `settle` windows at a level, one decision:
- *   down   when the level's rate < keep * best (best over the levels with a
- *          live estimate): echo is taking the place of fresh samples;
- *   up     when the next level has no live estimate or kept the rate: try
+ *   level keeps the mean fresh rate of its last 8 windows and their
+ *   spread, and the window number it was last measured in; an estimate
+ *   older than `stale` windows is forgotten.
+ * - After `settle` windows at a level, one decision. "Below" means below
+ *   keep x the best live mean by more than twice the standard error of
+ *   the difference: serves come in bursts (a shard's samples at once, a
+ *   DataLoader's batches), so single windows are noisy, and a drop must be
+ *   real to count.
+ *   down   when the level is below: echo is taking the place of fresh
+ *          samples; and again after a fall while each step down paid
+ *          (the level left is below the new one), so that a reader that
+ *          became CPU-bound is followed down in a few windows a level;
+ *   up     when the next level has no live estimate or is not below: try
  *          more echo (this is how the top is found, and how a stale
  *          verdict is re-checked: a reader that changes half-way is
  *          followed within `stale` + a few windows);
@@ -51,7 +57,7 @@ struct echo_gov_opts {
 	double window_s;     /* 0 picks 1 s */
 	unsigned min_serves; /* 0 picks 32 */
 	double keep;	     /* 0 picks 0.95 */
-	unsigned settle;     /* windows at a level before it is judged; 0: 2 */
+	unsigned settle;     /* windows at a level before it is judged; 0: 3 */
 	unsigned stale;	     /* windows an estimate lives; 0: 30 */
 	unsigned probe;	     /* windows between probes down; 0: 15 */
 	bool no_probing;     /* never change level (for tests) */

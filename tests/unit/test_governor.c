@@ -35,6 +35,9 @@ struct run {
 	double t_end, t_switch; /* the node changes kind at t_switch */
 	enum node_kind before, after;
 	double noise;		/* relative noise of each 0.1 s of serves */
+	double burst;		/* > 0: fresh serves come in the first 30% of
+				 * every burst seconds (a shard's samples at
+				 * once), echoes fill the rest */
 	uint64_t seed;
 	/* Results over [t_from, t_end): */
 	double t_from;
@@ -71,8 +74,14 @@ static void simulate(struct run *r, double echo)
 		double f = fresh_rate(k, e);
 		if (i % 100 == 0)
 			mult = 1 + r->noise * (2 * echo_rng_unit(&rng) - 1);
-		fresh_acc += f * mult * dt;
-		echo_acc += f * mult * (e - 1) * dt;
+		if (r->burst > 0) {
+			bool on = fmod(t, r->burst) < 0.3 * r->burst;
+			fresh_acc += on ? f * mult * dt / 0.3 : 0;
+			echo_acc += f * mult * (e - 1) * dt;
+		} else {
+			fresh_acc += f * mult * dt;
+			echo_acc += f * mult * (e - 1) * dt;
+		}
 		for (; fresh_acc >= 1; fresh_acc -= 1) {
 			echo_gov_serve(g, true);
 			echo_gov_tick(g, t);
@@ -106,13 +115,16 @@ static void simulate(struct run *r, double echo)
 Test(governor, network_bound_climbs_to_e)
 {
 	for (uint64_t seed = 1; seed <= 5; seed++) {
+		/* Odd seeds: the fresh samples come in bursts (bench_echo.sh's
+		 * capped link: a 1 MB shard of 1,000 samples every 0.8 s). */
 		struct run r = {.t_end = 300, .t_switch = 1e9,
 				.before = NET_BOUND, .noise = 0.1,
+				.burst = seed % 2 ? 0.8 : 0,
 				.seed = seed, .t_from = 60};
 		simulate(&r, 4.0);
 		cr_assert_geq(r.first_top, 0, "seed %llu: never reached E",
 			      (unsigned long long)seed);
-		cr_assert_lt(r.first_top, 30, "seed %llu: E after %.1f s",
+		cr_assert_lt(r.first_top, 40, "seed %llu: E after %.1f s",
 			     (unsigned long long)seed, r.first_top);
 		cr_assert_geq(r.mean_factor, 3.4,
 			      "seed %llu: mean factor %.2f (%.0f%% at E)",
