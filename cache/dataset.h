@@ -327,13 +327,28 @@ uint64_t dataset_echo_ready(struct dataset *ds, uint32_t cls);
 int dataset_echo_mode_parse(const char *s, enum dataset_echo_mode *out);
 const char *dataset_echo_mode_name(enum dataset_echo_mode m);
 
+/* The echo stage in force (echo_stage=auto resolved): "encoded",
+ * "before_augment" or "after_augment"; static. */
+const char *dataset_echo_stage_name(const struct dataset *ds);
+
 /* What an echo binding serves of its sample (echo_stage, format). */
 enum dataset_echo_serve {
 	DATASET_SERVE_HELD,    /* the held bytes as they are */
 	DATASET_SERVE_AUGMENT, /* a new crop/flip made per binding */
 	DATASET_SERVE_RENDER,  /* PPM crop/flip rendered at each READ */
+	DATASET_SERVE_DECODE,  /* held bytes decoded and augmented per
+				* binding (echo_stage=encoded) */
 };
 enum dataset_echo_serve dataset_echo_serving(const struct dataset *ds);
+/* SERVE_DECODE: the binding's bytes decoded and transformed from taken
+ * sample s's held bytes, a different crop/flip for every rand. 0 with a
+ * malloc'd *out, or -errno (a bad image: logged, rate-limited). */
+int dataset_echo_decode(struct dataset *ds, const struct dataset_sample *s,
+			uint64_t rand, uint8_t **out, size_t *outlen);
+/* A take whose bytes are bad (dataset_echo_decode failed): undone, and the
+ * sample leaves the pool for good, counted once in errors.image; releases
+ * the reference. */
+void dataset_echo_discard(struct dataset *ds, struct dataset_sample *s);
 /* SERVE_AUGMENT: the binding's bytes made from held bytes, a different
  * crop/flip for every rand. 0 with a malloc'd *out, or -errno (logged). */
 int dataset_echo_augment(struct dataset *ds, const uint8_t *data, size_t len,

@@ -3,9 +3,9 @@
  * the data, wired here so that fs/ sees none of cache/echo or cache/image.
  *
  * The pool's ingest hook (what the pool holds: the final image after
- * augment, or the decoded image before it) and the bindings' hooks (a new
- * crop/flip per binding) run on the decode workers of prep.c; the stage is
- * the echo options' after_augment. */
+ * augment, or the decoded image before it, or with echo_stage=encoded no
+ * hook: the sample's own bytes) and the bindings' hooks (a new crop/flip,
+ * or a whole decode, per binding) run on the decode workers of prep.c. */
 #include <errno.h>
 #include <malloc.h>
 #include <stdio.h>
@@ -58,6 +58,39 @@ uint32_t dataset_sample_id(const struct dataset_sample *s)
 	return pool_of(s)->sample;
 }
 
+/* The echo stage in force. Adaptive mode's default is encoded (issue 29):
+ * a fresh serve then costs what an exact mount's does, one decode with
+ * the crop's resize, where holding decoded pixels cost the readers' cores
+ * 1.4x the CPU per fresh sample (resize of the whole image, a copy of it
+ * into the pool, page faults on 260 KB buffers) and a 512 MB pool of
+ * pixels held 2,000 samples, not the dataset. Its echoes are decoded
+ * again: they save the network and the disk, not the decode, so on a
+ * CPU-bound node the governor finds they cost fresh samples and stays
+ * near 1. Fixed and greedy keep the paper's cheap echoes of pixels. */
+static enum dataset_echo_stage echo_stage(const struct dataset *ds)
+{
+	const struct dataset_echo_opts *eo = &ds->echo_opts;
+
+	if (eo->stage != DATASET_STAGE_AUTO)
+		return eo->stage;
+	return eo->mode == DATASET_ECHO_ADAPTIVE ? DATASET_STAGE_ENCODED
+						 : DATASET_STAGE_BEFORE_AUGMENT;
+}
+
+const char *dataset_echo_stage_name(const struct dataset *ds)
+{
+	if (!ds->prep)
+		return "encoded"; /* no preprocessing: the sample's bytes */
+	switch (echo_stage(ds)) {
+	case DATASET_STAGE_BEFORE_AUGMENT:
+		return "before_augment";
+	case DATASET_STAGE_AFTER_AUGMENT:
+		return "after_augment";
+	default:
+		return "encoded";
+	}
+}
+
 /* Echo pool hook: what the pool keeps of a sample when preprocessing. */
 static int ingest_sample(void *ud, uint32_t sample, const uint8_t *in,
 			 size_t len, uint8_t **out, size_t *outlen)
@@ -66,7 +99,7 @@ static int ingest_sample(void *ud, uint32_t sample, const uint8_t *in,
 	char why[200];
 	int r;
 
-	if (ds->echo_opts.after_augment) {
+	if (echo_stage(ds) == DATASET_STAGE_AFTER_AUGMENT) {
 		uint64_t n = ds->ingested++;
 		uint64_t rand = hash64(&n, sizeof(n), ds->seed);
 		r = prep_apply(ds->prep, in, len, rand, out, outlen, why,
@@ -112,6 +145,12 @@ int dataset_start_image(struct dataset *ds, const struct dataset_opts *o,
 	 * a fixed threshold (this call turns the dynamic one off) keeps them
 	 * mmap'd, returned on free. */
 	mallopt(M_MMAP_THRESHOLD, 8 << 20);
+	/* Fixing the threshold also leaves the trim threshold at 128 KB:
+	 * freeing a 150 KB output at the top of a heap gave the pages back
+	 * and the next one faulted them in again (issue 29: 11 page faults
+	 * per echo serve, 7x an exact mount's). Up to 32 MB of free top of
+	 * heap is kept per arena. */
+	mallopt(M_TRIM_THRESHOLD, 32 << 20);
 	r = prep_open(&tf, io->threads, &ds->prep);
 	if (r) {
 		snprintf(err, errlen, "cannot start decode workers: %s",
@@ -144,7 +183,9 @@ int dataset_echo_start(struct dataset *ds, const uint32_t *class_of,
 		.window = eo->window,
 		.mem_size = eo->mem_size,
 		.seed = ds->seed,
-		.ingest = ds->prep ? ingest_sample : NULL,
+		.ingest = ds->prep && echo_stage(ds) != DATASET_STAGE_ENCODED
+				  ? ingest_sample
+				  : NULL,
 		.ingest_ud = ds,
 		/* Twice the decode workers: one decoding, one queued each. */
 		.ingest_threads = 2 * prep_threads(ds->prep),
@@ -317,11 +358,32 @@ const char *dataset_echo_mode_name(enum dataset_echo_mode m)
 
 enum dataset_echo_serve dataset_echo_serving(const struct dataset *ds)
 {
-	if (!ds->prep || ds->echo_opts.after_augment)
+	if (!ds->prep || echo_stage(ds) == DATASET_STAGE_AFTER_AUGMENT)
 		return DATASET_SERVE_HELD;
+	if (echo_stage(ds) == DATASET_STAGE_ENCODED)
+		return DATASET_SERVE_DECODE;
 	return ds->image_opts.format == DATASET_FORMAT_PPM
 		       ? DATASET_SERVE_RENDER
 		       : DATASET_SERVE_AUGMENT;
+}
+
+int dataset_echo_decode(struct dataset *ds, const struct dataset_sample *s,
+			uint64_t rand, uint8_t **out, size_t *outlen)
+{
+	const struct pool_sample *ps = pool_of(s);
+	char why[200];
+	int r = prep_apply(ds->prep, ps->data, ps->len, rand ^ ds->seed, out,
+			   outlen, why, sizeof(why));
+
+	if (r)
+		log_counted("bad_sample", "sample %s skipped: %s",
+			    dataset_key(ds, ps->sample), why);
+	return r;
+}
+
+void dataset_echo_discard(struct dataset *ds, struct dataset_sample *s)
+{
+	pool_discard(ds->pool, pool_of(s));
 }
 
 int dataset_echo_augment(struct dataset *ds, const uint8_t *data, size_t len,

@@ -21,6 +21,17 @@ enum dataset_echo_mode {
 	DATASET_ECHO_GREEDY = 2,   /* echo whenever no fresh one is ready */
 };
 
+/* What the echo pool of a preprocessing mount holds of a sample, that is
+ * where echoing happens in the pipeline (echo_stage=). */
+enum dataset_echo_stage {
+	DATASET_STAGE_AUTO = 0,	   /* encoded in adaptive mode, else
+				    * before_augment */
+	DATASET_STAGE_ENCODED,	   /* the sample's bytes: every serve,
+				    * fresh or echo, is decoded anew */
+	DATASET_STAGE_BEFORE_AUGMENT, /* decoded, resized pixels */
+	DATASET_STAGE_AFTER_AUGMENT,  /* the final bytes */
+};
+
 /* Output format of a preprocessing mount (cache/image/transform.h). */
 enum dataset_format {
 	DATASET_FORMAT_SAME = 0, /* JPEG stays JPEG, PPM stays PPM */
@@ -36,7 +47,7 @@ struct dataset_echo_opts {
 	unsigned window;   /* echo_window; 0 = default */
 	uint64_t mem_size; /* bytes held; 0 = default */
 	int repartition;   /* a new part of the world every pass */
-	int after_augment; /* echo_stage=after_augment */
+	enum dataset_echo_stage stage; /* echo_stage= */
 	/* Optional: whether the lookup named tag was interrupted; asked right
 	 * before a take parks (see pool_opts.interrupted). */
 	int (*interrupted)(const void *tag);

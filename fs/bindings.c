@@ -215,8 +215,35 @@ uint64_t bindings_next_rand(struct bindings *b)
 	return rand;
 }
 
-/* Bind path `file` to the taken sample s (made by the hook first). The
- * sample is given back on failure or when another lookup won the race. */
+int bindings_make(struct bindings *b, struct dataset_sample *s, uint64_t rand,
+		  uint8_t **made, size_t *outlen)
+{
+	int r;
+
+	*made = NULL;
+	*outlen = dataset_sample_len(s);
+	if (b->decode) {
+		r = dataset_echo_decode(b->ds, s, rand, made, outlen);
+		if (r == 0 || r == -ENOMEM || r == -ESHUTDOWN) {
+			if (r)
+				dataset_echo_untake(b->ds, s);
+			return r;
+		}
+		dataset_echo_discard(b->ds, s); /* bad for good */
+		return -EAGAIN;
+	}
+	if (!b->make)
+		return 0;
+	r = b->make(b->make_ud, dataset_sample_data(s), dataset_sample_len(s),
+		    rand, made, outlen);
+	if (r)
+		dataset_echo_untake(b->ds, s);
+	return r;
+}
+
+/* Bind path `file` to the taken sample s (made first). The sample is
+ * given back on failure or when another lookup won the race; -EAGAIN: it
+ * was bad (discarded), take another. */
 static int bind_sample(struct bindings *b, uint32_t file,
 		       struct dataset_sample *s, struct binding_attr *out)
 {
@@ -227,7 +254,7 @@ static int bind_sample(struct bindings *b, uint32_t file,
 
 	uint64_t rand = 0;
 
-	if (b->make || b->render.range) {
+	if (b->make || b->decode || b->render.range) {
 		pthread_mutex_lock(&b->lock);
 		rand = bindings_next_rand(b);
 		pthread_mutex_unlock(&b->lock);
@@ -241,13 +268,10 @@ static int bind_sample(struct bindings *b, uint32_t file,
 			return (int)n;
 		}
 		outlen = (size_t)n;
-	} else if (b->make) {
-		r = b->make(b->make_ud, dataset_sample_data(s),
-			    dataset_sample_len(s), rand, &made, &outlen);
-		if (r) {
-			dataset_echo_untake(b->ds, s);
+	} else {
+		r = bindings_make(b, s, rand, &made, &outlen);
+		if (r)
 			return r;
-		}
 	}
 	if (current(b, file, out) == 0) {
 		/* Another lookup of this path won the race: use its binding. */
@@ -316,16 +340,21 @@ int bindings_lookup(struct bindings *b, uint32_t file, struct binding_attr *out)
 		lookup_fixed(b, file, out);
 		return 0;
 	}
-	if (current(b, file, out) == 0)
-		return 0;
-	r = dataset_echo_take(b->ds, b->ns->files[file].cls, &s);
-	return r ? r : bind_sample(b, file, s, out);
+	do {
+		if (current(b, file, out) == 0)
+			return 0;
+		r = dataset_echo_take(b->ds, b->ns->files[file].cls, &s);
+		if (r == 0)
+			r = bind_sample(b, file, s, out);
+	} while (r == -EAGAIN); /* a bad sample, discarded: the next */
+	return r;
 }
 
 /* A parked lookup. */
 struct parked {
 	struct bindings *b;
 	uint32_t file;
+	const void *tag;
 	bindings_done_fn done;
 	void *ud;
 };
@@ -337,6 +366,16 @@ static void parked_done(void *ud, int err, struct dataset_sample *s)
 
 	if (err == 0)
 		err = bind_sample(pk->b, pk->file, s, &attr);
+	while (err == -EAGAIN) {
+		/* The sample was bad (discarded): take the class's next. */
+		err = dataset_echo_take_async(pk->b->ds,
+					      pk->b->ns->files[pk->file].cls,
+					      pk->tag, parked_done, pk, &s);
+		if (err == -EINPROGRESS)
+			return; /* pk belongs to the pool again */
+		if (err == 0)
+			err = bind_sample(pk->b, pk->file, s, &attr);
+	}
 	pk->done(pk->ud, err, err ? NULL : &attr);
 	free(pk);
 }
@@ -353,16 +392,21 @@ int bindings_lookup_async(struct bindings *b, uint32_t file, const void *tag,
 		lookup_fixed(b, file, out);
 		return 0;
 	}
-	if (current(b, file, out) == 0)
-		return 0;
-	pk = xmalloc(sizeof(*pk));
-	*pk = (struct parked){.b = b, .file = file, .done = done, .ud = ud};
-	r = dataset_echo_take_async(b->ds, b->ns->files[file].cls, tag, parked_done,
-			    pk, &s);
-	if (r == -EINPROGRESS)
-		return r; /* pk belongs to the pool until parked_done */
-	free(pk);
-	return r ? r : bind_sample(b, file, s, out);
+	do {
+		if (current(b, file, out) == 0)
+			return 0;
+		pk = xmalloc(sizeof(*pk));
+		*pk = (struct parked){.b = b, .file = file, .tag = tag,
+				      .done = done, .ud = ud};
+		r = dataset_echo_take_async(b->ds, b->ns->files[file].cls, tag,
+					    parked_done, pk, &s);
+		if (r == -EINPROGRESS)
+			return r; /* pk belongs to the pool until parked_done */
+		free(pk);
+		if (r == 0)
+			r = bind_sample(b, file, s, out);
+	} while (r == -EAGAIN); /* a bad sample, discarded: the next */
+	return r;
 }
 
 int bindings_getattr(struct bindings *b, uint64_t ino, struct binding_attr *out)
@@ -702,6 +746,11 @@ int bindings_start(struct dataset *ds, const struct namespace *ns,
 	}
 	*out = b;
 	return 0;
+}
+
+void bindings_set_decode(struct bindings *b)
+{
+	b->decode = 1;
 }
 
 void bindings_set_render(struct bindings *b, const struct bindings_render *r)

@@ -108,6 +108,14 @@ struct bindings_render {
  * serves, after bindings_new. */
 void bindings_set_render(struct bindings *b, const struct bindings_render *r);
 
+/* Every binding decodes and transforms its sample anew
+ * (dataset_echo_decode: echo_stage=encoded) instead of a make or render
+ * hook; a sample that fails to decode is discarded from the pool
+ * (dataset_echo_discard) and the lookup or open takes another, so readers
+ * never see a bad sample, as with a pool that decodes at ingest. Call
+ * before the mount serves. */
+void bindings_set_decode(struct bindings *b);
+
 /* Page-cache store of binding at open: write the whole of h's bytes (size,
  * read with bindings_read) into the page cache of inode ino. 0 or -errno.
  * Called without the bindings lock, before any open of h is answered. */
@@ -117,7 +125,7 @@ typedef int (*bindings_store_fn)(void *ud, uint64_t ino, struct binding *h,
 /* Bind at open (see DESIGN): every binding's bytes are `size` long (the
  * render hook's, or the pool sample's without one; a sample of another
  * size fails its open with EIO). Call before the mount serves, after
- * bindings_set_render; not with a make hook. */
+ * bindings_set_render or bindings_set_decode; not with a make hook. */
 void bindings_bind_at_open(struct bindings *b, uint64_t size,
 			   bindings_store_fn store, void *ud);
 

@@ -57,6 +57,7 @@ struct bindings {
 	double expire_s;
 	bindings_make_fn make;
 	void *make_ud;
+	int decode;             /* bindings_set_decode: make = decode */
 	struct bindings_render render; /* set before serving; read-only then */
 	uint64_t fixed;         /* binding at open: every binding's size, or 0 */
 	bindings_store_fn store; /* with fixed: the page-cache store */
@@ -93,6 +94,12 @@ struct binding *bindings_find(const struct bindings *b, uint64_t ino);
 void bindings_set_sample(struct bindings *b, struct binding *x,
 			 struct dataset_sample *s, uint8_t *made,
 			 size_t outlen, uint64_t rand);
+/* The bytes binding taken sample s serves, made (make hook or decode)
+ * with draw rand: 0 with *made (NULL: the sample's own bytes) and
+ * *outlen, or -errno with s given back, or -EAGAIN: s was bad and is
+ * discarded, take another. */
+int bindings_make(struct bindings *b, struct dataset_sample *s, uint64_t rand,
+		  uint8_t **made, size_t *outlen);
 /* A new draw for the make or render hook. */
 uint64_t bindings_next_rand(struct bindings *b);
 /* Unhash x if neither the kernel, a handle nor a reply refers to it:

@@ -85,6 +85,36 @@ static ssize_t sample_size(struct bindings *b, struct dataset_sample *s)
 			      dataset_sample_len(s));
 }
 
+/* Decode taken sample s for x (bindings_set_decode): 0 with *made (the
+ * binding's bytes, the fixed size) and its draw *rand, or -errno with s
+ * given back, or -EAGAIN: s was bad (discarded) and a new take for x's
+ * taker is under way. */
+static int decode_taken(struct bindings *b, struct binding *x,
+			struct dataset_sample *s, uint8_t **made,
+			uint64_t *rand)
+{
+	const void *tag;
+	size_t len;
+	int r;
+
+	pthread_mutex_lock(&b->lock);
+	*rand = bindings_next_rand(b);
+	tag = x->taker;
+	pthread_mutex_unlock(&b->lock);
+	r = bindings_make(b, s, *rand, made, &len);
+	if (r == -EAGAIN) {
+		bindings_take_for(b, x, tag);
+		return r;
+	}
+	if (r == 0 && len != b->fixed) {
+		free(*made);
+		*made = NULL;
+		dataset_echo_untake(b->ds, s);
+		r = -EIO;
+	}
+	return r;
+}
+
 /* A take for x failed with err. An interrupted taker fails alone and the
  * next waiting OPEN takes anew; any other error fails them all. Caller
  * holds the lock, which this drops. */
@@ -121,10 +151,16 @@ static void open_taken(void *ud, int err, struct dataset_sample *s)
 	struct bindings *b = t.b;
 	struct binding *x = t.x;
 	struct opener *w;
+	uint8_t *made = NULL;
+	uint64_t rand = 0;
 	int r, n = 0, untake = 0, drop, gone;
 
 	free(ud);
-	if (err == 0) {
+	if (err == 0 && b->decode) {
+		err = decode_taken(b, x, s, &made, &rand);
+		if (err == -EAGAIN)
+			return; /* a bad sample: another take is under way */
+	} else if (err == 0) {
 		ssize_t size = sample_size(b, s);
 		if (size != (ssize_t)b->fixed) {
 			dataset_echo_untake(b->ds, s);
@@ -141,6 +177,7 @@ static void open_taken(void *ud, int err, struct dataset_sample *s)
 		/* Every OPEN was interrupted meanwhile. */
 		int gone = bindings_maybe_unlink(b, x);
 		pthread_mutex_unlock(&b->lock);
+		free(made);
 		dataset_echo_untake(b->ds, s);
 		if (gone)
 			free(x);
@@ -150,7 +187,8 @@ static void open_taken(void *ud, int err, struct dataset_sample *s)
 		b->rebound++;
 		x->rebound = 1;
 	}
-	bindings_set_sample(b, x, s, NULL, b->fixed, bindings_next_rand(b));
+	bindings_set_sample(b, x, s, made, b->fixed,
+			    made ? rand : bindings_next_rand(b));
 	/* Counted as served now; the store below is the only one. */
 	x->committed = x->bound_once = x->storing = x->stored = 1;
 	pthread_mutex_unlock(&b->lock);

@@ -306,8 +306,10 @@ static void render_json(const struct control *c, const struct snapshot *s,
 {
 	put(o, "{\n  \"version\": \"%s\"", ECHOFS_VERSION);
 	if (dataset_echoes(c->src.ds))
-		put(o, ",\n  \"echo_mode\": \"%s\",\n  \"echo_reason\": \"%s\"",
-		    dataset_echo_mode_name(s->mode), reason_of(s));
+		put(o, ",\n  \"echo_mode\": \"%s\",\n  \"echo_stage\": \"%s\","
+		       "\n  \"echo_reason\": \"%s\"",
+		    dataset_echo_mode_name(s->mode),
+		    dataset_echo_stage_name(c->src.ds), reason_of(s));
 	for (size_t i = 0; i < n; i++)
 		put(o, ",\n  \"%s\": %.17g", m[i].name, m[i].value);
 	render_ready(c, o, 0);

@@ -137,6 +137,8 @@ static int start_echo(struct app *a, char *err, size_t errlen)
 			 strerror(-r));
 		return r;
 	}
+	if (serve == DATASET_SERVE_DECODE)
+		bindings_set_decode(a->bind);
 	if (serve == DATASET_SERVE_RENDER)
 		bindings_set_render(a->bind, &(struct bindings_render){
 			.size = augment_size, .range = augment_range,

@@ -283,13 +283,18 @@ static int convert_prep(struct raw_opts *r, struct fs_options *o, char *err,
 		o->image.format = (enum dataset_format)f;
 	}
 	if (r->echo_stage) {
-		if (strcmp(r->echo_stage, "after_augment") == 0)
-			o->echo.after_augment = 1;
-		else if (strcmp(r->echo_stage, "before_augment") != 0) {
-			snprintf(err, errlen, "bad echo_stage '%s' (before_augment "
-				 "or after_augment)", r->echo_stage);
+		static const char *const stages[] = {
+			"auto", "encoded", "before_augment", "after_augment"};
+		int st = -1;
+		for (int i = 0; i < 4; i++)
+			if (strcmp(r->echo_stage, stages[i]) == 0)
+				st = i;
+		if (st < 0) {
+			snprintf(err, errlen, "bad echo_stage '%s' (auto, encoded, "
+				 "before_augment or after_augment)", r->echo_stage);
 			return -EINVAL;
 		}
+		o->echo.stage = (enum dataset_echo_stage)st;
 	}
 	if (r->max_pixels && (parse_u64(r->max_pixels, &o->image.max_pixels) ||
 			      o->image.max_pixels == 0)) {
@@ -690,8 +695,11 @@ void options_usage(FILE *f, const char *prog)
 "  -o augment=1         draw a new crop/flip for every serve (echo mounts)\n"
 "  -o format=FMT        same (original bytes, default), jpeg or ppm\n"
 "  -o quality=Q         JPEG quality for format=jpeg (default 90)\n"
-"  -o echo_stage=STAGE  before_augment (default: the pool keeps decoded,\n"
-"                       resized pixels) or after_augment (final bytes)\n"
+"  -o echo_stage=STAGE  what the pool keeps: encoded (the sample's bytes,\n"
+"                       decoded at every serve), before_augment (decoded,\n"
+"                       resized pixels) or after_augment (final bytes);\n"
+"                       auto (default): encoded in adaptive mode, else\n"
+"                       before_augment\n"
 "  -o threads=N         decode worker threads (default: cores)\n"
 "  -o max_pixels=N      refuse images declaring more pixels (default 64000000)\n"
 "  -o decode_mem=SIZE   memory the decode workers may use at once (default\n"

@@ -527,6 +527,28 @@ bool echo_policy_untake(struct echo_policy *ep, const struct echo_take *t)
 	return it->state != ITEM_OUT;
 }
 
+void echo_policy_discard(struct echo_policy *ep, const struct echo_take *t)
+{
+	struct echo_item *it = t->item;
+	struct eclass *c = &ep->cls[it->cls];
+
+	if (!echo_policy_untake(ep, t))
+		return; /* retired: already out of the policy */
+	if (it->state == ITEM_FIFO) {
+		/* Fresh again: make_fresh put it at the front. */
+		(void)fifo_pop(c);
+	} else {
+		bag_remove(c, it);
+		if (it->uses)
+			list_remove(ep, it); /* a served candidate */
+	}
+	if (it->uses == 0) {
+		c->nfresh--;
+		ep->ready--;
+	}
+	ep->items--;
+}
+
 /* ---- memory pressure ---- */
 
 /* True when a is less useful than b (a worse candidate to keep). */

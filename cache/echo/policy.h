@@ -147,6 +147,11 @@ int echo_policy_take(struct echo_policy *ep, uint32_t cls, struct echo_take *t);
  * retired, e.g. E was lowered meanwhile, and the caller frees it). */
 bool echo_policy_untake(struct echo_policy *ep, const struct echo_take *t);
 
+/* Undo a take as echo_policy_untake does, then remove the item from the
+ * policy for good (a sample found bad when served: echo_stage=encoded
+ * decodes only then). The caller frees it once nobody holds it. */
+void echo_policy_discard(struct echo_policy *ep, const struct echo_take *t);
+
 /* Pick and remove the least useful served candidate among the
  * ECHO_EVICT_SCAN oldest that can_drop accepts (the caller says which are
  * not in use): ECHO_ADAPTIVE the most used, ECHO_FIXED the one with the

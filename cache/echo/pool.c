@@ -729,6 +729,30 @@ void pool_untake(struct pool *p, struct pool_sample *s)
 	free(rf);
 }
 
+void pool_discard(struct pool *p, struct pool_sample *s)
+{
+	struct ref *rf = (struct ref *)s;
+	struct entry *e;
+
+	if (!p || !s)
+		return;
+	e = rf->e;
+	pthread_mutex_lock(&p->lock);
+	if (!p->bad[e->sample]) {
+		/* The first holder to find it bad takes it out; another
+		 * holder's take of it then just lets go. Counted once, and
+		 * never streamed again (stream_sample skips bad samples). */
+		p->bad[e->sample] = 1;
+		p->rejected++;
+		echo_policy_discard(p->ep, &rf->t);
+		e->attached = false;
+	}
+	put_entry(p, e);
+	pool_notify(p, rf->pub.cls);
+	pool_unlock(p);
+	free(rf);
+}
+
 void pool_release(struct pool *p, struct pool_sample *s)
 {
 	struct ref *rf = (struct ref *)s;

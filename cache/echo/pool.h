@@ -189,6 +189,11 @@ void pool_commit(struct pool *p, struct pool_sample *s);
  * fresh, and the policy forgets the use. Releases the reference. */
 void pool_untake(struct pool *p, struct pool_sample *s);
 
+/* A taken sample turned out bad when served (echo_stage=encoded decodes
+ * only then): the take is undone and the sample leaves the pool for the
+ * rest of the mount, counted in `rejected` once; releases the reference. */
+void pool_discard(struct pool *p, struct pool_sample *s);
+
 /* Drop the reference from pool_take. Accepts NULL. */
 void pool_release(struct pool *p, struct pool_sample *s);
 

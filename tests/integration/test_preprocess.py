@@ -108,6 +108,27 @@ def test_echoes_before_augment_differ(mounter, fault_server):
     assert differing >= 0.8 * len(repeats), (differing, len(repeats))
 
 
+def test_encoded_echoes_differ(mounter, fault_server):
+    """echo_stage=encoded (adaptive mode's default, issue 29): the pool
+    holds the sample's bytes and every serve, echoes too, is decoded with a
+    new crop and flip."""
+    m = mounter(fault_server.source, opts=echo_opts(fault_server, "encoded"))
+    repeats = served_by_source(m, "3", 600)
+    assert repeats, "no sample was served twice"
+    differing = sum(1 for h in repeats.values() if len(set(h)) > 1)
+    assert differing >= 0.8 * len(repeats), (differing, len(repeats))
+    assert m.stats()["echo_stage"] == "encoded"
+
+
+@pytest.mark.parametrize("mode,stage", [("adaptive", "encoded"),
+                                        ("fixed", "before_augment"),
+                                        ("greedy", "before_augment")])
+def test_echo_stage_auto_follows_the_mode(mounter, fault_server, mode, stage):
+    opts = dict(echo_opts(fault_server, "auto"), echo_mode=mode)
+    m = mounter(fault_server.source, opts=opts)
+    assert m.stats()["echo_stage"] == stage
+
+
 def test_echoes_after_augment_are_identical(mounter, fault_server):
     m = mounter(fault_server.source, opts=echo_opts(fault_server, "after_augment"))
     repeats = served_by_source(m, "3", 600)
@@ -152,6 +173,31 @@ def test_bad_images_fail_cleanly(mounter, private_nginx, dataset):
             assert os.getxattr(f.fileno(), "user.echofs.source") in (b"ok0", b"ok1", b"ok2")
     st = e.stats()
     assert st["errors"]["image"] >= 2
+
+
+@pytest.mark.parametrize("crop", [0, 32])
+def test_encoded_echo_mount_skips_bad_images(mounter, private_nginx, dataset, crop):
+    """echo_stage=encoded decodes at the serve, not at ingest: a bad JPEG
+    found then is discarded from the pool and the open (crop: bound at
+    open) or lookup (no crop) takes another sample, so readers see only
+    good ones, and each bad one is counted once."""
+    d = os.path.join(dataset.www, "badimg")
+    os.makedirs(d, exist_ok=True)
+    make_bad_shard(os.path.join(d, "bad-000000.tar"))
+    src = "%s/badimg/bad-{000000..000000}.tar" % private_nginx.url
+    opts = {"size": 64, "format": "ppm", "echo": 2, "echo_stage": "encoded"}
+    if crop:
+        opts.update(crop=crop, augment=1)
+    e = mounter(src, opts=opts, name="echo%d" % crop)
+    names = sorted(os.listdir(e.path("1")))
+    for _ in range(4):
+        for n in names:
+            with open(e.path("1", n), "rb") as f:
+                assert f.read()[:2] == b"P6"
+                assert os.getxattr(f.fileno(), "user.echofs.source") in (b"ok0", b"ok1", b"ok2")
+    st = e.stats()
+    assert st["errors"]["image"] == 2, st["errors"]
+    assert st["fresh_served"] >= 3
 
 
 POISONERS = ("zero_size.jpg", "bad_marker.jpg", "garbage_scan.jpg")

@@ -355,14 +355,15 @@ Test(dataset, decode_workers_failure_keeps_its_errno)
 }
 
 /* The same for the echo pool: its 128 ingest threads (twice the decode
- * workers) cannot start. */
+ * workers; a pool that decodes at ingest) cannot start. */
 Test(dataset, echo_pool_failure_keeps_its_errno)
 {
 	struct dataset_opts o = cached_index_opts();
 	struct dataset *ds = NULL;
 	char err[512] = "";
 
-	o.echo = (struct dataset_echo_opts){.on = 1, .echo = 2};
+	o.echo = (struct dataset_echo_opts){
+		.on = 1, .echo = 2, .stage = DATASET_STAGE_BEFORE_AUGMENT};
 	o.image =
 		(struct dataset_image_opts){.on = 1, .size = 32, .threads = 64};
 	int r = dataset_open(&o, &ds, err, sizeof(err));
