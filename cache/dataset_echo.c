@@ -187,6 +187,11 @@ int dataset_echo_start(struct dataset *ds, const uint32_t *class_of,
 				  ? ingest_sample
 				  : NULL,
 		.ingest_ud = ds,
+		/* Encoded echoes cost a decode like fresh serves: they may
+		 * only fill waits. */
+		.fresh_first = ds->prep &&
+			       echo_stage(ds) == DATASET_STAGE_ENCODED &&
+			       eo->mode == DATASET_ECHO_ADAPTIVE,
 		/* Twice the decode workers: one decoding, one queued each. */
 		.ingest_threads = 2 * prep_threads(ds->prep),
 		.world = eo->repartition ? ds->part.world : 1,

@@ -28,6 +28,7 @@ struct echo_policy {
 	double echo;
 	enum echo_mode mode;
 	unsigned window;
+	bool fresh_first;
 	struct echo_rng rng;
 	/* Served samples still held, oldest first serve first. */
 	struct echo_item *head, *tail;
@@ -213,6 +214,7 @@ int echo_policy_open(uint32_t nclasses, const struct echo_policy_opts *o,
 	ep->echo = o->echo;
 	ep->mode = o->mode;
 	ep->window = o->window;
+	ep->fresh_first = o->fresh_first;
 	ep->cap = o->echo;
 	echo_rng_seed(&ep->rng, o->seed);
 	*out = ep;
@@ -420,7 +422,8 @@ static bool echo_allowed(const struct echo_policy *ep)
  *  - the upstream keeps up: the class's fresh samples outweigh its echoes
  *    (ceil(E) * ready >= serves left). The backlog then grows with every
  *    arrival, and serving it first keeps it at most that weight: a fast
- *    upstream is served fresh, echoes fill only the gaps.
+ *    upstream is served fresh, echoes fill only the gaps;
+ *  - fresh_first (echo_stage=encoded): always.
  * The echo served is the oldest candidate (oldest_echo). */
 static int take_adaptive(struct echo_policy *ep, struct eclass *c,
 			 struct echo_take *t)
@@ -431,6 +434,7 @@ static int take_adaptive(struct echo_policy *ep, struct eclass *c,
 	uint64_t fresh = (uint64_t)c->flen * max_uses(ep);
 
 	if (c->flen && (echoes == 0 || fresh >= echoes ||
+			(ep->fresh_first && ep->mode == ECHO_ADAPTIVE) ||
 			echo_rng_below(&ep->rng, fresh + echoes) < fresh)) {
 		take_fresh(ep, c, t);
 		return 0;

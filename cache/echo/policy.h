@@ -113,6 +113,12 @@ struct echo_policy_opts {
 	enum echo_mode mode;
 	unsigned window; /* opens of a class; 0 is a valid window (none) */
 	uint64_t seed;
+	/* ECHO_ADAPTIVE: a ready fresh sample is always served before any
+	 * echo, so echoes only fill what would be a wait. For pools whose
+	 * echoes cost the readers what a fresh serve does (echo_stage=
+	 * encoded decodes every serve): drawing echoes among ready fresh
+	 * samples there only displaces them (issue 29). */
+	bool fresh_first;
 };
 
 struct echo_policy_stats {

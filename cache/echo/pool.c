@@ -487,7 +487,7 @@ int pool_open(const struct index *ix, struct shards *sh,
 	if (r == 0)
 		r = group_samples(p, class_of);
 	eo = (struct echo_policy_opts){p->o.echo, p->o.mode, p->o.window,
-				       p->o.seed};
+				       p->o.seed, p->o.fresh_first};
 	if (r == 0)
 		r = echo_policy_open(nclasses, &eo, &p->ep);
 	if (r == 0)

@@ -66,6 +66,7 @@ struct pool_opts {
 				  * 2 per class + 64 */
 	double wait_s;           /* longest a take waits; 0 means 30 s */
 	unsigned ingest_threads; /* threads running the ingest hook; 0 means 1 */
+	bool fresh_first;        /* echo_policy_opts.fresh_first */
 	/* Optional: what the pool keeps of a sample, made from its bytes by
 	 * the streamer without the pool lock (a decoded and resized image,
 	 * or the final preprocessed bytes). Returns 0 with a malloc'd *out,

@@ -44,7 +44,8 @@ struct sim {
 
 static void sim_init(struct sim *s, const struct sim_case *c)
 {
-	struct echo_policy_opts o = {c->echo, c->mode, c->window, c->seed};
+	struct echo_policy_opts o = {.echo = c->echo, .mode = c->mode,
+				     .window = c->window, .seed = c->seed};
 
 	memset(s, 0, sizeof(*s));
 	s->c = c;
@@ -355,7 +356,8 @@ Test(echo_policy, adaptive_echoes_spread_like_fixed)
 
 static struct echo_policy *policy(double e, enum echo_mode m, unsigned w)
 {
-	struct echo_policy_opts o = {e, m, w, 99};
+	struct echo_policy_opts o = {.echo = e, .mode = m, .window = w,
+				     .seed = 99};
 	struct echo_policy *ep;
 	cr_assert_eq(echo_policy_open(1, &o, &ep), 0);
 	cr_assert_not_null(ep);
@@ -388,6 +390,48 @@ Test(echo_policy, adaptive_draws_fresh_alongside_echoes_when_behind)
 			     feeds[n], (unsigned long long)s.mixed_echoes,
 			     (unsigned long long)s.echoes);
 		sim_free(&s);
+	}
+}
+
+/* Issue 29: with echo_stage=encoded an echo costs the readers a decode
+ * like a fresh serve, so echoes drawn among ready fresh samples only
+ * displaced them. fresh_first: while the class has a fresh sample, every
+ * serve is fresh; echoes come only when none is ready (instead of a
+ * wait). Without it the same feed draws echoes among fresh samples. */
+Test(echo_policy, fresh_first_echoes_only_instead_of_a_wait)
+{
+	for (int ff = 0; ff < 2; ff++) {
+		struct echo_policy_opts o = {.echo = 4, .mode = ECHO_ADAPTIVE,
+					     .window = 0, .seed = 5,
+					     .fresh_first = ff};
+		struct echo_item it[200];
+		struct echo_policy *ep;
+		struct echo_take t;
+		unsigned mixed = 0, echoes = 0;
+
+		cr_assert_eq(echo_policy_open(1, &o, &ep), 0);
+		for (int i = 0; i < 4; i++)
+			echo_policy_add(ep, &it[i], 0);
+		for (int i = 0; i < 4; i++)
+			cr_assert_eq(echo_policy_take(ep, 0, &t), 0);
+		for (int i = 4; i < 200; i++) {
+			echo_policy_add(ep, &it[i], 0); /* one fresh ready */
+			cr_assert_eq(echo_policy_take(ep, 0, &t), 0);
+			mixed += !t.fresh;
+			while (echo_policy_ready(ep, 0) > 0)
+				cr_assert_eq(echo_policy_take(ep, 0, &t), 0);
+			/* None ready now: this one is an echo, not a wait. */
+			cr_assert_eq(echo_policy_take(ep, 0, &t), 0);
+			cr_assert_not(t.fresh);
+			echoes++;
+		}
+		if (ff)
+			cr_assert_eq(mixed, 0, "%u echoes while fresh was ready",
+				     mixed);
+		else
+			cr_assert_gt(mixed, 20, "only %u mixed echoes", mixed);
+		cr_assert_gt(echoes, 0);
+		echo_policy_free(ep);
 	}
 }
 
@@ -643,11 +687,11 @@ Test(echo_policy, evict_most_used_never_fresh)
 Test(echo_policy, bad_options_rejected)
 {
 	static const struct echo_policy_opts bad[] = {
-		{0.5, ECHO_ADAPTIVE, 0, 0},
-		{NAN, ECHO_ADAPTIVE, 0, 0},
-		{INFINITY, ECHO_FIXED, 0, 0},
-		{ECHO_MAX + 1, ECHO_FIXED, 0, 0},
-		{2.0, (enum echo_mode)7, 0, 0},
+		{0.5, ECHO_ADAPTIVE, 0, 0, false},
+		{NAN, ECHO_ADAPTIVE, 0, 0, false},
+		{INFINITY, ECHO_FIXED, 0, 0, false},
+		{ECHO_MAX + 1, ECHO_FIXED, 0, 0, false},
+		{2.0, (enum echo_mode)7, 0, 0, false},
 	};
 	struct echo_policy *ep = policy(2.0, ECHO_ADAPTIVE, 0);
 	struct echo_item a;
