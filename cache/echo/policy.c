@@ -587,6 +587,16 @@ echo_policy_evict(struct echo_policy *ep,
 	return pick;
 }
 
+bool echo_policy_drop_served(struct echo_policy *ep, struct echo_item *it)
+{
+	if (it->uses == 0 || it->state != ITEM_BAG)
+		return false;
+	bag_remove(&ep->cls[it->cls], it);
+	list_remove(ep, it);
+	ep->items--;
+	return true;
+}
+
 struct echo_item *echo_policy_give_back(struct echo_policy *ep, uint32_t cls)
 {
 	struct eclass *c;

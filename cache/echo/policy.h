@@ -167,6 +167,10 @@ struct echo_item *
 echo_policy_evict(struct echo_policy *ep,
 		  bool (*can_drop)(struct echo_item *it, void *ud), void *ud);
 
+/* Remove item it if it is a served candidate (the caller frees it);
+ * false, leaving it, if it is fresh or out of the policy. */
+bool echo_policy_drop_served(struct echo_policy *ep, struct echo_item *it);
+
 /* Give back a never-served sample of class cls (the pool re-reads it when
  * the class is asked for): it leaves the policy uncounted, as if it had not
  * arrived yet. ECHO_ADAPTIVE takes the newest of the FIFO; ECHO_FIXED any

@@ -139,3 +139,36 @@ Test(pool_idle, read_ahead_is_bounded_by_lookahead)
 	read_n(k.p, 20); /* and serves on once readers come */
 	stack_close(&k);
 }
+
+/* Issue 29: a fresh-first pool (echo_stage=encoded) holds a small
+ * dataset whole, so at every new pass each sample's old copy was still
+ * held and its new one waited in line (an owed re-read, served only
+ * after the old copy left): a trainer's fresh samples came at a fifth of
+ * the first pass's rate. Now a new pass drops the served candidates
+ * nobody holds and streams its samples as the first pass did. Before the
+ * fix: about NCLASSED re-reads a pass. */
+Test(pool_idle, a_fresh_first_pool_streams_every_pass_afresh)
+{
+	struct pool_opts po = {.echo = 4,
+			       .mode = ECHO_ADAPTIVE,
+			       .seed = 5,
+			       .wait_s = 10,
+			       .shuffle_buffer = 4,
+			       .lookahead = 8,
+			       .fresh_first = true};
+	struct pool_stats ps;
+	struct stack k;
+
+	stack_open(&k, NULL, &po, NULL);
+	read_n(k.p, 4 * NCLASSED);
+	pool_get_stats(k.p, &ps);
+	cr_assert_geq(ps.pass, 3, "only %llu passes",
+		      (unsigned long long)ps.pass);
+	cr_assert_geq(ps.fresh_served, 3 * NCLASSED, "%llu fresh serves",
+		      (unsigned long long)ps.fresh_served);
+	/* The few still unserved when a pass begins (at most the buffer
+	 * and the lookahead) wait in line, as they should. */
+	cr_assert_lt(ps.reread, 4 * 12, "%llu samples waited in line",
+		     (unsigned long long)ps.reread);
+	stack_close(&k);
+}
