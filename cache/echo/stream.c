@@ -300,10 +300,14 @@ static int stream_sample(struct pool *p, uint32_t s, bool reread)
 		pthread_mutex_unlock(&p->lock);
 		return 0;
 	}
-	if (!reread && (p->held[s] || owed_any(p, cls))) {
+	if (!reread && ((p->held[s] && !p->o.fresh_first) ||
+			owed_any(p, cls))) {
 		/* Its previous pass's copy is still held, or older samples of
 		 * its class are owed: those go first, this one waits in line.
-		 */
+		 * Not for a held copy in a fresh-first pool: it holds a small
+		 * dataset whole, so every sample of a new pass would wait,
+		 * and a sample served at the end of one pass and early in the
+		 * next is what any epoch-shuffling loader does. */
 		owed_add(p, s, cls, false, (uint32_t)p->pass);
 		p->given_back--; /* moved in line, not given back */
 		if (!owed_pop(p, cls, p->want[cls] > 0, &s)) {
