@@ -149,19 +149,31 @@ static void cached_index_path(const char *cache_dir, const struct shardlist *l,
 		 (unsigned long long)hsh);
 }
 
-/* Equal once userinfo and query are stripped from both. */
-static int same_shard_url(const char *a, const char *b)
+/* Is the index's URL ix the list's URL u? Equal once the secrets are
+ * stripped from u (a kept index holds them stripped), and from ix too (a
+ * published one may hold other credentials). A published index (given, or
+ * beside the shards: echofs-index writes no query) may also name it
+ * without its query: its place in the list tells such shards apart. */
+static int same_shard_url(const char *ix, const char *u, int published)
 {
-	char *sa, *sb;
+	char *sx, *su;
 	int same;
 
-	if (strcmp(a, b) == 0)
+	if (strcmp(ix, u) == 0)
 		return 1;
-	sa = http_strip_secrets(a);
-	sb = http_strip_secrets(b);
-	same = strcmp(sa, sb) == 0;
-	free(sa);
-	free(sb);
+	su = http_strip_secrets(u);
+	same = strcmp(ix, su) == 0;
+	if (!same) {
+		sx = http_strip_secrets(ix);
+		same = strcmp(sx, su) == 0;
+		free(sx);
+	}
+	free(su);
+	if (!same && published) {
+		su = http_strip_query(u);
+		same = strcmp(ix, su) == 0;
+		free(su);
+	}
 	return same;
 }
 
@@ -169,7 +181,8 @@ static int same_shard_url(const char *a, const char *b)
  * stored without credentials: a match takes SOURCE's URL, which the
  * daemon keeps in memory only. */
 static int check_matches(struct index *ix, const struct shardlist *l,
-			 const char *what, char *err, size_t errlen)
+			 const char *what, int published, char *err,
+			 size_t errlen)
 {
 	char red[512];
 	if (ix->nshards != l->n) {
@@ -179,7 +192,7 @@ static int check_matches(struct index *ix, const struct shardlist *l,
 	}
 	for (size_t i = 0; i < l->n; i++) {
 		if (strcmp(ix->shards[i].url, l->urls[i]) != 0 &&
-		    same_shard_url(ix->shards[i].url, l->urls[i])) {
+		    same_shard_url(ix->shards[i].url, l->urls[i], published)) {
 			index_set_url(ix, (uint32_t)i, l->urls[i]);
 			continue;
 		}
@@ -324,6 +337,20 @@ static int probe(struct http *h, struct store *st, const struct index *ix,
 	return 0;
 }
 
+/* The key that keeps query strings off the disk (http_strip_secrets): the
+ * cache_dir's own, so a later mount finds what this one kept. Without it
+ * the process's random key still keeps them off, but nothing kept for a URL
+ * with a query is found again. */
+static void use_url_key(const struct resolve_opts *o)
+{
+	int r = http_url_key_use(o->cache_dir, !o->look_only);
+
+	if (r && !(r == -ENOENT && o->look_only))
+		log_warn("cache dir %s: no key for URL digests (%s): shards with "
+			 "a query string are not found again by later mounts",
+			 o->cache_dir, strerror(-r));
+}
+
 /* Index from option, cache or beside the shards; -ENOENT when none of them
  * has one (then the caller builds it). */
 static int find_index(const struct resolve_opts *o, struct http *h,
@@ -343,7 +370,7 @@ static int find_index(const struct resolve_opts *o, struct http *h,
 		info->index_from = "cache";
 		r = load_index(h, cached, out, err, errlen);
 		if (r == 0 &&
-		    check_matches(*out, l, "cached index", err, errlen) == 0)
+		    check_matches(*out, l, "cached index", 0, err, errlen) == 0)
 			return 0;
 		log_warn("ignoring cached index %s: %s", cached, err);
 		index_free(*out);
@@ -374,8 +401,10 @@ int resolve_open(const struct resolve_opts *o, struct http *h, struct store *st,
 		goto out;
 	info->nshards = l.n;
 	snprintf(info->first_shard, sizeof(info->first_shard), "%s", l.urls[0]);
-	if (o->cache_dir)
+	if (o->cache_dir) {
+		use_url_key(o);
 		cached_index_path(o->cache_dir, &l, cached, sizeof(cached));
+	}
 	r = find_index(o, h, &l, cached, out, info, err, errlen);
 	if (r == -ENOENT && o->look_only) {
 		info->index_from = "none";
@@ -395,8 +424,8 @@ int resolve_open(const struct resolve_opts *o, struct http *h, struct store *st,
 	if (r)
 		goto out;
 	r = check_matches(*out, &l,
-			  o->index ? "index" : "index beside the shards", err,
-			  errlen);
+			  o->index ? "index" : "index beside the shards", 1,
+			  err, errlen);
 	if (r)
 		goto out;
 	/* Keep a copy for later mounts, unless it came from there or the
