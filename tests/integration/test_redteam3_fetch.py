@@ -234,3 +234,57 @@ def test_presigned_url_with_a_new_signature_hits_the_cache(server, mounter,
     assert srv.count(lambda p: "bbbb2222secret" in p) == 0
     assert_no_text_on_disk(cache, ["aaaa1111secret", "bbbb2222secret",
                                    "AKIDEXAMPLE", "good1"])
+
+
+# ---- 2. listings that never end ----------------------------------------------
+
+def listing_xml(keys, token):
+    body = "".join("<Contents><Key>%s</Key><Size>%d</Size></Contents>"
+                   % (k, len(SHARDS["good1"])) for k in keys)
+    more = ("<IsTruncated>true</IsTruncated><NextContinuationToken>%s"
+            "</NextContinuationToken>" % token) if token else \
+        "<IsTruncated>false</IsTruncated>"
+    return ('<?xml version="1.0" encoding="UTF-8"?><ListBucketResult>'
+            "<Name>b</Name>%s%s</ListBucketResult>" % (body, more)).encode()
+
+
+def listing_route(next_token):
+    """A bucket "loop" whose listing is always truncated, with the token
+    next_token(n) on page n; its key is a shard."""
+    pages = [0]
+
+    def route(path):
+        u = urllib.parse.urlsplit(path)
+        if u.path.rstrip("/") == "/loop" and "list-type=2" in u.query:
+            pages[0] += 1
+            return 200, "application/xml", listing_xml(["ds/a.tar"],
+                                                       next_token(pages[0]))
+        if u.path == "/loop/ds/a.tar":
+            return 200, "application/octet-stream", SHARDS["good1"]
+        return None
+    return route
+
+
+def is_listing(p):
+    return "list-type=2" in p
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_listing_repeating_its_token_fails_the_mount(server, mounter, scheme):
+    srv = server(listing_route(lambda n: "SAME-TOKEN"))
+    err = helpers.failed_mount(mounter, "%s://loop/ds/" % scheme,
+                               {"endpoint": srv.url, "no_sign": "1",
+                                "region": "us-east-1"}, timeout=120)
+    assert "repeats an earlier continuation token" in err, err
+    assert srv.count(is_listing) == 2
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_listing_of_fresh_tokens_over_the_same_keys_fails(server, mounter,
+                                                          scheme):
+    srv = server(listing_route(lambda n: "T%d" % n))
+    err = helpers.failed_mount(mounter, "%s://loop/ds/" % scheme,
+                               {"endpoint": srv.url, "no_sign": "1",
+                                "region": "us-east-1"}, timeout=120)
+    assert "no new shard in" in err, err
+    assert srv.count(is_listing) > 2
