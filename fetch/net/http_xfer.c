@@ -340,10 +340,10 @@ int http_run(struct http *h, const char *given, struct want *w)
 	x.started = start;
 	x.pos0 = w->pos;
 	x.sign = mapped != NULL;
-	x.c = http_easy_new(h, &x);
-	if (!x.c) {
+	rc = http_easy_new(h, &x, &x.c);
+	if (rc) {
 		free(mapped);
-		return -ENOMEM;
+		return rc;
 	}
 	for (;;) {
 		uint64_t before = w->pos;

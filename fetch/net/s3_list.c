@@ -169,7 +169,8 @@ static void add_key(struct shardlist *out, const struct listing *l,
 /* One page's keys into out; next continuation token into token ("" at
  * the end). */
 static int read_page(const char *body, size_t len, const struct listing *l,
-		     size_t max, struct shardlist *out, char *token)
+		     size_t max, struct shardlist *out, char *token,
+		     size_t *skipped)
 {
 	const char *p = body, *end = body + len, *c, *ce;
 	char key[3 * KEY_MAX + 8], trunc[16] = "";
@@ -182,12 +183,11 @@ static int read_page(const char *body, size_t len, const struct listing *l,
 		if (!ce)
 			return -EPROTO;
 		rc = tag_text(c, ce, "Key", key, sizeof(key));
-		if (rc == -EINVAL)
-			log_warn("s3: skipping a key that cannot be a shard "
-				 "name (control characters or bad XML)");
+		if (rc == -EINVAL || (rc == 0 && strlen(key) > KEY_MAX))
+			++*skipped; /* control characters, bad XML, too long */
 		else if (rc)
 			return -EPROTO;
-		else if (strlen(key) <= KEY_MAX && wanted(l, key)) {
+		else if (wanted(l, key)) {
 			if (out->n >= max)
 				return -E2BIG;
 			add_key(out, l, key);
@@ -258,6 +258,7 @@ static int seen_add(struct seen *s, uint64_t h)
 struct walk {
 	struct seen tokens, keys;
 	double last_new; /* when a page last brought a shard not seen before */
+	size_t skipped;  /* keys that cannot be shard names */
 	char why[160];   /* the reason a listing was given up, or "" */
 };
 
@@ -305,7 +306,7 @@ static int list_all(struct http *h, const struct listing *l, size_t max,
 		if (rc)
 			break;
 		from = out->n;
-		rc = read_page(body, len, l, max, out, token);
+		rc = read_page(body, len, l, max, out, token, &w->skipped);
 		free(body);
 		log_debug("s3: listing page %d: %zu shards so far%s",
 			  *pages + 1, out->n, token[0] ? ", more to come" : "");
@@ -353,6 +354,10 @@ int s3_list_shards(struct http *h, const char *source, size_t max,
 		qsort(out->urls, out->n, sizeof(*out->urls), cmp_str);
 		rc = check_unique(out, &w);
 	}
+	if (w.skipped) /* each a shard the tree cannot show: one line */
+		log_warn("s3: skipped %zu keys that cannot be shard names "
+			 "(control characters, bad XML or over %d bytes)",
+			 w.skipped, KEY_MAX);
 	if (rc == 0) {
 		log_info("s3: listed %zu shards in %d pages", out->n, pages);
 	} else {

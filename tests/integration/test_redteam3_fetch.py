@@ -288,3 +288,32 @@ def test_listing_of_fresh_tokens_over_the_same_keys_fails(server, mounter,
                                 "region": "us-east-1"}, timeout=120)
     assert "no new shard in" in err, err
     assert srv.count(is_listing) > 2
+
+
+# ---- 3. keys with dot segments stay in their bucket --------------------------
+
+ESCAPE_KEY = "ds/../../otherbucket/secret.tar"
+
+
+def escape_route(path):
+    u = urllib.parse.urlsplit(path)
+    if u.path.rstrip("/") == "/escape" and "list-type=2" in u.query:
+        return 200, "application/xml", listing_xml(
+            [ESCAPE_KEY, "ds/bad&#1;name.tar"], None)
+    if u.path == "/escape/" + ESCAPE_KEY:  # the key itself
+        return 200, "application/octet-stream", SHARDS["good1"]
+    if u.path == "/otherbucket/secret.tar":  # another bucket's object
+        return 200, "application/octet-stream", SHARDS["good2"]
+    return None
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_key_with_dot_segments_stays_in_its_bucket(server, mounter, scheme):
+    srv = server(escape_route)
+    m = mounter("%s://escape/ds/" % scheme,
+                opts={"endpoint": srv.url, "no_sign": "1", "region": "us-east-1"})
+    assert tree_bytes(m) == expected_files(PREFIX["good1"])
+    assert srv.count(lambda p: p.startswith("/otherbucket/")) == 0
+    assert srv.count(lambda p: p == "/escape/" + ESCAPE_KEY) > 0
+    # the key with a control character is skipped, counted on one line
+    assert "skipped 1 keys that cannot be shard names" in m.log()
