@@ -276,21 +276,27 @@ static int build_index(const struct resolve_opts *o, struct http *h,
 static void save_cached(const char *path, struct index *ix)
 {
 	char dir[4096];
+	struct stat sb;
+
 	snprintf(dir, sizeof(dir), "%s", path);
 	char *slash = strrchr(dir, '/');
 	if (slash)
 		*slash = '\0';
-	mkdir(dir, 0700);
+	if (mkdir(dir, 0700) != 0 &&
+	    (errno != EEXIST || stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))) {
+		log_warn("cannot keep the index: cannot make %s: %s", dir,
+			 errno == EEXIST ? "not a directory" : strerror(errno));
+		return;
+	}
 	/* The copy on disk holds no credential: URLs stripped for the write
-	 * (nothing else uses the index yet), and only its owner reads it. */
+	 * (nothing else uses the index yet), and only its owner reads it,
+	 * from its first byte on. */
 	const char **kept = xmalloc((ix->nshards + 1) * sizeof(*kept));
 	for (size_t i = 0; i < ix->nshards; i++) {
 		kept[i] = ix->shards[i].url;
 		ix->shards[i].url = http_strip_secrets(kept[i]);
 	}
-	int r = index_save(ix, path);
-	if (r == 0 && chmod(path, 0600) != 0)
-		r = -errno;
+	int r = index_save_mode(ix, path, 0600);
 	for (size_t i = 0; i < ix->nshards; i++) {
 		free((char *)ix->shards[i].url);
 		ix->shards[i].url = kept[i];
