@@ -75,6 +75,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         with srv.lock:
             srv.requests.append(self.path)
         route = srv.route(self.path)
+        if callable(route):  # the route answers by itself
+            return route(self, head)
         if route is None:
             self.send_response(404)
             self.send_header("Content-Length", "0")
@@ -317,3 +319,59 @@ def test_key_with_dot_segments_stays_in_its_bucket(server, mounter, scheme):
     assert srv.count(lambda p: p == "/escape/" + ESCAPE_KEY) > 0
     # the key with a control character is skipped, counted on one line
     assert "skipped 1 keys that cannot be shard names" in m.log()
+
+
+# ---- 7. mount failures name their cause; a shard listed twice --------------
+
+def cut_short(h, head):
+    """Every answer announces the whole shard and sends half of it."""
+    body = SHARDS["good1"]
+    h.send_response(200)
+    h.send_header("Content-Length", str(len(body)))
+    h.end_headers()
+    if not head:
+        h.wfile.write(body[:len(body) // 2])
+        h.wfile.flush()
+    h.close_connection = True
+
+
+def gzipped(h, head):
+    import gzip
+    body = gzip.compress(SHARDS["good1"])
+    h.send_response(200)
+    h.send_header("Content-Encoding", "gzip")
+    h.send_header("Content-Length", str(len(body)))
+    h.end_headers()
+    if not head:
+        h.wfile.write(body)
+
+
+def busy(h, head):
+    h.send_response(503)
+    h.send_header("Retry-After", "999999")
+    h.send_header("Content-Length", "4")
+    h.end_headers()
+    if not head:
+        h.wfile.write(b"busy")
+
+
+def huge_header(h, head):
+    h.send_response(200)
+    h.send_header("X-Filler", "a" * (10 << 20))
+    h.send_header("Content-Length", str(len(SHARDS["good1"])))
+    h.end_headers()
+    if not head:
+        h.wfile.write(SHARDS["good1"])
+
+
+@pytest.mark.parametrize("answer,words", [
+    (cut_short, "cut short"), (gzipped, "Content-Encoding"),
+    (busy, "503"), (huge_header, "header")])
+def test_mount_failure_names_its_cause(server, mounter, tmp_path, answer, words):
+    srv = server(lambda p: answer if p.startswith("/s/") else None)
+    lst = tmp_path / "one.txt"
+    lst.write_text("%s/s/a.tar\n" % srv.url)
+    err = helpers.failed_mount(mounter, str(lst), {})
+    assert words in err, err
+    assert not err.rstrip().endswith(("Input/output error",
+                                      "Cannot allocate memory")), err
