@@ -92,6 +92,75 @@ static int shard_list(const struct resolve_opts *o, struct http *h,
 	return r;
 }
 
+struct url_at {
+	uint64_t hash; /* of the stored form */
+	size_t i;
+};
+
+static int cmp_url_at(const void *a, const void *b)
+{
+	const struct url_at *x = a, *y = b;
+	if (x->hash != y->hash)
+		return x->hash < y->hash ? -1 : 1;
+	return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* Two entries naming one shard (once their credentials are stripped: the
+ * same object signed twice is one shard) fail the mount: a list that names
+ * a shard twice is a mistake (lists concatenated, a glob overlapping
+ * another), and quietly reading it once or twice would change the dataset
+ * either way. */
+static int check_unique(const struct resolve_opts *o, const struct shardlist *l,
+			char *err, size_t errlen)
+{
+	struct url_at *at = xmalloc((l->n ? l->n : 1) * sizeof(*at));
+	char **s = xcalloc(l->n ? l->n : 1, sizeof(*s)), red[512], red2[512];
+	int r = 0;
+
+	for (size_t i = 0; i < l->n; i++) {
+		s[i] = http_strip_secrets(l->urls[i]);
+		at[i] = (struct url_at){hash64(s[i], strlen(s[i]), 0), i};
+	}
+	qsort(at, l->n, sizeof(*at), cmp_url_at);
+	for (size_t k = 1; k < l->n && !r; k++) {
+		size_t a = at[k - 1].i, b = at[k].i;
+		if (at[k].hash != at[k - 1].hash || strcmp(s[a], s[b]) != 0)
+			continue;
+		snprintf(err, errlen,
+			 "%s names shard %s twice (shards %zu and %zu%s): "
+			 "list it once",
+			 http_redact(o->source, red, sizeof(red)),
+			 http_redact(l->urls[b], red2, sizeof(red2)), a + 1,
+			 b + 1,
+			 strcmp(l->urls[a], l->urls[b])
+				 ? ", the same once credentials are left out"
+				 : "");
+		r = -EINVAL;
+	}
+	for (size_t i = 0; i < l->n; i++)
+		free(s[i]);
+	free(s);
+	free(at);
+	return r;
+}
+
+/* Empty shards add nothing: one line says how many, naming the first. */
+static void warn_empty(const struct index *ix)
+{
+	size_t n = 0, first = 0;
+	char red[512];
+
+	for (size_t i = ix->nshards; i-- > 0;)
+		if (ix->shards[i].size == 0)
+			n++, first = i;
+	if (n)
+		log_warn("%zu shard%s empty (0 bytes), adding no samples: "
+			 "shard %zu (%s)%s",
+			 n, n == 1 ? " is" : "s are", first + 1,
+			 http_redact(ix->shards[first].url, red, sizeof(red)),
+			 n > 1 ? " and more" : "");
+}
+
 /* The last non-empty path component before comp (a prefix's own name),
  * not the host or bucket; *len 0 when comp is at the root. */
 static const char *dir_name(const char *source, const char *comp, size_t *len)
@@ -403,14 +472,16 @@ int resolve_open(const struct resolve_opts *o, struct http *h, struct store *st,
 	*out = NULL;
 	memset(info, 0, sizeof(*info));
 	r = shard_list(o, h, &l, err, errlen);
+	if (!r && o->cache_dir)
+		use_url_key(o); /* before any stored form is made */
+	if (!r)
+		r = check_unique(o, &l, err, errlen);
 	if (r)
 		goto out;
 	info->nshards = l.n;
 	snprintf(info->first_shard, sizeof(info->first_shard), "%s", l.urls[0]);
-	if (o->cache_dir) {
-		use_url_key(o);
+	if (o->cache_dir)
 		cached_index_path(o->cache_dir, &l, cached, sizeof(cached));
-	}
 	r = find_index(o, h, &l, cached, out, info, err, errlen);
 	if (r == -ENOENT && o->look_only) {
 		info->index_from = "none";
@@ -434,6 +505,7 @@ int resolve_open(const struct resolve_opts *o, struct http *h, struct store *st,
 			  err, errlen);
 	if (r)
 		goto out;
+	warn_empty(*out);
 	/* Keep a copy for later mounts, unless it came from there or the
 	 * user names it each time. */
 	if (cached[0] && !o->look_only &&

@@ -375,3 +375,28 @@ def test_mount_failure_names_its_cause(server, mounter, tmp_path, answer, words)
     assert words in err, err
     assert not err.rstrip().endswith(("Input/output error",
                                       "Cannot allocate memory")), err
+
+
+@pytest.mark.parametrize("second", ["get?s=good1",
+                                    "get?s=good1&X-Amz-Signature=other"])
+def test_shard_listed_twice_fails_the_mount(server, mounter, tmp_path, second):
+    srv = server(query_route)
+    lst = tmp_path / "twice.txt"
+    lst.write_text("%s/get?s=good2\n%s/get?s=good1\n%s/%s\n"
+                   % (srv.url, srv.url, srv.url, second))
+    err = helpers.failed_mount(mounter, str(lst), {})
+    assert "twice (shards 2 and 3" in err, err
+    assert "good1" not in err and "other" not in err, err  # redacted
+
+
+def test_empty_shard_is_warned(server, mounter, tmp_path):
+    def route(path):
+        if path == "/empty.tar":
+            return 200, "application/octet-stream", b""
+        return query_route(path)
+    srv = server(route)
+    lst = tmp_path / "empty.txt"
+    lst.write_text("%s/get?s=good1\n%s/empty.tar\n" % (srv.url, srv.url))
+    m = mounter(str(lst))
+    assert tree_bytes(m) == expected_files(PREFIX["good1"])
+    assert "1 shard is empty (0 bytes), adding no samples: shard 2" in m.log()
