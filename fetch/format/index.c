@@ -972,19 +972,26 @@ int index_write(const struct index *ix, FILE *f)
 }
 
 /* The rename is only durable once the directory entry is on disk too. */
-static void fsync_dir_of(const char *path)
+static int fsync_dir_of(const char *path)
 {
 	char *copy = xstrdup(path);
-	int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = 0;
 
-	if (fd >= 0) {
-		fsync(fd);
+	if (fd < 0 || fsync(fd) != 0)
+		r = -errno;
+	if (fd >= 0)
 		close(fd);
-	}
 	free(copy);
+	return r;
 }
 
 int index_save(const struct index *ix, const char *path)
+{
+	/* an index is meant to be shared */
+	return index_save_mode(ix, path, 0644);
+}
+
+int index_save_mode(const struct index *ix, const char *path, mode_t mode)
 {
 	size_t tlen = strlen(path) + sizeof(".tmp.XXXXXX");
 	char *tmp = xmalloc(tlen);
@@ -992,14 +999,13 @@ int index_save(const struct index *ix, const char *path)
 	int fd, r;
 
 	snprintf(tmp, tlen, "%s.tmp.XXXXXX", path);
-	fd = mkstemp(tmp);
+	fd = mkstemp(tmp); /* 0600 from the start */
 	if (fd < 0) {
 		r = -errno;
 		free(tmp);
 		return r;
 	}
-	/* mkstemp makes 0600; an index is meant to be shared. */
-	if (fchmod(fd, 0644) || !(f = fdopen(fd, "w"))) {
+	if ((mode != 0600 && fchmod(fd, mode)) || !(f = fdopen(fd, "w"))) {
 		r = -errno;
 		close(fd);
 		goto out;
@@ -1011,11 +1017,12 @@ int index_save(const struct index *ix, const char *path)
 		r = -EIO;
 	if (!r && rename(tmp, path))
 		r = -errno;
+	/* renamed but maybe not durable: said, the file is left in place */
+	if (!r)
+		r = fsync_dir_of(path);
 out:
 	if (r)
 		unlink(tmp);
-	else
-		fsync_dir_of(path);
 	free(tmp);
 	return r;
 }

@@ -40,6 +40,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <stdio.h>
 
 struct index_shard {
@@ -169,7 +170,11 @@ int index_parse_owned(char *text, size_t len, struct index **out, char *err,
  * shard URL or ETag that breaks the rules) or -EIO. */
 int index_write(const struct index *ix, FILE *f);
 /* Write to path atomically (temp file in the same directory, fsync, rename,
- * fsync of the directory; mode 0644). Returns 0 or -errno. */
+ * fsync of the directory; mode 0644). Returns 0 or -errno (a failed fsync
+ * of the directory too: the file is then in place but maybe not durable). */
 int index_save(const struct index *ix, const char *path);
+/* The same with the file's mode: 0600 keeps it its owner's from the first
+ * byte (the temporary file too). */
+int index_save_mode(const struct index *ix, const char *path, mode_t mode);
 
 #endif

@@ -11,6 +11,22 @@
 
 #include "fetch/format/index.h"
 
+/* fsync of a directory fails on demand (linked with -Wl,--wrap=fsync: see
+ * unit_link_args in tests/meson.build). */
+int __real_fsync(int fd);
+int __wrap_fsync(int fd);
+static int fail_dir_fsync;
+
+int __wrap_fsync(int fd)
+{
+	struct stat sb;
+	if (fail_dir_fsync && fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+		errno = EIO;
+		return -1;
+	}
+	return __real_fsync(fd);
+}
+
 static char *write_mem(const struct index *ix, size_t *len)
 {
 	char *buf = NULL;
@@ -665,4 +681,23 @@ Test(index, names_per_pair)
 	free(again);
 	index_free(ix);
 	index_free(back);
+}
+
+Test(index, save_reports_a_failed_directory_fsync_and_keeps_modes)
+{
+	char dir[] = "/tmp/echofs-index-XXXXXX", path[256];
+	struct index *ix = sample_index();
+	struct stat st;
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/kept.index", dir);
+	cr_expect_eq(index_save_mode(ix, path, 0600), 0);
+	cr_assert_eq(stat(path, &st), 0);
+	cr_expect_eq(st.st_mode & 0777, 0600);
+	fail_dir_fsync = 1;
+	cr_expect_eq(index_save(ix, path), -EIO, "the rename is not durable");
+	fail_dir_fsync = 0;
+	unlink(path);
+	rmdir(dir);
+	index_free(ix);
 }
