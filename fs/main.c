@@ -582,8 +582,9 @@ int main(int argc, char **argv)
 		r = 1;
 		goto out;
 	}
-	if ((r = daemon_start(a.o.foreground)) != 0) {
-		fprintf(stderr, "echofs: error: cannot fork: %s\n", strerror(-r));
+	if ((r = daemon_start(a.o.foreground, a.o.log_file)) != 0) {
+		fprintf(stderr, "echofs: error: cannot start the daemon: %s\n",
+			strerror(-r));
 		r = 1;
 		goto out;
 	}

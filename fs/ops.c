@@ -897,6 +897,7 @@ static int read_span(fuse_req_t req, struct fs_ctx *fs, uint32_t file,
 	uint32_t sample = fs->ns->files[file].sample;
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(0);
 	struct dataset_span sp;
+	int r;
 
 	if (off != 0 || dataset_read_span(fs->ds, sample, 0, size, &sp) != 0)
 		return 0;
@@ -904,8 +905,14 @@ static int read_span(fuse_req_t req, struct fs_ctx *fs, uint32_t file,
 	bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	bv.buf[0].fd = sp.fd;
 	bv.buf[0].pos = (off_t)sp.pos;
-	fs->counters.bytes_served += sp.len;
-	fuse_reply_data(req, &bv, 0);
+	/* libfuse falls back to copying when splice fails; what it still
+	 * returns is a reply that could not be made or sent. ENOENT: the
+	 * request was interrupted, the reader gone, no read error. */
+	r = fuse_reply_data(req, &bv, 0);
+	if (r == 0)
+		fs->counters.bytes_served += sp.len;
+	else if (r != -ENOENT)
+		count_read_error(fs, file, -r);
 	dataset_span_done(fs->ds, &sp);
 	push_touch(fs->push, dataset_group(fs->ds, sample));
 	return 1;

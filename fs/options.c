@@ -715,8 +715,10 @@ void options_usage(FILE *f, const char *prog)
 "The mount is read-only (ro,nosuid,nodev; an echo mount is rw for the kernel\n"
 "only so that MOUNTPOINT/.echofs/config can be written). Statistics:\n"
 "MOUNTPOINT/.echofs/stats (JSON) and .echofs/stats.prom (Prometheus).\n"
-"SIGTERM, SIGINT and SIGHUP unmount and exit 0 within 2 s, cancelling reads\n"
-"and transfers in progress. echofs refuses to mount over another FUSE mount,\n"
-"live or dead; clear it with: fusermount3 -u MOUNTPOINT\n",
+"SIGTERM, SIGINT (and SIGHUP with -f) unmount and exit 0 within 2 s,\n"
+"cancelling reads and transfers in progress. SIGUSR1 (and SIGHUP in the\n"
+"background) reopens log_file; other user signals are logged and ignored.\n"
+"echofs refuses to mount over another FUSE mount, live or dead; clear it\n"
+"with: fusermount3 -u MOUNTPOINT\n",
 	      f);
 }
