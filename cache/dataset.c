@@ -281,10 +281,27 @@ size_t dataset_ngroups(const struct dataset *ds)
 	return ds->ix->nshards;
 }
 
+/* A sample, or a member numbered after the samples (dataset.h). */
 static const struct index_sample *sample_of(const struct dataset *ds,
 					    uint32_t sample)
 {
-	return sample < ds->ix->nsamples ? &ds->ix->samples[sample] : NULL;
+	const struct index *ix = ds->ix;
+
+	if (sample < ix->nsamples)
+		return &ix->samples[sample];
+	if (sample - ix->nsamples < ix->nmembers)
+		return &ix->members[sample - ix->nsamples];
+	return NULL;
+}
+
+int dataset_has_members(const struct dataset *ds)
+{
+	return ds->ix->has_members;
+}
+
+size_t dataset_nmembers(const struct dataset *ds)
+{
+	return ds->ix->nmembers;
 }
 
 const char *dataset_key(const struct dataset *ds, uint32_t sample)
@@ -581,11 +598,11 @@ int dataset_in_view(const struct dataset *ds, uint32_t sample)
 
 int dataset_in_part(const struct dataset *ds, uint32_t sample)
 {
-	if (sample >= ds->ix->nsamples)
+	const struct index_sample *s = sample_of(ds, sample);
+
+	if (!s)
 		return 0;
-	return ds->rank_of ? ds->rank_of[ds->ix->samples[sample].shard] ==
-				     ds->part.rank
-			   : 1;
+	return ds->rank_of ? ds->rank_of[s->shard] == ds->part.rank : 1;
 }
 
 void dataset_get_part(const struct dataset *ds, struct dataset_part *out)

@@ -27,6 +27,7 @@
 
 #define INDEX_MAGIC_V1 "echofs-index 1"
 #define INDEX_MAGIC_V2 "echofs-index 2"
+#define INDEX_MAGIC_V3 "echofs-index 3"
 #define SUM_HEX 16
 #define ARENA_BLOCK (64 * 1024)
 #define ARENA_BLOCK_BIG (4u << 20) /* once an arena holds more than this */
@@ -122,6 +123,7 @@ void index_free(struct index *ix)
 	free(ix->names);
 	free(ix->arena);
 	free(ix->shards);
+	free(ix->members);
 	free(ix);
 }
 
@@ -196,6 +198,19 @@ static const char *names_reject(const char *label, size_t llen, const char *key,
 		return "bad extension";
 	if (!file_name_fits(key, klen, elen))
 		return "bad key";
+	return NULL;
+}
+
+/* A member's ext ("seg.PNG"): the rest of a file name after the key's
+ * first dot, so no '/', no leading '.', and the whole name fits. */
+static const char *member_reject(const char *key, size_t klen, const char *ext,
+				 size_t elen)
+{
+	if (!name_ok(key, klen, true))
+		return "bad key";
+	if (elen == 0 || ext[0] == '.' || memchr(ext, '/', elen) ||
+	    !file_name_fits(key, klen, elen))
+		return "bad extension";
 	return NULL;
 }
 
@@ -480,8 +495,74 @@ int index_add_sample(struct index *ix, uint32_t shard, uint64_t offset,
 	return 0;
 }
 
+/* Room for one more member. */
+static int grow_members(struct index *ix)
+{
+	struct index_sample *n;
+	size_t cap = ix->cap_members ? 2 * ix->cap_members : 1024;
+
+	if (ix->nmembers < ix->cap_members)
+		return 0;
+	if (cap > SIZE_MAX / sizeof(*n))
+		return -ENOMEM;
+	n = realloc(ix->members, cap * sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	ix->members = n;
+	ix->cap_members = cap;
+	return 0;
+}
+
+/* The names id of ("", ext): most members repeat the ext of the member
+ * two or three before (jpg, txt, json, ...). -1 when the table is full. */
+static int64_t member_names(struct index *ix, const char *ext, size_t elen)
+{
+	for (size_t back = 1; back <= 4 && back <= ix->nmembers; back++) {
+		uint32_t id = ix->members[ix->nmembers - back].names;
+		if (same_str(ix->names[id].ext, ext, elen))
+			return id;
+	}
+	return pair_id(ix, intern(ix, "", 0), intern(ix, ext, elen));
+}
+
+/* Fill the next member record (room made by grow_members); its key
+ * offset is set by the caller. */
+static int put_member(struct index *ix, uint32_t shard, uint64_t offset,
+		      uint64_t size, const char *ext, size_t elen)
+{
+	struct index_sample *m = &ix->members[ix->nmembers];
+	int64_t names = member_names(ix, ext, elen);
+
+	if (names < 0)
+		return -ENOMEM;
+	*m = (struct index_sample){.offset = offset, .shard = shard,
+				   .size = (uint32_t)size,
+				   .names = (uint32_t)names};
+	return 0;
+}
+
+int index_add_member(struct index *ix, uint32_t shard, uint64_t offset,
+		     uint64_t size, const char *key, const char *ext)
+{
+	int r;
+
+	if (!text_ok(key) || !text_ok(ext) ||
+	    member_reject(key, strlen(key), ext, strlen(ext)) ||
+	    size > INDEX_SAMPLE_MAX || !in_shard(ix, shard, offset, size))
+		return -EINVAL;
+	r = grow_members(ix);
+	if (!r)
+		r = put_member(ix, shard, offset, size, ext, strlen(ext));
+	if (!r)
+		r = add_key(ix, key, &ix->members[ix->nmembers].key);
+	if (!r)
+		ix->nmembers++;
+	return r;
+}
+
 struct parser {
 	struct index *ix;
+	int version; /* 1, 2 or 3 (F lines) */
 	int extra; /* fields after the format 1 ones: 1 for the sum in v2 */
 	const char *end; /* past the text */
 	size_t line;	 /* 1-based number of the line being parsed */
@@ -653,6 +734,40 @@ static int parse_sample(struct parser *ps, const char **f, size_t *fl, int n)
 	return 0;
 }
 
+/* An F line (format 3): one member. */
+static int parse_member(struct parser *ps, const char **f, size_t *fl, int n)
+{
+	struct index *ix = ps->ix;
+	uint64_t shard, off, size, sum;
+
+	if (ps->version < 3)
+		return bad(ps, "F lines need format 3");
+	if (n != 7)
+		return bad(ps, "F needs 7 fields");
+	if (parse_u64_n(f[1], fl[1], &shard) || shard >= ix->nshards)
+		return bad(ps, "bad or unknown shard number");
+	if (parse_u64_n(f[2], fl[2], &off) || parse_u64_n(f[3], fl[3], &size))
+		return bad(ps, "bad offset or size");
+	if (size > INDEX_SAMPLE_MAX)
+		return bad(ps, "member larger than 4 GiB");
+	if (!in_shard(ix, (uint32_t)shard, off, size))
+		return bad(ps, "member lies outside its shard");
+	if (parse_sum(f[6], fl[6], &sum))
+		return bad(ps, "bad member checksum");
+	if (member_reject(f[4], fl[4], f[5], fl[5])) {
+		ix->skipped.members++;
+		return 0;
+	}
+	if (grow_members(ix) || put_member(ix, (uint32_t)shard, off, size,
+					   f[5], fl[5]))
+		return bad(ps, "out of memory");
+	ix->members[ix->nmembers].sum = sum;
+	ix->members[ix->nmembers].key =
+		(uint32_t)(keep(ps, f[4], fl[4]) - ix->arena->text);
+	ix->nmembers++;
+	return 0;
+}
+
 /* The line after the one at p (or the end). */
 static const char *next_line(const struct parser *ps, const char *p)
 {
@@ -692,18 +807,26 @@ static int parse_line(struct parser *ps, const char *p, const char **next)
 		return parse_sample(ps, f, fl, n);
 	if (fl[0] == 1 && f[0][0] == 'S')
 		return parse_shard(ps, f, fl, n);
+	if (fl[0] == 1 && f[0][0] == 'F')
+		return parse_member(ps, f, fl, n);
 	return bad(ps,
 		   fl[0] == 0 && n == 1 ? "empty line" : "unknown record type");
 }
 
-static bool magic_ok(const char *text, size_t len, int *extra)
+/* The format's number from the first line, 0 when it is none of ours
+ * (the three magics have one length). */
+static int magic_version(const char *text, size_t len)
 {
-	size_t mlen = strlen(INDEX_MAGIC_V2);
+	static const char *const magic[] = {INDEX_MAGIC_V1, INDEX_MAGIC_V2,
+					    INDEX_MAGIC_V3};
+	size_t mlen = strlen(INDEX_MAGIC_V1);
 
 	if (len < mlen || (len > mlen && text[mlen] != '\n'))
-		return false;
-	*extra = memcmp(text, INDEX_MAGIC_V2, mlen) == 0;
-	return *extra || memcmp(text, INDEX_MAGIC_V1, mlen) == 0;
+		return 0;
+	for (int v = 0; v < 3; v++)
+		if (memcmp(text, magic[v], mlen) == 0)
+			return v + 1;
+	return 0;
 }
 
 /* The shortest M line: "M", six tabs, three one-digit numbers, three
@@ -732,15 +855,19 @@ static int parse_start(struct parser *ps, const char *head, size_t have,
 {
 	size_t mlen = strlen(INDEX_MAGIC_V1);
 
-	if (!magic_ok(head, have, &ps->extra)) {
+	ps->version = magic_version(head, have);
+	if (!ps->version) {
 		snprintf(err, errlen,
-			 "line 1: not an echofs index (want \"%s\" or \"%s\")",
-			 INDEX_MAGIC_V2, INDEX_MAGIC_V1);
+			 "line 1: not an echofs index (want \"%s\", \"%s\" or "
+			 "\"%s\")",
+			 INDEX_MAGIC_V3, INDEX_MAGIC_V2, INDEX_MAGIC_V1);
 		return -EBADMSG;
 	}
+	ps->extra = ps->version >= 2;
 	ps->line = 1;
 	ps->ix = index_new();
 	ps->ix->has_sums = ps->extra == 1;
+	ps->ix->has_members = ps->version == 3;
 	if (alloc_index(ps->ix, total)) {
 		index_free(ps->ix);
 		ps->ix = NULL;
@@ -950,7 +1077,11 @@ int index_write(const struct index *ix, FILE *f)
 		if (!s->url[0] || !text_ok(s->url) || !text_ok(s->etag))
 			return -EINVAL;
 	}
-	fprintf(f, "%s\n", ix->has_sums ? INDEX_MAGIC_V2 : INDEX_MAGIC_V1);
+	bool v3 = ix->has_sums && ix->has_members;
+
+	fprintf(f, "%s\n", v3		 ? INDEX_MAGIC_V3
+			   : ix->has_sums ? INDEX_MAGIC_V2
+					  : INDEX_MAGIC_V1);
 	for (i = 0; i < ix->nshards; i++) {
 		const struct index_shard *s = &ix->shards[i];
 		fprintf(f, "S\t%s\t%llu\t%s", s->url,
@@ -965,6 +1096,14 @@ int index_write(const struct index *ix, FILE *f)
 			(unsigned long long)s->size, index_label(ix, s),
 			index_key(ix, s), index_ext(ix, s));
 		write_sum(f, ix, s->sum);
+	}
+	for (i = 0; v3 && i < ix->nmembers; i++) {
+		const struct index_sample *m = &ix->members[i];
+		fprintf(f, "F\t%u\t%llu\t%llu\t%s\t%s", m->shard,
+			(unsigned long long)m->offset,
+			(unsigned long long)m->size, index_key(ix, m),
+			index_ext(ix, m));
+		write_sum(f, ix, m->sum);
 	}
 	if (fflush(f) || ferror(f))
 		return -EIO;
