@@ -91,7 +91,7 @@ static void count_read_error(struct fs_ctx *fs, uint32_t file, int err)
 		return;
 	fs->counters.read_errors++;
 	log_counted("read", "read of %s/%s failed: %s",
-		    fs->ns->classes[f->cls].name, f->name, strerror(err));
+		    ns_dir_name(fs->ns, f->cls), f->name, strerror(err));
 }
 
 /* Forget the rendering of control file ino (after a change). */
