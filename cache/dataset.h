@@ -179,6 +179,11 @@ uint64_t dataset_bad_label(const struct dataset *ds);
  * the index lists them (format 3), even if there are none. */
 int dataset_has_members(const struct dataset *ds);
 size_t dataset_nmembers(const struct dataset *ds);
+/* For each member k (nmembers of them), into out[k]: the number of the
+ * sample whose image it is (same shard, offset and size), so that reads of
+ * it are checked against the sample's sum, spliced and counted in passes
+ * like the imagefolder layout's, else its own member number. */
+void dataset_member_samples(const struct dataset *ds, uint32_t *out);
 
 /* Read up to len bytes at off of the sample's bytes into buf, blocking
  * until they are there (fetching the sample's group in the background).

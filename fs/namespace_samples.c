@@ -242,6 +242,18 @@ static void settle_files(struct namespace *ns, size_t shown, size_t numbers)
 	free(seen);
 }
 
+/* The number a member's file reads through: the sample whose image it
+ * is when that sample's name is the member's own ("jpg", not "JPG" or
+ * "seg.jpg"), so its reads are checked, spliced and tracked as in the
+ * imagefolder layout; else the member's. */
+static uint32_t read_number(const struct dataset *ds, uint32_t m,
+			    uint32_t sample)
+{
+	if (sample != m && strcmp(dataset_ext(ds, sample), dataset_ext(ds, m)))
+		return m;
+	return sample;
+}
+
 /* Every shown member into ns->files (directory ids for now) and its name
  * into ns->names; returns how many. */
 static size_t place_members(struct namespace *ns, struct dir_table *t)
@@ -249,8 +261,10 @@ static size_t place_members(struct namespace *ns, struct dir_table *t)
 	const struct dataset *ds = ns->ds;
 	uint32_t base = (uint32_t)dataset_nsamples(ds);
 	size_t n = dataset_nmembers(ds), shown = 0;
+	uint32_t *as = xmalloc((n + 1) * sizeof(*as));
 	char *p = ns->names;
 
+	dataset_member_samples(ds, as);
 	for (size_t j = 0; j < n; j++) {
 		uint32_t m = base + (uint32_t)j;
 		const char *key = dataset_key(ds, m);
@@ -260,9 +274,11 @@ static size_t place_members(struct namespace *ns, struct dir_table *t)
 			ns->counts.skipped_hidden++;
 			continue;
 		}
-		ns->files[shown++] = (struct ns_file){p, m, key_dir(t, key)};
+		ns->files[shown++] = (struct ns_file){
+			p, read_number(ds, m, as[j]), key_dir(t, key)};
 		p += ns_write_name(p, ds, m, NULL, "") + 1;
 	}
+	free(as);
 	bigmap_trim(ns->names, (size_t)(p - ns->names), &ns->map_names);
 	return shown;
 }

@@ -426,3 +426,31 @@ Test(namespace, samples_layout_needs_members)
 	cr_expect_null(ns);
 	unwrap(ix);
 }
+
+/* An image member that is a sample's image reads through the sample (its
+ * sum checked, its reads tracked); one whose name differs from the
+ * sample's ("JPG") and every other member through its own number. */
+Test(namespace, samples_layout_reads_images_as_samples)
+{
+	struct index *ix = index_new();
+	uint32_t sh = index_add_shard(ix, "http://h/a.tar", 1 << 20, "");
+	struct namespace *ns = (struct namespace *)1;
+	uint32_t num;
+
+	cr_assert_eq(index_add_sample(ix, sh, 512, 5, "c", "c/k", "jpg"), 0);
+	cr_assert_eq(index_add_sample(ix, sh, 2048, 4, "c", "c/k2", "JPG"), 0);
+	cr_assert_eq(index_add_member(ix, sh, 512, 5, "c/k", "jpg"), 0);
+	cr_assert_eq(index_add_member(ix, sh, 1024, 3, "c/k", "txt"), 0);
+	cr_assert_eq(index_add_member(ix, sh, 2048, 4, "c/k2", "JPG"), 0);
+	ix->has_members = true;
+	cr_assert_eq(ns_open_samples(wrap(ix), &ns), 0);
+	cr_assert_eq(ns_kind_of(ns, walk_path(ns, "c/k.jpg"), &num), NS_FILE);
+	cr_expect_eq(ns->files[num].sample, 0);
+	cr_assert_eq(ns_kind_of(ns, walk_path(ns, "c/k.txt"), &num), NS_FILE);
+	cr_expect_eq(ns->files[num].sample, 2 + 1);
+	cr_assert_eq(ns_kind_of(ns, walk_path(ns, "c/k2.JPG"), &num), NS_FILE);
+	cr_expect_eq(ns->files[num].sample, 2 + 2);
+	cr_expect_eq(ns_file_size(ns, num), 4);
+	ns_free(ns);
+	unwrap(ix);
+}
