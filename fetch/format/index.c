@@ -909,14 +909,94 @@ static int parse_lines(struct parser *ps, const char *p, const char *end,
 }
 
 /* The kept strings' and samples' untouched room given back. */
-static struct index *parse_finish(struct parser *ps)
+/* Samples by place (shard, offset): ids + 1 in a table of a power of two
+ * slots, for matching members with the samples whose images they are. */
+struct places {
+	uint32_t *slot;
+	size_t mask;
+};
+
+static size_t place_hash(uint32_t shard, uint64_t offset, size_t mask)
+{
+	uint64_t h = (offset ^ (uint64_t)shard << 40) * 0x9e3779b97f4a7c15ull;
+	return (size_t)(h >> 21) & mask;
+}
+
+static void places_make(struct places *p, const struct index_sample *v,
+			size_t n)
+{
+	size_t cap = 64;
+
+	while (cap < 2 * n + 2)
+		cap *= 2;
+	p->mask = cap - 1;
+	p->slot = xcalloc(cap, sizeof(*p->slot));
+	for (size_t i = 0; i < n; i++) {
+		size_t j = place_hash(v[i].shard, v[i].offset, p->mask);
+		while (p->slot[j])
+			j = (j + 1) & p->mask;
+		p->slot[j] = (uint32_t)i + 1;
+	}
+}
+
+/* The id in v of the record at x's place, or -1. */
+static int64_t places_find(const struct places *p, const struct index_sample *v,
+			   const struct index_sample *x)
+{
+	for (size_t j = place_hash(x->shard, x->offset, p->mask); p->slot[j];
+	     j = (j + 1) & p->mask) {
+		const struct index_sample *s = &v[p->slot[j] - 1];
+		if (s->shard == x->shard && s->offset == x->offset)
+			return p->slot[j] - 1;
+	}
+	return -1;
+}
+
+/* Format 3: an M line also stands for the member it records, unless an F
+ * line lists a member at its place (one whose name the M line does not
+ * keep, "JPG" or "seg.jpg"). */
+static int add_implied_members(struct index *ix)
+{
+	struct places p;
+	int r = 0;
+
+	places_make(&p, ix->members, ix->nmembers);
+	for (size_t i = 0; r == 0 && i < ix->nsamples; i++) {
+		const struct index_sample *s = &ix->samples[i];
+		const char *ext = index_ext(ix, s);
+		if (places_find(&p, ix->members, s) >= 0)
+			continue;
+		r = grow_members(ix);
+		if (r == 0)
+			r = put_member(ix, s->shard, s->offset, s->size, ext,
+				       strlen(ext));
+		if (r == 0) {
+			ix->members[ix->nmembers].sum = s->sum;
+			ix->members[ix->nmembers++].key = s->key;
+		}
+	}
+	free(p.slot);
+	return r;
+}
+
+/* The kept strings' and samples' untouched room given back; format 3's
+ * implied members added. -ENOMEM (the index freed) or 0. */
+static int parse_finish(struct parser *ps, struct index **out, char *err,
+			size_t errlen)
 {
 	struct index_arena *a = ps->ix->arena;
 
 	bigmap_trim(a->text, (size_t)(ps->kept - a->text), &a->text_map);
 	a->keys_len = (size_t)(ps->kept - a->text);
 	trim_samples(ps->ix);
-	return ps->ix;
+	if (ps->version == 3 && add_implied_members(ps->ix)) {
+		index_free(ps->ix);
+		ps->ix = NULL;
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	*out = ps->ix;
+	return 0;
 }
 
 int index_parse(const char *buf, size_t len, struct index **out, char *err,
@@ -935,7 +1015,7 @@ int index_parse(const char *buf, size_t len, struct index **out, char *err,
 	if (!r)
 		r = parse_lines(&ps, p, buf + len, true, &p, err, errlen);
 	if (!r)
-		*out = parse_finish(&ps);
+		r = parse_finish(&ps, out, err, errlen);
 	return r;
 }
 
@@ -1021,7 +1101,7 @@ static int load_fd(struct reader *rd, struct index **out, char *err,
 		p = rd->buf;
 	}
 	if (!r)
-		*out = parse_finish(&ps);
+		r = parse_finish(&ps, out, err, errlen);
 	else if (ps.ix) /* a read error after the start */
 		index_free(ps.ix);
 	free(rd->buf);
@@ -1068,6 +1148,38 @@ static void write_sum(FILE *f, const struct index *ix, uint64_t sum)
 		fputc('\n', f);
 }
 
+/* An M line stands for this member (add_implied_members): the same
+ * place, size, sum, key and name. */
+static bool implied(const struct index *ix, const struct places *p,
+		    const struct index_sample *m)
+{
+	int64_t i = places_find(p, ix->samples, m);
+	const struct index_sample *s = i >= 0 ? &ix->samples[i] : NULL;
+
+	return s && s->size == m->size && s->sum == m->sum &&
+	       strcmp(index_key(ix, s), index_key(ix, m)) == 0 &&
+	       strcmp(index_ext(ix, s), index_ext(ix, m)) == 0;
+}
+
+/* Format 3's F lines: the members no M line stands for. */
+static void write_members(const struct index *ix, FILE *f)
+{
+	struct places p;
+
+	places_make(&p, ix->samples, ix->nsamples);
+	for (size_t i = 0; i < ix->nmembers; i++) {
+		const struct index_sample *m = &ix->members[i];
+		if (implied(ix, &p, m))
+			continue;
+		fprintf(f, "F\t%u\t%llu\t%llu\t%s\t%s", m->shard,
+			(unsigned long long)m->offset,
+			(unsigned long long)m->size, index_key(ix, m),
+			index_ext(ix, m));
+		write_sum(f, ix, m->sum);
+	}
+	free(p.slot);
+}
+
 int index_write(const struct index *ix, FILE *f)
 {
 	size_t i;
@@ -1097,14 +1209,8 @@ int index_write(const struct index *ix, FILE *f)
 			index_key(ix, s), index_ext(ix, s));
 		write_sum(f, ix, s->sum);
 	}
-	for (i = 0; v3 && i < ix->nmembers; i++) {
-		const struct index_sample *m = &ix->members[i];
-		fprintf(f, "F\t%u\t%llu\t%llu\t%s\t%s", m->shard,
-			(unsigned long long)m->offset,
-			(unsigned long long)m->size, index_key(ix, m),
-			index_ext(ix, m));
-		write_sum(f, ix, m->sum);
-	}
+	if (v3)
+		write_members(ix, f);
 	if (fflush(f) || ferror(f))
 		return -EIO;
 	return 0;

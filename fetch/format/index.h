@@ -17,7 +17,12 @@
  * <ext> here is everything after the first dot of the member's last
  * component, case kept ("seg.PNG"): "<key>.<ext>" is the member's name.
  * F lines may come anywhere after their shard's S line; formats 1 and 2
- * load with no members (has_members false).
+ * load with no members (has_members false). An M line also stands for the
+ * member it records (its key, ext, place, size and sum), unless an F line
+ * lists a member at its place: F lines are written only for the other
+ * members and for images whose name the M line does not keep ("JPG",
+ * "seg.jpg"), so an ImageFolder-style index grows by its .cls lines, not
+ * by a second line for every image.
  * Shard numbers count S lines from 0. <key> is the WebDataset key (member name
  * up to the first dot of its last component, directory part included), <ext>
  * the image member's extension without the dot (e.g. "jpg"), <label> the class

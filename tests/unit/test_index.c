@@ -521,6 +521,44 @@ Test(index, v3_members_round_trip)
 	index_free(ix);
 }
 
+/* An M line stands for its image member in format 3: no F line is
+ * written for it, and one is made for it on loading. */
+Test(index, v3_m_lines_stand_for_their_members)
+{
+	static const char t[] =
+		HDR3 S2 M2 "F\t0\t2\t1\tk\tcls\t0000000000000005\n";
+	struct index *ix;
+	char err[128], *out;
+	size_t outlen = 0;
+
+	cr_assert_eq(index_parse(t, sizeof(t) - 1, &ix, err, sizeof(err)), 0,
+		     "%s", err);
+	cr_assert_eq(ix->nmembers, 2);
+	cr_expect_str_eq(index_ext(ix, &ix->members[1]), "jpg");
+	cr_expect_str_eq(index_key(ix, &ix->members[1]), "k");
+	cr_expect_eq(ix->members[1].sum, 0xfedcba9876543210ULL);
+	cr_expect_eq(ix->members[1].offset, 0);
+	out = write_mem(ix, &outlen);
+	cr_expect_str_eq(out, t);
+	free(out);
+	/* built one by one, with the image listed as a member too */
+	index_free(ix);
+	ix = index_new();
+	index_add_shard(ix, "http://h/a.tar", 1000, "");
+	ix->shards[0].sum = 0x0123456789abcdefULL;
+	cr_assert_eq(index_add_sample(ix, 0, 0, 1, "l", "k", "jpg"), 0);
+	ix->samples[0].sum = 0xfedcba9876543210ULL;
+	cr_assert_eq(index_add_member(ix, 0, 0, 1, "k", "jpg"), 0);
+	ix->members[0].sum = 0xfedcba9876543210ULL;
+	cr_assert_eq(index_add_member(ix, 0, 2, 1, "k", "cls"), 0);
+	ix->members[1].sum = 5;
+	ix->has_sums = ix->has_members = true;
+	out = write_mem(ix, &outlen);
+	cr_expect_str_eq(out, t);
+	free(out);
+	index_free(ix);
+}
+
 /* A member whose name breaks a rule is skipped and counted; the rest
  * loads. */
 Test(index, v3_skips_bad_member_names)
