@@ -49,7 +49,8 @@ static void dirs_grow(struct dir_table *t)
 	uint32_t *slot = xcalloc(nslots, sizeof(*slot));
 
 	for (size_t id = 0; id < t->n; id++) {
-		size_t j = path_hash(t->d[id].path, t->d[id].len) & (nslots - 1);
+		size_t j =
+			path_hash(t->d[id].path, t->d[id].len) & (nslots - 1);
 		while (slot[j])
 			j = (j + 1) & (nslots - 1);
 		slot[j] = (uint32_t)id + 1;
@@ -77,8 +78,8 @@ static uint32_t dir_id(struct dir_table *t, const char *path, size_t len,
 		t->cap = t->cap ? 2 * t->cap : 64;
 		t->d = xrealloc(t->d, t->cap * sizeof(*t->d));
 	}
-	t->d[t->n] = (struct dir){path, (uint32_t)len, (uint32_t)name, parent,
-				  depth, 0};
+	t->d[t->n] = (struct dir){path,	  (uint32_t)len, (uint32_t)name,
+				  parent, depth,	 0};
 	t->slot[j] = (uint32_t)t->n + 1;
 	return (uint32_t)t->n++;
 }
@@ -145,7 +146,8 @@ static void rank_dirs(struct namespace *ns, struct dir_table *t)
 	while (lo < t->n) {
 		size_t hi = lo;
 		qsort_r(order + lo, t->n - lo, sizeof(*order), dir_cmp, t);
-		while (hi < t->n && t->d[order[hi]].depth == t->d[order[lo]].depth)
+		while (hi < t->n &&
+		       t->d[order[hi]].depth == t->d[order[lo]].depth)
 			hi++;
 		for (size_t r = lo; r < hi; r++)
 			t->d[order[r]].rank = (uint32_t)r;

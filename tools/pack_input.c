@@ -18,9 +18,8 @@
 
 #define COMPONENT_MAX 255
 
-__attribute__((format(printf, 3, 4))) static int bad(struct pack_input *in,
-						       int err, const char *fmt,
-						       ...)
+__attribute__((format(printf, 3, 4))) static int
+bad(struct pack_input *in, int err, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -175,7 +174,8 @@ static int walk(struct pack_input *in, const char *abs, const char *rel,
 		if ((size_t)snprintf(a, sizeof(a), "%s/%s", abs, names[i]) >=
 			    sizeof(a) ||
 		    (size_t)snprintf(r, sizeof(r), "%s%s%s", rel,
-				     rel[0] ? "/" : "", names[i]) >= sizeof(r)) {
+				     rel[0] ? "/" : "",
+				     names[i]) >= sizeof(r)) {
 			rc = bad(in, -ENAMETOOLONG, "%s/%s: path too long", abs,
 				 names[i]);
 			break;
@@ -230,9 +230,10 @@ static int group(struct pack_input *in)
 	while (i < in->nm) {
 		struct pack_sample *s = &in->s[in->ns++];
 		s->first = (uint32_t)i;
-		for (; i < in->nm && same_key(&in->m[s->first], &in->m[i]); i++) {
-			if (i > s->first && strcmp(in->m[i].name,
-						   in->m[i - 1].name) == 0)
+		for (; i < in->nm && same_key(&in->m[s->first], &in->m[i]);
+		     i++) {
+			if (i > s->first &&
+			    strcmp(in->m[i].name, in->m[i - 1].name) == 0)
 				return bad(in, -EINVAL,
 					   "%s: two inputs make this member "
 					   "(a file listed twice, or two "
@@ -263,8 +264,10 @@ static int add_listed(struct pack_input *in, const char *base, char *line)
 	while (line[0] == '.' && line[1] == '/')
 		line += 2;
 	if (line[0] == '/')
-		return bad(in, -EINVAL, "%s: absolute path in the list (give "
-					"paths relative to --base)", line);
+		return bad(in, -EINVAL,
+			   "%s: absolute path in the list (give "
+			   "paths relative to --base)",
+			   line);
 	if (hidden(line)) {
 		in->skipped++;
 		return 0;
@@ -303,7 +306,8 @@ static int find_classes(struct pack_input *in, const char *root)
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		struct stat st;
 		snprintf(a, sizeof(a), "%s/%s", root, names[i]);
-		if (names[i][0] == '.' || stat(a, &st) || !S_ISDIR(st.st_mode)) {
+		if (names[i][0] == '.' || stat(a, &st) ||
+		    !S_ISDIR(st.st_mode)) {
 			in->skipped++; /* files beside the classes */
 			continue;
 		}
@@ -328,7 +332,7 @@ static void add_labels(struct pack_input *in, size_t from, size_t cls)
 		m = new_member(in); /* may move in->m: cname copied first */
 		set_name(m, cname);
 		m->size = (uint64_t)snprintf(m->data, sizeof(m->data), "%zu",
-					      cls);
+					     cls);
 	}
 }
 

@@ -24,8 +24,8 @@ int pack_tar_header(uint8_t blk[PACK_TAR_BLOCK], const char *name,
  * block. */
 static inline uint64_t pack_tar_member_bytes(uint64_t size)
 {
-	return PACK_TAR_BLOCK + (size + PACK_TAR_BLOCK - 1) / PACK_TAR_BLOCK *
-					PACK_TAR_BLOCK;
+	return PACK_TAR_BLOCK +
+	       (size + PACK_TAR_BLOCK - 1) / PACK_TAR_BLOCK * PACK_TAR_BLOCK;
 }
 
 #endif

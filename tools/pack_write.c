@@ -25,8 +25,8 @@
 #define COPY_CHUNK ((size_t)1 << 20)
 
 struct shard_plan {
-	size_t first, n; /* into order */
-	uint64_t bytes;	 /* the tar's exact size */
+	size_t first, n;  /* into order */
+	uint64_t bytes;	  /* the tar's exact size */
 	struct index *ix; /* its index, once written */
 };
 
@@ -86,8 +86,9 @@ static void plan_shards(struct writer *w)
 		else if (w->o->per_shard)
 			next = p->n == w->o->per_shard;
 		else
-			next = p->n && p->bytes + s->bytes + 2 * PACK_TAR_BLOCK >
-					       w->o->shard_size;
+			next = p->n &&
+			       p->bytes + s->bytes + 2 * PACK_TAR_BLOCK >
+				       w->o->shard_size;
 		if (next) {
 			p = &w->plan[++k];
 			p->first = i;
@@ -150,8 +151,10 @@ static int copy_file(struct writer *w, struct out *o,
 		if (n < 0)
 			rc = fail(w, "%s: %s", m->path, strerror(errno));
 		else if (n == 0)
-			rc = fail(w, "%s: shorter than when listed (changed "
-				     "while packing?)", m->path);
+			rc = fail(w,
+				  "%s: shorter than when listed (changed "
+				  "while packing?)",
+				  m->path);
 		else
 			rc = emit(w, o, o->buf, (size_t)n);
 		left -= n > 0 ? (uint64_t)n : 0;
@@ -231,9 +234,10 @@ static int write_shard(struct writer *w, size_t k, uint8_t *buf)
 	o.sums = sums_new();
 	rc = put_samples(w, &o, p);
 	if (rc == 0 && o.written != p->bytes)
-		rc = fail(w, "%s: %llu bytes written, %llu planned (a file "
-			     "changed while packing?)", path,
-			  (unsigned long long)o.written,
+		rc = fail(w,
+			  "%s: %llu bytes written, %llu planned (a file "
+			  "changed while packing?)",
+			  path, (unsigned long long)o.written,
 			  (unsigned long long)p->bytes);
 	if (rc == 0 && (scan_finish(o.scan) || sums_fill(o.sums, p->ix, 0)))
 		rc = fail(w, "bug: the index of %s does not match it", path);
@@ -317,8 +321,8 @@ static int merge_one(const struct writer *w, struct index *ix, uint32_t n,
 	}
 	for (size_t i = 0; i < p->nmembers; i++) {
 		const struct index_sample *m = &p->members[i];
-		if (index_add_member(ix, n, m->offset, m->size,
-				     index_key(p, m), index_ext(p, m)))
+		if (index_add_member(ix, n, m->offset, m->size, index_key(p, m),
+				     index_ext(p, m)))
 			return -EINVAL;
 		ix->members[ix->nmembers - 1].sum = m->sum;
 	}
