@@ -739,6 +739,7 @@ static int parse_member(struct parser *ps, const char **f, size_t *fl, int n)
 {
 	struct index *ix = ps->ix;
 	uint64_t shard, off, size, sum;
+	const char *why;
 
 	if (ps->version < 3)
 		return bad(ps, "F lines need format 3");
@@ -754,8 +755,13 @@ static int parse_member(struct parser *ps, const char **f, size_t *fl, int n)
 		return bad(ps, "member lies outside its shard");
 	if (parse_sum(f[6], fl[6], &sum))
 		return bad(ps, "bad member checksum");
-	if (member_reject(f[4], fl[4], f[5], fl[5])) {
+	why = member_reject(f[4], fl[4], f[5], fl[5]);
+	if (why) {
 		ix->skipped.members++;
+		if (!ix->skipped.first_line) {
+			ix->skipped.first_line = ps->line;
+			ix->skipped.first_why = why;
+		}
 		return 0;
 	}
 	if (grow_members(ix) || put_member(ix, (uint32_t)shard, off, size,

@@ -574,6 +574,8 @@ Test(index, v3_skips_bad_member_names)
 		     "%s", err);
 	cr_expect_eq(ix->nmembers, 1);
 	cr_expect_eq(ix->skipped.members, 2);
+	cr_expect_eq(ix->skipped.first_line, 3);
+	cr_expect_str_eq(ix->skipped.first_why, "bad key");
 	index_free(ix);
 }
 
