@@ -84,8 +84,10 @@ static void set_name(struct pack_member *m, char *name)
 	m->ext = strchr(base ? base + 1 : name, '.') + 1;
 }
 
-/* One file: abs to read, rel its member name. */
-static int add_file(struct pack_input *in, const char *abs, const char *rel)
+/* One file: abs to read, rel its member name; st its stat when the
+ * caller has it (a walk), else NULL. */
+static int add_file(struct pack_input *in, const char *abs, const char *rel,
+		    const struct stat *known)
 {
 	const char *why = name_problem(rel);
 	struct pack_member *m;
@@ -94,7 +96,9 @@ static int add_file(struct pack_input *in, const char *abs, const char *rel)
 	if (why)
 		return bad(in, -EINVAL, "%s: cannot be a WebDataset member: %s",
 			   abs, why);
-	if (stat(abs, &st))
+	if (known)
+		st = *known;
+	else if (stat(abs, &st))
 		return bad(in, -errno, "%s: %s", abs, strerror(errno));
 	if (!S_ISREG(st.st_mode))
 		return bad(in, -EINVAL, "%s: not a regular file", abs);
@@ -189,7 +193,7 @@ static int walk(struct pack_input *in, const char *abs, const char *rel,
 		else if (images_only && !is_image(names[i]))
 			in->skipped++;
 		else
-			rc = add_file(in, a, r);
+			rc = add_file(in, a, r, &st);
 	}
 	free_list(names, n);
 	return rc;
@@ -274,7 +278,7 @@ static int add_listed(struct pack_input *in, const char *base, char *line)
 	}
 	if ((size_t)snprintf(a, sizeof(a), "%s/%s", base, line) >= sizeof(a))
 		return bad(in, -ENAMETOOLONG, "%s: path too long", line);
-	return add_file(in, a, line);
+	return add_file(in, a, line, NULL);
 }
 
 int pack_input_list(struct pack_input *in, const char *list, const char *base)
