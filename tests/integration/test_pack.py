@@ -182,6 +182,11 @@ def test_samples_layout_matches_tar_x(tmp_path, www, mounter):
     got = helpers.walk(m.mnt)
     assert got == tar_x
     assert "u000.webp" in os.listdir(m.mnt)  # unlabelled: shown
+    # Directory link counts: 2 + subdirectories (find and ls -l rely on
+    # them): the root has pairs/ and meta/, pairs/ three parts.
+    assert os.stat(m.mnt).st_nlink == 2 + 2
+    assert os.stat(m.path("pairs")).st_nlink == 2 + 3
+    assert os.stat(m.path("pairs", "part0")).st_nlink == 2
     # The default layout over the same index: labelled images only (by
     # .cls or by their directory; the top-level u*.webp have neither).
     m2 = mounter(source(srv, out, "s"))
