@@ -91,7 +91,7 @@ static void count_read_error(struct fs_ctx *fs, uint32_t file, int err)
 		return;
 	fs->counters.read_errors++;
 	log_counted("read", "read of %s/%s failed: %s",
-		    fs->ns->classes[f->cls].name, f->name, strerror(err));
+		    ns_dir_name(fs->ns, f->cls), f->name, strerror(err));
 }
 
 /* Forget the rendering of control file ino (after a change). */
@@ -225,10 +225,13 @@ static int fill_attr(struct fs_ctx *fs, fuse_ino_t ino, struct stat *st,
 	switch (ns_kind_of(fs->ns, ino, &num)) {
 	case NS_ROOT:
 		st->st_mode = S_IFDIR | 0555;
-		st->st_nlink = 2 + fs->ns->nclasses;
+		st->st_nlink = 2 + fs->ns->root_dirs;
+		return 0;
+	case NS_CLASS: /* subdirectories: the samples layout's key dirs */
+		st->st_mode = S_IFDIR | 0555;
+		st->st_nlink = 2 + fs->ns->classes[num].sub_count;
 		return 0;
 	case NS_CONTROL_DIR:
-	case NS_CLASS:
 		st->st_mode = S_IFDIR | 0555;
 		st->st_nlink = 2;
 		return 0;

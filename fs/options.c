@@ -24,7 +24,7 @@ struct raw_opts {
 	char *threads, *max_pixels, *decode_mem;
 	char *metrics, *ca_file, *ca_path;
 	char *read_timeout, *min_rate;
-	char *zerocopy;
+	char *zerocopy, *layout;
 	char *endpoint, *region, *profile, *path_style, *requester_pays, *no_sign;
 	char *rank, *world, *repartition;
 	char *positional[3];
@@ -65,6 +65,7 @@ static const struct fuse_opt opt_spec[] = {
 	RAW("read_timeout", read_timeout),
 	RAW("min_rate", min_rate),
 	RAW("zerocopy", zerocopy),
+	RAW("layout", layout),
 	RAW("endpoint", endpoint),
 	RAW("region", region),
 	RAW("profile", profile),
@@ -143,6 +144,7 @@ static char *default_cache_dir(void)
 
 static void raw_free(struct raw_opts *r)
 {
+	free(r->layout);
 	free(r->cache_dir);
 	free(r->cache_size);
 	free(r->index);
@@ -510,6 +512,37 @@ static void take_ca(struct fs_options *o, struct raw_opts *r)
 	}
 }
 
+/* layout=imagefolder (default) or samples. The samples layout is an
+ * exact view of every member for now: echo and preprocessing are refused
+ * (whole-sample echo is to come; converting changes an image member's
+ * name and bytes, and its siblings are served as they are). */
+static int convert_layout(struct raw_opts *r, struct fs_options *o, char *err,
+			  size_t errlen)
+{
+	o->layout = FS_LAYOUT_IMAGEFOLDER;
+	if (!r->layout || strcmp(r->layout, "imagefolder") == 0)
+		return 0;
+	if (strcmp(r->layout, "samples") != 0) {
+		snprintf(err, errlen, "bad layout '%s' (imagefolder or samples)",
+			 r->layout);
+		return -EINVAL;
+	}
+	o->layout = FS_LAYOUT_SAMPLES;
+	if (o->echo.on) {
+		snprintf(err, errlen, "layout=samples mounts are exact for now: "
+				      "echo (and echo_mode, echo_window, "
+				      "mem_size) needs layout=imagefolder");
+		return -EINVAL;
+	}
+	if (o->image.on) {
+		snprintf(err, errlen, "layout=samples serves members as they "
+				      "are: size, crop, flip and format need "
+				      "layout=imagefolder");
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 		  size_t errlen)
 {
@@ -555,6 +588,8 @@ int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 		goto out;
 	}
 	ret = convert(&r, o, err, errlen);
+	if (!ret)
+		ret = convert_layout(&r, o, err, errlen);
 	if (ret)
 		goto out;
 	take(&o->source, &r.positional[0]);
@@ -643,6 +678,9 @@ void options_usage(FILE *f, const char *prog)
 "                       are broken off and resumed, within a total deadline\n"
 "  -o zerocopy=0|1      cold reads of cached files spliced from the cache\n"
 "                       file, checked first (default 1; 0: copied)\n"
+"  -o layout=L          imagefolder (default: <class>/<key>.<ext>, one image\n"
+"                       per labelled sample) or samples (every member of\n"
+"                       every sample at <key>.<ext>; exact mounts only)\n"
 "  -o endpoint=URL      S3-compatible endpoint (MinIO, Ceph, R2, GCS); default\n"
 "                       AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's\n"
 "                       endpoint_url, else AWS\n"

@@ -307,11 +307,13 @@ parsed:
 		snprintf(err, errlen, "corrupt index %s: %s",
 			 http_redact(where, red, sizeof(red)), perr);
 	else if ((*out)->skipped.first_line)
-		log_warn("index %s: skipped %llu samples with unsafe names and "
-			 "%llu with bad labels (first at line %zu: %s)",
+		log_warn("index %s: skipped %llu samples with unsafe names, "
+			 "%llu with bad labels and %llu members with unsafe "
+			 "names (first at line %zu: %s)",
 			 http_redact(where, red, sizeof(red)),
 			 (unsigned long long)(*out)->skipped.names,
 			 (unsigned long long)(*out)->skipped.labels,
+			 (unsigned long long)(*out)->skipped.members,
 			 (*out)->skipped.first_line, (*out)->skipped.first_why);
 	return r;
 }

@@ -79,6 +79,11 @@ Test(options, rejects_bad_values_with_a_reason)
 		{"read_timeout=5s", "read_timeout"},
 		{"min_rate=0", "min_rate"},
 		{"min_rate=fast", "min_rate"},
+		{"layout=tree", "bad layout"},
+		{"layout=samples,echo=2", "exact for now"},
+		{"layout=samples,echo_mode=fixed", "exact for now"},
+		{"layout=samples,size=224", "as they are"},
+		{"layout=samples,format=ppm", "as they are"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const char *argv[] = {"echofs", "-o", cases[i].opt, "http://h/a.tar",
@@ -272,4 +277,30 @@ Test(options, rank_world_from_options_or_environment)
 	}
 	unsetenv("ECHOFS_RANK");
 	unsetenv("ECHOFS_WORLD");
+}
+
+Test(options, layout_default_and_samples)
+{
+	const char *argv1[] = {"echofs", "http://h/a.tar", "/mnt", NULL};
+	const char *argv2[] = {"echofs", "-o", "layout=samples",
+			       "http://h/a.tar", "/mnt", NULL};
+	const char *argv3[] = {"echofs", "-o", "layout=imagefolder",
+			       "http://h/a.tar", "/mnt", NULL};
+	struct fs_options o;
+	struct fuse_args a;
+	char err[256];
+
+	cr_assert_eq(parse(3, argv1, &o, &a, err), 0, "%s", err);
+	cr_expect_eq(o.layout, FS_LAYOUT_IMAGEFOLDER);
+	options_free(&o);
+	fuse_opt_free_args(&a);
+	cr_assert_eq(parse(5, argv2, &o, &a, err), 0, "%s", err);
+	cr_expect_eq(o.layout, FS_LAYOUT_SAMPLES);
+	cr_expect_not(has_arg(&a, "layout"));
+	options_free(&o);
+	fuse_opt_free_args(&a);
+	cr_assert_eq(parse(5, argv3, &o, &a, err), 0, "%s", err);
+	cr_expect_eq(o.layout, FS_LAYOUT_IMAGEFOLDER);
+	options_free(&o);
+	fuse_opt_free_args(&a);
 }
