@@ -90,6 +90,9 @@ int dataset_start_image(struct dataset *ds, const struct dataset_opts *o,
 		.crop = io->crop,
 		.random_crop = random,
 		.flip_prob_half = random && io->flip,
+		.rrc = io->rrc,
+		.rrc_scale = {io->rrc_scale[0], io->rrc_scale[1]},
+		.rrc_ratio = {io->rrc_ratio[0], io->rrc_ratio[1]},
 		.format = (enum transform_format)io->format,
 		.quality = (int)io->quality,
 		.max_pixels = io->max_pixels,
@@ -101,6 +104,9 @@ int dataset_start_image(struct dataset *ds, const struct dataset_opts *o,
 		return 0;
 	if (io->flip && !random)
 		log_warn("flip=1 needs an echo mount with augment=1; ignored");
+	if (io->rrc && !random)
+		log_warn("augment=rrc needs an echo mount; exact mounts keep "
+			 "the centre crop");
 	/* decode_mem bounds what the workers hold at once; it bounds the RSS
 	 * only if freed buffers go back to the system. glibc's dynamic mmap
 	 * threshold (raised up to 32 MB by each free) would serve libjpeg's
@@ -315,7 +321,10 @@ enum dataset_echo_serve dataset_echo_serving(const struct dataset *ds)
 {
 	if (!ds->prep || ds->echo_opts.after_augment)
 		return DATASET_SERVE_HELD;
-	return ds->image_opts.format == DATASET_FORMAT_PPM
+	/* A RandomResizedCrop resamples: it is made whole per open, not
+	 * rendered range by range. */
+	return ds->image_opts.format == DATASET_FORMAT_PPM &&
+				       !ds->image_opts.rrc
 		       ? DATASET_SERVE_RENDER
 		       : DATASET_SERVE_AUGMENT;
 }

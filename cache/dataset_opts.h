@@ -45,6 +45,8 @@ struct dataset_image_opts {
 	int on; /* any of size, crop, flip, format is set */
 	unsigned size, crop, quality, threads;
 	int flip, augment;
+	int rrc; /* augment=rrc: RandomResizedCrop (cache/image/rrc.h) */
+	double rrc_scale[2], rrc_ratio[2]; /* its ranges; 0, 0: defaults */
 	enum dataset_format format;
 	uint64_t max_pixels;
 	uint64_t decode_mem; /* 0: the transform's default */

@@ -7,6 +7,7 @@
 #include "cache/image/imgbuf.h"
 #include "cache/image/jpegdec.h"
 #include "cache/image/resample.h"
+#include "cache/image/rrc.h"
 #include "common/util.h"
 
 #include <errno.h>
@@ -355,12 +356,32 @@ static int target_dims(const struct transform_opts *o, unsigned w, unsigned h,
 	return 0;
 }
 
+/* The ranges of opts's RandomResizedCrop. */
+static struct rrc_params rrc_of(const struct transform_opts *o)
+{
+	return (struct rrc_params){
+		.scale = {o->rrc_scale[0], o->rrc_scale[1]},
+		.ratio = {o->rrc_ratio[0], o->rrc_ratio[1]},
+	};
+}
+
+/* Whether a serve draws a RandomResizedCrop box (else a fixed crop). */
+static int rrc_on(const struct transform_opts *o)
+{
+	return o->rrc && o->random_crop && o->crop;
+}
+
 static int check_opts(const struct transform_opts *o)
 {
 	if (!o || o->size > TRANSFORM_MAX_SIDE ||
 	    o->crop > TRANSFORM_MAX_SIDE || o->quality < 0 ||
 	    o->quality > 100 || o->format < TF_SAME || o->format > TF_PPM)
 		return -EINVAL;
+	if (o->rrc) {
+		struct rrc_params p = rrc_of(o);
+		if (!o->crop || rrc_check(&p) < 0)
+			return -EINVAL;
+	}
 	return 0;
 }
 
@@ -451,6 +472,20 @@ static int encode_as(struct transform_ctx *tc, enum transform_format f,
 	return transform_encode_jpeg(tc, img, quality, out, outlen);
 }
 
+/* The RandomResizedCrop of img drawn from rand, crop x crop, into the
+ * context's buffers (the box's copy in pix, the result in img). */
+static int augment_rrc(struct transform_ctx *tc,
+		       const struct transform_opts *o, const struct image *img,
+		       uint64_t rand, struct image *out)
+{
+	struct rrc_params p = rrc_of(o);
+	struct rrc_box b;
+	int r = rrc_box(img->w, img->h, &p, rand, &b);
+	if (r < 0)
+		return r;
+	return rrc_render(img, &b, o->crop, &tc->pix, &tc->tmp, &tc->img, out);
+}
+
 int transform_augment(struct transform_ctx *tc,
 		      const struct transform_opts *opts,
 		      const struct image *img, uint64_t rand, uint8_t **out,
@@ -466,9 +501,14 @@ int transform_augment(struct transform_ctx *tc,
 	if (r < 0)
 		return r;
 	struct image c;
-	r = imgbuf_crop(img, rg.x, rg.y, rg.w, rg.h, &c, &tc->img);
-	if (r < 0)
+	if (rrc_on(opts))
+		r = augment_rrc(tc, opts, img, rand, &c);
+	else
+		r = imgbuf_crop(img, rg.x, rg.y, rg.w, rg.h, &c, &tc->img);
+	if (r < 0) {
+		ctx_trim(tc);
 		return r;
+	}
 	if (flip)
 		transform_flip(&c);
 	r = encode_as(tc, opts->format, opts->quality, &c, out, outlen);
@@ -548,6 +588,8 @@ static int ppm_plan(const struct transform_opts *opts, unsigned w, unsigned h,
 {
 	if (check_opts(opts) < 0 || opts->format != TF_PPM || !w || !h)
 		return -EINVAL;
+	if (rrc_on(opts))
+		return -ENOTSUP;
 	*rg = (struct resample_region){.fw = w, .fh = h};
 	int r = pick_window(opts, rg, rand, flip);
 	if (r < 0)
@@ -775,6 +817,24 @@ static int copy_input(const void *in, size_t inlen, uint8_t **out,
 	return 0;
 }
 
+/* transform_apply with a RandomResizedCrop: the box is drawn on the
+ * resized image, as on an echo serve, so the two stages agree. The output
+ * is always re-encoded (format=same means JPEG, as transform_augment). */
+static int apply_rrc(struct transform_ctx *tc, const struct transform_opts *o,
+		     const void *in, size_t inlen, uint64_t rand, uint8_t **out,
+		     size_t *outlen, char *why, size_t whylen)
+{
+	struct image img;
+	int r = transform_prepare(tc, o, in, inlen, &img, why, whylen);
+	if (r < 0)
+		return r;
+	r = transform_augment(tc, o, &img, rand, out, outlen);
+	transform_image_free(&img);
+	if (r < 0)
+		return decoder_fail(why, whylen, r, "crop/encode failed");
+	return 0;
+}
+
 int transform_apply(struct transform_ctx *tc, const struct transform_opts *opts,
 		    const void *in, size_t inlen, uint64_t rand, uint8_t **out,
 		    size_t *outlen, char *why, size_t whylen)
@@ -783,6 +843,9 @@ int transform_apply(struct transform_ctx *tc, const struct transform_opts *opts,
 	*outlen = 0;
 	if (check_opts(opts) < 0 || !in)
 		return decoder_fail(why, whylen, -EINVAL, "bad options");
+	if (rrc_on(opts))
+		return apply_rrc(tc, opts, in, inlen, rand, out, outlen, why,
+				 whylen);
 	const struct decoder *d = decoder_find(in, inlen);
 	if (opts->format == TF_SAME && d && d->same == TF_SAME) {
 		if (!opts->size && !opts->crop && !opts->flip_prob_half)
