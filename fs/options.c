@@ -23,6 +23,7 @@ struct raw_opts {
 	char *size, *crop, *flip, *augment, *format, *quality, *echo_stage;
 	char *threads, *max_pixels, *decode_mem;
 	char *rrc_scale, *rrc_ratio;
+	char *prepared, *prepared_size;
 	char *metrics, *ca_file, *ca_path;
 	char *read_timeout, *min_rate;
 	char *zerocopy;
@@ -62,6 +63,8 @@ static const struct fuse_opt opt_spec[] = {
 	RAW("decode_mem", decode_mem),
 	RAW("rrc_scale", rrc_scale),
 	RAW("rrc_ratio", rrc_ratio),
+	RAW("prepared", prepared),
+	RAW("prepared_size", prepared_size),
 	RAW("metrics", metrics),
 	RAW("ca_file", ca_file),
 	RAW("ca_path", ca_path),
@@ -176,6 +179,8 @@ static void raw_free(struct raw_opts *r)
 	free(r->decode_mem);
 	free(r->rrc_scale);
 	free(r->rrc_ratio);
+	free(r->prepared);
+	free(r->prepared_size);
 	free(r->metrics);
 	free(r->ca_file);
 	free(r->ca_path);
@@ -296,6 +301,25 @@ static int convert_rrc(struct raw_opts *r, struct fs_options *o, char *err,
 	return 0;
 }
 
+/* prepared=0|1 and prepared_size= (the prepared-sample tier). */
+static int convert_prepared(struct raw_opts *r, struct fs_options *o,
+			    char *err, size_t errlen)
+{
+	unsigned on = 1;
+	int ret = ranged("prepared", r->prepared, 0, 1, &on, err, errlen);
+	if (ret)
+		return ret;
+	o->image.no_prepared = !on;
+	if (r->prepared_size &&
+	    (parse_size(r->prepared_size, &o->image.prepared_size) ||
+	     o->image.prepared_size < (1u << 20))) {
+		snprintf(err, errlen, "bad prepared_size '%s' (at least 1M)",
+			 r->prepared_size);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int convert_prep(struct raw_opts *r, struct fs_options *o, char *err,
 			size_t errlen)
 {
@@ -313,6 +337,7 @@ static int convert_prep(struct raw_opts *r, struct fs_options *o, char *err,
 	    (ret = ranged("flip", r->flip, 0, 1, &flip, err, errlen)) ||
 	    (ret = ranged("augment", r->augment, 0, 1, &augment, err, errlen)) ||
 	    (ret = convert_rrc(r, o, err, errlen)) ||
+	    (ret = convert_prepared(r, o, err, errlen)) ||
 	    (ret = ranged("quality", r->quality, 1, 100, &o->image.quality,
 			  err, errlen)) ||
 	    (ret = ranged("threads", r->threads, 1, 64, &o->image.threads,
@@ -745,6 +770,10 @@ void options_usage(FILE *f, const char *prog)
 "  -o quality=Q         JPEG quality for format=jpeg (default 90)\n"
 "  -o echo_stage=STAGE  before_augment (default: the pool keeps decoded,\n"
 "                       resized pixels) or after_augment (final bytes)\n"
+"  -o prepared=0        preprocess: decode every pass instead of keeping each\n"
+"                       sample's decoded, resized image in cache_dir/prepared\n"
+"                       (default 1: on for size= with format=jpeg or ppm)\n"
+"  -o prepared_size=SIZE cap of cache_dir/prepared (default: cache_size)\n"
 "  -o threads=N         decode worker threads (default: cores)\n"
 "  -o max_pixels=N      refuse images declaring more pixels (default 64000000)\n"
 "  -o decode_mem=SIZE   memory the decode workers may use at once (default\n"

@@ -8,6 +8,10 @@
 
 #include "cache/image/imgbuf.h"
 
+/* Bumped whenever the resampler's output bytes change: it is part of the
+ * prepared-sample tier's key (cache/prepared.h). */
+#define RESAMPLE_VERSION 1
+
 /* The image resampled to fw x fh, of which only the window (x, y, w, h) is
  * produced (cropping while resampling saves the work on pixels the crop
  * throws away). */

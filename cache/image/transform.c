@@ -423,6 +423,21 @@ static int decode_for(struct transform_ctx *tc, const struct transform_opts *o,
 			  why, whylen);
 }
 
+int transform_prepared_dims(struct transform_ctx *tc,
+			    const struct transform_opts *opts, const void *in,
+			    size_t inlen, unsigned *w, unsigned *h)
+{
+	unsigned iw, ih;
+	*w = *h = 0;
+	if (check_opts(opts) < 0 || !in)
+		return -EINVAL;
+	int r = transform_probe(tc, in, inlen, opts->max_pixels, &iw, &ih,
+				NULL, 0);
+	if (r < 0)
+		return r;
+	return target_dims(opts, iw, ih, w, h);
+}
+
 int transform_prepare(struct transform_ctx *tc,
 		      const struct transform_opts *opts, const void *in,
 		      size_t inlen, struct image *out, char *why, size_t whylen)

@@ -183,6 +183,13 @@ int transform_prepare(struct transform_ctx *tc,
 		      size_t inlen, struct image *out, char *why,
 		      size_t whylen);
 
+/* The size transform_prepare makes of in, from its header alone (probe and
+ * the resize rule; no decoding). Returns 0, or the probe's or -EFBIG's
+ * errors as transform_prepare would give them. */
+int transform_prepared_dims(struct transform_ctx *tc,
+			    const struct transform_opts *opts, const void *in,
+			    size_t inlen, unsigned *w, unsigned *h);
+
 /* The random half: crop (centre or from rand; with opts->rrc a
  * RandomResizedCrop box resampled to crop x crop), flip (from rand), encode as
  * opts->format (TF_SAME means JPEG here: a prepared image has no source
