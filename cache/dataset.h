@@ -98,12 +98,19 @@ struct dataset_output_stats {
 	uint64_t hits, misses, rejected;
 };
 
+/* The prepared-sample tier's figures (cache/image/prepared.h); on: in use. */
+struct dataset_prepared_stats {
+	int on;
+	uint64_t hits, misses, writes, corrupt, bytes, entries, evictions;
+};
+
 struct dataset_stats {
 	struct dataset_read_stats reads;
 	struct dataset_net_stats net;
 	struct dataset_store_stats store;
 	struct dataset_echo_stats echo;
 	struct dataset_output_stats outputs;
+	struct dataset_prepared_stats prepared;
 	uint64_t cached_groups; /* groups complete in the disk cache */
 };
 

@@ -75,6 +75,7 @@ struct snapshot {
 	struct dataset_echo_stats pool;
 	struct bindings_stats bind;
 	struct dataset_output_stats out;
+	struct dataset_prepared_stats prep;
 	double echo;
 	enum dataset_echo_mode mode;
 	uint64_t cached_shards;
@@ -95,6 +96,7 @@ static void take_snapshot(struct control *c, struct snapshot *s)
 	s->st = ds.store;
 	s->pool = ds.echo;
 	s->out = ds.outputs;
+	s->prep = ds.prepared;
 	dataset_get_part(c->src.ds, &s->part);
 	push_get_stats(c->src.push, &s->push);
 	dataset_echo_get(c->src.ds, &s->echo, &s->mode);
@@ -206,6 +208,20 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 	  "samples in this rank's part, before the trim");
 	M("trimmed", 'g', s->part.trimmed,
 	  "samples of the part left out so every rank shows the same count");
+	if (s->prep.on) {
+		M("prepared_hits", 'c', s->prep.hits,
+		  "samples served from the prepared tier (no decode)");
+		M("prepared_misses", 'c', s->prep.misses,
+		  "samples decoded: not in the prepared tier");
+		M("prepared_writes", 'c', s->prep.writes,
+		  "prepared samples written to the tier");
+		M("prepared_corrupt", 'c', s->prep.corrupt,
+		  "prepared samples found corrupt, dropped and made again");
+		M("prepared_bytes", 'g', s->prep.bytes,
+		  "bytes in the prepared tier");
+		M("prepared_evictions", 'c', s->prep.evictions,
+		  "prepared samples evicted for prepared_size");
+	}
 	if (dataset_echoes(c->src.ds)) {
 		M("echo", 'g', s->echo, "echo factor E in force");
 		M("pass", 'g', s->pool.pass, "pass over the dataset, from 1");

@@ -22,6 +22,8 @@ struct raw_opts {
 	char *echo, *echo_mode, *echo_window, *mem_size, *seed;
 	char *size, *crop, *flip, *augment, *format, *quality, *echo_stage;
 	char *threads, *max_pixels, *decode_mem;
+	char *rrc_scale, *rrc_ratio;
+	char *prepared, *prepared_size;
 	char *metrics, *ca_file, *ca_path;
 	char *read_timeout, *min_rate;
 	char *zerocopy, *layout;
@@ -59,6 +61,10 @@ static const struct fuse_opt opt_spec[] = {
 	RAW("threads", threads),
 	RAW("max_pixels", max_pixels),
 	RAW("decode_mem", decode_mem),
+	RAW("rrc_scale", rrc_scale),
+	RAW("rrc_ratio", rrc_ratio),
+	RAW("prepared", prepared),
+	RAW("prepared_size", prepared_size),
 	RAW("metrics", metrics),
 	RAW("ca_file", ca_file),
 	RAW("ca_path", ca_path),
@@ -173,6 +179,10 @@ static void raw_free(struct raw_opts *r)
 	free(r->threads);
 	free(r->max_pixels);
 	free(r->decode_mem);
+	free(r->rrc_scale);
+	free(r->rrc_ratio);
+	free(r->prepared);
+	free(r->prepared_size);
 	free(r->metrics);
 	free(r->ca_file);
 	free(r->ca_path);
@@ -254,16 +264,84 @@ static int ranged(const char *name, const char *v, uint64_t lo, uint64_t hi,
 	return 0;
 }
 
+/* "LO-HI", two positive decimals with LO <= HI <= max. */
+static int parse_range(const char *s, double max, double out[2])
+{
+	char *end;
+	errno = 0;
+	double lo = strtod(s, &end);
+	if (errno || end == s || *end != '-')
+		return -EINVAL;
+	const char *h = end + 1;
+	double hi = strtod(h, &end);
+	if (errno || end == h || *end || !(lo > 0) || !(lo <= hi) || hi > max)
+		return -EINVAL;
+	out[0] = lo;
+	out[1] = hi;
+	return 0;
+}
+
+/* augment=rrc and its ranges (torchvision's RandomResizedCrop). */
+static int convert_rrc(struct raw_opts *r, struct fs_options *o, char *err,
+		       size_t errlen)
+{
+	if (r->rrc_scale &&
+	    parse_range(r->rrc_scale, 1.0, o->image.rrc_scale) < 0) {
+		snprintf(err, errlen, "bad rrc_scale '%s' (LO-HI, 0 < LO <= HI "
+			 "<= 1, e.g. 0.08-1)", r->rrc_scale);
+		return -EINVAL;
+	}
+	if (r->rrc_ratio &&
+	    parse_range(r->rrc_ratio, 1000.0, o->image.rrc_ratio) < 0) {
+		snprintf(err, errlen, "bad rrc_ratio '%s' (LO-HI, 0 < LO <= HI, "
+			 "e.g. 0.75-1.333)", r->rrc_ratio);
+		return -EINVAL;
+	}
+	if (o->image.rrc && !o->image.crop) {
+		snprintf(err, errlen, "augment=rrc needs crop=C (the output "
+			 "size)");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* prepared=0|1 and prepared_size= (the prepared-sample tier). */
+static int convert_prepared(struct raw_opts *r, struct fs_options *o,
+			    char *err, size_t errlen)
+{
+	unsigned on = 1;
+	int ret = ranged("prepared", r->prepared, 0, 1, &on, err, errlen);
+	if (ret)
+		return ret;
+	o->image.no_prepared = !on;
+	if (r->prepared_size &&
+	    (parse_size(r->prepared_size, &o->image.prepared_size) ||
+	     o->image.prepared_size < (1u << 20))) {
+		snprintf(err, errlen, "bad prepared_size '%s' (at least 1M)",
+			 r->prepared_size);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int convert_prep(struct raw_opts *r, struct fs_options *o, char *err,
 			size_t errlen)
 {
 	unsigned flip = 0, augment = 0;
 	int ret;
 
+	if (r->augment && strcmp(r->augment, "rrc") == 0) {
+		o->image.rrc = 1;
+		augment = 1;
+		free(r->augment);
+		r->augment = NULL;
+	}
 	if ((ret = ranged("size", r->size, 1, 16384, &o->image.size, err, errlen)) ||
 	    (ret = ranged("crop", r->crop, 1, 16384, &o->image.crop, err, errlen)) ||
 	    (ret = ranged("flip", r->flip, 0, 1, &flip, err, errlen)) ||
 	    (ret = ranged("augment", r->augment, 0, 1, &augment, err, errlen)) ||
+	    (ret = convert_rrc(r, o, err, errlen)) ||
+	    (ret = convert_prepared(r, o, err, errlen)) ||
 	    (ret = ranged("quality", r->quality, 1, 100, &o->image.quality,
 			  err, errlen)) ||
 	    (ret = ranged("threads", r->threads, 1, 64, &o->image.threads,
@@ -726,10 +804,19 @@ void options_usage(FILE *f, const char *prog)
 "  -o flip=1            preprocess: random horizontal flip (echo mounts with\n"
 "                       augment=1)\n"
 "  -o augment=1         draw a new crop/flip for every serve (echo mounts)\n"
+"                       (augment=rrc: torchvision's RandomResizedCrop to\n"
+"                       crop x crop instead of a fixed-size crop)\n"
+"  -o rrc_scale=LO-HI   augment=rrc: area fraction range (default 0.08-1)\n"
+"  -o rrc_ratio=LO-HI   augment=rrc: aspect ratio range, drawn log-uniformly\n"
+"                       (default 0.75-1.333, i.e. 3/4-4/3)\n"
 "  -o format=FMT        same (original bytes, default), jpeg or ppm\n"
 "  -o quality=Q         JPEG quality for format=jpeg (default 90)\n"
 "  -o echo_stage=STAGE  before_augment (default: the pool keeps decoded,\n"
 "                       resized pixels) or after_augment (final bytes)\n"
+"  -o prepared=0        preprocess: decode every pass instead of keeping each\n"
+"                       sample's decoded, resized image in cache_dir/prepared\n"
+"                       (default 1: on for size= with format=jpeg or ppm)\n"
+"  -o prepared_size=SIZE cap of cache_dir/prepared (default: cache_size)\n"
 "  -o threads=N         decode worker threads (default: cores)\n"
 "  -o max_pixels=N      refuse images declaring more pixels (default 64000000)\n"
 "  -o decode_mem=SIZE   memory the decode workers may use at once (default\n"
