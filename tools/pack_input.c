@@ -149,7 +149,8 @@ static int list_dir(struct pack_input *in, const char *dir, char ***out,
 		(*out)[(*n)++] = xstrdup(e->d_name);
 	}
 	closedir(d);
-	qsort(*out, *n, sizeof(**out), name_cmp);
+	if (*n > 1) /* an empty directory leaves *out NULL: not for qsort */
+		qsort(*out, *n, sizeof(**out), name_cmp);
 	return 0;
 }
 
