@@ -281,10 +281,72 @@ size_t dataset_ngroups(const struct dataset *ds)
 	return ds->ix->nshards;
 }
 
+/* A sample, or a member numbered after the samples (dataset.h). */
 static const struct index_sample *sample_of(const struct dataset *ds,
 					    uint32_t sample)
 {
-	return sample < ds->ix->nsamples ? &ds->ix->samples[sample] : NULL;
+	const struct index *ix = ds->ix;
+
+	if (sample < ix->nsamples)
+		return &ix->samples[sample];
+	if (sample - ix->nsamples < ix->nmembers)
+		return &ix->members[sample - ix->nsamples];
+	return NULL;
+}
+
+int dataset_has_members(const struct dataset *ds)
+{
+	return ds->ix->has_members;
+}
+
+size_t dataset_nmembers(const struct dataset *ds)
+{
+	return ds->ix->nmembers;
+}
+
+static size_t place_hash(uint32_t shard, uint64_t offset, size_t mask)
+{
+	uint64_t h = (offset ^ (uint64_t)shard << 40) * 0x9e3779b97f4a7c15ull;
+	return (size_t)(h >> 21) & mask;
+}
+
+/* The sample whose image lies where member m does (same shard, offset
+ * and size), through slot (sample + 1 by place; 0 empty). */
+static uint32_t sample_at(const struct index *ix, const uint32_t *slot,
+			  size_t mask, const struct index_sample *m)
+{
+	for (size_t j = place_hash(m->shard, m->offset, mask); slot[j];
+	     j = (j + 1) & mask) {
+		const struct index_sample *s = &ix->samples[slot[j] - 1];
+		if (s->shard == m->shard && s->offset == m->offset &&
+		    s->size == m->size)
+			return slot[j] - 1;
+	}
+	return UINT32_MAX;
+}
+
+void dataset_member_samples(const struct dataset *ds, uint32_t *out)
+{
+	const struct index *ix = ds->ix;
+	size_t cap = 64, mask;
+	uint32_t *slot;
+
+	while (cap < 2 * ix->nsamples + 2)
+		cap *= 2;
+	mask = cap - 1;
+	slot = xcalloc(cap, sizeof(*slot));
+	for (size_t i = 0; i < ix->nsamples; i++) {
+		const struct index_sample *s = &ix->samples[i];
+		size_t j = place_hash(s->shard, s->offset, mask);
+		while (slot[j])
+			j = (j + 1) & mask;
+		slot[j] = (uint32_t)i + 1;
+	}
+	for (size_t k = 0; k < ix->nmembers; k++) {
+		uint32_t i = sample_at(ix, slot, mask, &ix->members[k]);
+		out[k] = i != UINT32_MAX ? i : (uint32_t)(ix->nsamples + k);
+	}
+	free(slot);
 }
 
 const char *dataset_key(const struct dataset *ds, uint32_t sample)
@@ -581,11 +643,11 @@ int dataset_in_view(const struct dataset *ds, uint32_t sample)
 
 int dataset_in_part(const struct dataset *ds, uint32_t sample)
 {
-	if (sample >= ds->ix->nsamples)
+	const struct index_sample *s = sample_of(ds, sample);
+
+	if (!s)
 		return 0;
-	return ds->rank_of ? ds->rank_of[ds->ix->samples[sample].shard] ==
-				     ds->part.rank
-			   : 1;
+	return ds->rank_of ? ds->rank_of[s->shard] == ds->part.rank : 1;
 }
 
 void dataset_get_part(const struct dataset *ds, struct dataset_part *out)

@@ -98,12 +98,19 @@ struct dataset_output_stats {
 	uint64_t hits, misses, rejected;
 };
 
+/* The prepared-sample tier's figures (cache/image/prepared.h); on: in use. */
+struct dataset_prepared_stats {
+	int on;
+	uint64_t hits, misses, writes, corrupt, bytes, entries, evictions;
+};
+
 struct dataset_stats {
 	struct dataset_read_stats reads;
 	struct dataset_net_stats net;
 	struct dataset_store_stats store;
 	struct dataset_echo_stats echo;
 	struct dataset_output_stats outputs;
+	struct dataset_prepared_stats prepared;
 	uint64_t cached_groups; /* groups complete in the disk cache */
 };
 
@@ -177,6 +184,23 @@ uint64_t dataset_tar_skipped(const struct dataset *ds);
 /* Samples whose .cls was not a usable label, met while building the index. */
 uint64_t dataset_bad_label(const struct dataset *ds);
 
+/* Members (a format 3 index; the samples layout): every tar member of
+ * every sample, labelled or not, numbered after the samples, from
+ * dataset_nsamples() to dataset_nsamples() + dataset_nmembers() - 1.
+ * dataset_key, dataset_ext (for a member its whole extension as in the
+ * tar, "seg.PNG"), dataset_size, dataset_group, dataset_in_part,
+ * dataset_read and dataset_read_span take these numbers as they take
+ * samples; dataset_label of a member is "". A member that is also a
+ * sample's image is listed under both numbers. dataset_has_members: 1 when
+ * the index lists them (format 3), even if there are none. */
+int dataset_has_members(const struct dataset *ds);
+size_t dataset_nmembers(const struct dataset *ds);
+/* For each member k (nmembers of them), into out[k]: the number of the
+ * sample whose image it is (same shard, offset and size), so that reads of
+ * it are checked against the sample's sum, spliced and counted in passes
+ * like the imagefolder layout's, else its own member number. */
+void dataset_member_samples(const struct dataset *ds, uint32_t *out);
+
 /* Read up to len bytes at off of the sample's bytes into buf, blocking
  * until they are there (fetching the sample's group in the background).
  * Returns the byte count (0 at or past the end, less than len only at the
@@ -249,8 +273,8 @@ int dataset_set_part(struct dataset *ds, uint32_t rank, uint32_t world,
 		     uint64_t seed, char *err, size_t errlen);
 /* 1 if the sample is in this rank's view (always, with world 1). */
 int dataset_in_view(const struct dataset *ds, uint32_t sample);
-/* 1 if the sample's shard is in this rank's part (trimmed samples
- * included; always, with world 1). */
+/* 1 if the sample's (or member's) shard is in this rank's part (trimmed
+ * samples included; always, with world 1). */
 int dataset_in_part(const struct dataset *ds, uint32_t sample);
 void dataset_get_part(const struct dataset *ds, struct dataset_part *out);
 /* Samples per shard (the partition's weights), nshards long; caller

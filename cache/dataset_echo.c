@@ -19,6 +19,7 @@
 #include "cache/image/outputs.h"
 #include "cache/image/prep.h"
 #include "cache/image/transform.h"
+#include "cache/image/prepared.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -104,6 +105,9 @@ static int ingest_sample(void *ud, uint32_t sample, const uint8_t *in,
 		uint64_t rand = hash64(&n, sizeof(n), ds->seed);
 		r = prep_apply(ds->prep, in, len, rand, out, outlen, why,
 			       sizeof(why));
+	} else if (ds->prepared) {
+		r = prepared_make(ds->prepared, ds->prep, in, len, out, outlen,
+				  why, sizeof(why));
 	} else {
 		r = prep_prepare(ds->prep, in, len, out, outlen, why,
 				 sizeof(why));
@@ -117,6 +121,21 @@ static int ingest_sample(void *ud, uint32_t sample, const uint8_t *in,
 	return r;
 }
 
+/* The prepared-sample tier, when the recipe has a prepared stage and it
+ * is not turned off; a tier that cannot open is logged, not fatal. */
+static void open_prepared(struct dataset *ds, const struct dataset_opts *o,
+			  const struct transform_opts *tf)
+{
+	char err[256];
+	if (o->image.no_prepared || !o->cache_dir || !prepared_applies(tf))
+		return;
+	uint64_t cap = o->image.prepared_size ? o->image.prepared_size
+					      : o->cache_size;
+	if (prepared_open(o->cache_dir, cap, tf, &ds->prepared, err,
+			  sizeof(err)))
+		log_warn("decoding every pass (no prepared samples): %s", err);
+}
+
 int dataset_start_image(struct dataset *ds, const struct dataset_opts *o,
 			char *err, size_t errlen)
 {
@@ -127,6 +146,9 @@ int dataset_start_image(struct dataset *ds, const struct dataset_opts *o,
 		.crop = io->crop,
 		.random_crop = random,
 		.flip_prob_half = random && io->flip,
+		.rrc = io->rrc,
+		.rrc_scale = {io->rrc_scale[0], io->rrc_scale[1]},
+		.rrc_ratio = {io->rrc_ratio[0], io->rrc_ratio[1]},
 		.format = (enum transform_format)io->format,
 		.quality = (int)io->quality,
 		.max_pixels = io->max_pixels,
@@ -138,6 +160,9 @@ int dataset_start_image(struct dataset *ds, const struct dataset_opts *o,
 		return 0;
 	if (io->flip && !random)
 		log_warn("flip=1 needs an echo mount with augment=1; ignored");
+	if (io->rrc && !random)
+		log_warn("augment=rrc needs an echo mount; exact mounts keep "
+			 "the centre crop");
 	/* decode_mem bounds what the workers hold at once; it bounds the RSS
 	 * only if freed buffers go back to the system. glibc's dynamic mmap
 	 * threshold (raised up to 32 MB by each free) would serve libjpeg's
@@ -157,8 +182,11 @@ int dataset_start_image(struct dataset *ds, const struct dataset_opts *o,
 			 strerror(-r));
 		return r;
 	}
-	if (!o->echo.on)
+	open_prepared(ds, o, &tf);
+	if (!o->echo.on) {
 		ds->outputs = outputs_new(ds->ix, ds->sh, ds->prep);
+		outputs_set_prepared(ds->outputs, ds->prepared);
+	}
 	return 0;
 }
 
@@ -169,6 +197,8 @@ void dataset_stop_image(struct dataset *ds)
 	ds->outputs = NULL;
 	prep_free(ds->prep);
 	ds->prep = NULL;
+	prepared_close(ds->prepared);
+	ds->prepared = NULL;
 }
 
 int dataset_echo_start(struct dataset *ds, const uint32_t *class_of,
@@ -367,7 +397,10 @@ enum dataset_echo_serve dataset_echo_serving(const struct dataset *ds)
 		return DATASET_SERVE_HELD;
 	if (echo_stage(ds) == DATASET_STAGE_ENCODED)
 		return DATASET_SERVE_DECODE;
-	return ds->image_opts.format == DATASET_FORMAT_PPM
+	/* A RandomResizedCrop resamples: it is made whole per open, not
+	 * rendered range by range. */
+	return ds->image_opts.format == DATASET_FORMAT_PPM &&
+				       !ds->image_opts.rrc
 		       ? DATASET_SERVE_RENDER
 		       : DATASET_SERVE_AUGMENT;
 }
@@ -377,9 +410,24 @@ int dataset_echo_decode(struct dataset *ds, const struct dataset_sample *s,
 {
 	const struct pool_sample *ps = pool_of(s);
 	char why[200];
-	int r = prep_apply(ds->prep, ps->data, ps->len, rand ^ ds->seed, out,
-			   outlen, why, sizeof(why));
+	uint8_t *pb;
+	size_t pl;
+	int r;
 
+	if (ds->prepared) {
+		/* Decoded once per dataset (the prepared-sample tier), as an
+		 * exact mount's outputs are. */
+		r = prepared_make(ds->prepared, ds->prep, ps->data, ps->len, &pb,
+				  &pl, why, sizeof(why));
+		if (r == 0) {
+			r = prep_augment(ds->prep, pb, pl, rand ^ ds->seed, out,
+					 outlen, why, sizeof(why));
+			free(pb);
+		}
+	} else {
+		r = prep_apply(ds->prep, ps->data, ps->len, rand ^ ds->seed, out,
+			       outlen, why, sizeof(why));
+	}
 	if (r)
 		log_counted("bad_sample", "sample %s skipped: %s",
 			    dataset_key(ds, ps->sample), why);
@@ -471,6 +519,15 @@ void dataset_echo_fill_stats(struct dataset *ds, struct dataset_stats *out)
 			(struct dataset_output_stats){.hits = os.hits,
 						      .misses = os.misses,
 						      .rejected = os.rejected};
+	}
+	if (ds->prepared) {
+		struct prepared_stats ps;
+		prepared_get_stats(ds->prepared, &ps);
+		out->prepared = (struct dataset_prepared_stats){
+			.on = 1, .hits = ps.hits, .misses = ps.misses,
+			.writes = ps.writes, .corrupt = ps.corrupt,
+			.bytes = ps.bytes, .entries = ps.entries,
+			.evictions = ps.evictions};
 	}
 	if (!ds->pool)
 		return;

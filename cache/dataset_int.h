@@ -41,6 +41,7 @@ struct dataset {
 	int own_pool;		   /* 0: dataset_wrap_pool's */
 	struct prep *prep;	   /* preprocessing only */
 	struct outputs *outputs;   /* preprocessing exact mounts only */
+	struct prepared *prepared; /* the prepared-sample tier, or NULL */
 	_Atomic uint64_t ingested; /* samples decoded for the pool */
 };
 

@@ -58,6 +58,12 @@ struct dataset_image_opts {
 	int on; /* any of size, crop, flip, format is set */
 	unsigned size, crop, quality, threads;
 	int flip, augment;
+	int rrc; /* augment=rrc: RandomResizedCrop (cache/image/rrc.h) */
+	double rrc_scale[2], rrc_ratio[2]; /* its ranges; 0, 0: defaults */
+	/* The prepared-sample tier (cache/image/prepared.h) in cache_dir: on
+	 * unless no_prepared; its cap (0: the cache_size). */
+	int no_prepared;
+	uint64_t prepared_size;
 	enum dataset_format format;
 	uint64_t max_pixels;
 	uint64_t decode_mem; /* 0: the transform's default */

@@ -18,6 +18,17 @@
 #include "fs/push.h"
 
 #define MAX_METRICS 96
+#define MAX_ERRORS 16
+
+/* Append to a table of cap rows. A row past cap is a bug of the code that
+ * lists them: caught by the assertion in debug builds (the unit tests),
+ * dropped in release builds rather than written past the array. */
+#define TABLE_ADD(tab, n, cap, ...)                                       \
+	do {                                                              \
+		assert((n) < (cap));                                      \
+		if ((n) < (cap))                                          \
+			(tab)[(n)++] = (struct metric){__VA_ARGS__};      \
+	} while (0)
 
 /* The fetch rate is measured over the time since the previous sample taken
  * at least RATE_WINDOW_S ago, so frequent readers see a steady figure. */
@@ -26,6 +37,9 @@
 struct control {
 	struct control_sources src;
 	double start;
+	/* Held from reading the echo settings to setting them, so that two
+	 * config writes (one echo=, one echo_mode=) do not undo each other. */
+	pthread_mutex_t cfg_lock;
 	pthread_mutex_t lock; /* guards the rate samples below */
 	double rate_t;
 	uint64_t rate_bytes;
@@ -39,6 +53,7 @@ struct control *control_new(const struct control_sources *src)
 	c->start = now_mono();
 	c->rate_t = c->start;
 	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->cfg_lock, NULL);
 	return c;
 }
 
@@ -47,6 +62,7 @@ void control_free(struct control *c)
 	if (!c)
 		return;
 	pthread_mutex_destroy(&c->lock);
+	pthread_mutex_destroy(&c->cfg_lock);
 	free(c);
 }
 
@@ -59,6 +75,7 @@ struct snapshot {
 	struct dataset_echo_stats pool;
 	struct bindings_stats bind;
 	struct dataset_output_stats out;
+	struct dataset_prepared_stats prep;
 	double echo;
 	enum dataset_echo_mode mode;
 	uint64_t cached_shards;
@@ -79,6 +96,7 @@ static void take_snapshot(struct control *c, struct snapshot *s)
 	s->st = ds.store;
 	s->pool = ds.echo;
 	s->out = ds.outputs;
+	s->prep = ds.prepared;
 	dataset_get_part(c->src.ds, &s->part);
 	push_get_stats(c->src.push, &s->push);
 	dataset_echo_get(c->src.ds, &s->echo, &s->mode);
@@ -135,12 +153,7 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 {
 	const struct fs_counters *fc = c->src.fc;
 	size_t n = 0;
-	/* MAX_METRICS bounds m[]: a new line past it is a bug, caught here. */
-#define M(nm, k, v, h)                                                   \
-	do {                                                             \
-		assert(n < MAX_METRICS);                                 \
-		m[n++] = (struct metric){nm, k, (double)(v), h};         \
-	} while (0)
+#define M(nm, k, v, h) TABLE_ADD(m, n, MAX_METRICS, nm, k, (double)(v), h)
 	M("samples", 'g', c->src.ns->nfiles, "files in the tree");
 	M("shards", 'g', dataset_ngroups(c->src.ds), "shards in the index");
 	M("classes", 'g', c->src.ns->nclasses, "class directories");
@@ -195,6 +208,20 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 	  "samples in this rank's part, before the trim");
 	M("trimmed", 'g', s->part.trimmed,
 	  "samples of the part left out so every rank shows the same count");
+	if (s->prep.on) {
+		M("prepared_hits", 'c', s->prep.hits,
+		  "samples served from the prepared tier (no decode)");
+		M("prepared_misses", 'c', s->prep.misses,
+		  "samples decoded: not in the prepared tier");
+		M("prepared_writes", 'c', s->prep.writes,
+		  "prepared samples written to the tier");
+		M("prepared_corrupt", 'c', s->prep.corrupt,
+		  "prepared samples found corrupt, dropped and made again");
+		M("prepared_bytes", 'g', s->prep.bytes,
+		  "bytes in the prepared tier");
+		M("prepared_evictions", 'c', s->prep.evictions,
+		  "prepared samples evicted for prepared_size");
+	}
 	if (dataset_echoes(c->src.ds)) {
 		M("echo", 'g', s->echo, "echo factor E in force");
 		M("pass", 'g', s->pool.pass, "pass over the dataset, from 1");
@@ -273,7 +300,7 @@ static size_t errors(const struct control *c, const struct snapshot *s,
 		     struct metric *m)
 {
 	size_t n = 0;
-#define E(nm, v, h) m[n++] = (struct metric){nm, 'c', (double)(v), h}
+#define E(nm, v, h) TABLE_ADD(m, n, MAX_ERRORS, nm, 'c', (double)(v), h)
 	E("http_4xx", s->http.errors_4xx, "HTTP 4xx replies");
 	E("http_5xx", s->http.errors_5xx, "HTTP 5xx replies");
 	E("connection", s->http.errors_conn, "connect, TLS, reset or timeout");
@@ -359,7 +386,7 @@ static void render_config(const struct control *c, struct out *o)
 int control_render(struct control *c, enum control_file which, char **out,
 		   size_t *len)
 {
-	struct metric m[MAX_METRICS], e[16];
+	struct metric m[MAX_METRICS], e[MAX_ERRORS];
 	struct snapshot s;
 	struct out o = {xmalloc(4096), 0, 4096};
 
@@ -431,20 +458,23 @@ int control_configure(struct control *c, const char *text, size_t len,
 {
 	double echo;
 	enum dataset_echo_mode mode;
+	int r = 0;
 
 	if (!dataset_echoes(c->src.ds)) {
 		snprintf(err, errlen, "exact mount: remount with -o echo=E");
 		return -EROFS;
 	}
+	pthread_mutex_lock(&c->cfg_lock);
 	dataset_echo_get(c->src.ds, &echo, &mode);
-	while (len) {
+	while (len && r == 0) {
 		const char *nl = memchr(text, '\n', len);
 		size_t n = nl ? (size_t)(nl - text) : len;
-		int r = config_line(text, n, &echo, &mode, err, errlen);
-		if (r)
-			return r;
+		r = config_line(text, n, &echo, &mode, err, errlen);
 		text += n + (nl ? 1 : 0);
 		len -= n + (nl ? 1 : 0);
 	}
-	return dataset_echo_set(c->src.ds, echo, mode);
+	if (r == 0)
+		r = dataset_echo_set(c->src.ds, echo, mode);
+	pthread_mutex_unlock(&c->cfg_lock);
+	return r;
 }

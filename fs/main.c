@@ -184,6 +184,31 @@ static struct dataset_opts dataset_opts_of(const struct fs_options *o)
 	return d;
 }
 
+/* The tree of the layout asked for (-o layout). */
+static int open_tree(struct app *a, char *err, size_t errlen)
+{
+	static const char *const exts[] = {NULL, "jpg", "ppm"};
+	int r;
+
+	if (a->o.layout == FS_LAYOUT_SAMPLES)
+		r = ns_open_samples(a->ds, &a->ns);
+	else
+		r = ns_open(a->ds, exts[a->o.image.format], &a->ns);
+	if (r == -ENOTSUP)
+		snprintf(err, errlen,
+			 "layout=samples needs an index that lists every "
+			 "member (format 3): this one is older; rebuild it "
+			 "with echofs-index, or remove it from the cache");
+	else if (r)
+		snprintf(err, errlen, "cannot build the tree: %s", strerror(-r));
+	if (!r && (a->ns->counts.skipped_hidden || a->ns->counts.skipped_clash))
+		log_warn("%llu members skipped (hidden name), %llu skipped "
+			 "(a directory of the same name)",
+			 (unsigned long long)a->ns->counts.skipped_hidden,
+			 (unsigned long long)a->ns->counts.skipped_clash);
+	return r;
+}
+
 static int prepare(struct app *a, char *err, size_t errlen)
 {
 	struct dataset_opts dopt = dataset_opts_of(&a->o);
@@ -192,12 +217,9 @@ static int prepare(struct app *a, char *err, size_t errlen)
 	r = dataset_open(&dopt, &a->ds, err, errlen);
 	if (r)
 		return r;
-	static const char *const exts[] = {NULL, "jpg", "ppm"};
-	r = ns_open(a->ds, exts[a->o.image.format], &a->ns);
-	if (r) {
-		snprintf(err, errlen, "cannot build the tree: %s", strerror(-r));
+	r = open_tree(a, err, errlen);
+	if (r)
 		return r;
-	}
 	if (a->ns->counts.skipped_bad_label || a->ns->counts.renamed_duplicates)
 		log_warn("%llu samples skipped (label unusable as a directory "
 			 "name), %llu files renamed to keep names unique",
@@ -584,8 +606,9 @@ int main(int argc, char **argv)
 		r = 1;
 		goto out;
 	}
-	if ((r = daemon_start(a.o.foreground)) != 0) {
-		fprintf(stderr, "echofs: error: cannot fork: %s\n", strerror(-r));
+	if ((r = daemon_start(a.o.foreground, a.o.log_file)) != 0) {
+		fprintf(stderr, "echofs: error: cannot start the daemon: %s\n",
+			strerror(-r));
 		r = 1;
 		goto out;
 	}

@@ -242,6 +242,8 @@ int metrics_open(const char *spec, struct control *ctl, struct metrics **out,
 				MHD_OPTION_SOCK_ADDR, &a.sa,
 				MHD_OPTION_CONNECTION_LIMIT,
 				(unsigned)METRICS_MAX_CONNECTIONS,
+				MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+				(unsigned)METRICS_PER_IP,
 				MHD_OPTION_CONNECTION_TIMEOUT,
 				(unsigned)METRICS_TIMEOUT_S, MHD_OPTION_END);
 	if (!m->d) {

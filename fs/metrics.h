@@ -6,9 +6,15 @@
  * - libmicrohttpd serves the endpoint from one internal polling thread of
  *   its own; a scrape renders a fresh snapshot through control_render
  *   (no lock of ours is held while the reply is sent).
- * - At most METRICS_MAX_CONNECTIONS clients at a time, each closed after
- *   METRICS_TIMEOUT_S of silence; requests other than GET/HEAD of /metrics
- *   (or /) are answered 404 or 405 without touching the stats. */
+ * - At most METRICS_MAX_CONNECTIONS connections at a time and
+ *   METRICS_PER_IP of them from one address, each closed after
+ *   METRICS_TIMEOUT_S of silence. Slow clients (a header line every few
+ *   seconds, 200 of them) then hold only their address's few slots: a
+ *   scraper from any other address is answered, and one from the same
+ *   address once the idle timeout reclaims a slot. A scrape is one short
+ *   request, so the short timeout costs Prometheus at most a reconnect.
+ *   Requests other than GET/HEAD of /metrics (or /) are answered 404 or
+ *   405 without touching the stats. */
 #ifndef ECHOFS_METRICS_H
 #define ECHOFS_METRICS_H
 
@@ -17,8 +23,9 @@
 struct control;
 struct metrics;
 
-#define METRICS_MAX_CONNECTIONS 16
-#define METRICS_TIMEOUT_S 10
+#define METRICS_MAX_CONNECTIONS 64
+#define METRICS_PER_IP 4
+#define METRICS_TIMEOUT_S 3
 
 /* Check an address as given to -o metrics=: "PORT" (loopback),
  * "HOST:PORT" with a numeric IPv4 host, or "[IPv6]:PORT". Returns 0 or

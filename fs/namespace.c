@@ -18,11 +18,12 @@
 #include "cache/dataset.h"
 #include "common/bigmap.h"
 #include "common/util.h"
+#include "fs/namespace_int.h"
 
 static const char *const control_names[] = {"stats", "stats.prom", "config"};
 
 /* Within one class: by name, then by sample. */
-static int file_cmp(const void *a, const void *b)
+int ns_file_cmp(const void *a, const void *b)
 {
 	const struct ns_file *x = a, *y = b;
 	int c = strcmp(x->name, y->name);
@@ -47,21 +48,22 @@ static int label_ok(const char *l)
 #define SUFFIX_ROOM                                                            \
 	24		 /* "_dup" + 10 digits + "_" + 2 digits + NUL, rounded \
 			  */
-#define NAME_LEN_MAX 255 /* what a filesystem takes (cp -r, tar) */
 #define DUP_ROUNDS 8	 /* renaming passes before giving up on a clash */
 
 /* "<base><suffix>.<ext>" into p, which has room (name_len, renamed_name), at
  * most NAME_LEN_MAX bytes: a base too long for the suffix and extension is cut
  * (at a UTF-8 character boundary), the same way for the same sample each
  * time. Returns the length written, without the NUL. */
-static size_t write_name(char *p, const struct dataset *ds, uint32_t sample,
-			 const char *ext, const char *suffix)
+size_t ns_write_name(char *p, const struct dataset *ds, uint32_t sample,
+		     const char *ext, const char *suffix)
 {
 	const char *base = key_base(dataset_key(ds, sample));
 	const char *e = ext ? ext : dataset_ext(ds, sample);
 	size_t bl = strlen(base), el = strlen(e), sl = strlen(suffix), len;
 
-	if (bl + sl + 1 + el > NAME_LEN_MAX) {
+	/* (A member's long extension may leave no room for a suffix: the
+	 * renamed name is then longer, in a buffer of its own.) */
+	if (bl + sl + 1 + el > NAME_LEN_MAX && sl + 1 + el < NAME_LEN_MAX) {
 		bl = NAME_LEN_MAX - sl - 1 - el;
 		while (bl > 0 && ((unsigned char)base[bl] & 0xc0) == 0x80)
 			bl--;
@@ -336,7 +338,7 @@ static char *renamed_name(struct namespace *ns, uint32_t s, const char *suffix)
 		      strlen(suffix) + strlen(e) + 2;
 	char *name = xmalloc(room);
 
-	write_name(name, ns->ds, s, ns->ext, suffix);
+	ns_write_name(name, ns->ds, s, ns->ext, suffix);
 	if (ns->nrenamed == ns->caprenamed) {
 		ns->caprenamed = ns->caprenamed ? 2 * ns->caprenamed : 16;
 		ns->renamed = xrealloc(ns->renamed,
@@ -351,8 +353,8 @@ static char *renamed_name(struct namespace *ns, uint32_t s, const char *suffix)
  * should that name be another file's own, a later round adds "_<round>".
  * Leaves the run sorted. seen marks samples renamed already. Returns how
  * many files were renamed for the first time. */
-static size_t rename_duplicates(struct namespace *ns, struct ns_file *f,
-				size_t n, unsigned char *seen)
+size_t ns_rename_duplicates(struct namespace *ns, struct ns_file *f, size_t n,
+			    unsigned char *seen)
 {
 	char suffix[SUFFIX_ROOM];
 	unsigned char *dup;
@@ -377,7 +379,7 @@ static size_t rename_duplicates(struct namespace *ns, struct ns_file *f,
 			renamed += !(seen[s / 8] & (1u << (s % 8)));
 			seen[s / 8] |= (unsigned char)(1u << (s % 8));
 		}
-		qsort(f, n, sizeof(*f), file_cmp);
+		qsort(f, n, sizeof(*f), ns_file_cmp);
 	}
 	free(dup);
 	return renamed;
@@ -439,11 +441,11 @@ static size_t fill_files(struct namespace *ns, const uint32_t *order)
 					ns->ds,
 					order[c->first + k + PREFETCH_AHEAD]));
 			f[k] = (struct ns_file){p, s, (uint32_t)r};
-			p += write_name(p, ns->ds, s, ns->ext, "") + 1;
+			p += ns_write_name(p, ns->ds, s, ns->ext, "") + 1;
 		}
-		qsort(f, c->count, sizeof(*f), file_cmp);
+		qsort(f, c->count, sizeof(*f), ns_file_cmp);
 		ns->counts.renamed_duplicates +=
-			rename_duplicates(ns, f, c->count, seen);
+			ns_rename_duplicates(ns, f, c->count, seen);
 		ns->nfiles += c->count;
 	}
 	free(seen);
@@ -493,6 +495,7 @@ int ns_open(const struct dataset *ds, const char *ext, struct namespace **out)
 	bucket(ns, &t, order);
 	name_classes(ns, &t);
 	bigmap_trim(ns->names, fill_files(ns, order), &ns->map_names);
+	ns->root_dirs = (uint32_t)ns->nclasses;
 	free_build(&ls, cls, &t, order, map_order);
 	*out = ns;
 	return 0;
@@ -553,9 +556,10 @@ enum ns_kind ns_kind_of(const struct namespace *ns, uint64_t ino, uint32_t *num)
 	return NS_NONE;
 }
 
-static uint64_t find_class(const struct namespace *ns, const char *name)
+/* Directory name among classes [lo, hi), sorted by name. */
+static uint64_t find_class(const struct namespace *ns, size_t lo, size_t hi,
+			   const char *name)
 {
-	size_t lo = 0, hi = ns->nclasses;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 		int c = strcmp(name, ns->classes[mid].name);
@@ -569,11 +573,10 @@ static uint64_t find_class(const struct namespace *ns, const char *name)
 	return 0;
 }
 
-static uint64_t find_file(const struct namespace *ns, uint32_t cls,
+/* File name among files [lo, hi), sorted by name. */
+static uint64_t find_file(const struct namespace *ns, size_t lo, size_t hi,
 			  const char *name)
 {
-	size_t lo = ns->classes[cls].first;
-	size_t hi = lo + ns->classes[cls].count;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 		int c = strcmp(name, ns->files[mid].name);
@@ -590,23 +593,53 @@ static uint64_t find_file(const struct namespace *ns, uint32_t cls,
 uint64_t ns_lookup(const struct namespace *ns, uint64_t parent,
 		   const char *name)
 {
+	const struct ns_class *c;
+	uint64_t ino;
 	uint32_t num;
 
 	switch (ns_kind_of(ns, parent, &num)) {
 	case NS_ROOT:
 		if (strcmp(name, NS_CONTROL_DIR_NAME) == 0)
 			return NS_INO_CONTROL_DIR;
-		return find_class(ns, name);
+		ino = find_class(ns, 0, ns->root_dirs, name);
+		return ino ? ino
+			   : find_file(ns, ns->root_first,
+				       (size_t)ns->root_first + ns->root_files,
+				       name);
 	case NS_CONTROL_DIR:
 		for (size_t i = 0; i < ARRAY_SIZE(control_names); i++)
 			if (strcmp(name, control_names[i]) == 0)
 				return NS_INO_STATS + i;
 		return 0;
 	case NS_CLASS:
-		return find_file(ns, num, name);
+		c = &ns->classes[num];
+		ino = find_class(ns, c->sub_first,
+				 (size_t)c->sub_first + c->sub_count, name);
+		return ino ? ino
+			   : find_file(ns, c->first, (size_t)c->first + c->count,
+				       name);
 	default:
 		return 0;
 	}
+}
+
+/* Entry i of a directory whose subdirectories are classes [dirs, dirs +
+ * ndirs) and files [files, files + nfiles). */
+static uint64_t list_dir(const struct namespace *ns, size_t i, uint32_t dirs,
+			 uint32_t ndirs, uint32_t files, uint32_t nfiles,
+			 const char **name, int *is_dir)
+{
+	if (i < ndirs) {
+		*name = ns->classes[dirs + i].name;
+		*is_dir = 1;
+		return ns_class_ino(ns, (uint32_t)(dirs + i));
+	}
+	i -= ndirs;
+	if (i >= nfiles)
+		return 0;
+	*name = ns->files[files + i].name;
+	*is_dir = 0;
+	return ns_file_ino(ns, (uint32_t)(files + i));
 }
 
 uint64_t ns_list(const struct namespace *ns, uint64_t dir, size_t i,
@@ -616,11 +649,8 @@ uint64_t ns_list(const struct namespace *ns, uint64_t dir, size_t i,
 
 	switch (ns_kind_of(ns, dir, &num)) {
 	case NS_ROOT:
-		if (i >= ns->nclasses)
-			return 0;
-		*name = ns->classes[i].name;
-		*is_dir = 1;
-		return ns_class_ino(ns, (uint32_t)i);
+		return list_dir(ns, i, 0, ns->root_dirs, ns->root_first,
+				ns->root_files, name, is_dir);
 	case NS_CONTROL_DIR:
 		if (i >= ARRAY_SIZE(control_names))
 			return 0;
@@ -628,12 +658,10 @@ uint64_t ns_list(const struct namespace *ns, uint64_t dir, size_t i,
 		*is_dir = 0;
 		return NS_INO_STATS + i;
 	case NS_CLASS:
-		if (i >= ns->classes[num].count)
-			return 0;
-		i += ns->classes[num].first;
-		*name = ns->files[i].name;
-		*is_dir = 0;
-		return ns_file_ino(ns, (uint32_t)i);
+		return list_dir(ns, i, ns->classes[num].sub_first,
+				ns->classes[num].sub_count,
+				ns->classes[num].first, ns->classes[num].count,
+				name, is_dir);
 	default:
 		return 0;
 	}
@@ -646,6 +674,12 @@ uint64_t ns_file_size(const struct namespace *ns, uint32_t file)
 
 uint32_t ns_sample_class(const struct namespace *ns, uint32_t sample)
 {
-	return sample < dataset_nsamples(ns->ds) ? ns->class_of[sample]
-						 : NS_NO_CLASS;
+	return ns->class_of && sample < dataset_nsamples(ns->ds)
+		       ? ns->class_of[sample]
+		       : NS_NO_CLASS;
+}
+
+const char *ns_dir_name(const struct namespace *ns, uint32_t cls)
+{
+	return cls < ns->nclasses ? ns->classes[cls].name : "";
 }

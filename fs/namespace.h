@@ -1,10 +1,18 @@
-/* namespace.h - the virtual ImageFolder tree built from a dataset: class
- * directories, file names, inode numbers, lookups and listings.
+/* namespace.h - the virtual tree built from a dataset: class directories
+ * (imagefolder layout) or the members' own directories (samples layout),
+ * file names, inode numbers, lookups and listings.
  *
  * Inodes are stable for a given dataset: 1 is the root, NS_INO_CONTROL_DIR and
  * the control files follow, then one inode per class directory (in sorted
  * order), then one per file (sorted by class, then name). The tree never
- * changes after it is built, so it needs no lock. */
+ * changes after it is built, so it needs no lock.
+ *
+ * Both layouts are one shape: "classes" are the directories below the
+ * root, numbered so that the root's own come first and every directory's
+ * subdirectories are one run (sub_first, sub_count), sorted by name; files
+ * are one run per directory (first, count), the root's files first
+ * (root_first, root_files). The imagefolder layout has no subdirectories
+ * and no files in the root. */
 #ifndef ECHOFS_NAMESPACE_H
 #define ECHOFS_NAMESPACE_H
 
@@ -31,20 +39,24 @@ enum ns_kind {
 };
 
 struct ns_class {
-	const char *name; /* directory name, owned by the namespace */
-	uint32_t first;	  /* first file number of this class */
-	uint32_t count;	  /* number of files */
+	const char *name;   /* directory name, owned by the namespace */
+	uint32_t first;	    /* first file number of this class */
+	uint32_t count;	    /* number of files */
+	uint32_t sub_first; /* its subdirectories (samples layout) */
+	uint32_t sub_count;
 };
 
 struct ns_file {
 	const char *name; /* file name, owned by the namespace */
-	uint32_t sample;  /* sample number in the dataset */
-	uint32_t cls;	  /* class number */
+	uint32_t sample;  /* sample (or member) number in the dataset */
+	uint32_t cls;	  /* class (directory) number; NS_NO_CLASS: root */
 };
 
 struct ns_counts {
 	uint64_t skipped_bad_label;  /* labels that can't be a directory name */
 	uint64_t renamed_duplicates; /* names made unique within a class */
+	uint64_t skipped_hidden;     /* samples layout: a hidden component */
+	uint64_t skipped_clash;	     /* samples layout: path under a file */
 };
 
 struct namespace
@@ -54,6 +66,8 @@ struct namespace
 	size_t nclasses;
 	struct ns_file *files;
 	size_t nfiles;
+	uint32_t root_dirs;		/* classes[0 .. root_dirs) */
+	uint32_t root_first, root_files; /* the root's files */
 	struct ns_counts counts;
 	char *names;	/* storage for every name as first written */
 	char **renamed; /* names given to duplicates, each malloc'd */
@@ -72,6 +86,16 @@ struct namespace
  * sized by the dataset) or -EOVERFLOW (past 2^32 files) with *out NULL. */
 int ns_open(const struct dataset *ds, const char *ext, struct namespace **out);
 void ns_free(struct namespace *ns);
+
+/* The samples layout: every member of the dataset's member list
+ * (dataset_has_members) in this rank's part, at <key>.<ext>, the key's
+ * directory part becoming directories. A path with a hidden component
+ * (".x") is left out and counted (skipped_hidden), as is one whose
+ * directory would be a file's name (skipped_clash); files of one directory
+ * with one name are renamed as in ns_open ("_dup<n>"). Returns 0 with *out
+ * set, -ENOTSUP when the index lists no members (formats 1 and 2), or
+ * -ENOMEM / -EOVERFLOW as ns_open. */
+int ns_open_samples(const struct dataset *ds, struct namespace **out);
 
 /* What an inode is. For NS_CLASS and NS_FILE, *num receives the class or
  * file number. */
@@ -96,6 +120,9 @@ uint64_t ns_list(const struct namespace *ns, uint64_t dir, size_t i,
  * only the samples in the rank's view have files. */
 #define NS_NO_CLASS UINT32_MAX
 uint32_t ns_sample_class(const struct namespace *ns, uint32_t sample);
+
+/* A directory's name for messages: "" for NS_NO_CLASS (the root). */
+const char *ns_dir_name(const struct namespace *ns, uint32_t cls);
 
 /* Size of the file (exact sample size). */
 uint64_t ns_file_size(const struct namespace *ns, uint32_t file);

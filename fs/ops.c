@@ -91,7 +91,7 @@ static void count_read_error(struct fs_ctx *fs, uint32_t file, int err)
 		return;
 	fs->counters.read_errors++;
 	log_counted("read", "read of %s/%s failed: %s",
-		    fs->ns->classes[f->cls].name, f->name, strerror(err));
+		    ns_dir_name(fs->ns, f->cls), f->name, strerror(err));
 }
 
 /* Forget the rendering of control file ino (after a change). */
@@ -225,10 +225,13 @@ static int fill_attr(struct fs_ctx *fs, fuse_ino_t ino, struct stat *st,
 	switch (ns_kind_of(fs->ns, ino, &num)) {
 	case NS_ROOT:
 		st->st_mode = S_IFDIR | 0555;
-		st->st_nlink = 2 + fs->ns->nclasses;
+		st->st_nlink = 2 + fs->ns->root_dirs;
+		return 0;
+	case NS_CLASS: /* subdirectories: the samples layout's key dirs */
+		st->st_mode = S_IFDIR | 0555;
+		st->st_nlink = 2 + fs->ns->classes[num].sub_count;
 		return 0;
 	case NS_CONTROL_DIR:
-	case NS_CLASS:
 		st->st_mode = S_IFDIR | 0555;
 		st->st_nlink = 2;
 		return 0;
@@ -897,6 +900,7 @@ static int read_span(fuse_req_t req, struct fs_ctx *fs, uint32_t file,
 	uint32_t sample = fs->ns->files[file].sample;
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(0);
 	struct dataset_span sp;
+	int r;
 
 	if (off != 0 || dataset_read_span(fs->ds, sample, 0, size, &sp) != 0)
 		return 0;
@@ -904,8 +908,14 @@ static int read_span(fuse_req_t req, struct fs_ctx *fs, uint32_t file,
 	bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	bv.buf[0].fd = sp.fd;
 	bv.buf[0].pos = (off_t)sp.pos;
-	fs->counters.bytes_served += sp.len;
-	fuse_reply_data(req, &bv, 0);
+	/* libfuse falls back to copying when splice fails; what it still
+	 * returns is a reply that could not be made or sent. ENOENT: the
+	 * request was interrupted, the reader gone, no read error. */
+	r = fuse_reply_data(req, &bv, 0);
+	if (r == 0)
+		fs->counters.bytes_served += sp.len;
+	else if (r != -ENOENT)
+		count_read_error(fs, file, -r);
 	dataset_span_done(fs->ds, &sp);
 	push_touch(fs->push, dataset_group(fs->ds, sample));
 	return 1;

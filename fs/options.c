@@ -22,9 +22,11 @@ struct raw_opts {
 	char *echo, *echo_mode, *echo_window, *mem_size, *seed;
 	char *size, *crop, *flip, *augment, *format, *quality, *echo_stage;
 	char *threads, *max_pixels, *decode_mem;
+	char *rrc_scale, *rrc_ratio;
+	char *prepared, *prepared_size;
 	char *metrics, *ca_file, *ca_path;
 	char *read_timeout, *min_rate;
-	char *zerocopy;
+	char *zerocopy, *layout;
 	char *endpoint, *region, *profile, *path_style, *requester_pays, *no_sign;
 	char *rank, *world, *repartition;
 	char *positional[3];
@@ -59,12 +61,17 @@ static const struct fuse_opt opt_spec[] = {
 	RAW("threads", threads),
 	RAW("max_pixels", max_pixels),
 	RAW("decode_mem", decode_mem),
+	RAW("rrc_scale", rrc_scale),
+	RAW("rrc_ratio", rrc_ratio),
+	RAW("prepared", prepared),
+	RAW("prepared_size", prepared_size),
 	RAW("metrics", metrics),
 	RAW("ca_file", ca_file),
 	RAW("ca_path", ca_path),
 	RAW("read_timeout", read_timeout),
 	RAW("min_rate", min_rate),
 	RAW("zerocopy", zerocopy),
+	RAW("layout", layout),
 	RAW("endpoint", endpoint),
 	RAW("region", region),
 	RAW("profile", profile),
@@ -143,6 +150,7 @@ static char *default_cache_dir(void)
 
 static void raw_free(struct raw_opts *r)
 {
+	free(r->layout);
 	free(r->cache_dir);
 	free(r->cache_size);
 	free(r->index);
@@ -171,6 +179,10 @@ static void raw_free(struct raw_opts *r)
 	free(r->threads);
 	free(r->max_pixels);
 	free(r->decode_mem);
+	free(r->rrc_scale);
+	free(r->rrc_ratio);
+	free(r->prepared);
+	free(r->prepared_size);
 	free(r->metrics);
 	free(r->ca_file);
 	free(r->ca_path);
@@ -252,16 +264,84 @@ static int ranged(const char *name, const char *v, uint64_t lo, uint64_t hi,
 	return 0;
 }
 
+/* "LO-HI", two positive decimals with LO <= HI <= max. */
+static int parse_range(const char *s, double max, double out[2])
+{
+	char *end;
+	errno = 0;
+	double lo = strtod(s, &end);
+	if (errno || end == s || *end != '-')
+		return -EINVAL;
+	const char *h = end + 1;
+	double hi = strtod(h, &end);
+	if (errno || end == h || *end || !(lo > 0) || !(lo <= hi) || hi > max)
+		return -EINVAL;
+	out[0] = lo;
+	out[1] = hi;
+	return 0;
+}
+
+/* augment=rrc and its ranges (torchvision's RandomResizedCrop). */
+static int convert_rrc(struct raw_opts *r, struct fs_options *o, char *err,
+		       size_t errlen)
+{
+	if (r->rrc_scale &&
+	    parse_range(r->rrc_scale, 1.0, o->image.rrc_scale) < 0) {
+		snprintf(err, errlen, "bad rrc_scale '%s' (LO-HI, 0 < LO <= HI "
+			 "<= 1, e.g. 0.08-1)", r->rrc_scale);
+		return -EINVAL;
+	}
+	if (r->rrc_ratio &&
+	    parse_range(r->rrc_ratio, 1000.0, o->image.rrc_ratio) < 0) {
+		snprintf(err, errlen, "bad rrc_ratio '%s' (LO-HI, 0 < LO <= HI, "
+			 "e.g. 0.75-1.333)", r->rrc_ratio);
+		return -EINVAL;
+	}
+	if (o->image.rrc && !o->image.crop) {
+		snprintf(err, errlen, "augment=rrc needs crop=C (the output "
+			 "size)");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* prepared=0|1 and prepared_size= (the prepared-sample tier). */
+static int convert_prepared(struct raw_opts *r, struct fs_options *o,
+			    char *err, size_t errlen)
+{
+	unsigned on = 1;
+	int ret = ranged("prepared", r->prepared, 0, 1, &on, err, errlen);
+	if (ret)
+		return ret;
+	o->image.no_prepared = !on;
+	if (r->prepared_size &&
+	    (parse_size(r->prepared_size, &o->image.prepared_size) ||
+	     o->image.prepared_size < (1u << 20))) {
+		snprintf(err, errlen, "bad prepared_size '%s' (at least 1M)",
+			 r->prepared_size);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int convert_prep(struct raw_opts *r, struct fs_options *o, char *err,
 			size_t errlen)
 {
 	unsigned flip = 0, augment = 0;
 	int ret;
 
+	if (r->augment && strcmp(r->augment, "rrc") == 0) {
+		o->image.rrc = 1;
+		augment = 1;
+		free(r->augment);
+		r->augment = NULL;
+	}
 	if ((ret = ranged("size", r->size, 1, 16384, &o->image.size, err, errlen)) ||
 	    (ret = ranged("crop", r->crop, 1, 16384, &o->image.crop, err, errlen)) ||
 	    (ret = ranged("flip", r->flip, 0, 1, &flip, err, errlen)) ||
 	    (ret = ranged("augment", r->augment, 0, 1, &augment, err, errlen)) ||
+	    (ret = convert_rrc(r, o, err, errlen)) ||
+	    (ret = convert_prepared(r, o, err, errlen)) ||
 	    (ret = ranged("quality", r->quality, 1, 100, &o->image.quality,
 			  err, errlen)) ||
 	    (ret = ranged("threads", r->threads, 1, 64, &o->image.threads,
@@ -515,6 +595,37 @@ static void take_ca(struct fs_options *o, struct raw_opts *r)
 	}
 }
 
+/* layout=imagefolder (default) or samples. The samples layout is an
+ * exact view of every member for now: echo and preprocessing are refused
+ * (whole-sample echo is to come; converting changes an image member's
+ * name and bytes, and its siblings are served as they are). */
+static int convert_layout(struct raw_opts *r, struct fs_options *o, char *err,
+			  size_t errlen)
+{
+	o->layout = FS_LAYOUT_IMAGEFOLDER;
+	if (!r->layout || strcmp(r->layout, "imagefolder") == 0)
+		return 0;
+	if (strcmp(r->layout, "samples") != 0) {
+		snprintf(err, errlen, "bad layout '%s' (imagefolder or samples)",
+			 r->layout);
+		return -EINVAL;
+	}
+	o->layout = FS_LAYOUT_SAMPLES;
+	if (o->echo.on) {
+		snprintf(err, errlen, "layout=samples mounts are exact for now: "
+				      "echo (and echo_mode, echo_window, "
+				      "mem_size) needs layout=imagefolder");
+		return -EINVAL;
+	}
+	if (o->image.on) {
+		snprintf(err, errlen, "layout=samples serves members as they "
+				      "are: size, crop, flip and format need "
+				      "layout=imagefolder");
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 		  size_t errlen)
 {
@@ -560,6 +671,8 @@ int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 		goto out;
 	}
 	ret = convert(&r, o, err, errlen);
+	if (!ret)
+		ret = convert_layout(&r, o, err, errlen);
 	if (ret)
 		goto out;
 	take(&o->source, &r.positional[0]);
@@ -648,6 +761,9 @@ void options_usage(FILE *f, const char *prog)
 "                       are broken off and resumed, within a total deadline\n"
 "  -o zerocopy=0|1      cold reads of cached files spliced from the cache\n"
 "                       file, checked first (default 1; 0: copied)\n"
+"  -o layout=L          imagefolder (default: <class>/<key>.<ext>, one image\n"
+"                       per labelled sample) or samples (every member of\n"
+"                       every sample at <key>.<ext>; exact mounts only)\n"
 "  -o endpoint=URL      S3-compatible endpoint (MinIO, Ceph, R2, GCS); default\n"
 "                       AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's\n"
 "                       endpoint_url, else AWS\n"
@@ -693,13 +809,22 @@ void options_usage(FILE *f, const char *prog)
 "  -o flip=1            preprocess: random horizontal flip (echo mounts with\n"
 "                       augment=1)\n"
 "  -o augment=1         draw a new crop/flip for every serve (echo mounts)\n"
+"                       (augment=rrc: torchvision's RandomResizedCrop to\n"
+"                       crop x crop instead of a fixed-size crop)\n"
+"  -o rrc_scale=LO-HI   augment=rrc: area fraction range (default 0.08-1)\n"
+"  -o rrc_ratio=LO-HI   augment=rrc: aspect ratio range, drawn log-uniformly\n"
+"                       (default 0.75-1.333, i.e. 3/4-4/3)\n"
 "  -o format=FMT        same (original bytes, default), jpeg or ppm\n"
 "  -o quality=Q         JPEG quality for format=jpeg (default 90)\n"
 "  -o echo_stage=STAGE  what the pool keeps: encoded (the sample's bytes,\n"
-"                       decoded at every serve), before_augment (decoded,\n"
+"                       made anew at every serve), before_augment (decoded,\n"
 "                       resized pixels) or after_augment (final bytes);\n"
 "                       auto (default): encoded in adaptive mode, else\n"
 "                       before_augment\n"
+"  -o prepared=0        preprocess: decode every pass instead of keeping each\n"
+"                       sample's decoded, resized image in cache_dir/prepared\n"
+"                       (default 1: on for size= with format=jpeg or ppm)\n"
+"  -o prepared_size=SIZE cap of cache_dir/prepared (default: cache_size)\n"
 "  -o threads=N         decode worker threads (default: cores)\n"
 "  -o max_pixels=N      refuse images declaring more pixels (default 64000000)\n"
 "  -o decode_mem=SIZE   memory the decode workers may use at once (default\n"
@@ -723,8 +848,10 @@ void options_usage(FILE *f, const char *prog)
 "The mount is read-only (ro,nosuid,nodev; an echo mount is rw for the kernel\n"
 "only so that MOUNTPOINT/.echofs/config can be written). Statistics:\n"
 "MOUNTPOINT/.echofs/stats (JSON) and .echofs/stats.prom (Prometheus).\n"
-"SIGTERM, SIGINT and SIGHUP unmount and exit 0 within 2 s, cancelling reads\n"
-"and transfers in progress. echofs refuses to mount over another FUSE mount,\n"
-"live or dead; clear it with: fusermount3 -u MOUNTPOINT\n",
+"SIGTERM, SIGINT (and SIGHUP with -f) unmount and exit 0 within 2 s,\n"
+"cancelling reads and transfers in progress. SIGUSR1 (and SIGHUP in the\n"
+"background) reopens log_file; other user signals are logged and ignored.\n"
+"echofs refuses to mount over another FUSE mount, live or dead; clear it\n"
+"with: fusermount3 -u MOUNTPOINT\n",
 	      f);
 }

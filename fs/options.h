@@ -16,6 +16,12 @@
 
 struct fuse_args;
 
+/* What the tree shows (-o layout). */
+enum fs_layout {
+	FS_LAYOUT_IMAGEFOLDER, /* <class>/<key>.<image ext>, labelled only */
+	FS_LAYOUT_SAMPLES,     /* every member at <key>.<ext> */
+};
+
 struct fs_options {
 	char *source;      /* SOURCE as given (owned) */
 	char *mountpoint;  /* MOUNTPOINT as given (owned) */
@@ -44,6 +50,7 @@ struct fs_options {
 	double read_timeout_s; /* longest a read waits for its data */
 	double min_rate;       /* bytes/s below which a transfer is resumed */
 	int zerocopy;          /* -o zerocopy: splice cold reads (default 1) */
+	enum fs_layout layout; /* -o layout (default imagefolder) */
 	/* Bucket sources (s3://, gs://): the dataset gives these to the
 	 * backends the source needs (cache/dataset_opts.h) */
 	char *endpoint, *region, *profile; /* owned or NULL */

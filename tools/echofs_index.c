@@ -363,7 +363,7 @@ static void strip_secrets(struct index *ix)
 {
 	size_t n = 0;
 	for (size_t i = 0; i < ix->nshards; i++) {
-		char *u = http_strip_secrets(ix->shards[i].url);
+		char *u = http_strip_query(ix->shards[i].url);
 		if (strcmp(u, ix->shards[i].url) != 0) {
 			index_set_url(ix, (uint32_t)i, u);
 			n++;

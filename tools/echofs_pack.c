@@ -1,6 +1,9 @@
-/* echofs_pack.c - pack Fashion-MNIST (idx gz files) into WebDataset tar
- * shards of key.jpg + key.cls members, and optionally an ImageFolder tree of
- * the same JPEG bytes as a reference copy. Output is deterministic. */
+/* echofs_pack.c - pack a user's own files (an ImageFolder tree, a
+ * directory of samples or a file list: tools/pack_input.c, written by
+ * tools/pack_write.c) or Fashion-MNIST (idx gz files, the demo's input)
+ * into WebDataset tar shards. For Fashion-MNIST: key.jpg + key.cls
+ * members, and optionally an ImageFolder tree of the same JPEG bytes as a
+ * reference copy. Output is deterministic. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
@@ -14,6 +17,8 @@
 #include <zlib.h>
 
 #include "common/util.h"
+#include "tools/pack_input.h"
+#include "tools/pack_write.h"
 
 #define DATA_DIR "/usr/share/datasets/fashion-mnist"
 #define IDX_IMAGES_MAGIC 0x00000803u
@@ -37,6 +42,10 @@ struct opts {
 	uint64_t per_shard;
 	uint64_t limit; /* 0 = all */
 	int quality;
+	/* A user's own files: one of these three, and how to cut shards. */
+	const char *imagefolder, *samples, *files, *base, *base_url;
+	uint64_t shards, shard_size, threads, seed;
+	int per_shard_set, fashion_set; /* given on the command line */
 };
 
 struct dataset {
@@ -70,7 +79,31 @@ static void usage(FILE *f)
 		   "  --limit N           pack only the first N samples\n"
 		   "  --quality Q         JPEG quality 1..100 (default 90)\n"
 		   "  --tree DIR          also write DIR/<label>/<key>.jpg\n"
-		   "  -h, --help          this help\n");
+		   "  -h, --help          this help\n\n"
+		   "Or pack your own files (samples shuffled across shards, "
+		   "<prefix>.echofs-index\nwritten beside them):\n"
+		   "  --imagefolder DIR   DIR/<class>/<name>.<image ext>: "
+		   "key <class>/<name>,\n"
+		   "                      members the image and .cls (class "
+		   "index; the index\n"
+		   "                      keeps the class names)\n"
+		   "  --samples DIR       every file under DIR; files sharing "
+		   "<dir>/<name> (up to\n"
+		   "                      the first dot) make one sample\n"
+		   "  --files LIST        the files LIST names (one path a "
+		   "line, - for stdin),\n"
+		   "                      relative to --base DIR (default .), "
+		   "grouped the same way\n"
+		   "  --shards N          write N shards\n"
+		   "  --shard-size SIZE   or shards of at most SIZE bytes "
+		   "(default 256M; K/M/G)\n"
+		   "  --per-shard N       or N samples a shard\n"
+		   "  --seed N            seed of the shuffle (default 0)\n"
+		   "  --threads N         shards written at a time (default: "
+		   "cores)\n"
+		   "  --base-url URL      index URLs URL/<shard> (default: the "
+		   "shards' paths)\n"
+		   "  --out, --prefix     as above (prefix default: data)\n");
 }
 
 /* Print one "echofs-pack: ..." line on stderr; returns 1 (the exit code). */
@@ -110,6 +143,16 @@ static const char **string_opt(struct opts *o, int c)
 		return &o->prefix;
 	case 't':
 		return &o->tree;
+	case 'F':
+		return &o->imagefolder;
+	case 'S':
+		return &o->samples;
+	case 'f':
+		return &o->files;
+	case 'b':
+		return &o->base;
+	case 'u':
+		return &o->base_url;
 	default:
 		return NULL;
 	}
@@ -119,8 +162,20 @@ static int number_opt(struct opts *o, int c, const char *arg, uint64_t *q)
 {
 	switch (c) {
 	case 'n':
+		o->per_shard_set = 1;
 		return parse_num("--per-shard", arg, 1, MAX_SAMPLES,
 				 &o->per_shard);
+	case 'N':
+		return parse_num("--shards", arg, 1, MAX_SAMPLES, &o->shards);
+	case 'T':
+		return parse_num("--threads", arg, 1, 1024, &o->threads);
+	case 'e':
+		return parse_num("--seed", arg, 0, UINT64_MAX, &o->seed);
+	case 'z':
+		if (parse_size(arg, &o->shard_size) || o->shard_size < 4096)
+			return fail("invalid value for --shard-size: '%s' "
+				    "(at least 4K)", arg);
+		return 0;
 	case 'L':
 		return parse_num("--limit", arg, 1, MAX_SAMPLES, &o->limit);
 	case 'q':
@@ -143,6 +198,15 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{"limit", required_argument, NULL, 'L'},
 		{"quality", required_argument, NULL, 'q'},
 		{"tree", required_argument, NULL, 't'},
+		{"imagefolder", required_argument, NULL, 'F'},
+		{"samples", required_argument, NULL, 'S'},
+		{"files", required_argument, NULL, 'f'},
+		{"base", required_argument, NULL, 'b'},
+		{"base-url", required_argument, NULL, 'u'},
+		{"shards", required_argument, NULL, 'N'},
+		{"shard-size", required_argument, NULL, 'z'},
+		{"threads", required_argument, NULL, 'T'},
+		{"seed", required_argument, NULL, 'e'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -157,6 +221,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			usage(stdout);
 			exit(0);
 		}
+		if (strchr("siltLq", c))
+			o->fashion_set = 1;
 		if (str)
 			*str = optarg;
 		else
@@ -545,6 +611,65 @@ static int pack_all(const struct opts *o, const struct dataset *ds)
 	return rc ? 1 : 0;
 }
 
+/* --imagefolder, --samples or --files: the user's own files. */
+static int own_input(const struct opts *o, struct pack_input *in)
+{
+	int given = !!o->imagefolder + !!o->samples + !!o->files, r;
+
+	if (given != 1)
+		return fail("give one of --imagefolder, --samples and --files");
+	if (o->fashion_set)
+		return fail("--split, --images, --labels, --limit, --quality "
+			    "and --tree are for Fashion-MNIST, not for your "
+			    "own files");
+	if (o->imagefolder)
+		r = pack_input_imagefolder(in, o->imagefolder);
+	else if (o->samples)
+		r = pack_input_dir(in, o->samples);
+	else
+		r = pack_input_list(in, o->files, o->base ? o->base : ".");
+	return r ? fail("%s", in->err) : 0;
+}
+
+static int pack_own(const struct opts *o)
+{
+	struct pack_write_opts w = {
+		.out = o->out, .prefix = o->prefix ? o->prefix : "data",
+		.base_url = o->base_url, .shards = o->shards,
+		.shard_size = o->shard_size, .seed = o->seed,
+		.threads = (unsigned)o->threads,
+		.per_shard = o->per_shard_set ? o->per_shard : 0};
+	struct pack_write_result res;
+	struct pack_input in = {0};
+	char err[640];
+	int rc = own_input(o, &in);
+
+	if (!w.shards && !w.per_shard && !w.shard_size)
+		w.shard_size = 256ull << 20;
+	if (!w.threads) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		w.threads = n > 0 ? (unsigned)n : 1;
+	}
+	if (rc == 0 && (strchr(w.prefix, '/') || !w.prefix[0] ||
+			strlen(w.prefix) > 200))
+		rc = fail("--prefix '%s' must be a short name without '/'",
+			  w.prefix);
+	if (rc == 0 && make_dir(o->out))
+		rc = 1;
+	if (rc == 0 && pack_write(&in, &w, &res, err, sizeof(err)))
+		rc = fail("%s", err);
+	if (rc == 0)
+		printf("echofs-pack: %llu samples (%llu members, %llu skipped) "
+		       "in %zu shards, %.1f MB, under %s; index %s/%s.echofs-"
+		       "index\n",
+		       (unsigned long long)res.samples,
+		       (unsigned long long)res.files,
+		       (unsigned long long)in.skipped, res.shards,
+		       (double)res.bytes / 1e6, o->out, o->out, w.prefix);
+	pack_input_free(&in);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o = {.split = "train", .out = ".", .per_shard = 1000};
@@ -552,6 +677,13 @@ int main(int argc, char **argv)
 	char img[4096], lab[4096];
 	int rc = parse_args(argc, argv, &o);
 
+	if (rc == 0 && (o.imagefolder || o.samples || o.files))
+		return pack_own(&o);
+	if (rc == 0 && (o.shards || o.shard_size || o.base || o.base_url ||
+			o.threads || o.seed))
+		rc = fail("--shards, --shard-size, --threads, --seed, --base "
+			  "and --base-url are for your own files "
+			  "(--imagefolder, --samples or --files)");
 	if (rc == 0)
 		rc = resolve_split(&o, img, lab, sizeof(img));
 	if (rc == 0 && strlen(o.prefix) + 16 > 90)

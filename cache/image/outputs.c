@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cache/image/prep.h"
+#include "cache/image/prepared.h"
 #include "cache/store/shards.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -18,12 +19,40 @@ struct outputs {
 	const struct index *ix;
 	struct shards *sh;
 	struct prep *prep;
+	struct prepared *tier; /* or NULL; set before any get */
 	pthread_mutex_t lock; /* guards everything below */
 	struct list_node lru; /* cached outputs, least recently used first */
 	size_t ncached;
 	struct outputs_stats st;
 	uint8_t *failed; /* per sample: its image error is counted and logged */
 };
+
+void outputs_set_prepared(struct outputs *o, struct prepared *tier)
+{
+	if (o)
+		o->tier = tier;
+}
+
+/* The output of raw: through the prepared stage when there is a tier
+ * (exact mounts draw rand 0: the centre crop, the bytes of a decode),
+ * else the whole pipeline at once. */
+static int transform(struct outputs *o, const uint8_t *raw, size_t len,
+		     struct output *x, char *why, size_t whylen)
+{
+	uint8_t *pb;
+	size_t pl;
+
+	if (!o->tier)
+		return prep_apply(o->prep, raw, len, 0, &x->data, &x->len, why,
+				  whylen);
+	int r = prepared_make(o->tier, o->prep, raw, len, &pb, &pl, why,
+			      whylen);
+	if (r)
+		return r;
+	r = prep_augment(o->prep, pb, pl, 0, &x->data, &x->len, why, whylen);
+	free(pb);
+	return r;
+}
 
 struct outputs *outputs_new(const struct index *ix, struct shards *sh,
 			    struct prep *prep)
@@ -110,8 +139,7 @@ static int make(struct outputs *o, uint32_t sample, struct output **out,
 	x = xcalloc(1, sizeof(*x));
 	x->sample = sample;
 	list_init(&x->lru);
-	r = prep_apply(o->prep, raw, (size_t)s->size, 0, &x->data, &x->len, why,
-		       whylen);
+	r = transform(o, raw, (size_t)s->size, x, why, whylen);
 	free(raw);
 	if (r) {
 		if (!why[0])

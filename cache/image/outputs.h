@@ -22,6 +22,7 @@
 struct index;
 struct shards;
 struct prep;
+struct prepared;
 
 #define OUTPUTS_SLOTS 64
 /* Largest sample read for preprocessing: the index gives the size, so it
@@ -49,6 +50,11 @@ struct outputs;
 struct outputs *outputs_new(const struct index *ix, struct shards *sh,
 			    struct prep *prep);
 void outputs_free(struct outputs *o);
+
+/* Makes outputs from the prepared-sample tier (borrowed; NULL: none): a
+ * sample prepared once is cropped and encoded from its prepared image, the
+ * same bytes as a decode. Before any outputs_get. */
+void outputs_set_prepared(struct outputs *o, struct prepared *tier);
 
 /* The transformed bytes of sample `sample`, held until outputs_put.
  * Returns 0, or -EIO (the shard failed) / -EBADMSG and the like (a bad

@@ -249,6 +249,17 @@ int prep_augment(struct prep *p, const void *prepared, size_t len,
 	return finish(&j, out, outlen, why, whylen);
 }
 
+ssize_t prep_prepared_len(struct prep *p, const void *in, size_t len)
+{
+	struct transform_ctx *tc = thread_ctx();
+	unsigned w, h;
+
+	if (!tc)
+		return -ENOMEM;
+	int r = transform_prepared_dims(tc, &p->opts, in, len, &w, &h);
+	return r < 0 ? r : (ssize_t)(PREP_HEADER + (size_t)w * h * 3);
+}
+
 ssize_t prep_augment_size(const struct prep *p, const void *prepared,
 			  size_t len)
 {

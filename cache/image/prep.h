@@ -48,6 +48,11 @@ int prep_apply(struct prep *p, const void *in, size_t len, uint64_t rand,
 int prep_prepare(struct prep *p, const void *in, size_t len, uint8_t **out,
 		 size_t *outlen, char *why, size_t whylen);
 
+/* The length prep_prepare's buffer for in will have, from in's header
+ * alone (transform_prepared_dims, in the calling thread), or -errno when
+ * the header is unusable (prep_prepare then fails with the reason). */
+ssize_t prep_prepared_len(struct prep *p, const void *in, size_t len);
+
 /* Crop, flip and encode (transform_augment) a prepared-image buffer. With
  * format=ppm this runs in the calling thread (copies only, no decode), with
  * a transform context kept per thread; else on a worker, ahead of queued

@@ -1,10 +1,13 @@
 /* transform.c - the image engine: the pipeline over the decoders
- * (decoder.h), area-average and bilinear resampling, crop, flip, JPEG and
- * PPM encoding and the lossless TurboJPEG transform. */
+ * (decoder.h) and the resampler (resample.h), crop, flip, JPEG and PPM
+ * encoding and the lossless TurboJPEG transform. */
 #include "cache/image/transform.h"
 
 #include "cache/image/decoder.h"
+#include "cache/image/imgbuf.h"
 #include "cache/image/jpegdec.h"
+#include "cache/image/resample.h"
+#include "cache/image/rrc.h"
 #include "common/util.h"
 
 #include <errno.h>
@@ -27,25 +30,6 @@
  * accurate IDCT matters more on the decode side and is kept there. */
 #define ENCODE_FLAGS (TJFLAG_FASTDCT | TJFLAG_NOREALLOC)
 
-/* Fixed-point precision of the resampling weights (sum of a row's taps). */
-#define WBITS 14
-/* The horizontal pass keeps 8 fractional bits: 255 << 8 fits in uint16. */
-#define HBITS (WBITS - 8)
-/* Horizontal taps up to this many run unrolled (taps_pad): a downscale of
- * up to 3x, every scale a DCT-scaled decode leaves. */
-#define HPASS_FIXED_MAX 4
-
-/* A buffer kept across calls of one context: a fresh multi-100-KB malloc
- * per image is served by mmap and costs a page fault per 4 KB, which was
- * the biggest single cost of the pipeline. Past SCRATCH_KEEP it is given
- * back after each use, so one huge image does not pin memory. */
-struct scratch {
-	uint8_t *p;
-	size_t cap;
-};
-
-#define SCRATCH_KEEP ((size_t)8 << 20)
-
 struct transform_ctx {
 	struct decoder_state ds; /* the decoders' (JPEG's decompressor) */
 	tjhandle enc;		 /* created on first use, each */
@@ -56,38 +40,12 @@ struct transform_ctx {
 	struct scratch jpg; /* worst-case JPEG encode buffer */
 };
 
-static void *scratch_get(struct scratch *s, size_t n)
-{
-	if (n > s->cap) {
-		free(s->p);
-		s->p = malloc(n);
-		s->cap = s->p ? n : 0;
-	}
-	return s->p;
-}
-
-static void scratch_trim(struct scratch *s)
-{
-	if (s->cap > SCRATCH_KEEP) {
-		free(s->p);
-		s->p = NULL;
-		s->cap = 0;
-	}
-}
-
 static void ctx_trim(struct transform_ctx *tc)
 {
 	scratch_trim(&tc->pix);
 	scratch_trim(&tc->tmp);
 	scratch_trim(&tc->img);
 	scratch_trim(&tc->jpg);
-}
-
-/* A buffer of n bytes: from sc when given (owned by the context), else a
- * new malloc the caller frees. */
-static void *buf_get(struct scratch *sc, size_t n)
-{
-	return sc ? scratch_get(sc, n) : malloc(n);
 }
 
 void transform_versions(char *buf, size_t len)
@@ -161,20 +119,6 @@ void transform_image_free(struct image *img)
 	memset(img, 0, sizeof(*img));
 }
 
-static int image_alloc(struct image *img, unsigned w, unsigned h,
-		       struct scratch *sc)
-{
-	memset(img, 0, sizeof(*img));
-	if (!w || !h || w > TRANSFORM_MAX_SIDE || h > TRANSFORM_MAX_SIDE)
-		return -EINVAL;
-	img->rgb = buf_get(sc, (size_t)w * h * 3);
-	if (!img->rgb)
-		return -ENOMEM;
-	img->w = w;
-	img->h = h;
-	return 0;
-}
-
 /* ---- decode --------------------------------------------------------- */
 
 int transform_probe(struct transform_ctx *tc, const void *in, size_t len,
@@ -200,7 +144,7 @@ struct bufreq {
 static void *bufreq_get(void *arg, size_t n)
 {
 	struct bufreq *b = arg;
-	b->p = buf_get(b->sc, n);
+	b->p = imgbuf_get(b->sc, n);
 	return b->p;
 }
 
@@ -243,325 +187,6 @@ int transform_decode(struct transform_ctx *tc, const void *in, size_t len,
 
 /* ---- resampling ----------------------------------------------------- */
 
-/* Per output sample i: taps n[i] source samples from start[i] with weights
- * w[i * maxn ...], which sum to 1 << WBITS. */
-struct taps {
-	unsigned *start, *n;
-	int32_t *w;
-	unsigned maxn;
-	bool padded; /* every output has maxn taps (taps_pad) */
-	/* With padded: per output, w as two pmaddwd operands (hpass_ssse3):
-	 * (w0, w1) three times, 0, 0, then (w2, w3) three times, 0, 0. */
-	int16_t *wv;
-};
-
-static void taps_free(struct taps *t)
-{
-	free(t->start);
-	free(t->n);
-	free(t->w);
-	free(t->wv);
-}
-
-/* Makes the weights of output i sum to exactly 1 << WBITS: the rounding
- * error goes to the largest tap. */
-static void normalise(int32_t *w, const double *f, unsigned n)
-{
-	double sum = 0;
-	for (unsigned k = 0; k < n; k++)
-		sum += f[k];
-	int32_t tot = 0;
-	unsigned big = 0;
-	for (unsigned k = 0; k < n; k++) {
-		w[k] = (int32_t)(f[k] / sum * (1 << WBITS) + 0.5);
-		tot += w[k];
-		if (w[k] > w[big])
-			big = k;
-	}
-	w[big] += (1 << WBITS) - tot;
-}
-
-/* Box filter: output i covers source [i*s, (i+1)*s) with s = in/out >= 1;
- * each source sample weighs by how much of it lies inside. */
-static void box_taps(struct taps *t, unsigned in, unsigned out, double *f)
-{
-	double s = (double)in / out;
-	for (unsigned i = 0; i < out; i++) {
-		double lo = i * s, hi = (i + 1) * s;
-		unsigned j0 = (unsigned)lo, n = 0;
-		for (unsigned j = j0; j < in && j < hi; j++) {
-			double a = lo > j ? lo : j;
-			double b = hi < j + 1 ? hi : j + 1;
-			if (b > a && n < t->maxn)
-				f[n++] = b - a;
-		}
-		t->start[i] = j0;
-		t->n[i] = n ? n : 1;
-		if (!n)
-			f[0] = 1;
-		normalise(t->w + (size_t)i * t->maxn, f, t->n[i]);
-	}
-}
-
-/* Bilinear with centres aligned: output i samples source (i+0.5)*s - 0.5. */
-static void bilinear_taps(struct taps *t, unsigned in, unsigned out)
-{
-	double s = (double)in / out;
-	for (unsigned i = 0; i < out; i++) {
-		double x = (i + 0.5) * s - 0.5;
-		if (x < 0)
-			x = 0;
-		if (x > in - 1)
-			x = in - 1;
-		unsigned j = (unsigned)x;
-		double fr = x - j, f[2] = {1 - fr, fr};
-		t->start[i] = j;
-		t->n[i] = j + 1 < in ? 2 : 1;
-		if (t->n[i] == 1)
-			f[0] = 1;
-		normalise(t->w + (size_t)i * t->maxn, f, t->n[i]);
-	}
-}
-
-/* Gives every output exactly maxn taps (zero weights added after the
- * last; a window that would run past the source's end starts earlier,
- * its weights moved along), so the horizontal pass runs a fixed count of
- * taps with no per-pixel loop: the same sums, so the same bytes. The
- * horizontal pass was two thirds of a resize, and a resize a third of an
- * echo pool's ingest (decode, resize) in a profile; a 375x282 -> 341x256
- * resize took 531 us, 380 us padded, 257-278 us with hpass_ssse3
- * (BENCHMARKS.md section 15, "Profiles of the decode"). Needs in >= maxn. */
-static void taps_pad(struct taps *t, unsigned in, unsigned out)
-{
-	for (unsigned i = 0; i < out; i++) {
-		int32_t *w = t->w + (size_t)i * t->maxn;
-		unsigned n = t->n[i], shift = 0;
-		if (t->start[i] + t->maxn > in)
-			shift = t->start[i] + t->maxn - in;
-		for (unsigned k = n; k-- > 0;)
-			w[k + shift] = w[k];
-		for (unsigned k = 0; k < shift; k++)
-			w[k] = 0;
-		for (unsigned k = n + shift; k < t->maxn; k++)
-			w[k] = 0;
-		t->start[i] -= shift;
-		t->n[i] = t->maxn;
-	}
-	t->padded = true;
-	t->wv = calloc((size_t)out * 16, sizeof(*t->wv));
-	for (unsigned i = 0; t->wv && i < out; i++) {
-		const int32_t *w = t->w + (size_t)i * t->maxn;
-		int16_t *v = t->wv + (size_t)i * 16;
-		for (unsigned k = 0; k < t->maxn; k++)
-			for (unsigned c = 0; c < 3; c++)
-				v[(k / 2) * 8 + 2 * c + k % 2] = (int16_t)w[k];
-	}
-}
-
-static int taps_make(struct taps *t, unsigned in, unsigned out, int pad)
-{
-	memset(t, 0, sizeof(*t));
-	/* Box taps span at most ceil(in/out) + 1 samples. */
-	t->maxn = out < in ? (in + out - 1) / out + 1 : 2;
-	t->start = malloc(out * sizeof(*t->start));
-	t->n = malloc(out * sizeof(*t->n));
-	t->w = malloc((size_t)out * t->maxn * sizeof(*t->w));
-	double *f = malloc(t->maxn * sizeof(*f));
-	if (!t->start || !t->n || !t->w || !f) {
-		free(f);
-		taps_free(t);
-		return -ENOMEM;
-	}
-	if (out < in)
-		box_taps(t, in, out, f);
-	else
-		bilinear_taps(t, in, out);
-	free(f);
-	if (pad && t->maxn <= HPASS_FIXED_MAX && in >= t->maxn)
-		taps_pad(t, in, out);
-	return 0;
-}
-
-/* The horizontal pass for output columns [x0, x0 + ow): fixed taps each
- * (padded; a constant where inlined), or with fixed 0 each column's own
- * n. */
-static inline __attribute__((always_inline)) void
-hpass_fixed(const uint8_t *src, uint16_t *dst, const struct taps *t,
-	    unsigned x0, unsigned ow, unsigned fixed)
-{
-	const int32_t half = 1 << (HBITS - 1);
-
-	for (unsigned x = 0; x < ow; x++) {
-		unsigned i = x0 + x, n = fixed ? fixed : t->n[i];
-		const uint8_t *s = src + 3 * (size_t)t->start[i];
-		const int32_t *w = t->w + (size_t)i * t->maxn;
-		int32_t r = half, g = half, b = half;
-		for (unsigned k = 0; k < n; k++) {
-			r += w[k] * s[3 * k];
-			g += w[k] * s[3 * k + 1];
-			b += w[k] * s[3 * k + 2];
-		}
-		dst[3 * x] = (uint16_t)(r >> HBITS);
-		dst[3 * x + 1] = (uint16_t)(g >> HBITS);
-		dst[3 * x + 2] = (uint16_t)(b >> HBITS);
-	}
-}
-
-#ifdef HAVE_X86_SHUFFLE
-/* hpass_fixed for 2 to 4 padded taps with one 16-byte load, two byte
- * shuffles and two pmaddwd per output pixel: the shuffles put taps k and
- * k + 1 of each channel side by side as 16-bit pairs, pmaddwd multiplies
- * them by (w[k], w[k + 1]) and adds each pair (exact: 8-bit samples, 14-bit
- * weights), so the sums and bytes are hpass_fixed's. Pixels whose load
- * would pass the row's end (the last few) go through hpass_fixed; a store
- * writes 8 bytes for 6, the extra 2 overwritten by the next pixel, so the
- * last pixel is stored exactly. row: the bytes of the source row. */
-__attribute__((target("ssse3"))) static void
-hpass_ssse3(const uint8_t *src, size_t row, uint16_t *dst,
-	    const struct taps *t, unsigned x0, unsigned ow)
-{
-	const unsigned n = t->maxn;
-	const __m128i lo = _mm_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5,
-					 -1, -1, -1, -1, -1);
-	const __m128i hi = _mm_setr_epi8(6, -1, 9, -1, 7, -1, 10, -1, 8, -1,
-					 11, -1, -1, -1, -1, -1);
-	const __m128i low16 = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1,
-					    -1, -1, -1, -1, -1, -1);
-	const __m128i half = _mm_set1_epi32(1 << (HBITS - 1));
-
-	for (unsigned x = 0; x < ow; x++) {
-		unsigned i = x0 + x;
-		size_t off = 3 * (size_t)t->start[i];
-		if (off + 16 > row) {
-			hpass_fixed(src, dst + 3 * (size_t)x, t, i, 1, n);
-			continue;
-		}
-		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)(src + off));
-		const __m128i *wv = (const __m128i *)(const void *)(t->wv + (size_t)i * 16);
-		__m128i acc = _mm_add_epi32(
-			half, _mm_madd_epi16(_mm_shuffle_epi8(v, lo), _mm_loadu_si128(wv)));
-		if (n > 2)
-			acc = _mm_add_epi32(acc, _mm_madd_epi16(_mm_shuffle_epi8(v, hi),
-								_mm_loadu_si128(wv + 1)));
-		__m128i out = _mm_shuffle_epi8(_mm_srli_epi32(acc, HBITS), low16);
-		if (x + 1 < ow)
-			_mm_storel_epi64((__m128i *)(void *)(dst + 3 * (size_t)x), out);
-		else {
-			uint16_t px[4];
-			_mm_storel_epi64((__m128i *)(void *)px, out);
-			memcpy(dst + 3 * (size_t)x, px, 3 * sizeof(*px));
-		}
-	}
-}
-#endif
-
-/* Horizontal pass of one source row of row bytes into 16-bit samples (8
- * fraction bits) for output columns [x0, x0 + ow). */
-static void hpass_row(const uint8_t *src, size_t row, uint16_t *dst,
-		      const struct taps *t, unsigned x0, unsigned ow)
-{
-#ifdef HAVE_X86_SHUFFLE
-	if (t->padded && t->wv && __builtin_cpu_supports("ssse3")) {
-		hpass_ssse3(src, row, dst, t, x0, ow);
-		return;
-	}
-#else
-	(void)row;
-#endif
-	switch (t->padded ? t->maxn : 0) {
-	case 2: hpass_fixed(src, dst, t, x0, ow, 2); return;
-	case 3: hpass_fixed(src, dst, t, x0, ow, 3); return;
-	case 4: hpass_fixed(src, dst, t, x0, ow, 4); return;
-	default: hpass_fixed(src, dst, t, x0, ow, 0); return;
-	}
-}
-
-struct region {
-	unsigned fw, fh;     /* the full resized size */
-	unsigned x, y, w, h; /* the window of it to produce */
-};
-
-/* Vertical pass: output rows from the horizontally resampled source rows
- * tmp (row r of tmp is source row r0 + r). */
-static void vpass(const uint16_t *tmp, unsigned r0, const struct taps *ty,
-		  const struct region *rg, int32_t *acc, struct image *out)
-{
-	size_t row = (size_t)rg->w * 3;
-	for (unsigned y = 0; y < rg->h; y++) {
-		unsigned i = rg->y + y, n = ty->n[i];
-		const int32_t *w = ty->w + (size_t)i * ty->maxn;
-		memset(acc, 0, row * sizeof(*acc));
-		for (unsigned k = 0; k < n; k++) {
-			const uint16_t *s = tmp + (ty->start[i] + k - r0) * row;
-			int32_t wk = w[k];
-			for (size_t j = 0; j < row; j++)
-				acc[j] += wk * s[j];
-		}
-		uint8_t *d = out->rgb + y * row;
-		const int32_t half = 1 << (WBITS + 7);
-		for (size_t j = 0; j < row; j++)
-			d[j] = (uint8_t)((acc[j] + half) >> (WBITS + 8));
-	}
-}
-
-static int resample_passes(const struct image *in, const struct taps *tx,
-			   const struct taps *ty, const struct region *rg,
-			   struct scratch *tsc, struct image *out)
-{
-	unsigned last = rg->y + rg->h - 1;
-	unsigned r0 = ty->start[rg->y];
-	unsigned r1 = ty->start[last] + ty->n[last]; /* exclusive */
-	size_t row = (size_t)rg->w * 3;
-	/* One allocation: the accumulator row, then the resampled rows. */
-	size_t accb = row * sizeof(int32_t);
-	uint8_t *mem = buf_get(tsc, accb + (r1 - r0) * row * sizeof(uint16_t));
-	if (!mem)
-		return -ENOMEM;
-	int32_t *acc = (int32_t *)(void *)mem;
-	uint16_t *tmp = (uint16_t *)(void *)(mem + accb);
-	for (unsigned r = r0; r < r1; r++)
-		hpass_row(in->rgb + (size_t)r * in->w * 3, (size_t)in->w * 3,
-			  tmp + (r - r0) * row, tx, rg->x, rg->w);
-	vpass(tmp, r0, ty, rg, acc, out);
-	if (!tsc)
-		free(mem);
-	return 0;
-}
-
-/* Resamples in to rg->fw x rg->fh and keeps only the window of rg (cropping
- * while resampling saves the work on pixels the crop throws away). */
-static int crop_into(const struct image *in, unsigned x, unsigned y, unsigned w,
-		     unsigned h, struct image *out, struct scratch *sc);
-
-/* tsc and osc (may be NULL: malloc) hold the rows and the output. */
-static int resample(const struct image *in, const struct region *rg,
-		    struct scratch *tsc, struct scratch *osc, struct image *out)
-{
-	if (!in || !in->rgb || !rg->w || !rg->h || rg->x + rg->w > rg->fw ||
-	    rg->y + rg->h > rg->fh || rg->fw > TRANSFORM_MAX_SIDE ||
-	    rg->fh > TRANSFORM_MAX_SIDE)
-		return -EINVAL;
-	if (rg->fw == in->w && rg->fh == in->h)
-		return crop_into(in, rg->x, rg->y, rg->w, rg->h, out, osc);
-	struct taps tx, ty;
-	int r = taps_make(&tx, in->w, rg->fw, 1);
-	if (r < 0)
-		return r;
-	r = taps_make(&ty, in->h, rg->fh, 0);
-	if (r < 0) {
-		taps_free(&tx);
-		return r;
-	}
-	r = image_alloc(out, rg->w, rg->h, osc);
-	if (r == 0)
-		r = resample_passes(in, &tx, &ty, rg, tsc, out);
-	if (r < 0 && !osc)
-		transform_image_free(out);
-	taps_free(&tx);
-	taps_free(&ty);
-	return r;
-}
-
 void transform_resized_dims(unsigned w, unsigned h, unsigned shorter,
 			    unsigned *ow, unsigned *oh)
 {
@@ -586,36 +211,19 @@ int transform_resize(const struct image *in, unsigned shorter,
 	memset(out, 0, sizeof(*out));
 	if (!in || !in->rgb || !in->w || !in->h || !shorter)
 		return -EINVAL;
-	struct region rg = {0};
+	struct resample_region rg = {0};
 	transform_resized_dims(in->w, in->h, shorter, &rg.fw, &rg.fh);
 	rg.w = rg.fw;
 	rg.h = rg.fh;
-	return resample(in, &rg, NULL, NULL, out);
+	return resample_region(in, &rg, NULL, NULL, out);
 }
 
 /* ---- crop, flip, randomness ----------------------------------------- */
 
-static int crop_into(const struct image *in, unsigned x, unsigned y, unsigned w,
-		     unsigned h, struct image *out, struct scratch *sc)
-{
-	memset(out, 0, sizeof(*out));
-	if (!in || !in->rgb || !w || !h || x > in->w || w > in->w - x ||
-	    y > in->h || h > in->h - y)
-		return -EINVAL;
-	int r = image_alloc(out, w, h, sc);
-	if (r < 0)
-		return r;
-	for (unsigned j = 0; j < h; j++)
-		memcpy(out->rgb + (size_t)j * w * 3,
-		       in->rgb + ((size_t)(y + j) * in->w + x) * 3,
-		       (size_t)w * 3);
-	return 0;
-}
-
 int transform_crop(const struct image *in, unsigned x, unsigned y, unsigned w,
 		   unsigned h, struct image *out)
 {
-	return crop_into(in, x, y, w, h, out, NULL);
+	return imgbuf_crop(in, x, y, w, h, out, NULL);
 }
 
 /* splitmix64: one caller value spreads into independent streams. */
@@ -748,12 +356,32 @@ static int target_dims(const struct transform_opts *o, unsigned w, unsigned h,
 	return 0;
 }
 
+/* The ranges of opts's RandomResizedCrop. */
+static struct rrc_params rrc_of(const struct transform_opts *o)
+{
+	return (struct rrc_params){
+		.scale = {o->rrc_scale[0], o->rrc_scale[1]},
+		.ratio = {o->rrc_ratio[0], o->rrc_ratio[1]},
+	};
+}
+
+/* Whether a serve draws a RandomResizedCrop box (else a fixed crop). */
+static int rrc_on(const struct transform_opts *o)
+{
+	return o->rrc && o->random_crop && o->crop;
+}
+
 static int check_opts(const struct transform_opts *o)
 {
 	if (!o || o->size > TRANSFORM_MAX_SIDE ||
 	    o->crop > TRANSFORM_MAX_SIDE || o->quality < 0 ||
 	    o->quality > 100 || o->format < TF_SAME || o->format > TF_PPM)
 		return -EINVAL;
+	if (o->rrc) {
+		struct rrc_params p = rrc_of(o);
+		if (!o->crop || rrc_check(&p) < 0)
+			return -EINVAL;
+	}
 	return 0;
 }
 
@@ -778,7 +406,7 @@ ssize_t transform_output_size(const struct transform_opts *opts, unsigned w,
  * computed from the declared size so it does not depend on the scaling. */
 static int decode_for(struct transform_ctx *tc, const struct transform_opts *o,
 		      const void *in, size_t inlen, struct image *img,
-		      struct region *rg, char *why, size_t whylen)
+		      struct resample_region *rg, char *why, size_t whylen)
 {
 	unsigned w, h;
 	int r = transform_probe(tc, in, inlen, o->max_pixels, &w, &h, why,
@@ -795,6 +423,21 @@ static int decode_for(struct transform_ctx *tc, const struct transform_opts *o,
 			  why, whylen);
 }
 
+int transform_prepared_dims(struct transform_ctx *tc,
+			    const struct transform_opts *opts, const void *in,
+			    size_t inlen, unsigned *w, unsigned *h)
+{
+	unsigned iw, ih;
+	*w = *h = 0;
+	if (check_opts(opts) < 0 || !in)
+		return -EINVAL;
+	int r = transform_probe(tc, in, inlen, opts->max_pixels, &iw, &ih,
+				NULL, 0);
+	if (r < 0)
+		return r;
+	return target_dims(opts, iw, ih, w, h);
+}
+
 int transform_prepare(struct transform_ctx *tc,
 		      const struct transform_opts *opts, const void *in,
 		      size_t inlen, struct image *out, char *why, size_t whylen)
@@ -803,13 +446,13 @@ int transform_prepare(struct transform_ctx *tc,
 	if (check_opts(opts) < 0)
 		return decoder_fail(why, whylen, -EINVAL, "bad options");
 	struct image img;
-	struct region rg;
+	struct resample_region rg;
 	int r = decode_for(tc, opts, in, inlen, &img, &rg, why, whylen);
 	if (r < 0)
 		return r;
 	rg.w = rg.fw;
 	rg.h = rg.fh;
-	r = resample(&img, &rg, &tc->tmp, NULL, out);
+	r = resample_region(&img, &rg, &tc->tmp, NULL, out);
 	ctx_trim(tc);
 	if (r < 0)
 		return decoder_fail(why, whylen, r, "resize failed");
@@ -817,7 +460,7 @@ int transform_prepare(struct transform_ctx *tc,
 }
 
 /* Crop window (full image when no crop) and flip from opts and rand. */
-static int pick_window(const struct transform_opts *o, struct region *rg,
+static int pick_window(const struct transform_opts *o, struct resample_region *rg,
 		       uint64_t rand, int *flip)
 {
 	rg->x = rg->y = 0;
@@ -844,6 +487,20 @@ static int encode_as(struct transform_ctx *tc, enum transform_format f,
 	return transform_encode_jpeg(tc, img, quality, out, outlen);
 }
 
+/* The RandomResizedCrop of img drawn from rand, crop x crop, into the
+ * context's buffers (the box's copy in pix, the result in img). */
+static int augment_rrc(struct transform_ctx *tc,
+		       const struct transform_opts *o, const struct image *img,
+		       uint64_t rand, struct image *out)
+{
+	struct rrc_params p = rrc_of(o);
+	struct rrc_box b;
+	int r = rrc_box(img->w, img->h, &p, rand, &b);
+	if (r < 0)
+		return r;
+	return rrc_render(img, &b, o->crop, &tc->pix, &tc->tmp, &tc->img, out);
+}
+
 int transform_augment(struct transform_ctx *tc,
 		      const struct transform_opts *opts,
 		      const struct image *img, uint64_t rand, uint8_t **out,
@@ -853,15 +510,20 @@ int transform_augment(struct transform_ctx *tc,
 	*outlen = 0;
 	if (check_opts(opts) < 0 || !img || !img->rgb)
 		return -EINVAL;
-	struct region rg = {.fw = img->w, .fh = img->h};
+	struct resample_region rg = {.fw = img->w, .fh = img->h};
 	int flip;
 	int r = pick_window(opts, &rg, rand, &flip);
 	if (r < 0)
 		return r;
 	struct image c;
-	r = crop_into(img, rg.x, rg.y, rg.w, rg.h, &c, &tc->img);
-	if (r < 0)
+	if (rrc_on(opts))
+		r = augment_rrc(tc, opts, img, rand, &c);
+	else
+		r = imgbuf_crop(img, rg.x, rg.y, rg.w, rg.h, &c, &tc->img);
+	if (r < 0) {
+		ctx_trim(tc);
 		return r;
+	}
 	if (flip)
 		transform_flip(&c);
 	r = encode_as(tc, opts->format, opts->quality, &c, out, outlen);
@@ -936,12 +598,14 @@ static void put_row(const uint8_t *src, unsigned w, int flip, size_t from,
 
 /* The crop window and flip of a PPM augment, and its header. */
 static int ppm_plan(const struct transform_opts *opts, unsigned w, unsigned h,
-		    uint64_t rand, struct region *rg, int *flip, char *hdr,
+		    uint64_t rand, struct resample_region *rg, int *flip, char *hdr,
 		    size_t *hlen)
 {
 	if (check_opts(opts) < 0 || opts->format != TF_PPM || !w || !h)
 		return -EINVAL;
-	*rg = (struct region){.fw = w, .fh = h};
+	if (rrc_on(opts))
+		return -ENOTSUP;
+	*rg = (struct resample_region){.fw = w, .fh = h};
 	int r = pick_window(opts, rg, rand, flip);
 	if (r < 0)
 		return r;
@@ -952,7 +616,7 @@ static int ppm_plan(const struct transform_opts *opts, unsigned w, unsigned h,
 ssize_t transform_augment_ppm_size(const struct transform_opts *opts,
 				   unsigned w, unsigned h)
 {
-	struct region rg;
+	struct resample_region rg;
 	char hdr[40];
 	size_t hl;
 	int flip;
@@ -965,7 +629,7 @@ ssize_t transform_augment_ppm(const struct transform_opts *opts,
 			      const struct image *img, uint64_t rand,
 			      uint64_t off, uint8_t *dst, size_t n)
 {
-	struct region rg;
+	struct resample_region rg;
 	char hdr[40];
 	size_t hl, done = 0;
 	int flip;
@@ -1092,14 +756,14 @@ static int apply_decoded(struct transform_ctx *tc,
 			 size_t *outlen, char *why, size_t whylen)
 {
 	struct image img, res;
-	struct region rg;
+	struct resample_region rg;
 	int r = decode_for(tc, o, in, inlen, &img, &rg, why, whylen);
 	if (r < 0)
 		return r;
 	int flip;
 	r = pick_window(o, &rg, rand, &flip);
 	if (r == 0)
-		r = resample(&img, &rg, &tc->tmp, &tc->img, &res);
+		r = resample_region(&img, &rg, &tc->tmp, &tc->img, &res);
 	if (r < 0) {
 		ctx_trim(tc);
 		return decoder_fail(why, whylen, r, "resize/crop failed");
@@ -1168,6 +832,24 @@ static int copy_input(const void *in, size_t inlen, uint8_t **out,
 	return 0;
 }
 
+/* transform_apply with a RandomResizedCrop: the box is drawn on the
+ * resized image, as on an echo serve, so the two stages agree. The output
+ * is always re-encoded (format=same means JPEG, as transform_augment). */
+static int apply_rrc(struct transform_ctx *tc, const struct transform_opts *o,
+		     const void *in, size_t inlen, uint64_t rand, uint8_t **out,
+		     size_t *outlen, char *why, size_t whylen)
+{
+	struct image img;
+	int r = transform_prepare(tc, o, in, inlen, &img, why, whylen);
+	if (r < 0)
+		return r;
+	r = transform_augment(tc, o, &img, rand, out, outlen);
+	transform_image_free(&img);
+	if (r < 0)
+		return decoder_fail(why, whylen, r, "crop/encode failed");
+	return 0;
+}
+
 int transform_apply(struct transform_ctx *tc, const struct transform_opts *opts,
 		    const void *in, size_t inlen, uint64_t rand, uint8_t **out,
 		    size_t *outlen, char *why, size_t whylen)
@@ -1176,6 +858,9 @@ int transform_apply(struct transform_ctx *tc, const struct transform_opts *opts,
 	*outlen = 0;
 	if (check_opts(opts) < 0 || !in)
 		return decoder_fail(why, whylen, -EINVAL, "bad options");
+	if (rrc_on(opts))
+		return apply_rrc(tc, opts, in, inlen, rand, out, outlen, why,
+				 whylen);
 	const struct decoder *d = decoder_find(in, inlen);
 	if (opts->format == TF_SAME && d && d->same == TF_SAME) {
 		if (!opts->size && !opts->crop && !opts->flip_prob_half)

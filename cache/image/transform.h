@@ -62,6 +62,12 @@ struct transform_opts {
 	int random_crop;    /* nonzero: crop position from rand; else centre */
 	int flip_prob_half; /* nonzero: mirror horizontally when rand says so
 			     * (probability 1/2) */
+	/* nonzero, with random_crop and crop: torchvision's RandomResizedCrop
+	 * (rrc.h) instead of a fixed-size random crop: a box of random area
+	 * and aspect ratio of the resized image, resampled to crop x crop.
+	 * Without random_crop the crop stays the centre crop. */
+	int rrc;
+	double rrc_scale[2], rrc_ratio[2]; /* its ranges; 0, 0 = torchvision's */
 	enum transform_format format;
 	int quality;	     /* JPEG quality 1..100; 0 = 90 */
 	uint64_t max_pixels; /* cap on declared input w*h; 0 = 64 MP */
@@ -177,7 +183,15 @@ int transform_prepare(struct transform_ctx *tc,
 		      size_t inlen, struct image *out, char *why,
 		      size_t whylen);
 
-/* The random half: crop (centre or from rand), flip (from rand), encode as
+/* The size transform_prepare makes of in, from its header alone (probe and
+ * the resize rule; no decoding). Returns 0, or the probe's or -EFBIG's
+ * errors as transform_prepare would give them. */
+int transform_prepared_dims(struct transform_ctx *tc,
+			    const struct transform_opts *opts, const void *in,
+			    size_t inlen, unsigned *w, unsigned *h);
+
+/* The random half: crop (centre or from rand; with opts->rrc a
+ * RandomResizedCrop box resampled to crop x crop), flip (from rand), encode as
  * opts->format (TF_SAME means JPEG here: a prepared image has no source
  * format). img is borrowed and left unchanged, so one prepared image can be
  * augmented many times. *out is malloc'd; caller frees. */
@@ -193,7 +207,8 @@ int transform_augment(struct transform_ctx *tc,
  * no context, so an echo serve can render straight into its reply buffer
  * (any thread, img shared read-only). Returns the bytes written (fewer
  * than n only at the end of the PPM, 0 past it) or -EINVAL (bad options,
- * format not TF_PPM, crop larger than img). */
+ * format not TF_PPM, crop larger than img). -ENOTSUP with a random rrc crop:
+ * it resamples, so it cannot render a range alone (use transform_augment). */
 ssize_t transform_augment_ppm(const struct transform_opts *opts,
 			      const struct image *img, uint64_t rand,
 			      uint64_t off, uint8_t *dst, size_t n);

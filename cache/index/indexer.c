@@ -357,6 +357,19 @@ static void job_run(void *ctx, struct workq_item *it)
 		index_one(b, i);
 }
 
+/* Shard n's members (format 3: the samples layout lists them). */
+static int merge_members(struct index *ix, uint32_t n, const struct index *p)
+{
+	for (size_t k = 0; k < p->nmembers; k++) {
+		const struct index_sample *m = &p->members[k];
+		if (index_add_member(ix, n, m->offset, m->size,
+				     index_key(p, m), index_ext(p, m)))
+			return -1;
+		ix->members[ix->nmembers - 1].sum = m->sum;
+	}
+	return 0;
+}
+
 /* Concatenate the per-shard indexes in URL order. */
 static int merge(struct build *b, struct index **out)
 {
@@ -378,8 +391,13 @@ static int merge(struct build *b, struct index **out)
 			}
 			ix->samples[ix->nsamples - 1].sum = s->sum;
 		}
+		if (merge_members(ix, n, p)) {
+			index_free(ix);
+			return -ENOMEM;
+		}
 	}
 	ix->has_sums = true;
+	ix->has_members = true;
 	*out = ix;
 	return 0;
 }

@@ -92,6 +92,75 @@ static int shard_list(const struct resolve_opts *o, struct http *h,
 	return r;
 }
 
+struct url_at {
+	uint64_t hash; /* of the stored form */
+	size_t i;
+};
+
+static int cmp_url_at(const void *a, const void *b)
+{
+	const struct url_at *x = a, *y = b;
+	if (x->hash != y->hash)
+		return x->hash < y->hash ? -1 : 1;
+	return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* Two entries naming one shard (once their credentials are stripped: the
+ * same object signed twice is one shard) fail the mount: a list that names
+ * a shard twice is a mistake (lists concatenated, a glob overlapping
+ * another), and quietly reading it once or twice would change the dataset
+ * either way. */
+static int check_unique(const struct resolve_opts *o, const struct shardlist *l,
+			char *err, size_t errlen)
+{
+	struct url_at *at = xmalloc((l->n ? l->n : 1) * sizeof(*at));
+	char **s = xcalloc(l->n ? l->n : 1, sizeof(*s)), red[512], red2[512];
+	int r = 0;
+
+	for (size_t i = 0; i < l->n; i++) {
+		s[i] = http_strip_secrets(l->urls[i]);
+		at[i] = (struct url_at){hash64(s[i], strlen(s[i]), 0), i};
+	}
+	qsort(at, l->n, sizeof(*at), cmp_url_at);
+	for (size_t k = 1; k < l->n && !r; k++) {
+		size_t a = at[k - 1].i, b = at[k].i;
+		if (at[k].hash != at[k - 1].hash || strcmp(s[a], s[b]) != 0)
+			continue;
+		snprintf(err, errlen,
+			 "%s names shard %s twice (shards %zu and %zu%s): "
+			 "list it once",
+			 http_redact(o->source, red, sizeof(red)),
+			 http_redact(l->urls[b], red2, sizeof(red2)), a + 1,
+			 b + 1,
+			 strcmp(l->urls[a], l->urls[b])
+				 ? ", the same once credentials are left out"
+				 : "");
+		r = -EINVAL;
+	}
+	for (size_t i = 0; i < l->n; i++)
+		free(s[i]);
+	free(s);
+	free(at);
+	return r;
+}
+
+/* Empty shards add nothing: one line says how many, naming the first. */
+static void warn_empty(const struct index *ix)
+{
+	size_t n = 0, first = 0;
+	char red[512];
+
+	for (size_t i = ix->nshards; i-- > 0;)
+		if (ix->shards[i].size == 0)
+			n++, first = i;
+	if (n)
+		log_warn("%zu shard%s empty (0 bytes), adding no samples: "
+			 "shard %zu (%s)%s",
+			 n, n == 1 ? " is" : "s are", first + 1,
+			 http_redact(ix->shards[first].url, red, sizeof(red)),
+			 n > 1 ? " and more" : "");
+}
+
 /* The last non-empty path component before comp (a prefix's own name),
  * not the host or bucket; *len 0 when comp is at the root. */
 static const char *dir_name(const char *source, const char *comp, size_t *len)
@@ -149,19 +218,31 @@ static void cached_index_path(const char *cache_dir, const struct shardlist *l,
 		 (unsigned long long)hsh);
 }
 
-/* Equal once userinfo and query are stripped from both. */
-static int same_shard_url(const char *a, const char *b)
+/* Is the index's URL ix the list's URL u? Equal once the secrets are
+ * stripped from u (a kept index holds them stripped), and from ix too (a
+ * published one may hold other credentials). A published index (given, or
+ * beside the shards: echofs-index writes no query) may also name it
+ * without its query: its place in the list tells such shards apart. */
+static int same_shard_url(const char *ix, const char *u, int published)
 {
-	char *sa, *sb;
+	char *sx, *su;
 	int same;
 
-	if (strcmp(a, b) == 0)
+	if (strcmp(ix, u) == 0)
 		return 1;
-	sa = http_strip_secrets(a);
-	sb = http_strip_secrets(b);
-	same = strcmp(sa, sb) == 0;
-	free(sa);
-	free(sb);
+	su = http_strip_secrets(u);
+	same = strcmp(ix, su) == 0;
+	if (!same) {
+		sx = http_strip_secrets(ix);
+		same = strcmp(sx, su) == 0;
+		free(sx);
+	}
+	free(su);
+	if (!same && published) {
+		su = http_strip_query(u);
+		same = strcmp(ix, su) == 0;
+		free(su);
+	}
 	return same;
 }
 
@@ -169,7 +250,8 @@ static int same_shard_url(const char *a, const char *b)
  * stored without credentials: a match takes SOURCE's URL, which the
  * daemon keeps in memory only. */
 static int check_matches(struct index *ix, const struct shardlist *l,
-			 const char *what, char *err, size_t errlen)
+			 const char *what, int published, char *err,
+			 size_t errlen)
 {
 	char red[512];
 	if (ix->nshards != l->n) {
@@ -179,7 +261,7 @@ static int check_matches(struct index *ix, const struct shardlist *l,
 	}
 	for (size_t i = 0; i < l->n; i++) {
 		if (strcmp(ix->shards[i].url, l->urls[i]) != 0 &&
-		    same_shard_url(ix->shards[i].url, l->urls[i])) {
+		    same_shard_url(ix->shards[i].url, l->urls[i], published)) {
 			index_set_url(ix, (uint32_t)i, l->urls[i]);
 			continue;
 		}
@@ -225,11 +307,13 @@ parsed:
 		snprintf(err, errlen, "corrupt index %s: %s",
 			 http_redact(where, red, sizeof(red)), perr);
 	else if ((*out)->skipped.first_line)
-		log_warn("index %s: skipped %llu samples with unsafe names and "
-			 "%llu with bad labels (first at line %zu: %s)",
+		log_warn("index %s: skipped %llu samples with unsafe names, "
+			 "%llu with bad labels and %llu members with unsafe "
+			 "names (first at line %zu: %s)",
 			 http_redact(where, red, sizeof(red)),
 			 (unsigned long long)(*out)->skipped.names,
 			 (unsigned long long)(*out)->skipped.labels,
+			 (unsigned long long)(*out)->skipped.members,
 			 (*out)->skipped.first_line, (*out)->skipped.first_why);
 	return r;
 }
@@ -263,21 +347,27 @@ static int build_index(const struct resolve_opts *o, struct http *h,
 static void save_cached(const char *path, struct index *ix)
 {
 	char dir[4096];
+	struct stat sb;
+
 	snprintf(dir, sizeof(dir), "%s", path);
 	char *slash = strrchr(dir, '/');
 	if (slash)
 		*slash = '\0';
-	mkdir(dir, 0700);
+	if (mkdir(dir, 0700) != 0 &&
+	    (errno != EEXIST || stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))) {
+		log_warn("cannot keep the index: cannot make %s: %s", dir,
+			 errno == EEXIST ? "not a directory" : strerror(errno));
+		return;
+	}
 	/* The copy on disk holds no credential: URLs stripped for the write
-	 * (nothing else uses the index yet), and only its owner reads it. */
+	 * (nothing else uses the index yet), and only its owner reads it,
+	 * from its first byte on. */
 	const char **kept = xmalloc((ix->nshards + 1) * sizeof(*kept));
 	for (size_t i = 0; i < ix->nshards; i++) {
 		kept[i] = ix->shards[i].url;
 		ix->shards[i].url = http_strip_secrets(kept[i]);
 	}
-	int r = index_save(ix, path);
-	if (r == 0 && chmod(path, 0600) != 0)
-		r = -errno;
+	int r = index_save_mode(ix, path, 0600);
 	for (size_t i = 0; i < ix->nshards; i++) {
 		free((char *)ix->shards[i].url);
 		ix->shards[i].url = kept[i];
@@ -324,6 +414,20 @@ static int probe(struct http *h, struct store *st, const struct index *ix,
 	return 0;
 }
 
+/* The key that keeps query strings off the disk (http_strip_secrets): the
+ * cache_dir's own, so a later mount finds what this one kept. Without it
+ * the process's random key still keeps them off, but nothing kept for a URL
+ * with a query is found again. */
+static void use_url_key(const struct resolve_opts *o)
+{
+	int r = http_url_key_use(o->cache_dir, !o->look_only);
+
+	if (r && !(r == -ENOENT && o->look_only))
+		log_warn("cache dir %s: no key for URL digests (%s): shards with "
+			 "a query string are not found again by later mounts",
+			 o->cache_dir, strerror(-r));
+}
+
 /* Index from option, cache or beside the shards; -ENOENT when none of them
  * has one (then the caller builds it). */
 static int find_index(const struct resolve_opts *o, struct http *h,
@@ -343,7 +447,7 @@ static int find_index(const struct resolve_opts *o, struct http *h,
 		info->index_from = "cache";
 		r = load_index(h, cached, out, err, errlen);
 		if (r == 0 &&
-		    check_matches(*out, l, "cached index", err, errlen) == 0)
+		    check_matches(*out, l, "cached index", 0, err, errlen) == 0)
 			return 0;
 		log_warn("ignoring cached index %s: %s", cached, err);
 		index_free(*out);
@@ -370,6 +474,10 @@ int resolve_open(const struct resolve_opts *o, struct http *h, struct store *st,
 	*out = NULL;
 	memset(info, 0, sizeof(*info));
 	r = shard_list(o, h, &l, err, errlen);
+	if (!r && o->cache_dir)
+		use_url_key(o); /* before any stored form is made */
+	if (!r)
+		r = check_unique(o, &l, err, errlen);
 	if (r)
 		goto out;
 	info->nshards = l.n;
@@ -395,10 +503,11 @@ int resolve_open(const struct resolve_opts *o, struct http *h, struct store *st,
 	if (r)
 		goto out;
 	r = check_matches(*out, &l,
-			  o->index ? "index" : "index beside the shards", err,
-			  errlen);
+			  o->index ? "index" : "index beside the shards", 1,
+			  err, errlen);
 	if (r)
 		goto out;
+	warn_empty(*out);
 	/* Keep a copy for later mounts, unless it came from there or the
 	 * user names it each time. */
 	if (cached[0] && !o->look_only &&

@@ -53,7 +53,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -75,8 +74,6 @@ void shards_enqueue(struct shards *sh, uint32_t n)
 void shards_cref_release(struct cref *c)
 {
 	if (c->retired && c->users == 0) {
-		if (c->map)
-			munmap((void *)c->map, (size_t)c->map_len);
 		store_put(c->e);
 		free(c);
 	}

@@ -34,31 +34,27 @@
  *   per-shard counts under their own leaf lock; the counts are atomics the
  *   store's eviction hint reads under the store lock without taking ours.
  * - Zero-copy views (shards_view): a whole sample of a pinned entry is
- *   handed out as (fd, offset) after hashing it from a read-only mapping of
- *   the entry's file (made once per pinned entry, under the lock: mmap does
- *   no data I/O; unmapped when the entry is released). The view holds a
+ *   handed out as (fd, offset) after hashing it with pread from the
+ *   entry's file (verify_sample_fd). Not through a mapping: cache_dir may
+ *   be shared, and a file another process truncates under a mapping faults
+ *   (SIGBUS) where a read comes back short, which only refuses the view
+ *   (the copying path then finds the entry corrupt). The view holds a
  *   user reference like a reader does, so the entry stays pinned until
  *   shards_view_done.
  * - Views of a shard still streaming (FETCHING with a store writer): a
  *   whole sample below the bytes already written is handed out as the
- *   writer's temp file and the sample's offset in it, after hashing it from
- *   a read-only mapping of the page-aligned range around it (made and
- *   unmapped within shards_view, no lock held: the splice reads the file's
- *   page cache through the descriptor, not the mapping, so keeping the
- *   mapping until the reply would guard nothing). The temp file was sized
- *   to the whole shard by store_begin and never shrinks while the writer
- *   lives, so the mapping cannot fault (SIGBUS); shards_view checks the
- *   size anyway. The view holds a writer user reference (wref.users) until
- *   shards_view_done, so the worker's commit or abort (close_writer) waits
- *   for it and the descriptor stays open. Counted in views_streaming.
+ *   writer's temp file and the sample's offset in it, hashed the same way
+ *   (no lock held). The view holds a writer user reference (wref.users)
+ *   until shards_view_done, so the worker's commit or abort (close_writer)
+ *   waits for it and the descriptor stays open. Counted in
+ *   views_streaming.
  * - Locking: one mutex guards the per-shard state table and the queue; it is
  *   never held across network I/O or disk reads. It may be held while calling
  *   into the store (store_put, store_drop: short, no data I/O).
  *   Lock order: shards lock, then store lock (inside store_*) or the work
  *   queue's (queueing a fetch), never reverse; workers run without either.
  *   A view of a stream takes the shards lock only to add and drop its
- *   wref.users reference (nothing inside it); it maps, hashes and unmaps
- *   with no lock held, and the FUSE reply that splices it runs lock free.
+ *   wref.users reference (nothing inside it); it hashes with no lock held, and the FUSE reply that splices it runs lock free.
  *   The worker's close_writer waits on the slot's cond (under the shards
  *   lock) for that reference to go, before store_commit / store_abort.
  */

@@ -180,6 +180,7 @@ static void fetch_cached(struct shards *sh, uint32_t n, struct store_writer *w)
 	struct sink_ctx x = {sh, s, wr, NULL, 0};
 	struct store_entry *e = NULL;
 	bool bad_sum = false;
+	unsigned copies;
 	int r = 0;
 
 	wr->w = w;
@@ -220,9 +221,10 @@ static void fetch_cached(struct shards *sh, uint32_t n, struct store_writer *w)
 	} else {
 		shards_set_failed(sh, n);
 	}
+	copies = s->bad_copies; /* a reader may change it once unlocked */
 	pthread_mutex_unlock(&sh->lock);
 	if (bad_sum)
-		shards_log_mismatch(sh, n, NULL, s->bad_copies);
+		shards_log_mismatch(sh, n, NULL, copies);
 	else if (!e && !x.store_err && r != -ECANCELED)
 		shards_log_failure(sh, n, r);
 }

@@ -28,9 +28,9 @@ struct cref {
 	struct store_entry *e;
 	unsigned users;
 	bool retired;
-	/* Zero-copy views (shards_view): the entry's file mapped read only,
-	 * made by the first view, unmapped with the cref. */
-	const uint8_t *map;
+	/* Zero-copy views (shards_view): the entry's descriptor and size
+	 * (borrowed from the entry), found by the first view; map_len 0
+	 * until then. */
 	uint64_t map_len;
 	int fd;
 	bool map_failed; /* do not try again */

@@ -14,41 +14,31 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- zero-copy views ---- */
 
-/* Lock held. Map c's file once, read only, so that views hash the bytes
- * they serve straight from the page cache (no copy into a buffer).
- * mmap and fstat do no data I/O. A file shorter than its entry would
- * fault (SIGBUS) where pages are missing: such a file is not mapped, and
- * the copying path then finds it corrupt. */
+/* Lock held. c's descriptor and size for views, found once. The bytes are
+ * hashed with pread (verify_sample_fd), not through a mapping: cache_dir
+ * may be shared, and a file another process truncates under a mapping
+ * faults (SIGBUS) where a read only comes back short. */
 static int cref_map(struct cref *c)
 {
-	struct stat st;
 	uint64_t size;
-	void *p;
 	int fd;
 
-	if (c->map)
+	if (c->map_len)
 		return 0;
 	if (c->map_failed)
 		return -EAGAIN;
-	c->map_failed = true; /* until it worked */
 	fd = store_entry_fd(c->e, &size);
-	if (fd < 0 || size == 0 || size > SIZE_MAX)
+	if (fd < 0 || size == 0) {
+		c->map_failed = true;
 		return -EAGAIN;
-	if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < size)
-		return -EAGAIN;
-	p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
-	if (p == MAP_FAILED)
-		return -EAGAIN;
-	c->map = p;
+	}
 	c->map_len = size;
 	c->fd = fd;
-	c->map_failed = false;
 	return 0;
 }
 
@@ -117,37 +107,16 @@ static void wref_put(struct shards *sh, uint32_t shard, struct wref *wr,
 	pthread_mutex_unlock(&sh->lock);
 }
 
-/* Does sample i, at off in the temp file fd, match the index? Hashed from
- * a read-only mapping of the pages around it, unmapped at once: the reply
- * splices the same file's page cache through fd, the pages just hashed.
- * Pages of a mapping past the end of its file fault (SIGBUS); store_begin
- * sized the file to the whole shard and nothing shortens it while our
- * writer reference lives, and the size is checked here as well. Returns
- * VIEW_SERVED (it matches), VIEW_REFUSED (it does not) or VIEW_NOT_MADE
- * (it could not be mapped). */
-static enum view_end stream_sample_check(struct shards *sh, size_t i, int fd,
-					 uint64_t off, size_t len)
+/* Does sample i, len bytes at off in fd, match the index? Hashed with
+ * pread (see cref_map): VIEW_SERVED (it matches), VIEW_REFUSED (it does
+ * not) or VIEW_NOT_MADE (it could not be read whole: the file was
+ * shortened, or a read failed). */
+static enum view_end sample_check(struct shards *sh, size_t i, int fd,
+				  uint64_t off, size_t len)
 {
-	long pg = sysconf(_SC_PAGESIZE);
-	uint64_t start, span;
-	struct stat st;
-	void *p;
-	bool ok;
+	int r = verify_sample_fd(sh->vf, i, fd, off, len);
 
-	if (pg <= 0 || fstat(fd, &st) != 0 || st.st_size < 0 ||
-	    (uint64_t)st.st_size < off + len)
-		return VIEW_NOT_MADE;
-	start = off - off % (uint64_t)pg;
-	span = off + len - start;
-	if (span > SIZE_MAX)
-		return VIEW_NOT_MADE;
-	p = mmap(NULL, (size_t)span, PROT_READ, MAP_SHARED, fd, (off_t)start);
-	if (p == MAP_FAILED)
-		return VIEW_NOT_MADE;
-	ok = verify_sample_ok(sh->vf, i, (const uint8_t *)p + (off - start),
-			      len);
-	munmap(p, (size_t)span);
-	return ok ? VIEW_SERVED : VIEW_REFUSED;
+	return r < 0 ? VIEW_NOT_MADE : r ? VIEW_SERVED : VIEW_REFUSED;
 }
 
 /* wr (a reference taken by view_wref): sample i as a view of its temp
@@ -160,8 +129,8 @@ static int view_stream(struct shards *sh, uint32_t shard, size_t i,
 	/* wr->w is fixed for the wref's life, which our reference extends. */
 	int fd = store_writer_fd(wr->w);
 	enum view_end how = fd < 0 ? VIEW_NOT_MADE
-				   : stream_sample_check(sh, i, fd, smp->offset,
-							 (size_t)smp->size);
+				   : sample_check(sh, i, fd, smp->offset,
+						  (size_t)smp->size);
 
 	if (how != VIEW_SERVED) {
 		wref_put(sh, shard, wr, how);
@@ -181,6 +150,7 @@ int shards_view(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 {
 	const struct index_sample *smp;
 	struct wref *wr = NULL;
+	enum view_end how;
 	struct cref *c;
 	uint64_t stop;
 	size_t i;
@@ -213,8 +183,9 @@ int shards_view(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 		view_put(sh, c, VIEW_NOT_MADE);
 		return -EAGAIN;
 	}
-	if (!verify_sample_ok(sh->vf, i, c->map + off, len)) {
-		view_put(sh, c, VIEW_REFUSED);
+	how = sample_check(sh, i, c->fd, off, len);
+	if (how != VIEW_SERVED) {
+		view_put(sh, c, how);
 		return -EAGAIN;
 	}
 	*v = (struct shards_view){

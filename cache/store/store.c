@@ -794,6 +794,19 @@ static void supersede(struct store *s, uint64_t h)
 	}
 }
 
+/* Turn the writer's LOCK_EX into a reader's LOCK_SH (the pin other stores
+ * see), before the rename: an entry without it would look unpinned and
+ * could be evicted under its reader. A blocking flock may be interrupted
+ * by a signal handler (EINTR): retried. Returns 0 or -errno (the caller
+ * aborts the temp file). */
+static int pin_shared(int fd)
+{
+	while (flock(fd, LOCK_SH) != 0)
+		if (errno != EINTR)
+			return -errno;
+	return 0;
+}
+
 /* Under the directory lock (so a rescan sees the temp file or the entry,
  * never neither): stamp the times (written = last used = now), rename into
  * place, turn the writer's lock into a reader's pin, and enter it in the
@@ -809,14 +822,14 @@ static int publish(struct store_writer *w, struct store_entry *e)
 		return lk;
 	t[0] = t[1] = now_real();
 	if (futimens(w->fd, t) != 0 || fstat(w->fd, &sb) != 0 ||
+	    (r = pin_shared(w->fd)) != 0 ||
 	    renameat(AT_FDCWD, w->tmp_path, s->dirfd, w->name) != 0) {
-		r = -errno;
+		r = r ? r : -errno;
 		store_dir_unlock(lk);
 		return r;
 	}
 	free(w->tmp_path);
 	w->tmp_path = NULL;
-	flock(w->fd, LOCK_SH);
 	e->fd = w->fd; /* opened O_RDWR; now only read */
 	w->fd = -1;
 	e->ins = e->use = t[0];

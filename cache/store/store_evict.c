@@ -110,7 +110,13 @@ static bool try_evict(struct store *s, struct store_entry *e, bool force)
 		close(fd); /* a new file, or pinned by another process */
 		return false;
 	}
-	unlinkat(s->dirfd, e->name, 0);
+	/* A file that stays (EPERM, EIO, a read-only remount) still holds
+	 * its bytes: keep the entry so the cap counts them. ENOENT: another
+	 * store removed it first, which is the eviction we wanted. */
+	if (unlinkat(s->dirfd, e->name, 0) != 0 && errno != ENOENT) {
+		close(fd);
+		return false;
+	}
 	close(fd);
 	store_acct_count_locked(s, STORE_COUNT_EVICTIONS);
 	store_ent_destroy(s, e, false);

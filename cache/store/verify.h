@@ -42,6 +42,13 @@ size_t verify_find(const struct verify *v, uint32_t shard, uint64_t off,
 int verify_sample_ok(const struct verify *v, size_t i, const void *buf,
 		     size_t len);
 
+/* Do the len bytes at off in fd match sample i's checksum? Read with
+ * pread in pieces (no mapping: a file that another process shortens makes
+ * a short read here, not a SIGBUS). Returns 1 (they match), 0 (they do
+ * not) or -errno (-EIO for a file shorter than off + len). */
+int verify_sample_fd(const struct verify *v, size_t i, int fd, uint64_t off,
+		     size_t len);
+
 /* Copy len bytes at rel of sample i's member into dst if it is kept.
  * Returns 0, or -ENOENT when it is not. */
 int verify_copy(struct verify *v, size_t i, uint64_t rel, size_t len,

@@ -27,6 +27,7 @@
 
 #define INDEX_MAGIC_V1 "echofs-index 1"
 #define INDEX_MAGIC_V2 "echofs-index 2"
+#define INDEX_MAGIC_V3 "echofs-index 3"
 #define SUM_HEX 16
 #define ARENA_BLOCK (64 * 1024)
 #define ARENA_BLOCK_BIG (4u << 20) /* once an arena holds more than this */
@@ -122,6 +123,7 @@ void index_free(struct index *ix)
 	free(ix->names);
 	free(ix->arena);
 	free(ix->shards);
+	free(ix->members);
 	free(ix);
 }
 
@@ -196,6 +198,19 @@ static const char *names_reject(const char *label, size_t llen, const char *key,
 		return "bad extension";
 	if (!file_name_fits(key, klen, elen))
 		return "bad key";
+	return NULL;
+}
+
+/* A member's ext ("seg.PNG"): the rest of a file name after the key's
+ * first dot, so no '/', no leading '.', and the whole name fits. */
+static const char *member_reject(const char *key, size_t klen, const char *ext,
+				 size_t elen)
+{
+	if (!name_ok(key, klen, true))
+		return "bad key";
+	if (elen == 0 || ext[0] == '.' || memchr(ext, '/', elen) ||
+	    !file_name_fits(key, klen, elen))
+		return "bad extension";
 	return NULL;
 }
 
@@ -480,8 +495,74 @@ int index_add_sample(struct index *ix, uint32_t shard, uint64_t offset,
 	return 0;
 }
 
+/* Room for one more member. */
+static int grow_members(struct index *ix)
+{
+	struct index_sample *n;
+	size_t cap = ix->cap_members ? 2 * ix->cap_members : 1024;
+
+	if (ix->nmembers < ix->cap_members)
+		return 0;
+	if (cap > SIZE_MAX / sizeof(*n))
+		return -ENOMEM;
+	n = realloc(ix->members, cap * sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	ix->members = n;
+	ix->cap_members = cap;
+	return 0;
+}
+
+/* The names id of ("", ext): most members repeat the ext of the member
+ * two or three before (jpg, txt, json, ...). -1 when the table is full. */
+static int64_t member_names(struct index *ix, const char *ext, size_t elen)
+{
+	for (size_t back = 1; back <= 4 && back <= ix->nmembers; back++) {
+		uint32_t id = ix->members[ix->nmembers - back].names;
+		if (same_str(ix->names[id].ext, ext, elen))
+			return id;
+	}
+	return pair_id(ix, intern(ix, "", 0), intern(ix, ext, elen));
+}
+
+/* Fill the next member record (room made by grow_members); its key
+ * offset is set by the caller. */
+static int put_member(struct index *ix, uint32_t shard, uint64_t offset,
+		      uint64_t size, const char *ext, size_t elen)
+{
+	struct index_sample *m = &ix->members[ix->nmembers];
+	int64_t names = member_names(ix, ext, elen);
+
+	if (names < 0)
+		return -ENOMEM;
+	*m = (struct index_sample){.offset = offset, .shard = shard,
+				   .size = (uint32_t)size,
+				   .names = (uint32_t)names};
+	return 0;
+}
+
+int index_add_member(struct index *ix, uint32_t shard, uint64_t offset,
+		     uint64_t size, const char *key, const char *ext)
+{
+	int r;
+
+	if (!text_ok(key) || !text_ok(ext) ||
+	    member_reject(key, strlen(key), ext, strlen(ext)) ||
+	    size > INDEX_SAMPLE_MAX || !in_shard(ix, shard, offset, size))
+		return -EINVAL;
+	r = grow_members(ix);
+	if (!r)
+		r = put_member(ix, shard, offset, size, ext, strlen(ext));
+	if (!r)
+		r = add_key(ix, key, &ix->members[ix->nmembers].key);
+	if (!r)
+		ix->nmembers++;
+	return r;
+}
+
 struct parser {
 	struct index *ix;
+	int version; /* 1, 2 or 3 (F lines) */
 	int extra; /* fields after the format 1 ones: 1 for the sum in v2 */
 	const char *end; /* past the text */
 	size_t line;	 /* 1-based number of the line being parsed */
@@ -653,6 +734,46 @@ static int parse_sample(struct parser *ps, const char **f, size_t *fl, int n)
 	return 0;
 }
 
+/* An F line (format 3): one member. */
+static int parse_member(struct parser *ps, const char **f, size_t *fl, int n)
+{
+	struct index *ix = ps->ix;
+	uint64_t shard, off, size, sum;
+	const char *why;
+
+	if (ps->version < 3)
+		return bad(ps, "F lines need format 3");
+	if (n != 7)
+		return bad(ps, "F needs 7 fields");
+	if (parse_u64_n(f[1], fl[1], &shard) || shard >= ix->nshards)
+		return bad(ps, "bad or unknown shard number");
+	if (parse_u64_n(f[2], fl[2], &off) || parse_u64_n(f[3], fl[3], &size))
+		return bad(ps, "bad offset or size");
+	if (size > INDEX_SAMPLE_MAX)
+		return bad(ps, "member larger than 4 GiB");
+	if (!in_shard(ix, (uint32_t)shard, off, size))
+		return bad(ps, "member lies outside its shard");
+	if (parse_sum(f[6], fl[6], &sum))
+		return bad(ps, "bad member checksum");
+	why = member_reject(f[4], fl[4], f[5], fl[5]);
+	if (why) {
+		ix->skipped.members++;
+		if (!ix->skipped.first_line) {
+			ix->skipped.first_line = ps->line;
+			ix->skipped.first_why = why;
+		}
+		return 0;
+	}
+	if (grow_members(ix) || put_member(ix, (uint32_t)shard, off, size,
+					   f[5], fl[5]))
+		return bad(ps, "out of memory");
+	ix->members[ix->nmembers].sum = sum;
+	ix->members[ix->nmembers].key =
+		(uint32_t)(keep(ps, f[4], fl[4]) - ix->arena->text);
+	ix->nmembers++;
+	return 0;
+}
+
 /* The line after the one at p (or the end). */
 static const char *next_line(const struct parser *ps, const char *p)
 {
@@ -692,18 +813,26 @@ static int parse_line(struct parser *ps, const char *p, const char **next)
 		return parse_sample(ps, f, fl, n);
 	if (fl[0] == 1 && f[0][0] == 'S')
 		return parse_shard(ps, f, fl, n);
+	if (fl[0] == 1 && f[0][0] == 'F')
+		return parse_member(ps, f, fl, n);
 	return bad(ps,
 		   fl[0] == 0 && n == 1 ? "empty line" : "unknown record type");
 }
 
-static bool magic_ok(const char *text, size_t len, int *extra)
+/* The format's number from the first line, 0 when it is none of ours
+ * (the three magics have one length). */
+static int magic_version(const char *text, size_t len)
 {
-	size_t mlen = strlen(INDEX_MAGIC_V2);
+	static const char *const magic[] = {INDEX_MAGIC_V1, INDEX_MAGIC_V2,
+					    INDEX_MAGIC_V3};
+	size_t mlen = strlen(INDEX_MAGIC_V1);
 
 	if (len < mlen || (len > mlen && text[mlen] != '\n'))
-		return false;
-	*extra = memcmp(text, INDEX_MAGIC_V2, mlen) == 0;
-	return *extra || memcmp(text, INDEX_MAGIC_V1, mlen) == 0;
+		return 0;
+	for (int v = 0; v < 3; v++)
+		if (memcmp(text, magic[v], mlen) == 0)
+			return v + 1;
+	return 0;
 }
 
 /* The shortest M line: "M", six tabs, three one-digit numbers, three
@@ -732,15 +861,19 @@ static int parse_start(struct parser *ps, const char *head, size_t have,
 {
 	size_t mlen = strlen(INDEX_MAGIC_V1);
 
-	if (!magic_ok(head, have, &ps->extra)) {
+	ps->version = magic_version(head, have);
+	if (!ps->version) {
 		snprintf(err, errlen,
-			 "line 1: not an echofs index (want \"%s\" or \"%s\")",
-			 INDEX_MAGIC_V2, INDEX_MAGIC_V1);
+			 "line 1: not an echofs index (want \"%s\", \"%s\" or "
+			 "\"%s\")",
+			 INDEX_MAGIC_V3, INDEX_MAGIC_V2, INDEX_MAGIC_V1);
 		return -EBADMSG;
 	}
+	ps->extra = ps->version >= 2;
 	ps->line = 1;
 	ps->ix = index_new();
 	ps->ix->has_sums = ps->extra == 1;
+	ps->ix->has_members = ps->version == 3;
 	if (alloc_index(ps->ix, total)) {
 		index_free(ps->ix);
 		ps->ix = NULL;
@@ -782,14 +915,94 @@ static int parse_lines(struct parser *ps, const char *p, const char *end,
 }
 
 /* The kept strings' and samples' untouched room given back. */
-static struct index *parse_finish(struct parser *ps)
+/* Samples by place (shard, offset): ids + 1 in a table of a power of two
+ * slots, for matching members with the samples whose images they are. */
+struct places {
+	uint32_t *slot;
+	size_t mask;
+};
+
+static size_t place_hash(uint32_t shard, uint64_t offset, size_t mask)
+{
+	uint64_t h = (offset ^ (uint64_t)shard << 40) * 0x9e3779b97f4a7c15ull;
+	return (size_t)(h >> 21) & mask;
+}
+
+static void places_make(struct places *p, const struct index_sample *v,
+			size_t n)
+{
+	size_t cap = 64;
+
+	while (cap < 2 * n + 2)
+		cap *= 2;
+	p->mask = cap - 1;
+	p->slot = xcalloc(cap, sizeof(*p->slot));
+	for (size_t i = 0; i < n; i++) {
+		size_t j = place_hash(v[i].shard, v[i].offset, p->mask);
+		while (p->slot[j])
+			j = (j + 1) & p->mask;
+		p->slot[j] = (uint32_t)i + 1;
+	}
+}
+
+/* The id in v of the record at x's place, or -1. */
+static int64_t places_find(const struct places *p, const struct index_sample *v,
+			   const struct index_sample *x)
+{
+	for (size_t j = place_hash(x->shard, x->offset, p->mask); p->slot[j];
+	     j = (j + 1) & p->mask) {
+		const struct index_sample *s = &v[p->slot[j] - 1];
+		if (s->shard == x->shard && s->offset == x->offset)
+			return p->slot[j] - 1;
+	}
+	return -1;
+}
+
+/* Format 3: an M line also stands for the member it records, unless an F
+ * line lists a member at its place (one whose name the M line does not
+ * keep, "JPG" or "seg.jpg"). */
+static int add_implied_members(struct index *ix)
+{
+	struct places p;
+	int r = 0;
+
+	places_make(&p, ix->members, ix->nmembers);
+	for (size_t i = 0; r == 0 && i < ix->nsamples; i++) {
+		const struct index_sample *s = &ix->samples[i];
+		const char *ext = index_ext(ix, s);
+		if (places_find(&p, ix->members, s) >= 0)
+			continue;
+		r = grow_members(ix);
+		if (r == 0)
+			r = put_member(ix, s->shard, s->offset, s->size, ext,
+				       strlen(ext));
+		if (r == 0) {
+			ix->members[ix->nmembers].sum = s->sum;
+			ix->members[ix->nmembers++].key = s->key;
+		}
+	}
+	free(p.slot);
+	return r;
+}
+
+/* The kept strings' and samples' untouched room given back; format 3's
+ * implied members added. -ENOMEM (the index freed) or 0. */
+static int parse_finish(struct parser *ps, struct index **out, char *err,
+			size_t errlen)
 {
 	struct index_arena *a = ps->ix->arena;
 
 	bigmap_trim(a->text, (size_t)(ps->kept - a->text), &a->text_map);
 	a->keys_len = (size_t)(ps->kept - a->text);
 	trim_samples(ps->ix);
-	return ps->ix;
+	if (ps->version == 3 && add_implied_members(ps->ix)) {
+		index_free(ps->ix);
+		ps->ix = NULL;
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	*out = ps->ix;
+	return 0;
 }
 
 int index_parse(const char *buf, size_t len, struct index **out, char *err,
@@ -808,7 +1021,7 @@ int index_parse(const char *buf, size_t len, struct index **out, char *err,
 	if (!r)
 		r = parse_lines(&ps, p, buf + len, true, &p, err, errlen);
 	if (!r)
-		*out = parse_finish(&ps);
+		r = parse_finish(&ps, out, err, errlen);
 	return r;
 }
 
@@ -894,7 +1107,7 @@ static int load_fd(struct reader *rd, struct index **out, char *err,
 		p = rd->buf;
 	}
 	if (!r)
-		*out = parse_finish(&ps);
+		r = parse_finish(&ps, out, err, errlen);
 	else if (ps.ix) /* a read error after the start */
 		index_free(ps.ix);
 	free(rd->buf);
@@ -941,6 +1154,38 @@ static void write_sum(FILE *f, const struct index *ix, uint64_t sum)
 		fputc('\n', f);
 }
 
+/* An M line stands for this member (add_implied_members): the same
+ * place, size, sum, key and name. */
+static bool implied(const struct index *ix, const struct places *p,
+		    const struct index_sample *m)
+{
+	int64_t i = places_find(p, ix->samples, m);
+	const struct index_sample *s = i >= 0 ? &ix->samples[i] : NULL;
+
+	return s && s->size == m->size && s->sum == m->sum &&
+	       strcmp(index_key(ix, s), index_key(ix, m)) == 0 &&
+	       strcmp(index_ext(ix, s), index_ext(ix, m)) == 0;
+}
+
+/* Format 3's F lines: the members no M line stands for. */
+static void write_members(const struct index *ix, FILE *f)
+{
+	struct places p;
+
+	places_make(&p, ix->samples, ix->nsamples);
+	for (size_t i = 0; i < ix->nmembers; i++) {
+		const struct index_sample *m = &ix->members[i];
+		if (implied(ix, &p, m))
+			continue;
+		fprintf(f, "F\t%u\t%llu\t%llu\t%s\t%s", m->shard,
+			(unsigned long long)m->offset,
+			(unsigned long long)m->size, index_key(ix, m),
+			index_ext(ix, m));
+		write_sum(f, ix, m->sum);
+	}
+	free(p.slot);
+}
+
 int index_write(const struct index *ix, FILE *f)
 {
 	size_t i;
@@ -950,7 +1195,11 @@ int index_write(const struct index *ix, FILE *f)
 		if (!s->url[0] || !text_ok(s->url) || !text_ok(s->etag))
 			return -EINVAL;
 	}
-	fprintf(f, "%s\n", ix->has_sums ? INDEX_MAGIC_V2 : INDEX_MAGIC_V1);
+	bool v3 = ix->has_sums && ix->has_members;
+
+	fprintf(f, "%s\n", v3		 ? INDEX_MAGIC_V3
+			   : ix->has_sums ? INDEX_MAGIC_V2
+					  : INDEX_MAGIC_V1);
 	for (i = 0; i < ix->nshards; i++) {
 		const struct index_shard *s = &ix->shards[i];
 		fprintf(f, "S\t%s\t%llu\t%s", s->url,
@@ -966,25 +1215,34 @@ int index_write(const struct index *ix, FILE *f)
 			index_key(ix, s), index_ext(ix, s));
 		write_sum(f, ix, s->sum);
 	}
+	if (v3)
+		write_members(ix, f);
 	if (fflush(f) || ferror(f))
 		return -EIO;
 	return 0;
 }
 
 /* The rename is only durable once the directory entry is on disk too. */
-static void fsync_dir_of(const char *path)
+static int fsync_dir_of(const char *path)
 {
 	char *copy = xstrdup(path);
-	int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = 0;
 
-	if (fd >= 0) {
-		fsync(fd);
+	if (fd < 0 || fsync(fd) != 0)
+		r = -errno;
+	if (fd >= 0)
 		close(fd);
-	}
 	free(copy);
+	return r;
 }
 
 int index_save(const struct index *ix, const char *path)
+{
+	/* an index is meant to be shared */
+	return index_save_mode(ix, path, 0644);
+}
+
+int index_save_mode(const struct index *ix, const char *path, mode_t mode)
 {
 	size_t tlen = strlen(path) + sizeof(".tmp.XXXXXX");
 	char *tmp = xmalloc(tlen);
@@ -992,14 +1250,13 @@ int index_save(const struct index *ix, const char *path)
 	int fd, r;
 
 	snprintf(tmp, tlen, "%s.tmp.XXXXXX", path);
-	fd = mkstemp(tmp);
+	fd = mkstemp(tmp); /* 0600 from the start */
 	if (fd < 0) {
 		r = -errno;
 		free(tmp);
 		return r;
 	}
-	/* mkstemp makes 0600; an index is meant to be shared. */
-	if (fchmod(fd, 0644) || !(f = fdopen(fd, "w"))) {
+	if ((mode != 0600 && fchmod(fd, mode)) || !(f = fdopen(fd, "w"))) {
 		r = -errno;
 		close(fd);
 		goto out;
@@ -1011,11 +1268,12 @@ int index_save(const struct index *ix, const char *path)
 		r = -EIO;
 	if (!r && rename(tmp, path))
 		r = -errno;
+	/* renamed but maybe not durable: said, the file is left in place */
+	if (!r)
+		r = fsync_dir_of(path);
 out:
 	if (r)
 		unlink(tmp);
-	else
-		fsync_dir_of(path);
 	free(tmp);
 	return r;
 }

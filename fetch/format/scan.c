@@ -189,6 +189,23 @@ static void add_member(struct scan *s, const struct tar_entry *e,
 	}
 }
 
+/* Every member goes into the index's member list (the samples layout),
+ * labelled or not; one whose name the index refuses is counted. */
+static void list_member(struct scan *s, const struct tar_entry *e,
+			const char *ext)
+{
+	const struct index_shard *sh = &s->ix->shards[s->shard];
+
+	if (index_add_member(s->ix, s->shard, e->data_offset, e->size, s->key,
+			     ext) == 0)
+		return;
+	s->c.unlisted_members++;
+	/* A member past the recorded size is the tar's fault, said once
+	 * (flush) when it is the image, not a name to report. */
+	if (e->size <= sh->size && e->data_offset <= sh->size - e->size)
+		skip(s, "member name unfit for the samples layout");
+}
+
 /* Whether a directory component of name is hidden (starts with '.'), as
  * ImageFolder and ls take it: ".git/x.jpg" or "c/.ipynb_checkpoints/x.jpg"
  * is no class and no sample. (A hidden last component has no key.) */
@@ -229,6 +246,7 @@ static int on_entry(void *ud, const struct tar_entry *e)
 	if (!s->in_group || s->keylen != (size_t)(dot - e->name) ||
 	    memcmp(s->key, e->name, s->keylen) != 0)
 		start_group(s, e->name, (size_t)(dot - e->name));
+	list_member(s, e, dot + 1);
 	add_member(s, e, dot + 1);
 	return 0;
 }
@@ -237,6 +255,7 @@ struct scan *scan_new(struct index *ix, uint32_t shard)
 {
 	struct scan *s = xcalloc(1, sizeof(*s));
 	s->ix = ix;
+	ix->has_members = true; /* it lists every member it adds */
 	s->shard = shard;
 	s->tp = tar_parser_new(on_entry, s);
 	return s;

@@ -17,7 +17,12 @@
  * surrounding whitespace allowed, stored canonically ("007" -> "7"); anything
  * else skips the sample (skipped_bad_label). Without a .cls member, the name
  * of the image's parent directory ("train/n01440764/x.JPEG" -> "n01440764");
- * without one, the sample is skipped (skipped_no_label). */
+ * without one, the sample is skipped (skipped_no_label).
+ *
+ * Members: every member with a key and an extension (rejected, hidden and
+ * keyless ones aside) is also added to the index's member list
+ * (index_add_member, format 3), whatever its sample's label or image: the
+ * samples layout shows them all. scan_new marks the index has_members. */
 #ifndef ECHOFS_SCAN_H
 #define ECHOFS_SCAN_H
 
@@ -34,6 +39,7 @@ struct scan_counts {
 	uint64_t skipped_no_label; /* images with neither .cls nor parent dir */
 	uint64_t skipped_bad_label; /* .cls that is not a decimal integer */
 	uint64_t extra_images;	    /* further images of one key, ignored */
+	uint64_t unlisted_members;  /* not in the member list: bad name */
 };
 
 struct scan;

@@ -139,6 +139,24 @@ static const struct member *find(const struct sums *s, uint64_t off)
 	return lo < s->n && s->m[lo].off == off ? &s->m[lo] : NULL;
 }
 
+/* The shard's members (format 3) are the tail of ix->members, as its
+ * samples are of ix->samples. */
+static int fill_members(const struct sums *s, struct index *ix, uint32_t shard)
+{
+	for (size_t i = ix->nmembers; i-- > 0;) {
+		struct index_sample *mem = &ix->members[i];
+		const struct member *m;
+
+		if (mem->shard != shard)
+			break;
+		m = find(s, mem->offset);
+		if (!m || !m->done || m->size != mem->size)
+			return -EBADMSG;
+		mem->sum = m->sum;
+	}
+	return 0;
+}
+
 int sums_fill(struct sums *s, struct index *ix, uint32_t shard)
 {
 	if (shard >= ix->nshards)
@@ -158,7 +176,7 @@ int sums_fill(struct sums *s, struct index *ix, uint32_t shard)
 			return -EBADMSG;
 		smp->sum = m->sum;
 	}
-	return 0;
+	return fill_members(s, ix, shard);
 }
 
 uint64_t sums_of(const void *buf, size_t len)

@@ -28,8 +28,9 @@ int sums_feed(struct sums *s, const void *buf, size_t len);
 uint64_t sums_shard(const struct sums *s);
 
 /* End of the shard: record its sum in ix->shards[shard] and each of its
- * samples' member sums (matched by offset and size). The shard's samples
- * must be the last ones of ix (as the scanner adds them). Returns 0, or
+ * samples' and listed members' sums (matched by offset and size). The
+ * shard's samples and members must be the last ones of ix (as the scanner
+ * adds them). Returns 0, or
  * -EBADMSG when a sample names no member the stream had (ix->has_sums is left
  * to the caller). */
 int sums_fill(struct sums *s, struct index *ix, uint32_t shard);

@@ -456,9 +456,18 @@ static int from_web_identity(const struct aws_creds *c,
 	rc = read_token_file(file, 0, &tok, err, errlen);
 	if (rc)
 		return rc;
+	/* NULL when out of memory or over libcurl's input cap (8 MB) */
 	etok = curl_easy_escape(NULL, tok, 0);
 	erole = curl_easy_escape(NULL, role, 0);
 	ename = curl_easy_escape(NULL, name && name[0] ? name : "echofs", 0);
+	if (!etok || !erole || !ename) {
+		snprintf(err, errlen,
+			 "web identity: cannot encode the %s for STS (too long "
+			 "or out of memory)",
+			 !etok ? "token" : !erole ? "role ARN" : "session name");
+		rc = -ENOMEM;
+		goto out;
+	}
 	n = strlen(etok) + strlen(erole) + strlen(ename) + 512;
 	url = xmalloc(n);
 	snprintf(url, n,
@@ -476,11 +485,14 @@ static int from_web_identity(const struct aws_creds *c,
 			 "AssumeRoleWithWebIdentity for %s failed (%s)",
 			 role, http_reason(rc));
 	explicit_bzero(url, n);
+	free(url);
+out:
 	explicit_bzero(tok, strlen(tok));
+	if (etok)
+		explicit_bzero(etok, strlen(etok));
 	curl_free(etok);
 	curl_free(erole);
 	curl_free(ename);
-	free(url);
 	free(tok);
 	free(body);
 	return rc;

@@ -223,55 +223,100 @@ void http_get_stats(struct http *h, struct http_stats *out)
 
 /* ---- easy handles ------------------------------------------------------- */
 
-/* A new easy handle with what every request of h shares: protocols, TLS
- * verification and CA, connect timeout, curl's error text into errbuf. */
-CURL *http_easy_base(struct http *h, char *errbuf)
-{
-	CURL *c = curl_easy_init();
+/* Every option is checked: a libcurl that refuses one (built without a
+ * protocol, a TLS backend without CA paths) must fail the call naming the
+ * option, not run it without, say, peer verification. SET records the
+ * first refusal in *bad and skips the rest. */
+#define SET(c, bad, opt, val)                                               \
+	do {                                                                \
+		if (!(bad)->name) {                                         \
+			CURLcode cc_ = curl_easy_setopt(c, opt, val);       \
+			if (cc_ != CURLE_OK)                                \
+				(bad)->name = #opt, (bad)->cc = cc_;        \
+		}                                                           \
+	} while (0)
 
-	if (!c)
-		return NULL;
-	curl_easy_setopt(c, CURLOPT_SHARE, h->share);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L); /* see attempt() */
-	curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
-	curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
-	if (h->ca_file)
-		curl_easy_setopt(c, CURLOPT_CAINFO, h->ca_file);
-	if (h->ca_path)
-		curl_easy_setopt(c, CURLOPT_CAPATH, h->ca_path);
-	errbuf[0] = '\0';
-	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
-			 (long)(h->connect_timeout_s * 1000));
-	curl_easy_setopt(c, CURLOPT_USERAGENT, "echofs/" ECHOFS_VERSION);
-	return c;
+struct refused {
+	const char *name; /* the first option libcurl refused, or NULL */
+	CURLcode cc;
+};
+
+/* 0, or -EOPNOTSUPP with the refused option as the call's reason (the
+ * handle cleaned up). */
+static int refused_fail(CURL *c, const struct refused *bad)
+{
+	char why[160];
+
+	if (!bad->name)
+		return 0;
+	curl_easy_cleanup(c);
+	snprintf(why, sizeof(why), "libcurl refused %s (%s)", bad->name,
+		 curl_easy_strerror(bad->cc));
+	return http_note_why(-EOPNOTSUPP, why);
 }
 
-CURL *http_easy_new(struct http *h, struct xfer *x)
+int http_easy_base(struct http *h, char *errbuf, CURL **out)
 {
-	CURL *c = http_easy_base(h, x->errbuf);
-	long low = (long)h->low_speed_time_s;
+	CURL *c = curl_easy_init();
+	struct refused bad = {0};
+	int rc;
 
+	*out = NULL;
 	if (!c)
-		return NULL;
-	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+		return -ENOMEM;
+	errbuf[0] = '\0';
+	SET(c, &bad, CURLOPT_ERRORBUFFER, errbuf);
+	SET(c, &bad, CURLOPT_SHARE, h->share);
+	SET(c, &bad, CURLOPT_NOSIGNAL, 1L);
+	SET(c, &bad, CURLOPT_PROTOCOLS_STR, "http,https");
+	SET(c, &bad, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+	SET(c, &bad, CURLOPT_FOLLOWLOCATION, 0L); /* see attempt() */
+	/* The path as written: an object key with dot segments
+	 * ("ds/../../other/x.tar") names itself, never another object. */
+	SET(c, &bad, CURLOPT_PATH_AS_IS, 1L);
+	SET(c, &bad, CURLOPT_SSL_VERIFYPEER, 1L);
+	SET(c, &bad, CURLOPT_SSL_VERIFYHOST, 2L);
+	if (h->ca_file)
+		SET(c, &bad, CURLOPT_CAINFO, h->ca_file);
+	if (h->ca_path)
+		SET(c, &bad, CURLOPT_CAPATH, h->ca_path);
+	SET(c, &bad, CURLOPT_CONNECTTIMEOUT_MS,
+	    (long)(h->connect_timeout_s * 1000));
+	SET(c, &bad, CURLOPT_USERAGENT, "echofs/" ECHOFS_VERSION);
+	rc = refused_fail(c, &bad);
+	if (rc == 0)
+		*out = c;
+	return rc;
+}
+
+int http_easy_new(struct http *h, struct xfer *x, CURL **out)
+{
+	long low = (long)h->low_speed_time_s;
+	struct refused bad = {0};
+	CURL *c;
+	int rc = http_easy_base(h, x->errbuf, &c);
+
+	*out = NULL;
+	if (rc)
+		return rc;
+	SET(c, &bad, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	if ((double)low < h->low_speed_time_s)
 		low++; /* curl counts whole seconds: round up */
-	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, low > 0 ? low : 1L);
-	curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
-	curl_easy_setopt(c, CURLOPT_TCP_KEEPIDLE, 30L);
-	curl_easy_setopt(c, CURLOPT_TCP_KEEPINTVL, 15L);
-	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, http_on_header);
-	curl_easy_setopt(c, CURLOPT_HEADERDATA, x);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, http_on_body);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, x);
-	curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-	curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, http_on_progress);
-	curl_easy_setopt(c, CURLOPT_XFERINFODATA, x);
+	SET(c, &bad, CURLOPT_LOW_SPEED_TIME, low > 0 ? low : 1L);
+	SET(c, &bad, CURLOPT_TCP_KEEPALIVE, 1L);
+	SET(c, &bad, CURLOPT_TCP_KEEPIDLE, 30L);
+	SET(c, &bad, CURLOPT_TCP_KEEPINTVL, 15L);
+	SET(c, &bad, CURLOPT_HEADERFUNCTION, http_on_header);
+	SET(c, &bad, CURLOPT_HEADERDATA, x);
+	SET(c, &bad, CURLOPT_WRITEFUNCTION, http_on_body);
+	SET(c, &bad, CURLOPT_WRITEDATA, x);
+	SET(c, &bad, CURLOPT_NOPROGRESS, 0L);
+	SET(c, &bad, CURLOPT_XFERINFOFUNCTION, http_on_progress);
+	SET(c, &bad, CURLOPT_XFERINFODATA, x);
 	if (x->w->head)
-		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-	return c;
+		SET(c, &bad, CURLOPT_NOBODY, 1L);
+	rc = refused_fail(c, &bad);
+	if (rc == 0)
+		*out = c;
+	return rc;
 }

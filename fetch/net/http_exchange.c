@@ -35,20 +35,23 @@ int http_exchange(struct http *h, const struct http_exchange *r, size_t cap,
 	struct growbuf g = {.cap = cap};
 	struct curl_slist *l = NULL, *next;
 	double until = now_mono() + h->connect_timeout_s + h->retry_budget_s;
-	CURL *c = http_easy_base(h, errbuf);
+	CURL *c;
 	CURLcode cc;
-	int rc = 0, retry;
+	int rc, retry;
 
 	*out = NULL;
 	*status = 0;
 	http_why_clear();
+	rc = http_easy_base(h, errbuf, &c);
+	if (rc)
+		return rc;
 	until = http_deadline_cap(until);
-	for (size_t i = 0; c && i < r->nhdrs && rc == 0; i++) {
+	for (size_t i = 0; i < r->nhdrs && rc == 0; i++) {
 		next = curl_slist_append(l, r->hdrs[i]);
 		rc = next ? 0 : -ENOMEM;
 		l = next ? next : l;
 	}
-	if (!c || rc) {
+	if (rc) {
 		curl_slist_free_all(l);
 		curl_easy_cleanup(c);
 		return -ENOMEM;

@@ -112,12 +112,14 @@ struct growbuf {
 /* http.c: d, or the calling thread's own deadline when that is earlier. */
 double http_deadline_cap(double d);
 /* http.c: a new easy handle with what every request of h shares (protocols,
- * TLS verification and CA, connect timeout, curl's words into errbuf, which
- * must outlive it); NULL on OOM. The caller cleans it up. */
-CURL *http_easy_base(struct http *h, char *errbuf);
+ * the path as written, TLS verification and CA, connect timeout, curl's
+ * words into errbuf, which must outlive it) into *out. Returns 0, -ENOMEM,
+ * or -EOPNOTSUPP when libcurl refuses an option (named in the call's
+ * reason, http_note_why). The caller cleans it up. */
+int http_easy_base(struct http *h, char *errbuf, CURL **out);
 /* http.c: http_easy_base plus a GET call's options: x's callbacks, low
- * speed, keepalive, HEAD when x->w->head. */
-CURL *http_easy_new(struct http *h, struct xfer *x);
+ * speed, keepalive, HEAD when x->w->head. Returns as http_easy_base. */
+int http_easy_new(struct http *h, struct xfer *x, CURL **out);
 
 /* http_slots.c: 0 with a slot, -ECANCELED after http_cancel, -ETIMEDOUT at
  * until (monotonic). Give it back with http_slot_give. Takes slot_lock. */

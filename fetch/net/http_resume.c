@@ -79,7 +79,9 @@ static int refuse_encoding(struct xfer *x)
 	curl_easy_getinfo(x->c, CURLINFO_EFFECTIVE_URL, &url);
 	log_warn("http: %s: refusing a Content-Encoding other than identity",
 		 http_redact(url ? url : "?", red, sizeof(red)));
-	return -EIO;
+	return http_note_why(-EIO, "the server sent a Content-Encoding other "
+				   "than identity (an encoded body is not the "
+				   "object's bytes)");
 }
 
 /* All headers of a final response are in: decide whether its body is ours. */

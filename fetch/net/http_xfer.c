@@ -210,6 +210,38 @@ static int redirect_target(CURL *c, const char *cur, char **next)
 	return 0;
 }
 
+/* The words behind a bare errno (EIO, ENOMEM...), for the mount's one
+ * error line as for the log: the status, or curl's verdict and its detail
+ * ("Transferred a partial file: transfer closed with 5120 bytes remaining
+ * to read", "Out of memory: header line too long"). Kept for the call's
+ * end unless a later attempt fails otherwise. */
+static void note_verdict(const struct xfer *x, CURLcode cc, int rc)
+{
+	char why[CURL_ERROR_SIZE + 96];
+
+	if (rc != -EIO && rc != -ENOMEM)
+		return; /* http_reason's words, or the TLS note, say it */
+	if (cc == CURLE_OK && x->r.retry_after >= 0)
+		snprintf(why, sizeof(why),
+			 "HTTP %ld from the server (Retry-After %ld s)",
+			 x->r.status, x->r.retry_after);
+	else if (cc == CURLE_OK)
+		snprintf(why, sizeof(why), "HTTP %ld from the server",
+			 x->r.status);
+	else if (cc == CURLE_OUT_OF_MEMORY && !x->errbuf[0])
+		/* what libcurl 7.88 answers to a header over its 100 KB cap */
+		snprintf(why, sizeof(why),
+			 "a response header too large for libcurl (over 100 "
+			 "KB), or out of memory");
+	else if (cc == CURLE_PARTIAL_FILE)
+		snprintf(why, sizeof(why), "body cut short (%s)",
+			 x->errbuf[0] ? x->errbuf : curl_easy_strerror(cc));
+	else
+		snprintf(why, sizeof(why), "%s%s%s", curl_easy_strerror(cc),
+			 x->errbuf[0] ? ": " : "", x->errbuf);
+	http_note_why(rc, why);
+}
+
 /* One request plus the redirects it leads to. */
 static int attempt(struct xfer *x, const char *url, int *retry, long *ra)
 {
@@ -252,6 +284,8 @@ static int attempt(struct xfer *x, const char *url, int *retry, long *ra)
 			continue;
 		}
 		rc = http_xlate(x->h, x->c, cc, x->r.status, retry);
+		if (rc)
+			note_verdict(x, cc, rc);
 		if (rc == 0)
 			rc = http_check_complete(x->h, x->w);
 		if (rc && x->auth_again && !x->auth_retried) {
@@ -340,10 +374,10 @@ int http_run(struct http *h, const char *given, struct want *w)
 	x.started = start;
 	x.pos0 = w->pos;
 	x.sign = mapped != NULL;
-	x.c = http_easy_new(h, &x);
-	if (!x.c) {
+	rc = http_easy_new(h, &x, &x.c);
+	if (rc) {
 		free(mapped);
-		return -ENOMEM;
+		return rc;
 	}
 	for (;;) {
 		uint64_t before = w->pos;

@@ -18,6 +18,9 @@
 #define TOKEN_MAX 4096
 #define PAGE_CAP (16u << 20)
 #define PAGES_MAX 100000
+/* A listing that brings no new shard for this long is given up: the mount
+ * fails with one line within the README's 15 s. */
+#define LIST_STALL_S 10.0
 
 struct listing {
 	char bucket[256];
@@ -166,7 +169,8 @@ static void add_key(struct shardlist *out, const struct listing *l,
 /* One page's keys into out; next continuation token into token ("" at
  * the end). */
 static int read_page(const char *body, size_t len, const struct listing *l,
-		     size_t max, struct shardlist *out, char *token)
+		     size_t max, struct shardlist *out, char *token,
+		     size_t *skipped)
 {
 	const char *p = body, *end = body + len, *c, *ce;
 	char key[3 * KEY_MAX + 8], trunc[16] = "";
@@ -179,12 +183,11 @@ static int read_page(const char *body, size_t len, const struct listing *l,
 		if (!ce)
 			return -EPROTO;
 		rc = tag_text(c, ce, "Key", key, sizeof(key));
-		if (rc == -EINVAL)
-			log_warn("s3: skipping a key that cannot be a shard "
-				 "name (control characters or bad XML)");
+		if (rc == -EINVAL || (rc == 0 && strlen(key) > KEY_MAX))
+			++*skipped; /* control characters, bad XML, too long */
 		else if (rc)
 			return -EPROTO;
-		else if (strlen(key) <= KEY_MAX && wanted(l, key)) {
+		else if (wanted(l, key)) {
 			if (out->n >= max)
 				return -E2BIG;
 			add_key(out, l, key);
@@ -221,23 +224,94 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* A set of 64-bit hashes (open addressing, 0 stands for 0 and 1 alike):
+ * the tokens and shard keys a listing has seen, so that a listing going
+ * round in circles is told from one that moves on. */
+struct seen {
+	uint64_t *v;
+	size_t cap, n;
+};
+
+/* Adds h; 1 when it was new. */
+static int seen_add(struct seen *s, uint64_t h)
+{
+	h = h ? h : 1;
+	if (2 * (s->n + 1) > s->cap) {
+		struct seen big = {xcalloc(s->cap ? 2 * s->cap : 64, 8),
+				   s->cap ? 2 * s->cap : 64, 0};
+		for (size_t i = 0; i < s->cap; i++)
+			if (s->v[i])
+				seen_add(&big, s->v[i]);
+		free(s->v);
+		*s = big;
+	}
+	size_t i = h & (s->cap - 1);
+	while (s->v[i] && s->v[i] != h)
+		i = (i + 1) & (s->cap - 1);
+	if (s->v[i])
+		return 0;
+	s->v[i] = h;
+	s->n++;
+	return 1;
+}
+
+struct walk {
+	struct seen tokens, keys;
+	double last_new; /* when a page last brought a shard not seen before */
+	size_t skipped;  /* keys that cannot be shard names */
+	char why[160];   /* the reason a listing was given up, or "" */
+};
+
+/* A listing ends, or moves on: a continuation token seen before means it
+ * goes round in circles (S3 never repeats one), and one that brings no new
+ * shard for LIST_STALL_S is given up too (pages of fresh tokens over the
+ * same keys, or none). */
+static int moves_on(struct walk *w, const struct shardlist *out, size_t from,
+		    const char *token, int page)
+{
+	int fresh = 0;
+
+	for (size_t i = from; i < out->n; i++)
+		fresh |= seen_add(&w->keys, hash64(out->urls[i],
+						   strlen(out->urls[i]), 0));
+	if (fresh)
+		w->last_new = now_mono();
+	if (token[0] && !seen_add(&w->tokens, hash64(token, strlen(token), 0))) {
+		snprintf(w->why, sizeof(w->why),
+			 "page %d repeats an earlier continuation token (a "
+			 "listing that never ends)", page);
+		return -ELOOP;
+	}
+	if (token[0] && now_mono() - w->last_new > LIST_STALL_S) {
+		snprintf(w->why, sizeof(w->why),
+			 "no new shard in %.0f s of listing (page %d)",
+			 LIST_STALL_S, page);
+		return -ETIMEDOUT;
+	}
+	return 0;
+}
+
 static int list_all(struct http *h, const struct listing *l, size_t max,
-		    struct shardlist *out, int *pages)
+		    struct shardlist *out, int *pages, struct walk *w)
 {
 	char *token = xcalloc(1, TOKEN_MAX), *body, *url;
-	size_t len;
+	size_t len, from;
 	int rc = 0;
 
+	w->last_new = now_mono();
 	for (*pages = 0; rc == 0 && *pages < PAGES_MAX; ++*pages) {
 		url = page_url(l, token);
 		rc = http_get_all(h, url, PAGE_CAP, &body, &len);
 		free(url);
 		if (rc)
 			break;
-		rc = read_page(body, len, l, max, out, token);
+		from = out->n;
+		rc = read_page(body, len, l, max, out, token, &w->skipped);
 		free(body);
 		log_debug("s3: listing page %d: %zu shards so far%s",
 			  *pages + 1, out->n, token[0] ? ", more to come" : "");
+		if (rc == 0)
+			rc = moves_on(w, out, from, token, *pages + 1);
 		if (rc == 0 && !token[0]) {
 			++*pages;
 			break;
@@ -245,29 +319,52 @@ static int list_all(struct http *h, const struct listing *l, size_t max,
 	}
 	if (rc == 0 && token[0])
 		rc = -E2BIG;
+	free(w->tokens.v);
+	free(w->keys.v);
 	free(token);
 	return rc;
+}
+
+/* A listing never names a key twice: one that does is broken (sorted out). */
+static int check_unique(const struct shardlist *out, struct walk *w)
+{
+	for (size_t i = 1; i < out->n; i++)
+		if (strcmp(out->urls[i - 1], out->urls[i]) == 0) {
+			snprintf(w->why, sizeof(w->why),
+				 "the listing names one key twice");
+			return -EPROTO;
+		}
+	return 0;
 }
 
 int s3_list_shards(struct http *h, const char *source, size_t max,
 		   struct shardlist *out, char *err, size_t errlen)
 {
 	struct listing *l = xcalloc(1, sizeof(*l));
+	struct walk w = {0};
 	int rc = parse_source(source, l), pages = 0;
 
 	out->urls = NULL;
 	out->n = 0;
 	if (rc == 0)
-		rc = list_all(h, l, max, out, &pages);
+		rc = list_all(h, l, max, out, &pages, &w);
 	if (rc == 0 && out->n == 0)
 		rc = -ENODATA;
 	if (rc == 0) {
 		qsort(out->urls, out->n, sizeof(*out->urls), cmp_str);
+		rc = check_unique(out, &w);
+	}
+	if (w.skipped) /* each a shard the tree cannot show: one line */
+		log_warn("s3: skipped %zu keys that cannot be shard names "
+			 "(control characters, bad XML or over %d bytes)",
+			 w.skipped, KEY_MAX);
+	if (rc == 0) {
 		log_info("s3: listed %zu shards in %d pages", out->n, pages);
 	} else {
 		snprintf(err, errlen, "cannot list s3://%s/%s%s: %s", l->bucket,
 			 l->prefix, l->glob,
-			 rc == -ENODATA	 ? "no matching objects"
+			 w.why[0]	 ? w.why
+			 : rc == -ENODATA ? "no matching objects"
 			 : rc == -EPROTO ? "bad ListObjectsV2 reply"
 			 : rc == -E2BIG	 ? "too many objects"
 					 : strerror(-rc));

@@ -106,13 +106,16 @@ def test_other_user_cannot_steer_an_allow_other_mount(open_mount, fault_server):
     assert echo_of(m) == 2
 
 
-SECRETS = (b"s3cretpw", b"TOPSECRET", b"Z9token")
+SECRETS = (b"s3cretpw", b"TOPSECRET", b"Z9token", b"K9param")
 
 
 def secret_source(base_url, token):
-    """The test split's SOURCE with userinfo and a query token in it."""
+    """The test split's SOURCE with userinfo, a signature, a query token (a
+    credential: it may change between mounts) and a parameter that is not
+    a credential but must not reach the disk either."""
     user = base_url.replace("http://", "http://reader:s3cretpw@")
-    return helpers.source_of(user, "test") + "?sig=TOPSECRET&k=" + token
+    return (helpers.source_of(user, "test") + "?sig=TOPSECRET&token=" + token
+            + "&k=K9param")
 
 
 def assert_no_secret(what, data):

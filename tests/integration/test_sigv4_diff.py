@@ -234,3 +234,41 @@ def test_botocore_client_requests_match(cli, monkeypatch):
     assert any(u.split("/")[2].split(".")[0] in ("ds", "train-data", "b3")
                for u in urls)  # virtual-hosted
     assert any(u.startswith("http://127.0.0.1:9000/") for u in urls)  # path
+
+
+DOT_KEYS = ["ds/../../otherbucket/secret.tar", "./a.tar", "ds/./../x.tar",
+            "../..", "ds//../x.tar", "a/../b/./c.tar"]
+
+
+def test_dot_segment_keys_match_botocore(cli, monkeypatch):
+    """S3 keys are opaque: echofs sends them unnormalised (CURLOPT_PATH_AS_IS)
+    and must sign that very path as botocore's client does."""
+    monkeypatch.setattr(botocore.auth, "datetime", fixed_clock())
+    sent = []
+
+    def capture(request, **kw):
+        sent.append(request)
+        raise Captured()
+
+    session = botocore.session.get_session()
+    cases = []
+    for key in DOT_KEYS:
+        client = session.create_client(
+            "s3", region_name="us-east-1", endpoint_url="http://127.0.0.1:9000",
+            aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="s" * 40,
+            config=botocore.config.Config(s3={"addressing_style": "path"},
+                                          retries={"max_attempts": 0}))
+        client.meta.events.register("before-send.s3", capture)
+        try:
+            client.get_object(Bucket="escape", Key=key)
+        except Captured:
+            pass
+        req = sent[-1]
+        auth = req.headers["Authorization"]
+        auth = auth.decode() if isinstance(auth, bytes) else auth
+        assert "/escape/" + quote(key, safe="/~") in req.url, req.url
+        cases.append(("GET", req.url, "us-east-1", "AKIDEXAMPLE", "s" * 40,
+                      None, [], auth))
+    got = sign_c([c[:7] for c in cases])
+    bad = [(c[1], g, c[7]) for c, g in zip(cases, got) if g != c[7]]
+    assert not bad, "%d of %d differ, first: %r" % (len(bad), len(cases), bad[0])

@@ -5,6 +5,7 @@
 #include "fetch/net/aws_creds.h"
 
 #include <criterion/criterion.h>
+#include <curl/curl.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -222,4 +223,32 @@ Test(aws_creds, none_found_names_every_source)
 	cr_expect(strstr(err, "web identity"), "%s", err);
 	cr_expect(strstr(err, "container credentials"), "%s", err);
 	cr_expect(strstr(err, "instance metadata"), "%s", err);
+}
+
+/* curl_easy_escape gives NULL when out of memory: the source then fails
+ * clearly, never dereferencing it (linked with -Wl,--wrap=curl_easy_escape:
+ * see unit_link_args in tests/meson.build). */
+static int escape_fails;
+
+char *__real_curl_easy_escape(CURL *c, const char *s, int len);
+char *__wrap_curl_easy_escape(CURL *c, const char *s, int len);
+char *__wrap_curl_easy_escape(CURL *c, const char *s, int len)
+{
+	if (escape_fails && strstr(s, "arn:aws:iam::"))
+		return NULL;
+	return __real_curl_easy_escape(c, s, len);
+}
+
+Test(aws_creds, unencodable_web_identity_is_an_error)
+{
+	char err[512] = "", path[128];
+
+	write_file("token", "eyJhbGciOi.token.sig\n", 0600);
+	snprintf(path, sizeof(path), "%s/token", dir);
+	setenv("AWS_WEB_IDENTITY_TOKEN_FILE", path, 1);
+	setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/r", 1);
+	escape_fails = 1;
+	cr_expect_null(open_creds(NULL, err, sizeof(err)));
+	escape_fails = 0;
+	cr_expect(strstr(err, "cannot encode the role ARN"), "%s", err);
 }

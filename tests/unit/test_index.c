@@ -11,6 +11,22 @@
 
 #include "fetch/format/index.h"
 
+/* fsync of a directory fails on demand (linked with -Wl,--wrap=fsync: see
+ * unit_link_args in tests/meson.build). */
+int __real_fsync(int fd);
+int __wrap_fsync(int fd);
+static int fail_dir_fsync;
+
+int __wrap_fsync(int fd)
+{
+	struct stat sb;
+	if (fail_dir_fsync && fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+		errno = EIO;
+		return -1;
+	}
+	return __real_fsync(fd);
+}
+
 static char *write_mem(const struct index *ix, size_t *len)
 {
 	char *buf = NULL;
@@ -177,13 +193,14 @@ Test(index, write_rejects_bad_shard_fields)
 #define HDR2 "echofs-index 2\n"
 #define S2 "S\thttp://h/a.tar\t1000\t-\t0123456789abcdef\n"
 #define M2 "M\t0\t0\t1\tl\tk\tjpg\tfedcba9876543210\n"
+#define HDR3 "echofs-index 3\n"
 
 static const struct {
 	const char *text;
 	const char *err; /* NULL: accepted */
 } parse_cases[] = {
 	{"", "line 1: not an echofs index"},
-	{"echofs-index 3\n", "line 1: not an echofs index"},
+	{"echofs-index 4\n", "line 1: not an echofs index"},
 	{"echofs-index 2 \n", "line 1: not an echofs index"},
 	{"echofs-index 1 \n", "line 1: not an echofs index"},
 	{"echofs-index 1", NULL},
@@ -244,6 +261,15 @@ static const struct {
 	{HDR S0 "\n", "line 3: empty line"},
 	{HDR S0 "X\t1\n", "line 3: unknown record type"},
 	{HDR S0 "MM\t0\n", "line 3: unknown record type"},
+	{HDR2 S2 "F\t0\t0\t1\tk\ttxt\t0000000000000000\n",
+	 "line 3: F lines need format 3"},
+	{HDR3 S2 "F\t0\t0\t1\tk\ttxt\n", "line 3: F needs 7 fields"},
+	{HDR3 S2 "F\t1\t0\t1\tk\ttxt\t0000000000000000\n",
+	 "line 3: bad or unknown shard number"},
+	{HDR3 S2 "F\t0\t1000\t1\tk\ttxt\t0000000000000000\n",
+	 "line 3: member lies outside its shard"},
+	{HDR3 S2 "F\t0\t0\t1\tk\ttxt\tXX\n", "line 3: bad member checksum"},
+	{HDR3 S2 M2 "F\t0\t0\t1\tk\tseg.PNG\t0000000000000000\n", NULL},
 	{HDR "# one\n# two\n" S0 "M\t0\t0\t1\tl\tk\n",
 	 "line 5: M needs 7 fields"},
 };
@@ -449,6 +475,7 @@ Test(index, v2_round_trip)
 	cr_assert_eq(index_parse(t, sizeof(t) - 1, &ix, err, sizeof(err)), 0,
 		     "%s", err);
 	cr_expect(ix->has_sums);
+	cr_expect_not(ix->has_members);
 	cr_expect_eq(ix->shards[0].sum, 0x0123456789abcdefULL);
 	cr_expect_eq(ix->samples[0].sum, 0xfedcba9876543210ULL);
 	cr_expect_eq(ix->samples[1].sum, 0);
@@ -468,6 +495,106 @@ Test(index, v2_round_trip)
 	index_free(ix);
 }
 
+/* Format 3: every member, labelled or not, with its whole extension as
+ * in the tar; written back byte for byte, and as format 2 (members left
+ * out) by an index that does not claim them. */
+Test(index, v3_members_round_trip)
+{
+	static const char t[] =
+		HDR3 S2 M2 "F\t0\t0\t1\tk\tJPG\t0000000000000001\n"
+		"F\t0\t1\t2\tk\tseg.png\t0000000000000002\n"
+		"F\t0\t3\t4\tdir/nolabel\ttxt\t0000000000000003\n";
+	struct index *ix;
+	char err[128], *out;
+	size_t outlen = 0;
+
+	cr_assert_eq(index_parse(t, sizeof(t) - 1, &ix, err, sizeof(err)), 0,
+		     "%s", err);
+	cr_expect(ix->has_members);
+	cr_assert_eq(ix->nmembers, 3);
+	cr_expect_eq(ix->nsamples, 1);
+	cr_expect_str_eq(index_ext(ix, &ix->members[0]), "JPG");
+	cr_expect_str_eq(index_ext(ix, &ix->members[1]), "seg.png");
+	cr_expect_str_eq(index_key(ix, &ix->members[2]), "dir/nolabel");
+	cr_expect_eq(ix->members[2].sum, 3);
+	cr_expect_eq(ix->members[2].size, 4);
+	out = write_mem(ix, &outlen);
+	cr_expect_str_eq(out, t);
+	free(out);
+	ix->has_members = false;
+	out = write_mem(ix, &outlen);
+	cr_expect_str_eq(out, HDR2 S2 M2);
+	free(out);
+	/* added one by one, as the scanner does */
+	cr_expect_eq(index_add_member(ix, 0, 10, 5, "a/b", "cls"), 0);
+	cr_expect_eq(index_add_member(ix, 0, 10, 5, "a/b", ".x"), -EINVAL);
+	cr_expect_eq(index_add_member(ix, 0, 10, 5, "a/b", "x/y"), -EINVAL);
+	cr_expect_eq(index_add_member(ix, 0, 10, 5, "../b", "txt"), -EINVAL);
+	cr_expect_eq(index_add_member(ix, 0, 999, 5, "b", "txt"), -EINVAL);
+	cr_expect_eq(index_add_member(ix, 0, 10, 5, "b", "t\nx"), -EINVAL);
+	cr_expect_eq(ix->nmembers, 4);
+	cr_expect_str_eq(index_key(ix, &ix->members[3]), "a/b");
+	index_free(ix);
+}
+
+/* An M line stands for its image member in format 3: no F line is
+ * written for it, and one is made for it on loading. */
+Test(index, v3_m_lines_stand_for_their_members)
+{
+	static const char t[] =
+		HDR3 S2 M2 "F\t0\t2\t1\tk\tcls\t0000000000000005\n";
+	struct index *ix;
+	char err[128], *out;
+	size_t outlen = 0;
+
+	cr_assert_eq(index_parse(t, sizeof(t) - 1, &ix, err, sizeof(err)), 0,
+		     "%s", err);
+	cr_assert_eq(ix->nmembers, 2);
+	cr_expect_str_eq(index_ext(ix, &ix->members[1]), "jpg");
+	cr_expect_str_eq(index_key(ix, &ix->members[1]), "k");
+	cr_expect_eq(ix->members[1].sum, 0xfedcba9876543210ULL);
+	cr_expect_eq(ix->members[1].offset, 0);
+	out = write_mem(ix, &outlen);
+	cr_expect_str_eq(out, t);
+	free(out);
+	/* built one by one, with the image listed as a member too */
+	index_free(ix);
+	ix = index_new();
+	index_add_shard(ix, "http://h/a.tar", 1000, "");
+	ix->shards[0].sum = 0x0123456789abcdefULL;
+	cr_assert_eq(index_add_sample(ix, 0, 0, 1, "l", "k", "jpg"), 0);
+	ix->samples[0].sum = 0xfedcba9876543210ULL;
+	cr_assert_eq(index_add_member(ix, 0, 0, 1, "k", "jpg"), 0);
+	ix->members[0].sum = 0xfedcba9876543210ULL;
+	cr_assert_eq(index_add_member(ix, 0, 2, 1, "k", "cls"), 0);
+	ix->members[1].sum = 5;
+	ix->has_sums = ix->has_members = true;
+	out = write_mem(ix, &outlen);
+	cr_expect_str_eq(out, t);
+	free(out);
+	index_free(ix);
+}
+
+/* A member whose name breaks a rule is skipped and counted; the rest
+ * loads. */
+Test(index, v3_skips_bad_member_names)
+{
+	static const char t[] =
+		HDR3 S2 "F\t0\t0\t1\t../k\ttxt\t0000000000000000\n"
+		"F\t0\t0\t1\tk\t.txt\t0000000000000000\n"
+		"F\t0\t0\t1\tk\ttxt\t0000000000000000\n";
+	struct index *ix;
+	char err[128];
+
+	cr_assert_eq(index_parse(t, sizeof(t) - 1, &ix, err, sizeof(err)), 0,
+		     "%s", err);
+	cr_expect_eq(ix->nmembers, 1);
+	cr_expect_eq(ix->skipped.members, 2);
+	cr_expect_eq(ix->skipped.first_line, 3);
+	cr_expect_str_eq(ix->skipped.first_why, "bad key");
+	index_free(ix);
+}
+
 Test(index, v1_has_no_sums)
 {
 	static const char t[] = HDR S0 "M\t0\t0\t1\tl\tk\tjpg\n";
@@ -476,6 +603,7 @@ Test(index, v1_has_no_sums)
 
 	cr_assert_eq(index_parse(t, sizeof(t) - 1, &ix, err, sizeof(err)), 0);
 	cr_expect_not(ix->has_sums);
+	cr_expect_not(ix->has_members);
 	index_free(ix);
 }
 
@@ -665,4 +793,23 @@ Test(index, names_per_pair)
 	free(again);
 	index_free(ix);
 	index_free(back);
+}
+
+Test(index, save_reports_a_failed_directory_fsync_and_keeps_modes)
+{
+	char dir[] = "/tmp/echofs-index-XXXXXX", path[256];
+	struct index *ix = sample_index();
+	struct stat st;
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/kept.index", dir);
+	cr_expect_eq(index_save_mode(ix, path, 0600), 0);
+	cr_assert_eq(stat(path, &st), 0);
+	cr_expect_eq(st.st_mode & 0777, 0600);
+	fail_dir_fsync = 1;
+	cr_expect_eq(index_save(ix, path), -EIO, "the rename is not durable");
+	fail_dir_fsync = 0;
+	unlink(path);
+	rmdir(dir);
+	index_free(ix);
 }

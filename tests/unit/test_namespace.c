@@ -1,6 +1,7 @@
 /* test_namespace.c - the virtual tree: class names, file names, inodes,
  * lookups, listings, duplicates and bad labels. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -334,4 +335,122 @@ Test(namespace, rank_names_are_unique_within_the_view)
 		dataset_close(ds);
 	}
 	index_free(ix);
+}
+
+/* ---- the samples layout ------------------------------------------------ */
+
+struct mspec {
+	const char *key, *ext;
+};
+
+/* An index of members only (and the samples a scan would add for
+ * labelled images: none here), format 3. */
+static struct index *member_index(const struct mspec *m, size_t n)
+{
+	struct index *ix = index_new();
+	uint32_t sh = index_add_shard(ix, "http://h/a.tar", 1 << 20, "");
+
+	for (size_t i = 0; i < n; i++)
+		cr_assert_eq(index_add_member(ix, sh, 512 * (i + 1), i + 1,
+					      m[i].key, m[i].ext),
+			     0, "%s.%s", m[i].key, m[i].ext);
+	ix->has_members = true;
+	return ix;
+}
+
+/* The inode of a path from the root ("a/b/c.txt"), 0 if none. */
+static uint64_t walk_path(const struct namespace *ns, const char *path)
+{
+	char buf[256], *save = NULL;
+	uint64_t ino = NS_INO_ROOT;
+
+	snprintf(buf, sizeof(buf), "%s", path);
+	for (char *c = strtok_r(buf, "/", &save); c && ino;
+	     c = strtok_r(NULL, "/", &save))
+		ino = ns_lookup(ns, ino, c);
+	return ino;
+}
+
+Test(namespace, samples_layout_tree)
+{
+	const struct mspec m[] = {
+		{"b/x", "jpg"},	 {"b/x", "txt"},    {"a/d/e/k", "seg.PNG"},
+		{"top", "json"}, {"a/k", "txt"},    {".hid/z", "txt"},
+		{"a/k", "txt"},	 {"x", "y"},	    {"x.y/z", "txt"},
+		{"b/.h/q", "c"},
+	};
+	struct index *ix = member_index(m, sizeof(m) / sizeof(m[0]));
+	struct namespace *ns = (struct namespace *)1;
+	uint32_t num;
+	uint64_t ino;
+	int is_dir;
+	const char *name;
+
+	cr_assert_eq(ns_open_samples(wrap(ix), &ns), 0);
+	/* root: directories a, b, x.y first (sorted), then the file top.json;
+	 * "x.y" the file gives way to x.y the directory */
+	cr_expect_str_eq(list_name(ns, NS_INO_ROOT, 0), "a");
+	cr_expect_str_eq(list_name(ns, NS_INO_ROOT, 1), "b");
+	cr_expect_str_eq(list_name(ns, NS_INO_ROOT, 2), "x.y");
+	cr_expect_str_eq(list_name(ns, NS_INO_ROOT, 3), "top.json");
+	cr_expect_null(list_name(ns, NS_INO_ROOT, 4));
+	cr_expect_eq(ns->counts.skipped_clash, 1);
+	cr_expect_eq(ns->counts.skipped_hidden, 2);
+	cr_expect_eq(ns->counts.renamed_duplicates, 1);
+	ino = walk_path(ns, "a/d/e/k.seg.PNG");
+	cr_assert_eq(ns_kind_of(ns, ino, &num), NS_FILE);
+	cr_expect_eq(ns_file_size(ns, num), 3); /* member 2: size 3 */
+	cr_expect_neq(walk_path(ns, "b/x.jpg"), 0);
+	cr_expect_neq(walk_path(ns, "x.y/z.txt"), 0);
+	cr_expect_eq(ns_kind_of(ns, walk_path(ns, "a/d"), &num), NS_CLASS);
+	cr_expect_str_eq(ns_dir_name(ns, num), "d");
+	/* a: directory d first, then k.txt and its duplicate */
+	ino = walk_path(ns, "a");
+	cr_expect_eq(ns_list(ns, ino, 0, &name, &is_dir), walk_path(ns, "a/d"));
+	cr_expect(is_dir);
+	cr_expect_str_eq(list_name(ns, ino, 1), "k.txt");
+	cr_expect_str_eq(list_name(ns, ino, 2), "k_dup6.txt");
+	cr_expect_eq(walk_path(ns, ".hid/z.txt"), 0);
+	cr_expect_eq(ns_sample_class(ns, 0), NS_NO_CLASS);
+	ns_free(ns);
+	unwrap(ix);
+}
+
+Test(namespace, samples_layout_needs_members)
+{
+	const struct spec s[] = {{"1", "k", "jpg", 1}};
+	struct index *ix = make_index(s, 1);
+	struct namespace *ns = (struct namespace *)1;
+
+	cr_expect_eq(ns_open_samples(wrap(ix), &ns), -ENOTSUP);
+	cr_expect_null(ns);
+	unwrap(ix);
+}
+
+/* An image member that is a sample's image reads through the sample (its
+ * sum checked, its reads tracked); one whose name differs from the
+ * sample's ("JPG") and every other member through its own number. */
+Test(namespace, samples_layout_reads_images_as_samples)
+{
+	struct index *ix = index_new();
+	uint32_t sh = index_add_shard(ix, "http://h/a.tar", 1 << 20, "");
+	struct namespace *ns = (struct namespace *)1;
+	uint32_t num;
+
+	cr_assert_eq(index_add_sample(ix, sh, 512, 5, "c", "c/k", "jpg"), 0);
+	cr_assert_eq(index_add_sample(ix, sh, 2048, 4, "c", "c/k2", "JPG"), 0);
+	cr_assert_eq(index_add_member(ix, sh, 512, 5, "c/k", "jpg"), 0);
+	cr_assert_eq(index_add_member(ix, sh, 1024, 3, "c/k", "txt"), 0);
+	cr_assert_eq(index_add_member(ix, sh, 2048, 4, "c/k2", "JPG"), 0);
+	ix->has_members = true;
+	cr_assert_eq(ns_open_samples(wrap(ix), &ns), 0);
+	cr_assert_eq(ns_kind_of(ns, walk_path(ns, "c/k.jpg"), &num), NS_FILE);
+	cr_expect_eq(ns->files[num].sample, 0);
+	cr_assert_eq(ns_kind_of(ns, walk_path(ns, "c/k.txt"), &num), NS_FILE);
+	cr_expect_eq(ns->files[num].sample, 2 + 1);
+	cr_assert_eq(ns_kind_of(ns, walk_path(ns, "c/k2.JPG"), &num), NS_FILE);
+	cr_expect_eq(ns->files[num].sample, 2 + 2);
+	cr_expect_eq(ns_file_size(ns, num), 4);
+	ns_free(ns);
+	unwrap(ix);
 }

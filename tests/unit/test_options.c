@@ -79,6 +79,19 @@ Test(options, rejects_bad_values_with_a_reason)
 		{"read_timeout=5s", "read_timeout"},
 		{"min_rate=0", "min_rate"},
 		{"min_rate=fast", "min_rate"},
+		{"layout=tree", "bad layout"},
+		{"layout=samples,echo=2", "exact for now"},
+		{"layout=samples,echo_mode=fixed", "exact for now"},
+		{"layout=samples,size=224", "as they are"},
+		{"layout=samples,format=ppm", "as they are"},
+		{"augment=yes", "augment"},
+		{"augment=rrc", "needs crop"},
+		{"crop=8,rrc_scale=0.5", "rrc_scale"},
+		{"crop=8,rrc_scale=0-1", "rrc_scale"},
+		{"crop=8,rrc_scale=0.5-1.5", "rrc_scale"},
+		{"crop=8,rrc_scale=0.9-0.1", "rrc_scale"},
+		{"crop=8,rrc_ratio=2-1", "rrc_ratio"},
+		{"crop=8,rrc_ratio=x-1", "rrc_ratio"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const char *argv[] = {"echofs", "-o", cases[i].opt, "http://h/a.tar",
@@ -222,6 +235,33 @@ Test(options, decode_mem)
 	fuse_opt_free_args(&a);
 }
 
+Test(options, augment_rrc_and_its_ranges)
+{
+	const char *argv[] = {"echofs", "-o",
+			      "echo=2,size=256,crop=224,augment=rrc,"
+			      "rrc_scale=0.25-1,rrc_ratio=0.5-2",
+			      "http://h/a.tar", "/mnt", NULL};
+	struct fs_options o;
+	struct fuse_args a;
+	char err[256];
+	cr_assert_eq(parse(5, argv, &o, &a, err), 0, "%s", err);
+	cr_expect(o.image.augment && o.image.rrc);
+	cr_expect(o.image.rrc_scale[0] == 0.25 && o.image.rrc_scale[1] == 1.0);
+	cr_expect(o.image.rrc_ratio[0] == 0.5 && o.image.rrc_ratio[1] == 2.0);
+	cr_assert_not(has_arg(&a, "rrc"));
+	options_free(&o);
+	fuse_opt_free_args(&a);
+	/* augment=1 stays the fixed-size crop; ranges default to 0 (rrc.h's
+	 * torchvision defaults). */
+	const char *plain[] = {"echofs", "-o", "echo=2,crop=8,augment=1",
+			       "http://h/a.tar", "/mnt", NULL};
+	cr_assert_eq(parse(5, plain, &o, &a, err), 0, "%s", err);
+	cr_expect(o.image.augment && !o.image.rrc);
+	cr_expect(o.image.rrc_scale[0] == 0 && o.image.rrc_ratio[1] == 0);
+	options_free(&o);
+	fuse_opt_free_args(&a);
+}
+
 /* rank/world/repartition: options, else ECHOFS_RANK/ECHOFS_WORLD. */
 struct node_case {
 	const char *opt, *env_rank, *env_world;
@@ -272,4 +312,30 @@ Test(options, rank_world_from_options_or_environment)
 	}
 	unsetenv("ECHOFS_RANK");
 	unsetenv("ECHOFS_WORLD");
+}
+
+Test(options, layout_default_and_samples)
+{
+	const char *argv1[] = {"echofs", "http://h/a.tar", "/mnt", NULL};
+	const char *argv2[] = {"echofs", "-o", "layout=samples",
+			       "http://h/a.tar", "/mnt", NULL};
+	const char *argv3[] = {"echofs", "-o", "layout=imagefolder",
+			       "http://h/a.tar", "/mnt", NULL};
+	struct fs_options o;
+	struct fuse_args a;
+	char err[256];
+
+	cr_assert_eq(parse(3, argv1, &o, &a, err), 0, "%s", err);
+	cr_expect_eq(o.layout, FS_LAYOUT_IMAGEFOLDER);
+	options_free(&o);
+	fuse_opt_free_args(&a);
+	cr_assert_eq(parse(5, argv2, &o, &a, err), 0, "%s", err);
+	cr_expect_eq(o.layout, FS_LAYOUT_SAMPLES);
+	cr_expect_not(has_arg(&a, "layout"));
+	options_free(&o);
+	fuse_opt_free_args(&a);
+	cr_assert_eq(parse(5, argv3, &o, &a, err), 0, "%s", err);
+	cr_expect_eq(o.layout, FS_LAYOUT_IMAGEFOLDER);
+	options_free(&o);
+	fuse_opt_free_args(&a);
 }

@@ -338,3 +338,38 @@ Test(scan, sample_outside_recorded_size)
 	index_free(ix);
 	free(t.buf);
 }
+
+/* Every member goes into the member list (the samples layout), labelled
+ * or not, image or not, with its whole extension as in the tar; hidden and
+ * keyless ones do not. */
+Test(scan, lists_every_member)
+{
+	struct tb t = {0};
+	struct index *ix = index_new();
+	struct scan *s;
+
+	member(&t, "p/a.jpg", '0', "IMG", 3);
+	member(&t, "p/a.txt", '0', "a caption", 9);
+	member(&t, "p/a.seg.PNG", '0', "MASK", 4);
+	member(&t, "nolabel.jpg", '0', "IMG2", 4);
+	member(&t, "nolabel.json", '0', "{}", 2);
+	member(&t, ".hidden/x.txt", '0', "h", 1);
+	member(&t, "README", '0', "r", 1);
+	index_add_shard(ix, "u", t.len + 1024, "");
+	s = scan_new(ix, 0);
+	cr_assert_eq(scan_feed(s, t.buf, t.len), 0);
+	cr_assert_eq(scan_finish(s), 0);
+	cr_expect(ix->has_members);
+	cr_expect_eq(ix->nsamples, 1); /* p/a: nolabel has no label */
+	cr_assert_eq(ix->nmembers, 5);
+	cr_expect_str_eq(index_key(ix, &ix->members[2]), "p/a");
+	cr_expect_str_eq(index_ext(ix, &ix->members[2]), "seg.PNG");
+	cr_expect_eq(ix->members[1].size, 9);
+	cr_expect_eq(ix->members[1].offset, 1024 + 512);
+	cr_expect_str_eq(index_key(ix, &ix->members[4]), "nolabel");
+	cr_expect_str_eq(index_ext(ix, &ix->members[4]), "json");
+	cr_expect_eq(scan_counts(s)->unlisted_members, 0);
+	scan_free(s);
+	index_free(ix);
+	free(t.buf);
+}

@@ -996,3 +996,54 @@ Test(shards, open_fails_when_a_slot_cond_cannot_be_made)
 	shards_free(sh);
 	index_free(ix);
 }
+
+/* Another process sharing cache_dir truncates a cached file while this one
+ * serves views of it (review: shards_view.c mapped it MAP_SHARED, and a
+ * mapped read past the new end killed the daemon with SIGBUS). The view
+ * is refused (the copying path decides), the reader lives. */
+static void truncate_in_cache(off_t len)
+{
+	char cmd[400], path[512] = "";
+	FILE *p;
+
+	snprintf(cmd, sizeof(cmd), "ls %s/shards/*.shard | head -n 1", cdir);
+	p = popen(cmd, "r");
+	cr_assert_not_null(p);
+	cr_assert_not_null(fgets(path, sizeof(path), p));
+	pclose(p);
+	path[strcspn(path, "\n")] = '\0';
+	cr_assert_eq(truncate(path, len), 0, "%s: %s", path, strerror(errno));
+}
+
+Test(shards, truncated_cache_file_under_a_view_is_not_fatal)
+{
+	const struct sample *m0 = &samples[1][0];
+	const struct sample *ml = &samples[1][PER_SHARD - 1];
+	struct shards_view v = {0};
+	struct index *ix;
+	struct store *st;
+	struct shards *sh;
+	uint8_t *buf = xmalloc(ml->size);
+
+	fx_server_start(&srv, root, tdir, NULL);
+	ix = make_index_v2(-1, -1, -1);
+	st = open_store(1ULL << 30);
+	shards_open(ix, h, st, NULL, &sh);
+	check_sample(sh, 1, 0);
+	wait_cached(sh, 1);
+	cr_assert_eq(shards_view(sh, 1, m0->off, m0->size, &v), 0);
+	check_view(&v, 1, 0);
+	shards_view_done(sh, &v);
+	truncate_in_cache(0);
+	cr_assert_eq(shards_view(sh, 1, ml->off, ml->size, &v), -EAGAIN);
+	/* The copying path: the right bytes (fetched again) or an error,
+	 * never a signal. */
+	ssize_t r = shards_read(sh, 1, ml->off, ml->size, buf);
+	cr_assert(r < 0 || (r == (ssize_t)ml->size &&
+			    memcmp(buf, shard_data[1] + ml->off, ml->size) == 0),
+		  "read after truncation: %zd", r);
+	free(buf);
+	shards_free(sh);
+	store_close(st);
+	index_free(ix);
+}

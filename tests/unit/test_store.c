@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -39,6 +40,25 @@ int __wrap_fsync(int fd)
 		return -1;
 	}
 	return __real_fsync(fd);
+}
+
+/* flock(LOCK_SH) on a writer's descriptor (publish turning its LOCK_EX
+ * into a pin) fails as a signal would make it: the kernel drops the old
+ * lock first, then the wait is interrupted (EINTR), `flock_eintr` times;
+ * with `flock_enolck` it fails for good. */
+int __real_flock(int fd, int op);
+int __wrap_flock(int fd, int op);
+static int flock_eintr, flock_enolck;
+
+int __wrap_flock(int fd, int op)
+{
+	if (op == LOCK_SH && (flock_eintr > 0 || flock_enolck)) {
+		__real_flock(fd, LOCK_UN);
+		errno = flock_enolck ? ENOLCK : EINTR;
+		flock_eintr--;
+		return -1;
+	}
+	return __real_flock(fd, op);
 }
 
 TestSuite(store, .init = store_fx_setup, .fini = store_fx_teardown,
@@ -826,5 +846,47 @@ Test(store, directory_fsync_failure_is_counted)
 	cr_assert_eq(st.write_errors, 1, "write_errors %" PRIu64,
 		     st.write_errors);
 	cr_assert_eq(st.entries, 1);
+	store_close(s);
+}
+
+/* Review store.c:819: publish's flock(LOCK_SH) was unchecked. Interrupted
+ * (EINTR) the entry was left with no lock at all: other stores saw it
+ * unpinned and could evict it under its reader. Now retried; a lasting
+ * failure fails the commit and leaves no temp file. */
+Test(store, commit_pin_survives_eintr)
+{
+	struct store *s = open_store(1 << 30);
+	struct store_entry *e;
+	uint64_t size;
+	int fd, other;
+	char path[600];
+
+	flock_eintr = 2;
+	e = add(s, "http://h/pin.tar", "\"e\"", 5000, 7);
+	flock_eintr = 0;
+	cr_assert_not_null(e, "commit: %s", strerror(errno));
+	fd = store_entry_fd(e, &size);
+	cr_assert_geq(fd, 0);
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	other = open(path, O_RDONLY | O_CLOEXEC);
+	cr_assert_geq(other, 0);
+	cr_assert_neq(flock(other, LOCK_EX | LOCK_NB), 0,
+		      "the committed entry is not pinned (no LOCK_SH)");
+	close(other);
+	store_put(e);
+	store_close(s);
+}
+
+Test(store, commit_fails_cleanly_when_the_pin_cannot_be_taken)
+{
+	struct store *s = open_store(1 << 30);
+	struct store_entry *e;
+
+	flock_enolck = 1;
+	e = add(s, "http://h/nolock.tar", "\"e\"", 5000, 7);
+	flock_enolck = 0;
+	cr_assert_null(e);
+	cr_assert_eq(count_files(".tmp-"), 0);
+	cr_assert_eq(count_files(""), 0);
 	store_close(s);
 }

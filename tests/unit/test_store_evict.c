@@ -25,6 +25,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Make unlink of an entry fail (linked with --wrap=unlinkat, see
+ * tests/meson.build): a file that stays must not count as evicted. */
+int __real_unlinkat(int dirfd, const char *path, int flags);
+int __wrap_unlinkat(int dirfd, const char *path, int flags);
+static int fail_unlink;
+
+int __wrap_unlinkat(int dirfd, const char *path, int flags)
+{
+	if (fail_unlink && strstr(path, ".shard")) {
+		errno = EPERM;
+		return -1;
+	}
+	return __real_unlinkat(dirfd, path, flags);
+}
+
 TestSuite(store_evict, .init = store_fx_setup, .fini = store_fx_teardown,
 	  .timeout = 60);
 
@@ -692,4 +707,30 @@ Test(store_evict, fits_sum_matches_walk)
 	store_set_needed(fr.s[0], NULL, NULL);
 	store_close(fr.s[0]);
 	store_close(fr.s[1]);
+}
+
+/* Review store_evict.c:113: the unlinkat result was ignored, so an entry
+ * whose file could not be removed counted as evicted while its bytes
+ * stayed (the directory over the cap, the accounting under it). */
+Test(store_evict, failed_unlink_is_not_an_eviction)
+{
+	uint64_t unit = unit_of(1000);
+	struct store *s = open_store(unit * 2 + unit / 2);
+	struct store_entry *e;
+	struct store_stats st;
+
+	add_put(s, "http://h/A.tar", 1000, 1);
+	add_put(s, "http://h/B.tar", 1000, 2);
+	fail_unlink = 1;
+	e = add(s, "http://h/C.tar", "\"e\"", 1000, 3);
+	fail_unlink = 0;
+	store_put(e);
+	store_get_stats(s, &st);
+	cr_assert_eq(st.evictions, 0, "%llu evictions, no file removed",
+		     (unsigned long long)st.evictions);
+	cr_assert_eq(count_files(""), st.entries,
+		     "%zu files, %llu entries counted", count_files(""),
+		     (unsigned long long)st.entries);
+	cr_assert_leq(dir_bytes(), st.cap, "the directory is over the cap");
+	store_close(s);
 }

@@ -1,0 +1,76 @@
+/* prepared.h - the prepared-sample tier: the decoded and resized image of a
+ * sample (prep.h's prepared buffer: the stage before crop, flip and
+ * encoding, what the echo pool holds with echo_stage=before_augment),
+ * written once to cache_dir and read back instead of decoding the sample
+ * again, by exact and echo mounts and by every mount and process on the
+ * cache_dir.
+ *
+ * DESIGN
+ * - Storage is the shard store's machinery (cache/store/store.h), a second
+ *   instance over "<cache_dir>/prepared" (files
+ *   "<cache_dir>/prepared/shards/<16 hex>.shard"): atomic writes (temp
+ *   file + rename), per-block CRC-32 checked on first read, the flock
+ *   protocol between processes (one writer of an entry, readers pinned),
+ *   scan-resistant eviction under its own cap (prepared_size=). Its own
+ *   directory because the store rescans its directory on every admission:
+ *   thousands of per-sample files in the shards' directory would slow
+ *   every shard admission.
+ * - Key: (url, etag, size) of the store with url "echofs-prepared://v1/"
+ *   plus the recipe (size, crop, max_pixels, the decoders' versions, the
+ *   resampler's version), etag the XXH3-64 and length of the sample's
+ *   encoded bytes, size the prepared buffer's length (known from the
+ *   header: prep_prepared_len). A changed sample, recipe or library has
+ *   another key.
+ * - Integrity: a read checks every block's CRC (store_pread); a corrupt
+ *   entry is dropped (store_drop, unlinked once unpinned) and the sample is
+ *   decoded again and rewritten; a truncated file is not a valid entry and
+ *   is removed by the store. The prepared buffer's own header (magic, w, h)
+ *   must agree with the key's size too. Nothing unchecked is served.
+ * - Form: raw pixels (lossless, so exact mounts serve the same bytes as a
+ *   decode). Threads: any; the store locks itself. No lock here but the
+ *   stats' atomics. */
+#ifndef ECHOFS_PREPARED_H
+#define ECHOFS_PREPARED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache/image/transform.h"
+
+struct prep;
+struct prepared;
+
+struct prepared_stats {
+	uint64_t hits, misses; /* lookups served from the tier / not */
+	uint64_t writes;       /* entries written */
+	uint64_t corrupt;      /* entries found corrupt, dropped, remade */
+	uint64_t bytes;	       /* on disk now (the store's count) */
+	uint64_t entries;      /* on disk now */
+	uint64_t evictions;    /* entries evicted for the cap */
+};
+
+/* Whether a mount with opts would use the tier: a resize (size=) and an
+ * output format that is not the input's own (jpeg or ppm), so that every
+ * output is made from the prepared stage. */
+int prepared_applies(const struct transform_opts *opts);
+
+/* Opens (creates) the tier under cache_dir with a cap of cap bytes for the
+ * recipe of opts. Returns 0 with *out set, or -errno with a reason. */
+int prepared_open(const char *cache_dir, uint64_t cap,
+		  const struct transform_opts *opts, struct prepared **out,
+		  char *err, size_t errlen);
+/* Accepts NULL. */
+void prepared_close(struct prepared *p);
+
+/* The prepared buffer of the sample whose encoded bytes are in[0, len):
+ * read from the tier when there and intact, else made with prep_prepare on
+ * prep's workers and written to the tier (a failed write is logged, not an
+ * error). *out is malloc'd; the caller frees it. Returns 0 or prep_prepare's
+ * -errno with the reason in why. */
+int prepared_make(struct prepared *p, struct prep *prep, const void *in,
+		  size_t len, uint8_t **out, size_t *outlen, char *why,
+		  size_t whylen);
+
+void prepared_get_stats(struct prepared *p, struct prepared_stats *out);
+
+#endif

@@ -1,0 +1,122 @@
+"""test_metrics_slow.py - slow clients cannot starve the metrics endpoint:
+200 connections from one address that trickle a header line now and then
+hold at most a few slots (a per-address limit), a scraper from another
+address is still answered, and a connection that goes quiet is closed by
+the idle timeout, which gives its slot back to its own address too."""
+
+import select
+import socket
+import time
+import urllib.request
+
+import pytest
+
+import helpers
+from helpers import source_of
+
+SLOW = 200
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port, source="127.0.0.1"):
+    """GET /metrics from the given local address; the status line and
+    whether the body has an echofs series."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30,
+                                  source_address=(source, 0)) as s:
+        s.sendall(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head.split(b"\r\n", 1)[0].decode(), b"echofs_" in body
+
+
+def open_slow(port, n):
+    """n connections that have sent a request line and one header, no end."""
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.settimeout(10)
+        try:
+            s.connect(("127.0.0.1", port))
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        except OSError:
+            s.close()
+            continue
+        socks.append(s)
+    return socks
+
+
+def still_open(socks):
+    """Connections the server has not closed (no EOF, no reset)."""
+    alive = []
+    for s in socks:
+        r, _, _ = select.select([s], [], [], 0)
+        if not r:
+            alive.append(s)
+            continue
+        try:
+            if s.recv(1, socket.MSG_PEEK):
+                alive.append(s)
+        except OSError:
+            pass
+    return alive
+
+
+def trickle(socks):
+    """One more header line on every open connection (a slow loris)."""
+    for s in socks:
+        try:
+            s.sendall(b"X-Slow: 1\r\n")
+        except OSError:
+            pass
+
+
+@pytest.fixture
+def endpoint(nginx, mounter):
+    port = free_port()
+    mounter(source_of(nginx.url, "test"), opts={"index": nginx.test_index,
+                                                 "metrics": "127.0.0.1:%d" % port})
+    return port
+
+
+def test_slow_clients_do_not_starve_a_scraper(endpoint):
+    port = endpoint
+    socks = open_slow(port, SLOW)
+    try:
+        for _ in range(3):
+            trickle(socks)
+            alive = still_open(socks)
+            status, has = scrape(port, source="127.0.0.2")
+            assert status.endswith("200 OK") and has, \
+                "scrape beside %d slow connections: %r" % (len(alive), status)
+            # Every slow connection beyond the per-address limit was refused.
+            assert 0 < len(alive) <= 4, "%d slow connections held" % len(alive)
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_idle_timeout_gives_the_slots_back(endpoint):
+    port = endpoint
+    socks = open_slow(port, 8)
+    try:
+        # Silent from now on: the server closes them one by one (counted,
+        # not timed; the guard only stops a hang).
+        deadline = time.monotonic() + 120
+        while still_open(socks):
+            assert time.monotonic() < deadline, "idle connections never closed"
+            time.sleep(0.2)
+        status, has = scrape(port)
+        assert status.endswith("200 OK") and has, status
+    finally:
+        for s in socks:
+            s.close()

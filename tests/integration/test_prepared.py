@@ -1,0 +1,112 @@
+"""test_prepared.py - the prepared-sample tier (cache_dir/prepared): an exact
+preprocessing mount serves the same bytes with and without it; a later mount
+on the same cache_dir serves from it (hits, no decode); an echo mount of the
+same recipe fills its pool from what an exact mount prepared; a prepared file
+altered or truncated on disk is never served, but dropped and made again."""
+
+import os
+import random
+
+import pytest
+
+import helpers
+
+N = 300
+
+
+def mount(mounter, nginx, cache_dir, **extra):
+    o = {"index": nginx.test_index, "size": 32, "crop": 28, "format": "ppm"}
+    o.update(extra)
+    return mounter(helpers.source_of(nginx.url, "test"), cache_dir=cache_dir,
+                   opts=o)
+
+
+def some_paths(m):
+    paths = sorted(helpers.list_paths(m.mnt))
+    return random.Random(30).sample(paths, N)
+
+
+def read_all(m, paths):
+    return {p: helpers.sha256_file(m.path(p)) for p in paths}
+
+
+def prepared_files(cache_dir):
+    d = os.path.join(cache_dir, "prepared", "shards")
+    return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".shard"))
+
+
+@pytest.mark.parametrize("fmt", ["ppm", "jpeg"])
+def test_exact_mount_same_bytes_with_and_without_tier(mounter, nginx, tmp_path, fmt):
+    plain = mount(mounter, nginx, str(tmp_path / "c0"), prepared=0, format=fmt)
+    paths = some_paths(plain)
+    want = read_all(plain, paths)
+    assert "prepared_hits" not in plain.stats()
+    assert not os.path.exists(tmp_path / "c0" / "prepared")
+    plain.umount()
+
+    cache = str(tmp_path / "c1")
+    first = mount(mounter, nginx, cache, format=fmt)
+    assert read_all(first, paths) == want
+    st = first.stats()
+    assert st["prepared_misses"] == N and st["prepared_writes"] == N, st
+    assert st["prepared_hits"] == 0
+    assert len(prepared_files(cache)) == N
+    first.umount()
+
+    # A new process on the same cache_dir: every file from the tier.
+    second = mount(mounter, nginx, cache, format=fmt)
+    assert read_all(second, paths) == want
+    st = second.stats()
+    assert st["prepared_hits"] == N and st["prepared_misses"] == 0, st
+    assert st["prepared_bytes"] > 0
+
+
+def test_echo_mount_fills_from_what_an_exact_mount_prepared(mounter, nginx, tmp_path):
+    cache = str(tmp_path / "c")
+    exact = mount(mounter, nginx, cache)
+    read_all(exact, sorted(helpers.list_paths(exact.mnt))[:2000])
+    exact.umount()
+    echo = mount(mounter, nginx, cache, echo=2, augment=1, flip=1)
+    for p in sorted(helpers.list_paths(echo.mnt))[:400]:
+        with open(echo.path(p), "rb") as f:
+            assert len(f.read()) == len(b"P6\n28 28\n255\n") + 28 * 28 * 3
+    st = echo.stats()
+    assert st["prepared_hits"] > 0, st
+
+
+def test_altered_or_truncated_prepared_file_is_never_served(mounter, nginx, tmp_path):
+    plain = mount(mounter, nginx, str(tmp_path / "c0"), prepared=0)
+    paths = some_paths(plain)
+    want = read_all(plain, paths)
+    plain.umount()
+
+    cache = str(tmp_path / "c1")
+    first = mount(mounter, nginx, cache)
+    read_all(first, paths)
+    first.umount()
+    files = prepared_files(cache)
+    assert len(files) == N
+    altered, truncated = files[::2], files[1::2]
+    for f in altered:  # one byte of a pixel inside the crop changed
+        with open(f, "r+b") as fh:
+            fh.seek(16 + (15 * 32 + 16) * 3)
+            b = fh.read(1)
+            fh.seek(16 + (15 * 32 + 16) * 3)
+            fh.write(bytes([b[0] ^ 0x40]))
+    for f in truncated:
+        os.truncate(f, os.path.getsize(f) - 7)
+
+    again = mount(mounter, nginx, cache)
+    assert read_all(again, paths) == want
+    st = again.stats()
+    assert st["prepared_hits"] == 0, st
+    assert st["prepared_misses"] == N, st
+    # The store drops the truncated files when it loads the directory; the
+    # altered ones fail their checksum when read.
+    assert st["prepared_corrupt"] == len(altered), st
+    assert st["prepared_writes"] == N, st
+    again.umount()
+    # Made again: a fresh mount reads every one from the tier.
+    last = mount(mounter, nginx, cache)
+    assert read_all(last, paths) == want
+    assert last.stats()["prepared_hits"] == N
