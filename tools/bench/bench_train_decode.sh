@@ -11,6 +11,7 @@
 #                        [--out /tmp/echofs-bench] [--total 5400]
 #                        [--batch 64] [--input rgb64]
 #                        [--placements "shared:INPUT"] [--augment 1]
+#                        [--prepared 0]
 # Photos: --count training and then --test-count held-out colour JPEGs
 # (~500x375, quality 90; both multiples of 500) made from the first articles of
 # Fashion-MNIST's training split by tools/bench/echofs_photos.py (articles
@@ -58,14 +59,15 @@ BATCH=64
 INPUT=rgb64
 PLACEMENTS=
 AUGMENT=1
+PREPARED=0
 CMDLINE="tools/bench/bench_train_decode.sh $*"
 # shellcheck source=tools/bench/common.sh
 . tools/bench/common.sh
-bench_args 2,38 --count=COUNT --test-count=TEST_COUNT --target=TARGET \
+bench_args 2,39 --count=COUNT --test-count=TEST_COUNT --target=TARGET \
 	--budget=BUDGET --repeats=REPEATS --cases=CASES --size=SIZE --crop=CROP \
 	--threads=THREADS --workers=WORKERS --eval-seconds=EVAL_S \
 	--ceiling-seconds=CEIL_S --seed=SEED --out=OUT --total=TOTAL \
-	--batch=BATCH --input=INPUT --placements=PLACEMENTS --augment=AUGMENT -- "$@"
+	--batch=BATCH --input=INPUT --placements=PLACEMENTS --augment=AUGMENT --prepared=PREPARED -- "$@"
 PLACEMENTS=${PLACEMENTS:-shared:$INPUT}
 
 mkdir -p "$OUT/train-decode"
@@ -80,7 +82,9 @@ $PY -c 'import torch, torchvision, matplotlib' 2>/dev/null || {
 	exit 2
 }
 bench_snapshot
-PREP="size=$SIZE,crop=$CROP,format=ppm"
+# --prepared 0 (default) keeps issue 29's decode-bound setting: every
+# serve decodes; 1 lets every mount use the prepared-sample tier.
+PREP="size=$SIZE,crop=$CROP,format=ppm,prepared=$PREPARED"
 
 # photos SPLIT FIRST N: DATA/photos-SPLIT/photo_FIRST..FIRST+N-1.jpg (the
 # Fashion-MNIST articles they are made from) in two generator processes (the
