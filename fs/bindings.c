@@ -15,6 +15,7 @@
 #include "fs/namespace.h"
 
 #define REAP_EVERY_MS 250
+#define REPLY_WAIT_MS 200 /* wait_last_reply's bound */
 #define REAP_BATCH 256
 
 static size_t slot(const struct bindings *b, uint64_t ino)
@@ -207,6 +208,28 @@ static int rebindable(const struct binding *x)
 	       x->looked - x->forgot == 1;
 }
 
+/* The reader closed the path's file, but the thread that sent its last
+ * READ reply has not yet let go of the old bytes (on 2 cores the woken
+ * reader often runs first and opens again). That takes microseconds: wait
+ * for it, at most REPLY_WAIT_MS, so the path keeps its inode (one LOOKUP)
+ * instead of taking a new one (two LOOKUPs and a FORGET). b->cur[file] is
+ * read anew after each wait: a FORGET meanwhile may have freed it. Caller
+ * holds the lock. */
+static void wait_last_reply(struct bindings *b, uint32_t file)
+{
+	struct deadline d = deadline_in(REPLY_WAIT_MS / 1000.0);
+	struct binding *x;
+
+	while ((x = b->cur[file]) && x->spent && !x->opens && x->reading &&
+	       !b->stop) {
+		b->reply_waiters++;
+		int r = cond_wait_until(&b->replied, &b->lock, &d);
+		b->reply_waiters--;
+		if (r == -ETIMEDOUT)
+			break;
+	}
+}
+
 /* A new draw for the make or render hook. Caller holds the lock. */
 uint64_t bindings_next_rand(struct bindings *b)
 {
@@ -280,6 +303,7 @@ static int bind_sample(struct bindings *b, uint32_t file,
 		return 0;
 	}
 	pthread_mutex_lock(&b->lock);
+	wait_last_reply(b, file);
 	x = b->cur[file];
 	if (live(b, file)) {
 		/* Bound meanwhile (between current() and here). */
@@ -603,6 +627,8 @@ void bindings_read_done(struct bindings *b, struct binding *h)
 		h->deferred = 0;
 		taker = h->taker;
 	}
+	if (!h->reading && b->reply_waiters)
+		pthread_cond_broadcast(&b->replied);
 	gone = bindings_maybe_unlink(b, h);
 	pthread_mutex_unlock(&b->lock);
 	bindings_drop_sample(b, s, untake);
@@ -621,6 +647,8 @@ void bindings_release(struct bindings *b, struct binding *h)
 	h->opens--;
 	b->open_handles--;
 	s = bindings_finish(h, &untake);
+	if (!h->reading && b->reply_waiters)
+		pthread_cond_broadcast(&b->replied);
 	gone = bindings_maybe_unlink(b, h);
 	pthread_mutex_unlock(&b->lock);
 	bindings_drop_sample(b, s, untake);
@@ -731,11 +759,18 @@ int bindings_start(struct dataset *ds, const struct namespace *ns,
 	b->tsize = 1024;
 	b->table = xcalloc(b->tsize, sizeof(*b->table));
 	pthread_mutex_init(&b->lock, NULL);
-	r = cond_init_monotonic(&b->cond); /* the reaper's timed wait */
+	r = cond_init_monotonic(&b->cond);
 	if (r == 0) {
-		r = -pthread_create(&b->reaper, NULL, reaper_main, b);
+		r = cond_init_monotonic(&b->replied);
 		if (r)
 			pthread_cond_destroy(&b->cond);
+	}
+	if (r == 0) {
+		r = -pthread_create(&b->reaper, NULL, reaper_main, b);
+		if (r) {
+			pthread_cond_destroy(&b->replied);
+			pthread_cond_destroy(&b->cond);
+		}
 	}
 	if (r) {
 		pthread_mutex_destroy(&b->lock);
@@ -780,6 +815,7 @@ void bindings_free(struct bindings *b)
 	pthread_mutex_lock(&b->lock);
 	b->stop = 1;
 	pthread_cond_broadcast(&b->cond);
+	pthread_cond_broadcast(&b->replied);
 	pthread_mutex_unlock(&b->lock);
 	pthread_join(b->reaper, NULL);
 	for (size_t i = 0; i < b->tsize; i++) {
@@ -791,6 +827,7 @@ void bindings_free(struct bindings *b)
 			free(x);
 		}
 	}
+	pthread_cond_destroy(&b->replied);
 	pthread_cond_destroy(&b->cond);
 	pthread_mutex_destroy(&b->lock);
 	free(b->table);

@@ -24,7 +24,9 @@
  *   old bytes cannot be in use: RELEASE comes only after the last
  *   descriptor and the last mapping are gone. A node id the kernel has
  *   forgotten is never used again. Only a binding looked up once (and
- *   then opened) is rebound; see rebindable() in bindings.c for why.
+ *   then opened) is rebound; see rebindable() in bindings.c for why. A
+ *   lookup that finds the path's last READ reply still being sent after
+ *   its RELEASE waits for it (at most 200 ms) rather than take a new inode.
  * - A binding counts as served (dataset_echo_commit) when first opened.
  *   Bindings that nobody opens within expire_s (ls -l, stat) are given back
  *   to the pool by a reaper thread (dataset_echo_untake): looking at files

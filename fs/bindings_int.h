@@ -65,7 +65,9 @@ struct bindings {
 	pthread_t reaper;
 
 	pthread_mutex_t lock; /* guards everything below and every binding */
-	pthread_cond_t cond;
+	pthread_cond_t cond;    /* the reaper's timed wait */
+	pthread_cond_t replied; /* a spent binding's last READ reply was sent */
+	unsigned reply_waiters; /* lookups waiting on replied */
 	int stop;
 	uint64_t next_ino;
 	uint64_t gens;          /* samples bound so far: each binding's gen */

@@ -218,15 +218,17 @@ def test_reopening_a_path_costs_one_lookup_and_serves_its_new_sample(
     assert st["fresh_served"] + st["echoes_served"] == len(names) * opens, \
         "an open served no new sample"
     # (open, LOOKUPs, rebound): a first open is one plain lookup; a reopen
-    # rebinds with one LOOKUP, or takes a new inode with two when the path
-    # was looked up again while the daemon thread that sent the last READ's
-    # reply had not yet let go of the old bytes (on 2 cores the woken
-    # reader often runs first; files stored at open have no READs, but
-    # this test drops pages to make some).
+    # rebinds with one LOOKUP. The path may be looked up again while the
+    # daemon thread that sent the last READ's reply has not yet let go of
+    # the old bytes (on 2 cores the woken reader often runs first; files
+    # stored at open have no READs, but this test drops pages to make
+    # some): the lookup waits for that thread, up to 200 ms, and only past
+    # that takes a new inode with two LOOKUPs. Before the wait, 6 of 15
+    # reopens rebound in one CI run; with it, 15 of 15 in every run here.
     for k, lookups, rebound in rows:
         assert lookups == (1 if k == 0 or rebound else 2), rows
     reopens = len(names) * (opens - 1)
-    assert sum(r for _, _, r in rows) >= reopens // 2, rows
+    assert sum(r for _, _, r in rows) >= reopens - 2, rows
     if case == "plain":
         assert len(sizes) > 1, "plain samples of one size: no size change tried"
 

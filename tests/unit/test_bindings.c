@@ -2,6 +2,7 @@
  * pool: tar shards served by tests/fault_server.py, http, shard manager
  * (no disk cache), and a namespace made by hand. */
 #include "fs/bindings.h"
+#include "fs/bindings_int.h" /* reply_waiters */
 
 #include "cache/dataset_parts.h"
 #include "cache/echo/pool.h"
@@ -465,6 +466,55 @@ Test(bindings, a_path_closed_while_a_reply_is_sent_binds_a_new_inode)
 	cr_assert_eq(a3.ino, a2.ino, "rebound");
 	bindings_forget(b, a.ino, 1);
 	bindings_forget(b, a2.ino, 2);
+	bindings_free(b);
+}
+
+struct late_reply {
+	struct bindings *b;
+	struct binding *h;
+};
+
+/* Finish the reply once a lookup waits for it (or after 5 s: a lookup
+ * that never waits has taken a new inode by then). */
+static void *finish_reply_late(void *arg)
+{
+	struct late_reply *l = arg;
+	for (int i = 0; i < 5000; i++) {
+		pthread_mutex_lock(&l->b->lock);
+		unsigned waiting = l->b->reply_waiters;
+		pthread_mutex_unlock(&l->b->lock);
+		if (waiting)
+			break;
+		usleep(1000);
+	}
+	bindings_read_done(l->b, l->h);
+	return NULL;
+}
+
+Test(bindings, a_lookup_waits_for_the_last_reply_and_keeps_the_inode)
+{
+	struct bindings *b = open_bindings(60, NULL);
+	struct binding_attr a, a2;
+	struct bindings_stats st;
+	struct binding *hd;
+	const void *data;
+	pthread_t t;
+
+	cr_assert_eq(bindings_lookup(b, 8, &a), 0);
+	cr_assert_eq(bindings_open(b, a.ino, &hd), 0);
+	cr_assert_eq(bindings_read(b, hd, 0, 64, &data), 64);
+	bindings_release(b, hd); /* closed; the reply thread has yet to finish */
+	struct late_reply l = {b, hd};
+	cr_assert_eq(pthread_create(&t, NULL, finish_reply_late, &l), 0);
+	/* Without the wait this lookup saw the old bytes still pinned and
+	 * took a new inode: two LOOKUPs and a FORGET in the kernel. */
+	cr_assert_eq(bindings_lookup(b, 8, &a2), 0);
+	pthread_join(t, NULL);
+	cr_assert_eq(a2.ino, a.ino, "the inode kept");
+	cr_assert_gt(a2.gen, a.gen);
+	bindings_get_stats(b, &st);
+	cr_assert_eq(st.rebound, 1);
+	bindings_forget(b, a.ino, 2);
 	bindings_free(b);
 }
 
