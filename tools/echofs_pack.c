@@ -622,6 +622,11 @@ static int own_input(const struct opts *o, struct pack_input *in)
 		return fail("--split, --images, --labels, --limit, --quality "
 			    "and --tree are for Fashion-MNIST, not for your "
 			    "own files");
+	in->threads = (unsigned)o->threads;
+	if (!in->threads) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		in->threads = n > 0 ? (unsigned)n : 1;
+	}
 	if (o->imagefolder)
 		r = pack_input_imagefolder(in, o->imagefolder);
 	else if (o->samples)

@@ -4,7 +4,9 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -12,6 +14,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/util.h"
 #include "tools/pack_tar.h"
@@ -84,29 +87,94 @@ static void set_name(struct pack_member *m, char *name)
 	m->ext = strchr(base ? base + 1 : name, '.') + 1;
 }
 
-/* One file: abs to read, rel its member name; st its stat when the
- * caller has it (a walk), else NULL. */
-static int add_file(struct pack_input *in, const char *abs, const char *rel,
-		    const struct stat *known)
+/* One file: abs (in->root "/" rel) to read, rel its member name. Its
+ * size comes later, from stat_members. */
+static int add_file(struct pack_input *in, const char *abs, const char *rel)
 {
 	const char *why = name_problem(rel);
 	struct pack_member *m;
-	struct stat st;
 
 	if (why)
 		return bad(in, -EINVAL, "%s: cannot be a WebDataset member: %s",
 			   abs, why);
-	if (known)
-		st = *known;
-	else if (stat(abs, &st))
-		return bad(in, -errno, "%s: %s", abs, strerror(errno));
-	if (!S_ISREG(st.st_mode))
-		return bad(in, -EINVAL, "%s: not a regular file", abs);
 	m = new_member(in);
 	m->path = xstrdup(abs);
-	m->size = (uint64_t)st.st_size;
+	m->rel = strlen(in->root) + 1;
 	set_name(m, xstrdup(rel));
 	return 0;
+}
+
+struct stat_job {
+	struct pack_input *in;
+	int rootfd;
+	size_t from, to;
+	int *err; /* per member: 0, errno, or -1 (not a regular file) */
+};
+
+static void *stat_range(void *arg)
+{
+	struct stat_job *j = arg;
+	struct stat st;
+
+	for (size_t i = j->from; i < j->to; i++) {
+		struct pack_member *m = &j->in->m[i];
+		if (!m->path)
+			continue;
+		if (fstatat(j->rootfd, m->path + m->rel, &st, 0))
+			j->err[i] = errno;
+		else if (!S_ISREG(st.st_mode))
+			j->err[i] = -1;
+		else
+			m->size = (uint64_t)st.st_size;
+	}
+	return NULL;
+}
+
+/* Every member's size, on in->threads threads (a stat is most of a walk's
+ * time: one system call a file); the first failure in member order is the
+ * error. */
+static int stat_members(struct pack_input *in)
+{
+	unsigned nt = in->threads ? in->threads : 1;
+	struct stat_job *jobs;
+	pthread_t *t;
+	int rootfd = open(in->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	int *err, rc = 0;
+
+	if (rootfd < 0)
+		return bad(in, -errno, "%s: %s", in->root, strerror(errno));
+	if (nt > in->nm / 256 + 1)
+		nt = (unsigned)(in->nm / 256 + 1); /* small inputs: one */
+	err = xcalloc(in->nm + 1, sizeof(*err));
+	jobs = xcalloc(nt, sizeof(*jobs));
+	t = xcalloc(nt, sizeof(*t));
+	for (unsigned k = 0; k < nt; k++)
+		jobs[k] = (struct stat_job){in, rootfd, in->nm * k / nt,
+					    in->nm * (k + 1) / nt, err};
+	bool *joined = xcalloc(nt, sizeof(*joined));
+	for (unsigned k = 1; k < nt; k++)
+		joined[k] = pthread_create(&t[k], NULL, stat_range, &jobs[k]) == 0;
+	stat_range(&jobs[0]);
+	for (unsigned k = 1; k < nt; k++) {
+		if (joined[k])
+			pthread_join(t[k], NULL);
+		else
+			stat_range(&jobs[k]); /* no thread: here */
+	}
+	free(joined);
+	for (size_t i = 0; rc == 0 && i < in->nm; i++) {
+		if (err[i] > 0)
+			rc = bad(in, -err[i], "%s: %s", in->m[i].path,
+				 strerror(err[i]));
+		else if (err[i] < 0)
+			rc = bad(in, -EINVAL, "%s: not a regular file",
+				 in->m[i].path);
+	}
+	close(rootfd);
+	free(err);
+	free(jobs);
+	free(t);
+	return rc;
 }
 
 /* Images as the scanner takes them (fetch/format/scan.h). */
@@ -121,15 +189,25 @@ static bool is_image(const char *name)
 	return false;
 }
 
+/* list_dir's entries: a type byte, then the name. */
 static int name_cmp(const void *a, const void *b)
 {
-	return strcmp(*(char *const *)a, *(char *const *)b);
+	return strcmp(*(char *const *)a + 1, *(char *const *)b + 1);
+}
+
+static void free_list(char **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
 }
 
 /* The entries of dir, sorted by name (strcmp: the same order
- * everywhere); *n of them, caller frees each and the array. */
+ * everywhere); *n of them, each its dirent d_type byte then its name;
+ * caller frees each and the array. With dfd, also a descriptor of dir
+ * (caller closes) to look the names up in. */
 static int list_dir(struct pack_input *in, const char *dir, char ***out,
-		    size_t *n)
+		    size_t *n, int *dfd)
 {
 	DIR *d = opendir(dir);
 	struct dirent *e;
@@ -146,19 +224,26 @@ static int list_dir(struct pack_input *in, const char *dir, char ***out,
 			cap = cap ? 2 * cap : 64;
 			*out = xrealloc(*out, cap * sizeof(**out));
 		}
-		(*out)[(*n)++] = xstrdup(e->d_name);
+		/* The entry's type (dirent d_type) before its name, so
+		 * sorting by name + 1 keeps them together. */
+		size_t len = strlen(e->d_name);
+		char *v = xmalloc(len + 2);
+		v[0] = (char)e->d_type;
+		memcpy(v + 1, e->d_name, len + 1);
+		(*out)[(*n)++] = v;
 	}
+	if (dfd)
+		*dfd = fcntl(dirfd(d), F_DUPFD_CLOEXEC, 0);
 	closedir(d);
+	if (dfd && *dfd < 0) {
+		free_list(*out, *n);
+		*out = NULL;
+		*n = 0;
+		return bad(in, -errno, "%s: %s", dir, strerror(errno));
+	}
 	if (*n > 1) /* an empty directory leaves *out NULL: not for qsort */
 		qsort(*out, *n, sizeof(**out), name_cmp);
 	return 0;
-}
-
-static void free_list(char **v, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		free(v[i]);
-	free(v);
 }
 
 /* Every file below abs (rel: its path from the input's root, "" at the
@@ -168,34 +253,45 @@ static int walk(struct pack_input *in, const char *abs, const char *rel,
 {
 	char **names, a[PATH_MAX], r[PATH_MAX];
 	size_t n;
-	int rc = list_dir(in, abs, &names, &n);
+	int dfd = -1;
+	int rc = list_dir(in, abs, &names, &n, &dfd);
 
+	if (rc)
+		return rc;
 	for (size_t i = 0; rc == 0 && i < n; i++) {
+		const char *name = names[i] + 1;
+		unsigned char type = (unsigned char)names[i][0];
 		struct stat st;
-		if (names[i][0] == '.') {
+		if (name[0] == '.') {
 			in->skipped++;
 			continue;
 		}
-		if ((size_t)snprintf(a, sizeof(a), "%s/%s", abs, names[i]) >=
+		if ((size_t)snprintf(a, sizeof(a), "%s/%s", abs, name) >=
 			    sizeof(a) ||
 		    (size_t)snprintf(r, sizeof(r), "%s%s%s", rel,
-				     rel[0] ? "/" : "",
-				     names[i]) >= sizeof(r)) {
+				     rel[0] ? "/" : "", name) >= sizeof(r)) {
 			rc = bad(in, -ENAMETOOLONG, "%s/%s: path too long", abs,
-				 names[i]);
+				 name);
 			break;
 		}
-		if (stat(a, &st)) {
-			rc = bad(in, -errno, "%s: %s", a, strerror(errno));
-			break;
+		/* The file system said what it is, or (a symbolic link,
+		 * or no d_type) ask, following links as stat does. */
+		if (type != DT_DIR && type != DT_REG) {
+			if (fstatat(dfd, name, &st, 0)) {
+				rc = bad(in, -errno, "%s: %s", a,
+					 strerror(errno));
+				break;
+			}
+			type = S_ISDIR(st.st_mode) ? DT_DIR : DT_REG;
 		}
-		if (S_ISDIR(st.st_mode))
+		if (type == DT_DIR)
 			rc = walk(in, a, r, images_only);
-		else if (images_only && !is_image(names[i]))
+		else if (images_only && !is_image(name))
 			in->skipped++;
 		else
-			rc = add_file(in, a, r, &st);
+			rc = add_file(in, a, r);
 	}
+	close(dfd);
 	free_list(names, n);
 	return rc;
 }
@@ -254,7 +350,10 @@ static int group(struct pack_input *in)
 
 int pack_input_dir(struct pack_input *in, const char *root)
 {
+	in->root = xstrdup(root);
 	int rc = walk(in, root, "", false);
+	if (rc == 0)
+		rc = stat_members(in);
 	return rc ? rc : group(in);
 }
 
@@ -279,7 +378,7 @@ static int add_listed(struct pack_input *in, const char *base, char *line)
 	}
 	if ((size_t)snprintf(a, sizeof(a), "%s/%s", base, line) >= sizeof(a))
 		return bad(in, -ENAMETOOLONG, "%s: path too long", line);
-	return add_file(in, a, line, NULL);
+	return add_file(in, a, line);
 }
 
 int pack_input_list(struct pack_input *in, const char *list, const char *base)
@@ -289,6 +388,7 @@ int pack_input_list(struct pack_input *in, const char *list, const char *base)
 	size_t cap = 0;
 	int rc = 0;
 
+	in->root = xstrdup(base);
 	if (!f)
 		return bad(in, -errno, "%s: %s", list, strerror(errno));
 	while (rc == 0 && getline(&line, &cap, f) >= 0)
@@ -296,6 +396,8 @@ int pack_input_list(struct pack_input *in, const char *list, const char *base)
 	free(line);
 	if (f != stdin)
 		fclose(f);
+	if (rc == 0)
+		rc = stat_members(in);
 	return rc ? rc : group(in);
 }
 
@@ -305,18 +407,18 @@ static int find_classes(struct pack_input *in, const char *root)
 {
 	char **names, a[PATH_MAX];
 	size_t n;
-	int rc = list_dir(in, root, &names, &n);
+	int rc = list_dir(in, root, &names, &n, NULL);
 
 	in->classes = xcalloc(n + 1, sizeof(*in->classes));
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		struct stat st;
-		snprintf(a, sizeof(a), "%s/%s", root, names[i]);
-		if (names[i][0] == '.' || stat(a, &st) ||
+		snprintf(a, sizeof(a), "%s/%s", root, names[i] + 1);
+		if (names[i][1] == '.' || stat(a, &st) ||
 		    !S_ISDIR(st.st_mode)) {
 			in->skipped++; /* files beside the classes */
 			continue;
 		}
-		in->classes[in->nclasses++] = xstrdup(names[i]);
+		in->classes[in->nclasses++] = xstrdup(names[i] + 1);
 	}
 	free_list(names, n);
 	return rc;
@@ -344,7 +446,10 @@ static void add_labels(struct pack_input *in, size_t from, size_t cls)
 int pack_input_imagefolder(struct pack_input *in, const char *root)
 {
 	char a[PATH_MAX];
-	int rc = find_classes(in, root);
+	int rc;
+
+	in->root = xstrdup(root);
+	rc = find_classes(in, root);
 
 	for (size_t c = 0; rc == 0 && c < in->nclasses; c++) {
 		size_t from = in->nm;
@@ -358,7 +463,8 @@ int pack_input_imagefolder(struct pack_input *in, const char *root)
 	if (in->nm == 0)
 		return bad(in, -ENODATA, "%s: no images in class directories",
 			   root);
-	return group(in);
+	rc = stat_members(in);
+	return rc ? rc : group(in);
 }
 
 void pack_input_free(struct pack_input *in)
@@ -369,6 +475,7 @@ void pack_input_free(struct pack_input *in)
 	}
 	free(in->m);
 	free(in->s);
+	free(in->root);
 	for (size_t i = 0; i < in->nclasses; i++)
 		free(in->classes[i]);
 	free(in->classes);

@@ -22,7 +22,10 @@ struct pack_member {
 	const char *ext; /* into name (owned by the sample's key buffer) */
 	char *name;	 /* member name <key>.<ext> (owned) */
 	char data[24];	 /* content when path is NULL (a .cls) */
-	uint64_t size;	 /* bytes (stat'ed now; checked when copied) */
+	uint64_t size;	 /* bytes (stat'ed when listed; checked when copied) */
+	/* path is in->root "/" (path + rel): a writer opens path + rel
+	 * relative to the root, so the kernel looks up fewer components. */
+	size_t rel;
 };
 
 struct pack_sample {
@@ -35,6 +38,8 @@ struct pack_input {
 	size_t nm, capm;
 	struct pack_sample *s;
 	size_t ns;
+	char *root; /* the tree's root or the list's base (owned) */
+	unsigned threads; /* set by the caller: stat's threads (0: one) */
 	char **classes; /* ImageFolder: class names by index (owned) */
 	size_t nclasses;
 	uint64_t skipped; /* hidden entries, non-images of an ImageFolder */

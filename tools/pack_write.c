@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,12 +23,25 @@
 #include "tools/pack_input.h"
 #include "tools/pack_tar.h"
 
-#define COPY_CHUNK ((size_t)1 << 20)
+/* A work unit: consecutive samples of one shard, about this many bytes
+ * (at least one sample), assembled in one buffer and written with one
+ * pwrite; also each thread's buffer size. */
+#define CHUNK_BYTES ((size_t)4 << 20)
 
 struct shard_plan {
-	size_t first, n;  /* into order */
-	uint64_t bytes;	  /* the tar's exact size */
-	struct index *ix; /* its index, once written */
+	size_t first, n;     /* into order */
+	uint64_t bytes;	     /* the tar's exact size */
+	struct index *ix;    /* its index, once written */
+	atomic_size_t left;  /* its chunks not yet written */
+	bool done;	     /* renamed into place */
+};
+
+/* Samples order[first .. first + n) at offset off of shard `shard`; the
+ * shard's last chunk also ends the archive. */
+struct chunk {
+	size_t shard, first, n;
+	uint64_t off, bytes;
+	bool last;
 };
 
 struct writer {
@@ -36,19 +50,23 @@ struct writer {
 	uint32_t *order; /* sample numbers, shuffled */
 	struct shard_plan *plan;
 	size_t nplan;
-	atomic_size_t next;
+	struct chunk *chunks;
+	size_t nchunks;
+	atomic_size_t next; /* the next chunk to take */
+	int rootfd;	    /* in->root, for openat */
 	atomic_bool failed;
 	pthread_mutex_t lock; /* guards err */
 	char err[600];
 };
 
-/* One shard being written by one thread. */
-struct out {
-	FILE *f;
-	struct scan *scan;
-	struct sums *sums;
-	uint64_t written;
-	uint8_t *buf; /* COPY_CHUNK */
+/* A thread's buffer over the shard file it is filling: bytes go to off
+ * (pwrite) when the buffer is full or the chunk ends. */
+struct sink {
+	int fd;
+	const char *path;
+	uint64_t off;
+	uint8_t *buf; /* CHUNK_BYTES */
+	size_t used;
 };
 
 static uint64_t splitmix64(uint64_t *x)
@@ -121,31 +139,98 @@ static void shard_path(const struct writer *w, size_t k, char *buf, size_t len)
 	snprintf(buf, len, "%s/%s-%06zu.tar", w->o->out, w->o->prefix, k);
 }
 
-/* Bytes into the shard file and its scanner and checksums. */
-static int emit(struct writer *w, struct out *o, const void *buf, size_t len)
+static void tmp_path(const struct writer *w, size_t k, char *buf, size_t len)
 {
-	if (fwrite(buf, 1, len, o->f) != len)
-		return fail(w, "writing a shard: %s", strerror(errno));
-	if (scan_feed(o->scan, buf, len) || sums_feed(o->sums, buf, len))
-		return fail(w, "bug: the packer wrote a bad tar: %s",
-			    scan_error(o->scan));
-	o->written += len;
+	snprintf(buf, len, "%s/%s-%06zu.tar.tmp.%ld", w->o->out, w->o->prefix,
+		 k, (long)getpid());
+}
+
+/* Cut every shard into chunks of about CHUNK_BYTES, each knowing where in
+ * its shard it goes (the sizes were fixed when the input was listed). */
+static void plan_chunks(struct writer *w)
+{
+	size_t cap = 16;
+
+	w->chunks = xmalloc(cap * sizeof(*w->chunks));
+	for (size_t k = 0; k < w->nplan; k++) {
+		const struct shard_plan *p = &w->plan[k];
+		uint64_t off = 0;
+		size_t i = p->first, end = p->first + p->n;
+		do { /* an empty shard (more shards than samples) too */
+			struct chunk c = {.shard = k, .first = i, .off = off};
+			while (i < end && (c.n == 0 ||
+					   c.bytes + w->in->s[w->order[i]].bytes <=
+						   CHUNK_BYTES)) {
+				c.bytes += w->in->s[w->order[i]].bytes;
+				c.n++;
+				i++;
+			}
+			c.last = i == end;
+			if (c.last)
+				c.bytes += 2 * PACK_TAR_BLOCK;
+			off += c.bytes;
+			if (w->nchunks == cap) {
+				cap *= 2;
+				w->chunks = xrealloc(w->chunks,
+						     cap * sizeof(*w->chunks));
+			}
+			w->chunks[w->nchunks++] = c;
+			atomic_fetch_add(&w->plan[k].left, 1);
+		} while (i < end);
+	}
+}
+
+static int flush_sink(struct writer *w, struct sink *k)
+{
+	size_t done = 0;
+
+	while (done < k->used) {
+		ssize_t n = pwrite(k->fd, k->buf + done, k->used - done,
+				   (off_t)(k->off + done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return fail(w, "writing %s: %s", k->path,
+				    n < 0 ? strerror(errno) : "no progress");
+		done += (size_t)n;
+	}
+	k->off += k->used;
+	k->used = 0;
 	return 0;
 }
 
-/* A file's bytes: exactly the size seen when the input was listed. */
-static int copy_file(struct writer *w, struct out *o,
+static int put(struct writer *w, struct sink *k, const void *buf, size_t len)
+{
+	while (len > 0) {
+		size_t n = CHUNK_BYTES - k->used < len ? CHUNK_BYTES - k->used
+							: len;
+		memcpy(k->buf + k->used, buf, n);
+		k->used += n;
+		buf = (const uint8_t *)buf + n;
+		len -= n;
+		if (k->used == CHUNK_BYTES && flush_sink(w, k))
+			return -1;
+	}
+	return 0;
+}
+
+/* A file's bytes, read straight into the buffer: exactly the size seen
+ * when the input was listed. */
+static int copy_file(struct writer *w, struct sink *k,
 		     const struct pack_member *m)
 {
-	int fd = open(m->path, O_RDONLY | O_CLOEXEC);
+	int fd = openat(w->rootfd, m->path + m->rel, O_RDONLY | O_CLOEXEC);
 	uint64_t left = m->size;
 	int rc = 0;
 
 	if (fd < 0)
 		return fail(w, "%s: %s", m->path, strerror(errno));
 	while (rc == 0 && left > 0) {
-		size_t want = left < COPY_CHUNK ? (size_t)left : COPY_CHUNK;
-		ssize_t n = read(fd, o->buf, want);
+		if (k->used == CHUNK_BYTES && (rc = flush_sink(w, k)) != 0)
+			break;
+		size_t room = CHUNK_BYTES - k->used;
+		size_t want = left < room ? (size_t)left : room;
+		ssize_t n = read(fd, k->buf + k->used, want);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
@@ -155,15 +240,16 @@ static int copy_file(struct writer *w, struct out *o,
 				  "%s: shorter than when listed (changed "
 				  "while packing?)",
 				  m->path);
-		else
-			rc = emit(w, o, o->buf, (size_t)n);
-		left -= n > 0 ? (uint64_t)n : 0;
+		else {
+			k->used += (size_t)n;
+			left -= (uint64_t)n;
+		}
 	}
 	close(fd);
 	return rc;
 }
 
-static int put_member(struct writer *w, struct out *o,
+static int put_member(struct writer *w, struct sink *k,
 		      const struct pack_member *m)
 {
 	static const uint8_t zeros[PACK_TAR_BLOCK];
@@ -175,88 +261,115 @@ static int put_member(struct writer *w, struct out *o,
 	if (pack_tar_header(blk, m->name, m->size))
 		return fail(w, "%s: cannot be a tar member (name or size)",
 			    m->name);
-	rc = emit(w, o, blk, sizeof(blk));
+	rc = put(w, k, blk, sizeof(blk));
 	if (rc == 0)
-		rc = m->path ? copy_file(w, o, m)
-			     : emit(w, o, m->data, (size_t)m->size);
+		rc = m->path ? copy_file(w, k, m)
+			     : put(w, k, m->data, (size_t)m->size);
 	if (rc == 0 && pad)
-		rc = emit(w, o, zeros, pad);
+		rc = put(w, k, zeros, pad);
 	return rc;
 }
 
-static int put_samples(struct writer *w, struct out *o,
-		       const struct shard_plan *p)
+/* Chunk c's bytes at its place in its shard's temp file. */
+static int write_chunk(struct writer *w, const struct chunk *c, uint8_t *buf)
 {
 	static const uint8_t zeros[2 * PACK_TAR_BLOCK];
+	char tmp[PATH_MAX + 32];
+	struct sink k = {.path = tmp, .off = c->off, .buf = buf};
 	int rc = 0;
 
-	for (size_t i = p->first; rc == 0 && i < p->first + p->n; i++) {
+	tmp_path(w, c->shard, tmp, sizeof(tmp));
+	k.fd = open(tmp, O_WRONLY | O_CLOEXEC);
+	if (k.fd < 0)
+		return fail(w, "%s: %s", tmp, strerror(errno));
+	for (size_t i = c->first; rc == 0 && i < c->first + c->n; i++) {
 		const struct pack_sample *s = &w->in->s[w->order[i]];
 		for (uint32_t j = 0; rc == 0 && j < s->n; j++)
-			rc = put_member(w, o, &w->in->m[s->first + j]);
+			rc = put_member(w, &k, &w->in->m[s->first + j]);
 		if (atomic_load(&w->failed))
 			rc = -1;
 	}
-	return rc ? rc : emit(w, o, zeros, sizeof(zeros));
-}
-
-/* Close the shard file and give it its name (0), or remove it. */
-static int commit(struct writer *w, struct out *o, const char *tmp,
-		  const char *path, int rc)
-{
-	if (rc == 0 && fflush(o->f))
-		rc = fail(w, "%s: %s", path, strerror(errno));
-	if (fclose(o->f) && rc == 0)
-		rc = fail(w, "%s: %s", path, strerror(errno));
-	if (rc == 0 && rename(tmp, path))
-		rc = fail(w, "%s: %s", path, strerror(errno));
-	if (rc)
-		unlink(tmp);
-	return rc;
-}
-
-static int write_shard(struct writer *w, size_t k, uint8_t *buf)
-{
-	struct shard_plan *p = &w->plan[k];
-	struct out o = {.buf = buf};
-	char path[PATH_MAX], tmp[PATH_MAX + 32];
-	int rc;
-
-	shard_path(w, k, path, sizeof(path));
-	snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
-	o.f = fopen(tmp, "wb");
-	if (!o.f)
-		return fail(w, "%s: %s", tmp, strerror(errno));
-	setvbuf(o.f, NULL, _IOFBF, COPY_CHUNK);
-	p->ix = index_new();
-	index_add_shard(p->ix, path, p->bytes, "");
-	o.scan = scan_new(p->ix, 0);
-	o.sums = sums_new();
-	rc = put_samples(w, &o, p);
-	if (rc == 0 && o.written != p->bytes)
+	if (rc == 0 && c->last)
+		rc = put(w, &k, zeros, sizeof(zeros));
+	if (rc == 0)
+		rc = flush_sink(w, &k);
+	if (rc == 0 && k.off != c->off + c->bytes)
 		rc = fail(w,
 			  "%s: %llu bytes written, %llu planned (a file "
 			  "changed while packing?)",
-			  path, (unsigned long long)o.written,
-			  (unsigned long long)p->bytes);
-	if (rc == 0 && (scan_finish(o.scan) || sums_fill(o.sums, p->ix, 0)))
-		rc = fail(w, "bug: the index of %s does not match it", path);
-	rc = commit(w, &o, tmp, path, rc);
-	scan_free(o.scan);
-	sums_free(o.sums);
+			  tmp, (unsigned long long)(k.off - c->off),
+			  (unsigned long long)c->bytes);
+	if (close(k.fd) && rc == 0)
+		rc = fail(w, "%s: %s", tmp, strerror(errno));
+	return rc;
+}
+
+/* Scan and sum bytes of a written shard into its index. */
+static int index_bytes(struct writer *w, struct shard_plan *p, const char *path,
+		       const uint8_t *data, size_t len)
+{
+	struct scan *sc = scan_new(p->ix, 0);
+	struct sums *su = sums_new();
+	int rc = 0;
+
+	if (scan_feed(sc, data, len) || sums_feed(su, data, len) ||
+	    scan_finish(sc) || sums_fill(su, p->ix, 0))
+		rc = fail(w, "bug: the packer wrote a bad tar %s: %s", path,
+			  scan_error(sc));
+	scan_free(sc);
+	sums_free(su);
+	return rc;
+}
+
+/* Shard k is written: index it from its bytes on disk (read back from the
+ * page cache) and give it its name. */
+static int finish_shard(struct writer *w, size_t k)
+{
+	struct shard_plan *p = &w->plan[k];
+	char path[PATH_MAX], tmp[PATH_MAX + 32];
+	struct stat st;
+	void *map;
+	int fd, rc;
+
+	shard_path(w, k, path, sizeof(path));
+	tmp_path(w, k, tmp, sizeof(tmp));
+	fd = open(tmp, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return fail(w, "%s: %s", tmp, strerror(errno));
+	if (fstat(fd, &st) || (uint64_t)st.st_size != p->bytes) {
+		close(fd);
+		return fail(w, "%s: not the %llu bytes planned", tmp,
+			    (unsigned long long)p->bytes);
+	}
+	map = mmap(NULL, (size_t)p->bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+	close(fd);
+	if (map == MAP_FAILED)
+		return fail(w, "%s: %s", tmp, strerror(errno));
+	p->ix = index_new();
+	index_add_shard(p->ix, path, p->bytes, "");
+	rc = index_bytes(w, p, path, map, (size_t)p->bytes);
+	munmap(map, (size_t)p->bytes);
+	if (rc == 0 && rename(tmp, path))
+		rc = fail(w, "%s: %s", path, strerror(errno));
+	p->done = rc == 0;
 	return rc;
 }
 
 static void *worker(void *arg)
 {
 	struct writer *w = arg;
-	uint8_t *buf = xmalloc(COPY_CHUNK);
+	uint8_t *buf = xmalloc(CHUNK_BYTES);
 
 	for (;;) {
 		size_t k = atomic_fetch_add(&w->next, 1);
-		if (k >= w->nplan || atomic_load(&w->failed))
+		if (k >= w->nchunks || atomic_load(&w->failed))
 			break;
-		if (write_shard(w, k, buf))
+		const struct chunk *c = &w->chunks[k];
+		if (write_chunk(w, c, buf))
+			break;
+		/* The thread that writes a shard's last chunk finishes it. */
+		if (atomic_fetch_sub(&w->plan[c->shard].left, 1) == 1 &&
+		    finish_shard(w, c->shard))
 			break;
 	}
 	free(buf);
@@ -275,6 +388,36 @@ static void run_workers(struct writer *w, unsigned threads)
 	for (unsigned i = 0; i < started; i++)
 		pthread_join(t[i], NULL);
 	free(t);
+}
+
+/* Every shard's temp file, empty; the chunks write into it at their
+ * offsets. */
+static int make_temps(struct writer *w)
+{
+	char tmp[PATH_MAX + 32];
+
+	for (size_t k = 0; k < w->nplan; k++) {
+		tmp_path(w, k, tmp, sizeof(tmp));
+		int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+			      0644);
+		if (fd < 0)
+			return fail(w, "%s: %s", tmp, strerror(errno));
+		close(fd);
+	}
+	return 0;
+}
+
+/* After a failure: no temp file stays. */
+static void remove_temps(struct writer *w)
+{
+	char tmp[PATH_MAX + 32];
+
+	for (size_t k = 0; k < w->nplan; k++) {
+		if (w->plan[k].done)
+			continue;
+		tmp_path(w, k, tmp, sizeof(tmp));
+		unlink(tmp);
+	}
 }
 
 /* The URL the index records for shard k. Caller frees. */
@@ -368,7 +511,16 @@ int pack_write(const struct pack_input *in, const struct pack_write_opts *o,
 		w.order[i] = (uint32_t)i;
 	shuffle(w.order, in->ns, o->seed);
 	plan_shards(&w);
-	run_workers(&w, o->threads ? o->threads : 1);
+	plan_chunks(&w);
+	w.rootfd = open(in->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (w.rootfd < 0)
+		fail(&w, "%s: %s", in->root, strerror(errno));
+	else if (make_temps(&w) == 0)
+		run_workers(&w, o->threads ? o->threads : 1);
+	if (w.rootfd >= 0)
+		close(w.rootfd);
+	if (atomic_load(&w.failed))
+		remove_temps(&w);
 	rc = atomic_load(&w.failed) ? -EIO : save_index(&w, res);
 	if (rc)
 		snprintf(err, errlen, "%s", w.err);
@@ -378,6 +530,7 @@ int pack_write(const struct pack_input *in, const struct pack_write_opts *o,
 	for (size_t k = 0; k < w.nplan; k++)
 		index_free(w.plan[k].ix);
 	free(w.plan);
+	free(w.chunks);
 	free(w.order);
 	pthread_mutex_destroy(&w.lock);
 	return rc;

@@ -4,16 +4,22 @@
  *
  * DESIGN: the samples are shuffled once (seeded), then cut into shards
  * in that order (by count, by size or by samples per shard), and each
- * shard's exact size is known before it is written. Worker threads take
- * shard numbers from one atomic counter and write whole shards, each into
- * a temp file renamed into place when complete; each feeds the bytes it
- * writes to its own scanner and checksums (fetch/format/scan.h, sums.h),
- * so every shard's index is made from the very bytes on disk, as
- * echofs-index would make it, without reading the shards again. The main
- * thread merges the shards' indexes in shard order (ImageFolder labels
- * renamed from class indexes to class names, so a mount shows the
- * classes' own names) and saves <out>/<prefix>.echofs-index. The first
- * error stops every worker. */
+ * shard's exact size is known before it is written, since every member's
+ * size was taken when the input was listed. So each shard is cut further
+ * into chunks of about 4 MB whose offsets in the shard are known too:
+ * worker threads take chunks from one atomic counter, assemble each in a
+ * buffer (headers, file bytes read straight into it, padding) and pwrite
+ * it at its place in the shard's temp file. One shard is written by all
+ * threads at once, so a data set of one shard packs on every core. The
+ * thread that writes a shard's last chunk finishes it: it reads the shard
+ * back (from the page cache, one mmap) through a scanner and checksums
+ * (fetch/format/scan.h, sums.h), so every shard's index is made from the
+ * very bytes on disk, as echofs-index would make it, and renames it into
+ * place. The main thread merges the shards' indexes in shard order
+ * (ImageFolder labels renamed from class indexes to class names, so a
+ * mount shows the classes' own names) and saves
+ * <out>/<prefix>.echofs-index. The first error stops every worker, and no
+ * temp file stays. */
 #ifndef ECHOFS_PACK_WRITE_H
 #define ECHOFS_PACK_WRITE_H
 

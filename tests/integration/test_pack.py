@@ -221,7 +221,8 @@ def one_line_error(r):
 
 @pytest.mark.parametrize("case", ["broken_link", "no_extension",
                                   "control_char", "too_long", "empty",
-                                  "missing_listed", "two_images"])
+                                  "missing_listed", "two_images", "fifo",
+                                  "link_to_dir"])
 def test_bad_input_fails_clearly(tmp_path, case):
     src = tmp_path / "in"
     (src / "c").mkdir(parents=True)
@@ -248,6 +249,16 @@ def test_bad_input_fails_clearly(tmp_path, case):
         (tmp_path / "l.txt").write_text("c/ok.jpg\nc/missing.jpg\n")
         mode = ["--files", str(tmp_path / "l.txt"), "--base", str(src)]
         want = "missing.jpg: No such file or directory"
+    elif case == "fifo":
+        os.mkfifo(src / "c" / "pipe.jpg")
+        want = "pipe.jpg: not a regular file"
+    elif case == "link_to_dir":
+        # A link is followed as stat follows it: into a directory whose
+        # file has no extension.
+        (tmp_path / "elsewhere").mkdir()
+        (tmp_path / "elsewhere" / "NOEXT").write_text("x")
+        os.symlink(tmp_path / "elsewhere", src / "c" / "linked")
+        want = "NOEXT: cannot be a WebDataset member: no extension"
     elif case == "two_images":
         (src / "c" / "ok.png").write_bytes(b"other")
         mode = ["--imagefolder", str(src)]
@@ -257,7 +268,7 @@ def test_bad_input_fails_clearly(tmp_path, case):
     assert want in line, line
     assert line.startswith("echofs-pack: ")
     assert not (out.exists() and [n for n in os.listdir(out)
-                                  if n.endswith(".tar")])
+                                  if ".tar" in n])
 
 
 def test_samples_layout_refuses_what_it_cannot_do(tmp_path, www, mounter):
