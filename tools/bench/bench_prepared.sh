@@ -1,0 +1,162 @@
+#!/bin/bash
+# bench_prepared.sh - the prepared-sample tier (issue 30) on a decode-bound
+# exact mount, side by side in one run, over photo-sized JPEGs on a warm
+# disk cache, -o size=256,crop=224,format=ppm, 2 shuffled readers:
+#   R1      exact, prepared=0, first pass (decode + serve)
+#   R2      the same mount's second pass (the kernel's page cache: serve)
+#   fill    exact with the tier on, an empty tier: first pass (writes it;
+#           goal: within 5% of R1)
+#   tier    exact with the tier filled, a new mount after dropping the page
+#           cache (echo 3 > /proc/sys/vm/drop_caches, root): one pass from
+#           the tier (goals: >= 2.5 R1 and >= 0.8 R2)
+#   e4      echo=4 fixed, augment=1,flip=1 over the filled tier, 3 passes,
+#           the last against Amdahl's ceiling from the tier's rate
+#           C = 1 / (1/R2 + (1/tier - 1/R2)/4) (goal: >= 0.9 C)
+# and whether the tier's output is byte-identical to a mount without it
+# (every file of one class hashed through both).
+#   tools/bench/bench_prepared.sh [--count N] [--repeats R]
+#       [--photo-size WxH] [--data DIR]
+# --count: photos (default 2000); --repeats: default 3 (cases rotate
+# within a repeat, medians reported); --photo-size: default 500x375;
+# --data DIR: keep the packed shards for later runs. Needs root (drops the
+# page cache). Say in any report whether the machine was shared.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+COUNT=2000
+REPEATS=3
+SIZE=500x375
+DATA=
+CMDLINE="tools/bench/bench_prepared.sh $*"
+# shellcheck source=tools/bench/common.sh
+. tools/bench/common.sh
+bench_args 2,20 --count=COUNT --repeats=REPEATS --photo-size=SIZE \
+	--data=DATA -- "$@"
+[[ $SIZE =~ ^([0-9]+)x([0-9]+)$ ]] ||
+	{ echo "bench_prepared.sh: --photo-size WxH" >&2; exit 2; }
+W=${BASH_REMATCH[1]} H=${BASH_REMATCH[2]}
+[ -w /proc/sys/vm/drop_caches ] ||
+	{ echo "bench_prepared.sh: needs root (drops the page cache)" >&2; exit 2; }
+
+READER=tools/bench/bench_echo_ceiling.py
+bench_start prepared
+RESULTS=$TMP/results.jsonl
+
+WWW=${DATA:+$DATA/photos-$COUNT-${W}x$H}
+WWW=${WWW:-$TMP/www}
+mkdir -p "$(dirname "$WWW")"
+if [ ! -f "$WWW/done" ]; then
+	log "generating $COUNT photos ${W}x$H"
+	$PY tools/bench/echofs_photos.py --out "$TMP/photos" --count "$COUNT" \
+		--width "$W" --height "$H" >&2
+	$PY tools/bench/bench_prep_e2e.py pack --photos "$TMP/photos" \
+		--tree "$TMP/tree" --shards "$WWW" --per-shard 500 >"$WWW.nshards"
+	rm -rf "$TMP/photos" "$TMP/tree"
+	touch "$WWW/done"
+fi
+NSHARDS=$(cat "$WWW.nshards")
+bench_nginx "$WWW"
+"$B"/tools/echofs-index --base-url "$BASE/" -o "$WWW/photos.echofs-index" \
+	"$WWW"/photos-*.tar >&2
+SOURCE="$BASE/photos-{000000..$(printf %06d $((NSHARDS - 1)))}.tar"
+
+mount_echofs warm "format=same,prepared=0"
+$PY $READER read "$MNT" --passes 1 >/dev/null
+unmount "$MNT" "$DPID"
+log "disk cache warm: $(du -sh "$TMP/cache" | cut -f1)"
+
+PREP="size=256,crop=224,format=ppm"
+drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+# run REPEAT CASE OPTS PASSES: mount, read, one JSON line
+run() {
+	mount_echofs "$2" "$3"
+	out=$($PY $READER read "$MNT" --passes "$4" --seed "$RANDOM" --pid "$DPID") ||
+		log "reader reported errors ($2)"
+	unmount "$MNT" "$DPID"
+	$PY -c 'import json,sys; print(json.dumps({"repeat": int(sys.argv[1]),
+		"case": sys.argv[2], "out": json.loads(sys.argv[3])}))' \
+		"$1" "$2" "$out" >>"$RESULTS"
+	log "repeat $1 $2: $($PY -c 'import json,sys
+print(" | ".join("%.0f files/s" % p["files_per_s"] for p in json.loads(sys.argv[1])["passes"]))' "$out")"
+}
+# The tier's first pass and its reads: the tier emptied first.
+fill_then_tier() {
+	rm -rf "$TMP/cache/prepared"
+	drop
+	run "$1" fill "$PREP" 1
+	drop
+	run "$1" tier "$PREP" 1
+	drop
+	run "$1" e4 "$PREP,augment=1,flip=1,echo=4,echo_mode=fixed" 3
+}
+exact() {
+	drop
+	run "$1" exact "$PREP,prepared=0" 2
+}
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+T0=$(date -u +%H:%M)
+for ((i = 1; i <= REPEATS; i++)); do
+	if ((i % 2)); then exact "$i"; fill_then_tier "$i"; else fill_then_tier "$i"; exact "$i"; fi
+done
+LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# Byte-identical: one class through a mount with the tier (warm) and one
+# without.
+mount_echofs same1 "$PREP"
+M1=$MNT P1=$DPID
+mount_echofs same0 "$PREP,prepared=0" "$TMP/cache0"
+M0=$MNT P0=$DPID
+CLS=$(ls "$M1" | head -1)
+DIFF=0
+NSAME=0
+for f in "$M1/$CLS"/*; do
+	n=$(basename "$f")
+	cmp -s "$f" "$M0/$CLS/$n" || DIFF=$((DIFF + 1))
+	NSAME=$((NSAME + 1))
+done
+unmount "$M1" "$P1"
+unmount "$M0" "$P0"
+TIER_BYTES=$(du -sb "$TMP/cache/prepared" 2>/dev/null | cut -f1 || echo 0)
+
+{
+	echo "### Prepared-sample tier: $COUNT photos ${W}x$H, \`$PREP\`, $REPEATS repeats"
+	echo
+	$PY - "$RESULTS" "$COUNT" "$TIER_BYTES" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+count, tier_bytes = int(sys.argv[2]), int(sys.argv[3] or 0)
+by = {}
+for r in rows:
+    ps = [p["files_per_s"] for p in r["out"]["passes"]]
+    by.setdefault(r["case"], []).append(ps)
+med = lambda v: statistics.median(v)
+r1 = [p[0] for p in by["exact"]]
+r2 = [p[1] for p in by["exact"]]
+fill = [p[0] for p in by["fill"]]
+tier = [p[0] for p in by["tier"]]
+e4 = [p[-1] for p in by["e4"]]
+# Per repeat: ratios against that repeat's R1, R2 and ceiling.
+c = [1 / (1 / b + (1 / t - 1 / b) / 4) for b, t in zip(r2, tier)]
+fmt = lambda v: " / ".join("%.0f" % x for x in v)
+print("| what | files/s (median) | repeats | against | ratio (median) | goal |")
+print("| --- | ---: | --- | --- | ---: | --- |")
+print("| R1: exact, no tier, first pass | %.0f | %s | | | |" % (med(r1), fmt(r1)))
+print("| R2: its second pass (page cache) | %.0f | %s | | | |" % (med(r2), fmt(r2)))
+print("| fill: first pass writing the tier | %.0f | %s | R1 | %.2f | >= 0.95 |"
+      % (med(fill), fmt(fill), med([f / a for f, a in zip(fill, r1)])))
+print("| tier: a new mount, page cache dropped | %.0f | %s | R1 | %.2f | >= 2.5 |"
+      % (med(tier), fmt(tier), med([t / a for t, a in zip(tier, r1)])))
+print("| | | | R2 | %.2f | >= 0.8 |" % med([t / b for t, b in zip(tier, r2)]))
+print("| echo=4 fixed over the tier, 3rd pass | %.0f | %s | C (from tier, R2) | %.2f | >= 0.9 |"
+      % (med(e4), fmt(e4), med([e / x for e, x in zip(e4, c)])))
+if tier_bytes:
+    print()
+    print("Tier size: %.1f MB for %d samples (%.0f KB each)."
+          % (tier_bytes / 1e6, count, tier_bytes / count / 1e3))
+EOF
+	echo
+	echo "Byte-identical: $((NSAME - DIFF)) of $NSAME files of class $CLS equal through a mount with the tier and one without."
+	echo
+	echo "Command: \`${CMDLINE% }\`; commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')."
+	echo "$(nproc) cores, $(date -u +%F) $T0-$(date -u +%H:%M) UTC, load average $LOAD0 at the start, $LOAD1 at the end."
+} | tee "$TMP/report.md"
