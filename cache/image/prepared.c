@@ -8,6 +8,9 @@
 #include "common/log.h"
 #include "common/util.h"
 
+/* Admission rescans of the tier at most this often (store_set_lazy). */
+#define PREPARED_RESCAN_S 1.0
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -59,6 +62,9 @@ int prepared_open(const char *cache_dir, uint64_t cap,
 	}
 	/* Another mount writing the same sample: skip ours, never wait. */
 	store_set_wait(p->st, 0);
+	/* Many small entries, each checked at its first read: rescan at most
+	 * every PREPARED_RESCAN_S and commit without fsync (store.h). */
+	store_set_lazy(p->st, PREPARED_RESCAN_S);
 	recipe(opts, p->url, sizeof(p->url));
 	*out = p;
 	return 0;

@@ -231,6 +231,7 @@ static int rescan(struct store *s, bool sweep, uint64_t *tmp_bytes)
 	}
 	pthread_mutex_lock(&s->lock);
 	gen = ++s->gen;
+	s->st.rescans++;
 	pthread_mutex_unlock(&s->lock);
 	while ((d = readdir(dir)) != NULL) {
 		struct stat sb;
@@ -340,6 +341,12 @@ void store_set_wait(struct store *s, double seconds)
 {
 	if (s && seconds >= 0)
 		s->wait_s = seconds;
+}
+
+void store_set_lazy(struct store *s, double seconds)
+{
+	if (s && seconds >= 0)
+		s->lazy_s = seconds;
 }
 
 void store_set_reuse_gap(struct store *s, double seconds)
@@ -609,11 +616,29 @@ static int admit(struct store_writer *w)
 
 	if (lk < 0)
 		return lk;
-	r = rescan(s, false, &tmp_bytes);
+	/* Lazy: the last rescan's view, unless it is old or the entry does
+	 * not fit by it (then a rescan may find room others freed). */
+	pthread_mutex_lock(&s->lock);
+	bool fresh = !s->lazy_s || now_mono() - s->rescanned >= s->lazy_s;
+	tmp_bytes = s->tmp_seen;
+	pthread_mutex_unlock(&s->lock);
+	r = fresh ? rescan(s, false, &tmp_bytes) : 0;
 	if (r == 0) {
 		pthread_mutex_lock(&s->lock);
 		r = store_evict_for(s, tmp_bytes, w->file_bytes);
 		pthread_mutex_unlock(&s->lock);
+		if (r && !fresh && (r = rescan(s, false, &tmp_bytes)) == 0) {
+			fresh = true;
+			pthread_mutex_lock(&s->lock);
+			r = store_evict_for(s, tmp_bytes, w->file_bytes);
+			pthread_mutex_unlock(&s->lock);
+		}
+		if (fresh) {
+			pthread_mutex_lock(&s->lock);
+			s->rescanned = now_mono();
+			s->tmp_seen = tmp_bytes;
+			pthread_mutex_unlock(&s->lock);
+		}
 		if (r == 0 && (r = create_tmp(w)) != 0)
 			count_write_error(s, r);
 	}
@@ -774,7 +799,7 @@ static int write_footer(struct store_writer *w)
 {
 	int r = store_fmt_write_footer(w->fd, w->key, w->size, w->nblocks,
 				       w->crcs);
-	if (r == 0 && fsync(w->fd) != 0)
+	if (r == 0 && !w->s->lazy_s && fsync(w->fd) != 0)
 		r = -errno;
 	return r;
 }
@@ -847,7 +872,7 @@ static int publish(struct store_writer *w, struct store_entry *e)
 	 * still serves now (its bytes were synced); a crash may lose its name,
 	 * which costs a fetch: a disk error to count and say, not a failed
 	 * commit. */
-	if (fsync(s->dirfd) != 0)
+	if (!s->lazy_s && fsync(s->dirfd) != 0)
 		count_write_error(s, -errno);
 	return 0;
 }

@@ -53,6 +53,7 @@ struct store_stats {
 	uint64_t waits;	       /* writers that waited for another writer of
 				* the same entry (another mount's fetch);
 				* counted when the wait starts */
+	uint64_t rescans;      /* directory rescans (open, admissions) */
 };
 
 struct store;
@@ -71,6 +72,18 @@ void store_close(struct store *s);
 /* How long store_begin waits for another writer of the same entry (default
  * 120 s); 0: not at all. */
 void store_set_wait(struct store *s, double seconds);
+/* For a store of many small entries that are checked at every first read
+ * (the prepared-sample tier): an admission rescans the directory only if
+ * `seconds` passed since the last rescan, or when the entry does not fit
+ * by this process's count (a rescan reads every entry's name and stat: per
+ * admission, O(n^2) over a pass of n entries, 2 million stats for 2,000
+ * samples); and a commit skips both fsyncs. A crash may then lose or cut
+ * recent entries, which their checks drop at the first read; other
+ * processes' entries admitted since the last rescan are not counted, so
+ * writers sharing the directory may together pass the cap by what they
+ * admitted within `seconds`. 0 (the default): every admission rescans and
+ * every commit is durable. */
+void store_set_lazy(struct store *s, double seconds);
 /* A lookup within this many seconds after an entry was written does not
  * count as a use again (default 1 s; see the eviction order above). */
 void store_set_reuse_gap(struct store *s, double seconds);

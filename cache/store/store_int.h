@@ -59,6 +59,11 @@ struct store {
 	int dirfd;
 	double wait_s;	    /* longest wait for another writer of an entry */
 	double reuse_gap_s; /* see DEFAULT_REUSE_GAP_S, store.c */
+	/* store_set_lazy: > 0, the shortest time between admission rescans
+	 * (and commits skip their fsyncs); 0: every admission rescans. */
+	double lazy_s;
+	double rescanned;    /* under lock: now_mono() of the last rescan */
+	uint64_t tmp_seen;   /* under lock: temp bytes that rescan saw */
 	int interrupted;    /* atomic: waits end with -ECANCELED */
 	uint64_t counter;   /* atomic: temp file names */
 	/* All below guarded by lock. The table holds every entry this process
