@@ -278,6 +278,10 @@ int store_evict_for(struct store *s, uint64_t tmp_bytes, uint64_t need)
 {
 	bool all = s->needed == NULL;
 
+	/* It fits: no candidates to sort (a sort of every entry per
+	 * admission was 6% of the prepared tier's first pass). */
+	if (s->st.bytes + tmp_bytes + need <= s->st.cap)
+		return 0;
 	if (evict_pass(s, tmp_bytes, need, false, all) ||
 	    evict_pass(s, tmp_bytes, need, true, all))
 		return 0;
