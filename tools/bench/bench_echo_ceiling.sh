@@ -58,23 +58,7 @@ bench_start echoceil
 RESULTS=$TMP/results.jsonl
 
 # 1. photos, shards, index, nginx
-WWW=${DATA:+$DATA/photos-$COUNT-${W}x$H}
-WWW=${WWW:-$TMP/www}
-mkdir -p "$(dirname "$WWW")"
-if [ ! -f "$WWW/done" ]; then
-	log "generating $COUNT photos ${W}x$H"
-	$PY tools/bench/echofs_photos.py --out "$TMP/photos" --count "$COUNT" \
-		--width "$W" --height "$H" >&2
-	$PY tools/bench/bench_prep_e2e.py pack --photos "$TMP/photos" \
-		--tree "$TMP/tree" --shards "$WWW" --per-shard 500 >"$WWW.nshards"
-	rm -rf "$TMP/photos" "$TMP/tree"
-	touch "$WWW/done"
-fi
-NSHARDS=$(cat "$WWW.nshards")
-bench_nginx "$WWW"
-"$B"/tools/echofs-index --base-url "$BASE/" -o "$WWW/photos.echofs-index" \
-	"$WWW"/photos-*.tar >&2
-SOURCE="$BASE/photos-{000000..$(printf %06d $((NSHARDS - 1)))}.tar"
+bench_photos "$COUNT" "$W" "$H" "$DATA"
 
 # 2. warm the disk cache
 mount_echofs warm "format=same"

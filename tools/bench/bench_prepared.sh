@@ -42,23 +42,7 @@ READER=tools/bench/bench_echo_ceiling.py
 bench_start prepared
 RESULTS=$TMP/results.jsonl
 
-WWW=${DATA:+$DATA/photos-$COUNT-${W}x$H}
-WWW=${WWW:-$TMP/www}
-mkdir -p "$(dirname "$WWW")"
-if [ ! -f "$WWW/done" ]; then
-	log "generating $COUNT photos ${W}x$H"
-	$PY tools/bench/echofs_photos.py --out "$TMP/photos" --count "$COUNT" \
-		--width "$W" --height "$H" >&2
-	$PY tools/bench/bench_prep_e2e.py pack --photos "$TMP/photos" \
-		--tree "$TMP/tree" --shards "$WWW" --per-shard 500 >"$WWW.nshards"
-	rm -rf "$TMP/photos" "$TMP/tree"
-	touch "$WWW/done"
-fi
-NSHARDS=$(cat "$WWW.nshards")
-bench_nginx "$WWW"
-"$B"/tools/echofs-index --base-url "$BASE/" -o "$WWW/photos.echofs-index" \
-	"$WWW"/photos-*.tar >&2
-SOURCE="$BASE/photos-{000000..$(printf %06d $((NSHARDS - 1)))}.tar"
+bench_photos "$COUNT" "$W" "$H" "$DATA"
 
 mount_echofs warm "format=same,prepared=0"
 $PY $READER read "$MNT" --passes 1 >/dev/null

@@ -58,6 +58,30 @@ median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1
 # ones for an even count.
 median_mean() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
+# bench_photos COUNT W H [DATA]: COUNT photo-sized JPEGs (WxH) packed in
+# shards of 500 (made once per DATA dir and kept there; in $TMP without
+# it), served by nginx (bench_nginx) with an index; sets WWW and SOURCE.
+bench_photos() {
+	WWW=${4:+$4/photos-$1-$2x$3}
+	WWW=${WWW:-$TMP/www}
+	mkdir -p "$(dirname "$WWW")"
+	if [ ! -f "$WWW/done" ]; then
+		log "generating $1 photos $2x$3"
+		$PY tools/bench/echofs_photos.py --out "$TMP/photos" --count "$1" \
+			--width "$2" --height "$3" >&2
+		$PY tools/bench/bench_prep_e2e.py pack --photos "$TMP/photos" \
+			--tree "$TMP/tree" --shards "$WWW" --per-shard 500 >"$WWW.nshards"
+		rm -rf "$TMP/photos" "$TMP/tree"
+		touch "$WWW/done"
+	fi
+	local n
+	n=$(cat "$WWW.nshards")
+	bench_nginx "$WWW"
+	"$B"/tools/echofs-index --base-url "$BASE/" -o "$WWW/photos.echofs-index" \
+		"$WWW"/photos-*.tar >&2
+	SOURCE="$BASE/photos-{000000..$(printf %06d $((n - 1)))}.tar"
+}
+
 # bench_start NAME: TMP=/tmp/echofs-bench-NAME.XXXXXX, removed on exit with
 # every mount under it, the daemons in PIDS and nginx (bench_nginx). A
 # script may define bench_on_exit for its own cleanup (run first).
