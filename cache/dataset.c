@@ -509,6 +509,7 @@ static void read_stats(struct shards *sh, struct dataset_read_stats *out)
 		.fetched_bytes = s.fetched_bytes,
 		.failed_shards = s.failed_shards, .refetches = s.refetches,
 		.read_errors = s.read_errors, .verify_errors = s.verify_errors,
+		.read_timeouts = s.read_timeouts,
 		.queued = s.queued, .active = s.active, .views = s.views,
 		.views_streaming = s.views_streaming,
 		.views_refused = s.views_refused, .bypassed = s.bypassed,

@@ -40,6 +40,7 @@ struct dataset_read_stats {
 	uint64_t failed_shards; /* fetches that failed for good */
 	uint64_t refetches;     /* corrupt cache entries fetched again */
 	uint64_t read_errors;   /* reads that returned an error */
+	uint64_t read_timeouts; /* of read_errors: waited read_timeout */
 	uint64_t verify_errors; /* samples or shards not matching the index */
 	uint64_t queued;        /* shards waiting for a worker now */
 	uint64_t active;        /* shard fetches in progress now */

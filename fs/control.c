@@ -163,6 +163,8 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 	M("cache_hits", 'c', s->sh.hits, "reads served from the disk cache");
 	M("cache_misses", 'c', s->sh.misses, "reads that waited for a fetch");
 	M("range_reads", 'c', s->sh.range_reads, "reads served by a range GET");
+	M("read_timeouts", 'c', s->sh.read_timeouts,
+	  "reads that waited read_timeout for their bytes and failed");
 	M("admission_bypass", 'c', s->sh.bypassed,
 	  "range GETs of shards not admitted, to keep what the pass needs");
 	M("peer_reads", 'c', s->sh.peer_reads,

@@ -41,7 +41,7 @@ struct push {
 	char *buf;		  /* the worker's sample buffer */
 	size_t cap;
 
-	_Atomic uint64_t n_shards, n_files, n_bytes, n_unknown;
+	_Atomic uint64_t n_shards, n_files, n_bytes, n_unknown, n_waits;
 };
 
 /* Group file numbers by shard (a counting sort, so O(files)). */
@@ -153,6 +153,7 @@ static void push_one(void *ctx, struct workq_item *it)
 		/* Still arriving (or never to be cached): later, after a pause
 		 * that a newly touched shard cuts short. */
 		if (++si->waits < PUSH_WAIT_S * 1000 / RETRY_MS) {
+			p->n_waits++;
 			enqueue(p, s);
 			workq_pause(p->wq, RETRY_MS / 1000.0);
 		}
@@ -230,4 +231,5 @@ void push_get_stats(struct push *p, struct push_stats *out)
 	out->files = p->n_files;
 	out->bytes = p->n_bytes;
 	out->unknown = p->n_unknown;
+	out->waits = p->n_waits;
 }

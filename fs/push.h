@@ -36,6 +36,7 @@ struct push_stats {
 	uint64_t files;  /* files stored in the page cache */
 	uint64_t bytes;
 	uint64_t unknown; /* files skipped: inode not known to the kernel */
+	uint64_t waits;   /* shards put back: not in the disk cache yet */
 };
 
 struct push;

@@ -613,6 +613,7 @@ ssize_t shards_read(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 	if (r == -ETIMEDOUT && !repeat) {
 		s->tmo_at = now_mono();
 		s->tmo_off = off;
+		sh->stats.read_timeouts++;
 	}
 	if (r < 0)
 		sh->stats.read_errors++;

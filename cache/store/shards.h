@@ -93,6 +93,9 @@ struct shards_stats {
 	uint64_t failed_shards; /* fetches that failed for good */
 	uint64_t refetches;     /* corrupt cache entries fetched again */
 	uint64_t read_errors;   /* reads that returned an error */
+	uint64_t read_timeouts; /* of read_errors: reads that waited
+				 * read_timeout (the kernel's repeat of one,
+				 * failed at once, is not counted) */
 	uint64_t verify_errors; /* samples or whole shards that did not match
 				 * the index's checksums */
 	uint64_t queued;        /* shards waiting for a worker now */

@@ -141,10 +141,15 @@ def wait_for(pred, timeout, step=0.1):
     return pred()
 
 
+STALL_S = 25  # under the default read_timeout (30 s)
+
+
 def test_killed_waiting_reader_leaves_no_binding(mounter, fault_server):
     """A lookup parked while no data has arrived; its reader is killed; the
     data then arrives: no binding may stay behind."""
-    fault_server.set_faults("*.tar=stall:5")
+    # The data comes only when the stall ends (STALL_S): the reader must be
+    # gone, and no sample in the pool, long before that.
+    fault_server.set_faults("*.tar=stall:%d" % STALL_S)
     m = mounter(fault_server.source, opts={
         "index": fault_server.index, "echo": 2, "mem_size": SMALL_MEM})
     cls = sorted(os.listdir(m.mnt))[0]
@@ -155,15 +160,16 @@ def test_killed_waiting_reader_leaves_no_binding(mounter, fault_server):
     assert reader.poll() is None, "the reader should still wait for data: %s %s" % (
         reader.stderr.read(), m.stats())
     reader.send_signal(signal.SIGKILL)
-    t0 = time.monotonic()
     try:
-        reader.wait(20)
+        reader.wait(STALL_S - 10)
     except subprocess.TimeoutExpired:
-        raise AssertionError("a killed reader stayed in the lookup for 20 s")
-    # Interrupts are answered at once, not when data comes.
-    assert time.monotonic() - t0 < 3, "kill took %.1f s" % (time.monotonic() - t0)
+        raise AssertionError("a killed reader stayed in the lookup for %d s"
+                             % (STALL_S - 10))
+    # Interrupts are answered at once, not when data comes: none has.
+    st = m.stats()
+    assert st["bytes_fetched"] == 0 and st["fresh_served"] == 0, json.dumps(st)
     fault_server.set_faults()
-    assert wait_for(lambda: m.stats()["pool_samples"] > 0, 60), m.stats()
+    assert wait_for(lambda: m.stats()["bytes_fetched"] > 0, 60), m.stats()
     # Longer than the 5 s expiry of unopened bindings.
     time.sleep(7)
     st = m.stats()

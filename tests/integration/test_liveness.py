@@ -1,7 +1,11 @@
 """test_liveness.py - nothing waits without a bound: reads against a server
-that trickles or stalls fail by read_timeout, signals and lazy unmounts end
-the daemon within 2 s (exit status 0), and echofs refuses to mount over a
-live or dead FUSE mount."""
+that trickles or stalls fail by read_timeout (one wait per read(2)), signals
+and lazy unmounts end the daemon without waiting for the blocked read (exit
+status 0), and echofs refuses to mount over a live or dead FUSE mount.
+
+No elapsed-time upper bounds: a daemon that waited for the blocked read
+would wait read_timeout, set here far beyond the generous hang guards
+(HANG_S), and the counters and exit statuses show what happened."""
 
 import errno
 import os
@@ -16,7 +20,12 @@ from conftest import index_for
 from helpers import PYTHON, Mount, source_of
 
 TRICKLE = os.path.join(helpers.REPO, "tests", "trickle_server.py")
-STOP_S = 2.0
+# A guard against hangs only: a daemon that waited for the blocked read
+# instead of ending would wait BLOCKED_READ_S (the read_timeout of these
+# mounts; the stall server never sends, rate1 needs far longer).
+HANG_S = 60
+BLOCKED_READ_S = 600
+ECHO_HANG_S = 20
 
 
 class Trickle:
@@ -76,21 +85,19 @@ def read_errno(path, box):
 def test_read_fails_by_read_timeout(trickle, mounter):
     m = mounter(trickle.source, opts={"index": trickle.index, "read_timeout": 4})
     path = first_file(m.mnt)
-    t0 = time.monotonic()
     err = helpers.read_errno(path)
-    dt = time.monotonic() - t0
     assert err in (errno.ETIMEDOUT, errno.EIO), "read gave errno %d" % err
     # One read(2), one wait: not one for the readahead and one for the
-    # kernel's synchronous retry.
-    assert dt < 4 + 2.5, "read took %.1f s with read_timeout=4" % dt
+    # kernel's synchronous retry (that one fails at once, uncounted here).
     st = m.stats()
+    assert st["read_timeouts"] == 1, st
     assert st["errors"]["read"] >= 1, st["errors"]
 
 
 def foreground(trickle, tmp_path, name, opts=None):
     """An echofs daemon in the foreground (so its exit status is ours)."""
-    m = Mount(str(tmp_path), trickle.source, opts=dict({"index": trickle.index},
-                                                       **(opts or {})), name=name)
+    o = {"index": trickle.index, "read_timeout": BLOCKED_READ_S}
+    m = Mount(str(tmp_path), trickle.source, opts=dict(o, **(opts or {})), name=name)
     proc = subprocess.Popen(m.argv() + ["-f"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
@@ -103,31 +110,45 @@ def foreground(trickle, tmp_path, name, opts=None):
     return m, proc
 
 
-def wait_exit(proc, timeout):
-    t0 = time.monotonic()
+def wait_exit(proc, timeout=HANG_S):
+    """proc's exit status, or None (killed) if it hung for timeout s."""
     try:
-        rc = proc.wait(timeout)
+        return proc.wait(timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-        return None, time.monotonic() - t0
-    return rc, time.monotonic() - t0
+        return None
+
+
+def wait_until(pred, timeout):
+    """True once pred() holds; False if it still does not after timeout s."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def blocked_reader(path):
+    """cat of path, still blocked after a second (it waits for the shard)."""
+    reader = start_reader(path)
+    time.sleep(1.0)
+    assert reader.poll() is None, "the read should still be blocked"
+    return reader
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_signal_during_blocked_read_exits_0(trickle, tmp_path, sig):
     m, proc = foreground(trickle, tmp_path, "sig%d" % sig)
     try:
-        reader = start_reader(first_file(m.mnt))
-        time.sleep(1.0)
-        assert reader.poll() is None, "the read should still be blocked"
+        reader = blocked_reader(first_file(m.mnt))
         proc.send_signal(sig)
-        rc, dt = wait_exit(proc, 20)
-        assert rc is not None, "echofs still running 20 s after signal %d" % sig
-        assert dt < STOP_S, "echofs took %.2f s to exit after signal %d" % (dt, sig)
+        rc = wait_exit(proc)
+        assert rc is not None, "echofs hung %d s after signal %d" % (HANG_S, sig)
         assert rc == 0, "exit status %d after signal %d" % (rc, sig)
         assert helpers.mount_entry(m.mnt) is None, "still mounted"
-        assert reader.wait(10) != 0, "the blocked cat should fail"
+        assert reader.wait(HANG_S) != 0, "the blocked cat should fail"
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -136,21 +157,17 @@ def test_signal_during_blocked_read_exits_0(trickle, tmp_path, sig):
 
 
 def test_lazy_unmount_during_blocked_read_ends_daemon(trickle, mounter):
-    m = mounter(trickle.source, opts={"index": trickle.index})
-    reader = start_reader(first_file(m.mnt))
-    time.sleep(1.0)
-    assert reader.poll() is None, "the read should still be blocked"
+    m = mounter(trickle.source, opts={"index": trickle.index,
+                                      "read_timeout": BLOCKED_READ_S})
+    reader = blocked_reader(first_file(m.mnt))
     pids = helpers.echofs_pids(m.mnt)
     assert pids, "no daemon found"
-    t0 = time.monotonic()
     subprocess.run(["fusermount3", "-uz", m.mnt], check=True)
     m.mounted = False
-    while helpers.echofs_pids(m.mnt) and time.monotonic() - t0 < 20:
-        time.sleep(0.05)
-    dt = time.monotonic() - t0
-    assert not helpers.echofs_pids(m.mnt), "daemon alive 20 s after -uz"
-    assert dt < STOP_S, "daemon took %.2f s to exit after fusermount3 -uz" % dt
-    assert reader.wait(10) != 0, "the blocked cat should fail"
+    # The read waits BLOCKED_READ_S: a daemon that waited for it hangs here.
+    assert wait_until(lambda: not helpers.echofs_pids(m.mnt), HANG_S), \
+        "daemon hung %d s after -uz" % HANG_S
+    assert reader.wait(HANG_S) != 0, "the blocked cat should fail"
 
 
 def refused(m, what):
@@ -215,9 +232,8 @@ def test_signal_on_idle_mount_exits_0(nginx, tmp_path, sig):
             time.sleep(0.05)
         assert os.listdir(m.mnt)
         proc.send_signal(sig)
-        rc, dt = wait_exit(proc, 20)
-        assert rc == 0, "exit status %s after signal %d" % (rc, sig)
-        assert dt < STOP_S, "took %.2f s to exit" % dt
+        rc = wait_exit(proc)
+        assert rc == 0, "exit status %s after signal %d (None: hung)" % (rc, sig)
         assert helpers.mount_entry(m.mnt) is None, "still mounted"
     finally:
         if proc.poll() is None:
@@ -234,11 +250,12 @@ def test_sigterm_during_blocked_echo_open_exits_0(trickle, tmp_path):
         time.sleep(1.5)
         assert reader.poll() is None, "the open should still be blocked"
         proc.send_signal(signal.SIGTERM)
-        rc, dt = wait_exit(proc, 70)
-        assert rc == 0, "exit status %s" % rc
-        assert dt < STOP_S, "echofs took %.2f s to exit" % dt
+        # The open waits in the pool for its 30 s (POOL_WAIT_DEFAULT): a
+        # daemon that waited it out instead of cancelling it hangs here.
+        rc = wait_exit(proc, ECHO_HANG_S)
+        assert rc == 0, "exit status %s (None: hung %d s)" % (rc, ECHO_HANG_S)
         assert helpers.mount_entry(m.mnt) is None, "still mounted"
-        assert reader.wait(10) != 0, "the blocked cat should fail"
+        assert reader.wait(HANG_S) != 0, "the blocked cat should fail"
     finally:
         if proc.poll() is None:
             proc.kill()
