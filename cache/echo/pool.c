@@ -77,6 +77,7 @@
 #include "cache/echo/pool_int.h"
 
 #include "cache/store/shards.h"
+#include "common/lockcheck.h"
 #include "common/util.h"
 #include "fetch/format/index.h"
 
@@ -571,6 +572,7 @@ static bool wait_class(struct pool *p, uint32_t cls, const struct deadline *dl)
 /* One take of class cls if one is possible now (p->lock held). */
 int pool_try_take(struct pool *p, uint32_t cls, struct echo_take *t)
 {
+	ASSERT_HELD(&p->lock);
 	int r;
 
 	buffer_pull(p, cls);
@@ -797,6 +799,7 @@ void pool_get_echo(struct pool *p, double *echo, enum echo_mode *mode)
  * (p->lock held); 0 before any echo. */
 static uint64_t age_quantile(const struct pool *p, double q)
 {
+	ASSERT_HELD(&p->lock);
 	uint64_t n = 0, seen = 0;
 
 	for (unsigned b = 0; b < POOL_AGE_BUCKETS; b++)
