@@ -117,7 +117,7 @@ static void put_entry(struct pool *p, struct entry *e)
 
 void pool_attach(struct pool *p, struct entry *e)
 {
-	echo_policy_add(p->ep, &e->it, e->cls);
+	IGNORE_RESULT(echo_policy_add(p->ep, &e->it, e->cls)); /* cls < ncls */
 	e->attached = true;
 	pool_notify(p, e->cls);
 }
@@ -181,7 +181,7 @@ static void buffer_pull(struct pool *p, uint32_t cls)
 		out[j] = t;
 	}
 	for (uint64_t i = 0; i < k; i++) {
-		echo_policy_add(p->ep, &out[i]->it, cls);
+		IGNORE_RESULT(echo_policy_add(p->ep, &out[i]->it, cls)); /* cls < ncls */
 		out[i]->attached = true;
 	}
 	free(out);
@@ -693,7 +693,7 @@ static void tick_governor(struct pool *p, bool fresh)
 	echo_gov_serve(p->gov, fresh);
 	if (!echo_gov_tick(p->gov, now_mono()))
 		return;
-	(void)echo_policy_set_cap(p->ep, echo_gov_factor(p->gov)); /* >= 1 */
+	IGNORE_RESULT(echo_policy_set_cap(p->ep, echo_gov_factor(p->gov))); /* >= 1 */
 	for (uint32_t c = 0; p->nparked && c < p->ncls; c++)
 		pool_notify(p, c);
 }

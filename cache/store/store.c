@@ -274,7 +274,9 @@ static int open_scan(struct store *s)
 	r = rescan(s, true, &tmp_bytes);
 	if (r == 0) {
 		pthread_mutex_lock(&s->lock);
-		store_evict_for(s, tmp_bytes, 0);
+		/* Best effort: over the cap with nothing evictable now, the next
+		 * admission evicts again and fails there if it must. */
+		IGNORE_RESULT(store_evict_for(s, tmp_bytes, 0));
 		pthread_mutex_unlock(&s->lock);
 	}
 	store_dir_unlock(lk);
