@@ -18,6 +18,7 @@
 #ifndef ECHOFS_DATASET_H
 #define ECHOFS_DATASET_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -119,6 +120,7 @@ struct dataset;
 
 /* Once per process, before any thread starts (the HTTP library's global
  * state). Returns 0 or -EIO. */
+MUST_CHECK
 int dataset_global_init(void);
 
 /* url with its userinfo and query string replaced by "***" (see
@@ -138,6 +140,7 @@ const char *dataset_net_version(void);
  * classed the samples. o is copied; its strings are borrowed for the
  * dataset's life. Returns 0 with *out set (free with dataset_close) or the
  * -errno of what failed with a one-line reason in err. */
+MUST_CHECK
 int dataset_open(const struct dataset_opts *o, struct dataset **out, char *err,
 		 size_t errlen);
 /* What echofs --check reports: SOURCE read, an index looked for (never
@@ -154,6 +157,7 @@ struct dataset_check {
  * shard list, the index (given, cached or beside the shards), one whole
  * shard. Returns 0, or -errno with a one-line reason in err (URLs
  * redacted; out holds what was found before the failure). */
+MUST_CHECK
 int dataset_check(const struct dataset_opts *o, struct dataset_check *out,
 		  char *err, size_t errlen);
 
@@ -207,6 +211,7 @@ void dataset_member_samples(const struct dataset *ds, uint32_t *out);
  * Returns the byte count (0 at or past the end, less than len only at the
  * end) or -errno: -EIO (fetch failed; logged), -ETIMEDOUT, -ECANCELED
  * (stopping), -EINVAL (bad sample), -ENXIO (no shard readers). */
+MUST_CHECK
 ssize_t dataset_read(struct dataset *ds, uint32_t sample, uint64_t off,
 		     size_t len, void *buf);
 /* A sample's bytes as a place in an open file, for replies that splice
@@ -230,6 +235,7 @@ struct dataset_span {
  * download's temp file). The bytes were checked against the index just now
  * and the file stays pinned (or the download's commit waits) until
  * dataset_span_done. Returns 0, -EAGAIN (use dataset_read) or -EINVAL. */
+MUST_CHECK
 int dataset_read_span(struct dataset *ds, uint32_t sample, uint64_t off,
 		      size_t len, struct dataset_span *out);
 void dataset_span_done(struct dataset *ds, struct dataset_span *sp);
@@ -248,6 +254,7 @@ void dataset_prefetch(struct dataset *ds, uint32_t group);
  * are every sample the tree shows; reads through dataset_read and
  * dataset_read_span count toward the current pass. Once, before the first
  * read. 0 or -EINVAL. */
+MUST_CHECK
 int dataset_track_pass(struct dataset *ds, const uint32_t *samples, size_t n);
 
 void dataset_get_stats(struct dataset *ds, struct dataset_stats *out);
@@ -270,6 +277,7 @@ struct dataset_part {
  * options; a wrapped dataset is world 1 until called). Call before any
  * reader or pool uses the dataset. Returns 0, or -EINVAL with a one-line
  * reason in err (world larger than the shard count, rank >= world). */
+MUST_CHECK
 int dataset_set_part(struct dataset *ds, uint32_t rank, uint32_t world,
 		     uint64_t seed, char *err, size_t errlen);
 /* 1 if the sample is in this rank's view (always, with world 1). */
@@ -301,6 +309,7 @@ uint32_t dataset_sample_id(const struct dataset_sample *s);
  * DATASET_NO_CLASS; samples outside this rank's part are left out here
  * unless the options repartition every pass. Returns 0, or the pool's
  * -errno with a one-line reason in err (-EBUSY: started already). */
+MUST_CHECK
 int dataset_echo_start(struct dataset *ds, const uint32_t *class_of,
 		       uint32_t nclasses, char *err, size_t errlen);
 /* 1 once dataset_echo_start succeeded. */
@@ -312,6 +321,7 @@ void dataset_echo_end(struct dataset *ds);
 /* Reserve a sample of class cls for one binding: fresh if the policy can,
  * else an echo; blocks up to the pool's wait. 0 with a reference in *out,
  * or -ETIMEDOUT, -EINVAL (bad class), -ESHUTDOWN (stopping), -ENXIO. */
+MUST_CHECK
 int dataset_echo_take(struct dataset *ds, uint32_t cls,
 		      struct dataset_sample **out);
 /* Completion of a parked take: err 0 with a reference in s, or
@@ -322,10 +332,12 @@ typedef void (*dataset_echo_done_fn)(void *ud, int err,
 /* dataset_echo_take without blocking: 0 with *out now, -EINPROGRESS when
  * parked (done(ud, ...) is called later), -EINTR (interrupted before it
  * parked), or -errno. tag (not NULL) names it for dataset_echo_cancel. */
+MUST_CHECK
 int dataset_echo_take_async(struct dataset *ds, uint32_t cls, const void *tag,
 			    dataset_echo_done_fn done, void *ud,
 			    struct dataset_sample **out);
 /* Answer the parked take named tag with -EINTR; 1 if it was parked. */
+MUST_CHECK
 int dataset_echo_cancel(struct dataset *ds, const void *tag);
 /* Answer every parked take with -ESHUTDOWN. */
 void dataset_echo_cancel_all(struct dataset *ds);
@@ -349,6 +361,7 @@ int dataset_echo_set(struct dataset *ds, double echo,
 uint64_t dataset_echo_ready(struct dataset *ds, uint32_t cls);
 /* "adaptive" / "fixed" / "greedy" <-> mode: 0 or -EINVAL; the name is
  * static. */
+MUST_CHECK
 int dataset_echo_mode_parse(const char *s, enum dataset_echo_mode *out);
 const char *dataset_echo_mode_name(enum dataset_echo_mode m);
 
@@ -368,6 +381,7 @@ enum dataset_echo_serve dataset_echo_serving(const struct dataset *ds);
 /* SERVE_DECODE: the binding's bytes decoded and transformed from taken
  * sample s's held bytes, a different crop/flip for every rand. 0 with a
  * malloc'd *out, or -errno (a bad image: logged, rate-limited). */
+MUST_CHECK
 int dataset_echo_decode(struct dataset *ds, const struct dataset_sample *s,
 			uint64_t rand, uint8_t **out, size_t *outlen);
 /* A take whose bytes are bad (dataset_echo_decode failed): undone, and the
@@ -376,10 +390,12 @@ int dataset_echo_decode(struct dataset *ds, const struct dataset_sample *s,
 void dataset_echo_discard(struct dataset *ds, struct dataset_sample *s);
 /* SERVE_AUGMENT: the binding's bytes made from held bytes, a different
  * crop/flip for every rand. 0 with a malloc'd *out, or -errno (logged). */
+MUST_CHECK
 int dataset_echo_augment(struct dataset *ds, const uint8_t *data, size_t len,
 			 uint64_t rand, uint8_t **out, size_t *outlen);
 /* SERVE_RENDER: the rendering's length, and bytes [off, off + n) of it
  * for rand written to dst (count or -errno, logged). */
+MUST_CHECK
 ssize_t dataset_echo_render_size(struct dataset *ds, const uint8_t *data,
 				 size_t len);
 ssize_t dataset_echo_render_range(struct dataset *ds, const uint8_t *data,
@@ -398,6 +414,7 @@ ssize_t dataset_output_fixed_size(const struct dataset *ds);
 /* The sample converted: 0 with a reference in *out, or -errno (-EIO for
  * an image that cannot be converted, counted; -ENXIO when not
  * converting). */
+MUST_CHECK
 int dataset_output_get(struct dataset *ds, uint32_t sample,
 		       struct dataset_output **out);
 const uint8_t *dataset_output_data(const struct dataset_output *o);

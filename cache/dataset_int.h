@@ -4,6 +4,7 @@
 #ifndef ECHOFS_DATASET_INT_H
 #define ECHOFS_DATASET_INT_H
 
+#include "common/attrs.h"
 #include <stdint.h>
 
 #include "cache/dataset.h"
@@ -47,6 +48,7 @@ struct dataset {
 
 /* dataset_echo.c: the decode workers and converted outputs of o->image
  * (none without it), after the readers opened. 0 or -errno with err. */
+MUST_CHECK
 int dataset_start_image(struct dataset *ds, const struct dataset_opts *o,
 			char *err, size_t errlen);
 /* The echo pool's and the outputs' figures into out. */

@@ -3,12 +3,14 @@
 #ifndef ECHOFS_FILE_H
 #define ECHOFS_FILE_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 
 /* Read path to EOF into a malloc'd, NUL-terminated buffer (caller frees).
  * More than cap bytes is -EFBIG (nothing returned). Reads to EOF whatever
  * st_size says, so pipes and files that report no size work too. Returns
  * 0 or -errno (-ENOMEM, the open/read error). */
+MUST_CHECK
 int file_read_all(const char *path, size_t cap, char **out, size_t *len);
 
 /* The same on an open descriptor (borrowed; not closed). */
@@ -16,6 +18,7 @@ int file_read_fd(int fd, size_t cap, char **out, size_t *len);
 
 /* Exactly len bytes from fd into buf, retrying short reads and EINTR.
  * Returns 0, -EIO when EOF comes first, or -errno. */
+MUST_CHECK
 int file_read_exact(int fd, void *buf, size_t len);
 
 #endif

@@ -2,6 +2,8 @@
 #ifndef ECHOFS_LOG_H
 #define ECHOFS_LOG_H
 
+#include "common/attrs.h"
+
 enum log_level {
 	LOG_LEVEL_ERROR = 0,
 	LOG_LEVEL_WARN,
@@ -10,12 +12,14 @@ enum log_level {
 };
 
 /* Parse "error", "warn", "info" or "debug". Returns 0 or -EINVAL. */
+MUST_CHECK
 int log_parse_level(const char *s, enum log_level *out);
 void log_set_level(enum log_level level);
 enum log_level log_get_level(void);
 
 /* Send messages to a file (appended, opened once; path borrowed) or, with
  * NULL, to syslog. Until called, messages go to stderr. Returns 0 or -errno. */
+MUST_CHECK
 int log_set_file(const char *path);
 void log_use_syslog(void);
 

@@ -3,6 +3,7 @@
 #ifndef ECHOFS_UTIL_H
 #define ECHOFS_UTIL_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,11 +20,13 @@ void *xnonnull(void *p, const char *what);
 
 /* Strict unsigned decimal: digits only, no sign, no spaces, no overflow.
  * Returns 0 or -EINVAL / -ERANGE. */
+MUST_CHECK
 int parse_u64(const char *s, uint64_t *out);
 /* Same on a length-delimited string (need not be NUL-terminated). */
 int parse_u64_n(const char *s, size_t len, uint64_t *out);
 /* A size: decimal with optional K, M, G, T suffix (powers of 1024, optional
  * trailing "B" or "iB"). Returns 0 or -EINVAL / -ERANGE. */
+MUST_CHECK
 int parse_size(const char *s, uint64_t *out);
 
 /* Monotonic clock in seconds. */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "common/deadline.h"
+#include "common/lockcheck.h"
 #include "common/util.h"
 
 /* Item states (workq_item.state, guarded by the queue lock). */
@@ -40,6 +41,7 @@ void workq_item_init(struct workq_item *it)
 /* Lock held. Take the first item and note whether a caller waits for it. */
 static struct workq_item *take(struct workq *q, bool *waited)
 {
+	ASSERT_HELD(&q->lock);
 	struct workq_item *it =
 		list_entry(list_pop_front(&q->queue), struct workq_item, link);
 	q->nqueued--;
@@ -98,6 +100,7 @@ static void *worker_main(void *arg)
  * caller may take is not spent waking an ordinary one). */
 static int wait_room(struct workq *q, bool urgent, enum workq_wait w)
 {
+	ASSERT_HELD(&q->lock);
 	size_t most = q->o.cap + (urgent ? q->o.urgent : 0);
 
 	while (!q->stop && q->o.cap && q->nqueued >= most) {
@@ -119,6 +122,7 @@ static int wait_room(struct workq *q, bool urgent, enum workq_wait w)
 static int enqueue(struct workq *q, struct workq_item *it, bool urgent,
 		   enum workq_wait w)
 {
+	ASSERT_HELD(&q->lock);
 	int r;
 
 	if (it->state == QUEUED)
@@ -206,6 +210,7 @@ int workq_pause(struct workq *q, double seconds)
  * their item's state; the others go to `dropped` for the cancel callback. */
 static void drop_queued(struct workq *q, struct list_node *dropped)
 {
+	ASSERT_HELD(&q->lock);
 	struct list_node *n;
 	while ((n = list_pop_front(&q->queue)) != NULL) {
 		struct workq_item *it = list_entry(n, struct workq_item, link);

@@ -32,6 +32,7 @@
 #ifndef ECHOFS_WORKQ_H
 #define ECHOFS_WORKQ_H
 
+#include "common/attrs.h"
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -70,6 +71,7 @@ struct workq;
 
 /* Starts the workers. Returns 0 with *out set, or -EINVAL / pthread_create's
  * -errno (*out NULL). */
+MUST_CHECK
 int workq_open(const struct workq_opts *o, struct workq **out);
 /* workq_shutdown(DRAIN) unless already shut down, then frees. Accepts NULL.
  * Must not be called from a worker, nor while another thread may still be
@@ -81,21 +83,25 @@ void workq_item_init(struct workq_item *it);
 /* Queue it at the back. Returns 0; -EAGAIN when full and NOWAIT; -EBUSY
  * when it is queued already; -ESHUTDOWN after shutdown began (also for
  * a WAIT submitter still waiting for room then). */
+MUST_CHECK
 int workq_submit(struct workq *q, struct workq_item *it, enum workq_wait w);
 
 /* Queue it (waiting for room) and wait until a worker has run it. Returns
  * 0, -ESHUTDOWN (never queued) or -ECANCELED (dropped unrun). Not from a
  * worker of the same queue when every worker could be waiting. */
+MUST_CHECK
 int workq_run(struct workq *q, struct workq_item *it);
 
 /* workq_run for an urgent item: queued after the urgent items already
  * queued and before every ordinary one, waiting for room only when
  * cap + urgent items are queued. Same returns as workq_run. */
+MUST_CHECK
 int workq_run_first(struct workq *q, struct workq_item *it);
 
 /* From a run callback: sleep up to `seconds`, returning early when an item
  * is submitted (returns 0) or shutdown begins (returns -ESHUTDOWN). For a
  * worker that retries later without spinning. */
+MUST_CHECK
 int workq_pause(struct workq *q, double seconds);
 
 /* Stop taking items (see DESIGN) and join the workers. Idempotent; later

@@ -11,6 +11,7 @@
 
 #include "cache/dataset.h"
 #include "common/deadline.h"
+#include "common/lockcheck.h"
 #include "common/util.h"
 #include "fs/namespace.h"
 
@@ -127,6 +128,7 @@ int bindings_owns(const struct bindings *b, uint64_t ino)
  * lock. */
 static struct binding *live(const struct bindings *b, uint32_t file)
 {
+	ASSERT_HELD(&b->lock);
 	struct binding *x = b->cur[file];
 	return x && x->s && !x->spent ? x : NULL;
 }
@@ -154,6 +156,7 @@ void bindings_set_sample(struct bindings *b, struct binding *x,
 			 struct dataset_sample *s, uint8_t *made, size_t outlen,
 			 uint64_t rand)
 {
+	ASSERT_HELD(&b->lock);
 	x->s = s;
 	x->out = made;
 	x->size = outlen;
@@ -170,6 +173,7 @@ static void load(struct bindings *b, struct binding *x,
 		 struct dataset_sample *s, uint8_t *made, size_t outlen,
 		 uint64_t rand)
 {
+	ASSERT_HELD(&b->lock);
 	bindings_set_sample(b, x, s, made, outlen, rand);
 	x->created = now_mono();
 	x->nlookup++;
@@ -217,6 +221,7 @@ static int rebindable(const struct binding *x)
  * holds the lock. */
 static void wait_last_reply(struct bindings *b, uint32_t file)
 {
+	ASSERT_HELD(&b->lock);
 	struct deadline d = deadline_in(REPLY_WAIT_MS / 1000.0);
 	struct binding *x;
 
@@ -233,6 +238,7 @@ static void wait_last_reply(struct bindings *b, uint32_t file)
 /* A new draw for the make or render hook. Caller holds the lock. */
 uint64_t bindings_next_rand(struct bindings *b)
 {
+	ASSERT_HELD(&b->lock);
 	uint64_t rand = hash64(&b->made, sizeof(b->made), b->first_ino);
 	b->made++;
 	return rand;
@@ -587,6 +593,7 @@ ssize_t bindings_read(struct bindings *b, struct binding *h, uint64_t off,
  * unlocked). */
 int bindings_maybe_unlink(struct bindings *b, struct binding *x)
 {
+	ASSERT_HELD(&b->lock);
 	if (x->nlookup || x->opens || x->reading || x->taking || x->storing)
 		return 0;
 	unhash(b, x);

@@ -61,6 +61,7 @@
 #ifndef ECHOFS_BINDINGS_H
 #define ECHOFS_BINDINGS_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -135,6 +136,7 @@ void bindings_bind_at_open(struct bindings *b, uint64_t size,
  * Starts the reaper. Returns 0 with *out set, or -errno with *out NULL (the
  * reaper could not start). The x_open rule of docs/ARCHITECTURE.md under
  * another name: bindings_open opens one binding. */
+MUST_CHECK
 int bindings_start(struct dataset *ds, const struct namespace *ns,
 		   uint64_t first_ino, double expire_s, bindings_make_fn make,
 		   void *make_ud, struct bindings **out);
@@ -147,6 +149,7 @@ int bindings_owns(const struct bindings *b, uint64_t ino);
 
 /* Current binding of namespace file `file`, made if needed; counts one
  * kernel lookup. Returns 0 or a negative errno from dataset_echo_take. */
+MUST_CHECK
 int bindings_lookup(struct bindings *b, uint32_t file, struct binding_attr *out);
 
 /* Completion of a parked lookup: err 0 with attr (one kernel lookup
@@ -158,6 +161,7 @@ typedef void (*bindings_done_fn)(void *ud, int err,
  * parked (done(ud, ...) is then called exactly once, from another thread,
  * maybe before this returns), or -errno. tag names the lookup for
  * bindings_cancel. */
+MUST_CHECK
 int bindings_lookup_async(struct bindings *b, uint32_t file, const void *tag,
 			  bindings_done_fn done, void *ud,
 			  struct binding_attr *out);
@@ -167,12 +171,14 @@ int bindings_lookup_async(struct bindings *b, uint32_t file, const void *tag,
 int bindings_cancel(struct bindings *b, const void *tag);
 
 /* Attributes of a known binding inode: 0 or -ENOENT. */
+MUST_CHECK
 int bindings_getattr(struct bindings *b, uint64_t ino, struct binding_attr *out);
 
 /* Open a binding: *out set (a handle for bindings_read/release) and 0, or
  * 1 when the kernel's cached pages of ino must be dropped at this open
  * (keep_cache off; see Rebinding above); or -ESTALE (expired, spent),
  * -ENOENT. */
+MUST_CHECK
 int bindings_open(struct bindings *b, uint64_t ino, struct binding **out);
 /* Completion of an open: r 0 (keep the pages) or 1 (drop them) with h,
  * or -errno with h NULL. */
@@ -187,6 +193,7 @@ int bindings_binds_at_open(const struct bindings *b);
  * (done(ud, ...) is then called exactly once, maybe from another thread,
  * maybe before this returns), or -errno. tag names the open for
  * bindings_cancel and, while its take is parked, for the pool. */
+MUST_CHECK
 int bindings_open_async(struct bindings *b, uint64_t ino, const void *tag,
 			bindings_opened_fn done, void *ud,
 			struct binding **out);
@@ -205,6 +212,7 @@ int bindings_take_store(struct bindings *b, struct binding *h, uint64_t max,
  * hook the bytes are rendered into a buffer of the calling thread, valid
  * until its next bindings_read. Returns the byte count (0 past the end),
  * -ESTALE, or the render hook's -errno (then no bindings_read_done). */
+MUST_CHECK
 ssize_t bindings_read(struct bindings *b, struct binding *h, uint64_t off,
 		      size_t size, const void **data);
 void bindings_read_done(struct bindings *b, struct binding *h);
@@ -215,6 +223,7 @@ void bindings_forget(struct bindings *b, uint64_t ino, uint64_t n);
 
 /* Source sample number of a binding (for user.echofs.source): 0 or -ENOENT
  * (unknown, or expired). */
+MUST_CHECK
 int bindings_source(struct bindings *b, uint64_t ino, uint32_t *sample);
 
 void bindings_get_stats(struct bindings *b, struct bindings_stats *out);

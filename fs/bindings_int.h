@@ -9,6 +9,7 @@
 #ifndef ECHOFS_BINDINGS_INT_H
 #define ECHOFS_BINDINGS_INT_H
 
+#include "common/attrs.h"
 #include "fs/bindings.h"
 
 #include <pthread.h>
@@ -100,6 +101,7 @@ void bindings_set_sample(struct bindings *b, struct binding *x,
  * with draw rand: 0 with *made (NULL: the sample's own bytes) and
  * *outlen, or -errno with s given back, or -EAGAIN: s was bad and is
  * discarded, take another. */
+MUST_CHECK
 int bindings_make(struct bindings *b, struct dataset_sample *s, uint64_t rand,
 		  uint8_t **made, size_t *outlen);
 /* A new draw for the make or render hook. */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "cache/dataset.h"
+#include "common/lockcheck.h"
 #include "common/util.h"
 #include "fs/namespace.h"
 
@@ -18,6 +19,7 @@
 static struct opener *unwait(struct bindings *b, const struct binding *x,
 			     const void *tag)
 {
+	ASSERT_HELD(&b->lock);
 	struct opener **pp = &b->waiting, *got = NULL, **tail = &got;
 
 	while (*pp) {
@@ -38,6 +40,7 @@ static struct opener *unwait(struct bindings *b, const struct binding *x,
 static struct opener *first_waiting(const struct bindings *b,
 				    const struct binding *x)
 {
+	ASSERT_HELD(&b->lock);
 	struct opener *w = b->waiting;
 	while (w && w->x != x)
 		w = w->next;
@@ -120,6 +123,7 @@ static int decode_taken(struct bindings *b, struct binding *x,
  * holds the lock, which this drops. */
 static void take_failed(struct bindings *b, struct binding *x, int err)
 {
+	ASSERT_HELD(&b->lock);
 	struct opener *failed, *next;
 	const void *tag = NULL;
 

@@ -480,3 +480,58 @@ int control_configure(struct control *c, const char *text, size_t len,
 	pthread_mutex_unlock(&c->cfg_lock);
 	return r;
 }
+
+struct control_cfgbuf {
+	size_t len;
+	char buf[CONTROL_LINE_MAX];
+};
+
+struct control_cfgbuf *control_cfgbuf_new(void)
+{
+	return xcalloc(1, sizeof(struct control_cfgbuf));
+}
+
+void control_cfgbuf_free(struct control_cfgbuf *b)
+{
+	free(b);
+}
+
+int control_configure_write(struct control *c, struct control_cfgbuf *b,
+			    const char *text, size_t len, char *err,
+			    size_t errlen)
+{
+	const char *nl = len ? memrchr(text, '\n', len) : NULL;
+	size_t head = nl ? (size_t)(nl - text) + 1 : 0; /* complete lines */
+	size_t tail = len - head, have = nl ? 0 : b->len;
+	char *joined;
+	int r;
+
+	/* Checked first, so that a refused write applies nothing. */
+	if (tail > CONTROL_LINE_MAX - have) {
+		snprintf(err, errlen, "line too long (over %d bytes)",
+			 CONTROL_LINE_MAX);
+		return -EINVAL;
+	}
+	if (nl) {
+		joined = xmalloc(b->len + head);
+		memcpy(joined, b->buf, b->len);
+		memcpy(joined + b->len, text, head);
+		r = control_configure(c, joined, b->len + head, err, errlen);
+		free(joined);
+		if (r)
+			return r;
+		b->len = 0;
+	}
+	memcpy(b->buf + b->len, text + head, tail);
+	b->len += tail;
+	return 0;
+}
+
+int control_configure_close(struct control *c, struct control_cfgbuf *b,
+			    char *err, size_t errlen)
+{
+	size_t n = b->len;
+
+	b->len = 0;
+	return n ? control_configure(c, b->buf, n, err, errlen) : 0;
+}

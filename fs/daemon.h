@@ -4,6 +4,8 @@
 #ifndef ECHOFS_DAEMON_H
 #define ECHOFS_DAEMON_H
 
+#include "common/attrs.h"
+
 /* Fork. The parent waits and exits: 0 after daemon_ready, 1 after printing
  * the message of daemon_fail or when the child dies first. Only the child
  * returns (0), keeping stderr until daemon_ready so progress shows. With
@@ -11,6 +13,7 @@
  * DESIGN note below and starts the watcher, so call it before creating any
  * other thread. log_file (borrowed, may be NULL) is reopened on SIGUSR1
  * and, in the background, SIGHUP. Returns 0 or -errno. */
+MUST_CHECK
 int daemon_start(int foreground, const char *log_file);
 
 /* The mount is up: release the parent and detach from the terminal
@@ -52,6 +55,7 @@ struct fuse_session;
 /* Install the SIGTERM handler and let the watcher stop the session. mount_id: our mount in
  * /proc/self/mountinfo, or -1 to skip the lazy-unmount check. cancel(ud) is
  * called at most once, from the watcher thread. Returns 0 or -errno. */
+MUST_CHECK
 int daemon_watch(struct fuse_session *se, int mount_id,
 		 void (*cancel)(void *ud), void *ud);
 

@@ -29,6 +29,8 @@
 #ifndef ECHOFS_ERRMAP_H
 #define ECHOFS_ERRMAP_H
 
+#include "common/attrs.h"
+
 enum errmap_op {
 	ERRMAP_LOOKUP, /* lookup, getattr, setattr */
 	ERRMAP_OPEN,
@@ -39,6 +41,7 @@ enum errmap_op {
 
 /* The errno (positive, for fuse_reply_err) a reader gets for the internal
  * error err (0 or a negative errno) in operation op. 0 for 0. */
+MUST_CHECK
 int errmap_reply(enum errmap_op op, int err);
 
 #endif

@@ -18,6 +18,7 @@
 #ifndef ECHOFS_METRICS_H
 #define ECHOFS_METRICS_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 
 struct control;
@@ -30,12 +31,14 @@ struct metrics;
 /* Check an address as given to -o metrics=: "PORT" (loopback),
  * "HOST:PORT" with a numeric IPv4 host, or "[IPv6]:PORT". Returns 0 or
  * -EINVAL with a reason in err. */
+MUST_CHECK
 int metrics_check_addr(const char *spec, char *err, size_t errlen);
 
 /* Listen on spec and serve ctl's Prometheus text. ctl is borrowed and must
  * outlive the server. Returns 0 with *out set, or -EINVAL (spec is not a
  * local address) or the bind error (e.g. -EADDRINUSE) with *out NULL and a
  * one-line reason in err. */
+MUST_CHECK
 int metrics_open(const char *spec, struct control *ctl, struct metrics **out,
 		 char *err, size_t errlen);
 /* libmicrohttpd's version (static string). */

@@ -194,8 +194,9 @@ static uint32_t class_id(struct class_table *t, const char *label)
 	uint64_t num = 0;
 	size_t j;
 
+	/* numeric: find_classes parsed every label already: this cannot fail. */
 	if (t->numeric)
-		parse_u64(label, &num);
+		IGNORE_RESULT(parse_u64(label, &num));
 	if (2 * (t->n + 1) > t->nslots)
 		class_table_grow(t);
 	for (j = label_hash(t, label, num) & (t->nslots - 1); t->slot[j];

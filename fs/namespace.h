@@ -16,6 +16,7 @@
 #ifndef ECHOFS_NAMESPACE_H
 #define ECHOFS_NAMESPACE_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -84,6 +85,7 @@ struct namespace
  * not NULL, replaces every file's extension (e.g. "ppm" when files are
  * served converted). Returns 0 with *out set, or -ENOMEM (the tables are
  * sized by the dataset) or -EOVERFLOW (past 2^32 files) with *out NULL. */
+MUST_CHECK
 int ns_open(const struct dataset *ds, const char *ext, struct namespace **out);
 void ns_free(struct namespace *ns);
 
@@ -95,6 +97,7 @@ void ns_free(struct namespace *ns);
  * with one name are renamed as in ns_open ("_dup<n>"). Returns 0 with *out
  * set, -ENOTSUP when the index lists no members (formats 1 and 2), or
  * -ENOMEM / -EOVERFLOW as ns_open. */
+MUST_CHECK
 int ns_open_samples(const struct dataset *ds, struct namespace **out);
 
 /* What an inode is. For NS_CLASS and NS_FILE, *num receives the class or

@@ -627,6 +627,9 @@ static void open_echo(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 		else if ((fi->flags & O_ACCMODE) != O_RDONLY)
 			r = may_steer(req, fs);
 		fi->direct_io = 1;
+		if (r == 0 && (fi->flags & O_ACCMODE) != O_RDONLY)
+			/* Lines split over writes join here (control.h). */
+			fi->fh = (uint64_t)(uintptr_t)control_cfgbuf_new();
 	} else if (!bindings_owns(fs->bind, ino)) {
 		r = -EISDIR;
 	} else if ((fi->flags & O_ACCMODE) != O_RDONLY) {
@@ -637,8 +640,9 @@ static void open_echo(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 	}
 	if (r)
 		fuse_reply_err(req, errmap_reply(ERRMAP_OPEN, r));
-	else
-		fuse_reply_open(req, fi);
+	else if (fuse_reply_open(req, fi) == -ENOENT && ino == NS_INO_CONFIG)
+		/* The opener was interrupted: no release will come. */
+		control_cfgbuf_free((struct control_cfgbuf *)(uintptr_t)fi->fh);
 }
 
 static void fs_op_open(fuse_req_t req, fuse_ino_t ino,
@@ -671,13 +675,31 @@ static void fs_op_open(fuse_req_t req, fuse_ino_t ino,
 	}
 }
 
+/* The last close of a config handle: its unfinished last line applies now
+ * (RELEASE cannot fail the close: a bad one is logged). Not at FLUSH: a
+ * flush handler would cost exact mounts a FLUSH round trip on every close
+ * of a file the kernel opened itself (no_open sends no FOPEN_NOFLUSH). */
+static void config_close(struct fs_ctx *fs, struct control_cfgbuf *b)
+{
+	char err[256];
+
+	if (!b)
+		return;
+	if (control_configure_close(fs->ctl, b, err, sizeof(err)) != 0)
+		log_warn(".echofs/config: last line at close: %s", err);
+	else
+		snap_drop(fs, NS_INO_CONFIG);
+	control_cfgbuf_free(b);
+}
+
 static void fs_op_release(fuse_req_t req, fuse_ino_t ino,
 			  struct fuse_file_info *fi)
 {
 	struct fs_ctx *fs = ctx_of(req);
-	(void)ino;
 
-	if (fs->bind && fi->fh)
+	if (ino == NS_INO_CONFIG)
+		config_close(fs, (struct control_cfgbuf *)(uintptr_t)fi->fh);
+	else if (fs->bind && fi->fh)
 		bindings_release(fs->bind, (struct binding *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
@@ -731,8 +753,8 @@ static void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	struct fs_ctx *fs = ctx_of(req);
 	char err[256];
 	int r;
+	struct control_cfgbuf *cb = (struct control_cfgbuf *)(uintptr_t)fi->fh;
 	(void)off;
-	(void)fi;
 
 	if (ino != NS_INO_CONFIG) {
 		fuse_reply_err(req, EROFS);
@@ -742,7 +764,11 @@ static void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		fuse_reply_err(req, errmap_reply(ERRMAP_WRITE, r));
 		return;
 	}
-	r = control_configure(fs->ctl, buf, size, err, sizeof(err));
+	if (cb) /* an echo mount's handle: lines may be split over writes */
+		r = control_configure_write(fs->ctl, cb, buf, size, err,
+					    sizeof(err));
+	else
+		r = control_configure(fs->ctl, buf, size, err, sizeof(err));
 	if (r) {
 		log_warn(".echofs/config: %s", err);
 		fuse_reply_err(req, errmap_reply(ERRMAP_WRITE, r));

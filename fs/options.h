@@ -3,6 +3,7 @@
 #ifndef ECHOFS_OPTIONS_H
 #define ECHOFS_OPTIONS_H
 
+#include "common/attrs.h"
 #include <stdint.h>
 #include <stdio.h>
 
@@ -66,6 +67,7 @@ struct fs_options {
  * should see (e.g. -o allow_other); the forced mount options
  * (ro,nosuid,nodev,fsname,subtype) are appended. Returns 0, or -EINVAL with
  * a one-line reason in err. Free with options_free even on error. */
+MUST_CHECK
 int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 		  size_t errlen);
 void options_free(struct fs_options *o);

@@ -68,7 +68,9 @@ static void build_shard_files(struct push *p)
  * only by the worker itself), so the queue needs no bound. */
 static void enqueue(struct push *p, uint32_t shard)
 {
-	workq_submit(p->wq, &p->items[shard].it, WORKQ_NOWAIT);
+	/* -EBUSY: queued already; -ESHUTDOWN: the mount stops, nothing is left
+	 * to push; -EAGAIN needs a cap, which this queue has not. */
+	IGNORE_RESULT(workq_submit(p->wq, &p->items[shard].it, WORKQ_NOWAIT));
 }
 
 static int stopping(struct push *p)
@@ -155,7 +157,8 @@ static void push_one(void *ctx, struct workq_item *it)
 		if (++si->waits < PUSH_WAIT_S * 1000 / RETRY_MS) {
 			p->n_waits++;
 			enqueue(p, s);
-			workq_pause(p->wq, RETRY_MS / 1000.0);
+			/* -ESHUTDOWN: this run ends next anyway. */
+			IGNORE_RESULT(workq_pause(p->wq, RETRY_MS / 1000.0));
 		}
 		return;
 	}

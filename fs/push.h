@@ -23,6 +23,7 @@
 #ifndef ECHOFS_PUSH_H
 #define ECHOFS_PUSH_H
 
+#include "common/attrs.h"
 #include <stdint.h>
 
 struct fuse_session;
@@ -43,6 +44,7 @@ struct push;
 
 /* All borrowed; must outlive the result. Starts the thread. Returns 0 with
  * *out set, or -errno with *out NULL (the thread could not start). */
+MUST_CHECK
 int push_open(struct fuse_session *se, const struct namespace *ns,
 	      struct dataset *ds, struct push **out);
 /* Stops the thread (it finishes the file it is on) and frees. Accepts NULL. */

@@ -47,6 +47,7 @@
 #ifndef ECHOFS_ECHO_GOVERNOR_H
 #define ECHOFS_ECHO_GOVERNOR_H
 
+#include "common/attrs.h"
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -88,6 +89,7 @@ struct echo_gov;
 
 /* 0 with *out set, or -EINVAL (*out NULL) for bad options. now is the
  * caller's monotonic clock in seconds. */
+MUST_CHECK
 int echo_gov_open(const struct echo_gov_opts *o, double now,
 		  struct echo_gov **out);
 void echo_gov_free(struct echo_gov *g); /* accepts NULL */
@@ -103,6 +105,7 @@ bool echo_gov_tick(struct echo_gov *g, double now);
 
 /* A new top factor E (echo= changed): the levels are rebuilt and the
  * governor starts again from level 0. -EINVAL if E < 1 or not finite. */
+MUST_CHECK
 int echo_gov_set_top(struct echo_gov *g, double echo, double now);
 
 double echo_gov_factor(const struct echo_gov *g);

@@ -4,6 +4,7 @@
  * or by pool_cancel (see the DESIGN in pool.c, "Parked takes"). */
 #include "cache/echo/pool_int.h"
 
+#include "common/lockcheck.h"
 #include "common/util.h"
 
 #include <errno.h>
@@ -94,6 +95,7 @@ void *parked_timer_main(void *arg)
 void parked_add(struct pool *p, uint32_t cls, const void *tag,
 		pool_done_fn done, void *ud)
 {
+	ASSERT_HELD(&p->lock);
 	struct waiter *w = xcalloc(1, sizeof(*w));
 
 	w->cls = cls;

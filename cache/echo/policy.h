@@ -50,6 +50,7 @@
 #ifndef ECHOFS_ECHO_POLICY_H
 #define ECHOFS_ECHO_POLICY_H
 
+#include "common/attrs.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -132,16 +133,19 @@ struct echo_policy;
 
 /* 0 with *out set, or -EINVAL (*out NULL) for bad options or
  * nclasses == 0. */
+MUST_CHECK
 int echo_policy_open(uint32_t nclasses, const struct echo_policy_opts *o,
 		     struct echo_policy **out);
 /* Forgets the items (the caller owns them). Accepts NULL. */
 void echo_policy_free(struct echo_policy *ep);
 
 /* A fresh sample of class cls arrives. Returns 0 or -EINVAL (bad class). */
+MUST_CHECK
 int echo_policy_add(struct echo_policy *ep, struct echo_item *it, uint32_t cls);
 
 /* Decide one open of class cls. Returns 0 with *t filled (the serve is
  * counted), -EAGAIN when the caller must wait for fresh data, or -EINVAL. */
+MUST_CHECK
 int echo_policy_take(struct echo_policy *ep, uint32_t cls, struct echo_take *t);
 
 /* Undo a take that was never shown to a reader: the serve is uncounted, an
@@ -180,6 +184,7 @@ struct echo_item *echo_policy_give_back(struct echo_policy *ep, uint32_t cls);
 /* Change E and the mode (samples already in the policy are re-filed: fixed
  * mode draws copies for them, net of the uses they already had). Returns 0
  * or -EINVAL (E < 1, > ECHO_MAX or not finite, unknown mode). */
+MUST_CHECK
 int echo_policy_set(struct echo_policy *ep, double echo, enum echo_mode mode);
 void echo_policy_get(const struct echo_policy *ep, double *echo,
 		     enum echo_mode *mode);
@@ -189,6 +194,7 @@ void echo_policy_get(const struct echo_policy *ep, double *echo,
  * call, so a cap raised after a long time at 1 does not release a burst of
  * echoes the old count would allow. Ignored in ECHO_FIXED. -EINVAL when
  * cap < 1 or not finite. */
+MUST_CHECK
 int echo_policy_set_cap(struct echo_policy *ep, double cap);
 
 /* Never-served samples of class cls held now (0 for a bad class). */

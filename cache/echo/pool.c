@@ -77,6 +77,7 @@
 #include "cache/echo/pool_int.h"
 
 #include "cache/store/shards.h"
+#include "common/lockcheck.h"
 #include "common/util.h"
 #include "fetch/format/index.h"
 
@@ -116,7 +117,7 @@ static void put_entry(struct pool *p, struct entry *e)
 
 void pool_attach(struct pool *p, struct entry *e)
 {
-	echo_policy_add(p->ep, &e->it, e->cls);
+	IGNORE_RESULT(echo_policy_add(p->ep, &e->it, e->cls)); /* cls < ncls */
 	e->attached = true;
 	pool_notify(p, e->cls);
 }
@@ -180,7 +181,7 @@ static void buffer_pull(struct pool *p, uint32_t cls)
 		out[j] = t;
 	}
 	for (uint64_t i = 0; i < k; i++) {
-		echo_policy_add(p->ep, &out[i]->it, cls);
+		IGNORE_RESULT(echo_policy_add(p->ep, &out[i]->it, cls)); /* cls < ncls */
 		out[i]->attached = true;
 	}
 	free(out);
@@ -571,6 +572,7 @@ static bool wait_class(struct pool *p, uint32_t cls, const struct deadline *dl)
 /* One take of class cls if one is possible now (p->lock held). */
 int pool_try_take(struct pool *p, uint32_t cls, struct echo_take *t)
 {
+	ASSERT_HELD(&p->lock);
 	int r;
 
 	buffer_pull(p, cls);
@@ -691,7 +693,7 @@ static void tick_governor(struct pool *p, bool fresh)
 	echo_gov_serve(p->gov, fresh);
 	if (!echo_gov_tick(p->gov, now_mono()))
 		return;
-	(void)echo_policy_set_cap(p->ep, echo_gov_factor(p->gov)); /* >= 1 */
+	IGNORE_RESULT(echo_policy_set_cap(p->ep, echo_gov_factor(p->gov))); /* >= 1 */
 	for (uint32_t c = 0; p->nparked && c < p->ncls; c++)
 		pool_notify(p, c);
 }
@@ -797,6 +799,7 @@ void pool_get_echo(struct pool *p, double *echo, enum echo_mode *mode)
  * (p->lock held); 0 before any echo. */
 static uint64_t age_quantile(const struct pool *p, double q)
 {
+	ASSERT_HELD(&p->lock);
 	uint64_t n = 0, seen = 0;
 
 	for (unsigned b = 0; b < POOL_AGE_BUCKETS; b++)

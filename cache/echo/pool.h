@@ -42,6 +42,7 @@
 #ifndef ECHOFS_POOL_H
 #define ECHOFS_POOL_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -138,6 +139,7 @@ struct pool;
  * the array is copied. Starts the streamer. Returns 0 with *out set, or
  * -errno with *out NULL: -EINVAL for bad options or classes, or why a
  * thread could not start. */
+MUST_CHECK
 int pool_open(const struct index *ix, struct shards *sh,
 	      const uint32_t *class_of, uint32_t nclasses,
 	      const struct pool_opts *o, struct pool **out);
@@ -156,6 +158,7 @@ void pool_stop(struct pool *p);
  * until pool_commit. Blocks up to wait_s. On success *out holds a reference
  * (release it with pool_release). Returns 0, -ETIMEDOUT, -EINVAL (bad
  * class) or -ESHUTDOWN (pool stopping). */
+MUST_CHECK
 int pool_take(struct pool *p, uint32_t cls, struct pool_sample **out);
 
 /* Completion of a parked take: err 0 with a reference in s (as from
@@ -169,12 +172,14 @@ typedef void (*pool_done_fn)(void *ud, int err, struct pool_sample *s);
  * must not touch what ud refers to after this returns unless done says
  * so); -EINTR when it would park but o->interrupted(tag) says so;
  * -EINVAL or -ESHUTDOWN. tag (not NULL) names the take for pool_cancel. */
+MUST_CHECK
 int pool_take_async(struct pool *p, uint32_t cls, const void *tag,
 		    pool_done_fn done, void *ud, struct pool_sample **out);
 
 /* Answer the parked take named tag with -EINTR (its done runs in this
  * thread). Returns 1 if it was still parked, 0 if not (already answered,
  * or never parked). */
+MUST_CHECK
 int pool_cancel(struct pool *p, const void *tag);
 
 /* Answer every parked take with -ESHUTDOWN (before the session that would
@@ -200,6 +205,7 @@ void pool_release(struct pool *p, struct pool_sample *s);
 
 /* Change the echo factor and mode at run time (from .echofs/config).
  * Returns 0 or -EINVAL (echo < 1, > 1000 or not finite, unknown mode). */
+MUST_CHECK
 int pool_set_echo(struct pool *p, double echo, enum echo_mode mode);
 void pool_get_echo(struct pool *p, double *echo, enum echo_mode *mode);
 
@@ -209,6 +215,7 @@ void pool_get_stats(struct pool *p, struct pool_stats *out);
 uint64_t pool_ready(struct pool *p, uint32_t cls);
 
 /* "adaptive" / "fixed" / "greedy" <-> enum. Returns 0 or -EINVAL. */
+MUST_CHECK
 int echo_mode_parse(const char *s, enum echo_mode *out);
 const char *echo_mode_name(enum echo_mode m);
 

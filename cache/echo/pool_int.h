@@ -9,6 +9,7 @@
 #ifndef ECHOFS_POOL_INT_H
 #define ECHOFS_POOL_INT_H
 
+#include "common/attrs.h"
 #include "cache/echo/governor.h"
 #include "cache/echo/policy.h"
 #include "cache/echo/pool.h"
@@ -162,8 +163,10 @@ void pool_buffer_push(struct pool *p, struct entry *e);
 void pool_buffer_flush(struct pool *p);
 /* Wait until len more bytes fit under mem_size (or the pool is empty):
  * 0, or -ESHUTDOWN. */
+MUST_CHECK
 int pool_make_room(struct pool *p, uint64_t len);
 /* One take of class cls if one is possible now: 0 or -EAGAIN/-EINVAL. */
+MUST_CHECK
 int pool_try_take(struct pool *p, uint32_t cls, struct echo_take *t);
 /* A reader's reference to what t took. */
 struct pool_sample *pool_hand_out(struct echo_take *t);

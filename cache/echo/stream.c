@@ -6,6 +6,7 @@
 
 #include "cache/index/partition.h"
 #include "cache/store/shards.h"
+#include "common/lockcheck.h"
 #include "common/util.h"
 #include "fetch/format/index.h"
 
@@ -58,7 +59,8 @@ static void drop_served(struct pool *p)
 	pthread_cond_signal(&p->room_cv);
 }
 
-/* Shuffle the shard order for a new pass (p->lock held). */
+/* Shuffle the shard order for a new pass (p->lock held, or at open before
+ * the threads start: no ASSERT_HELD). */
 void stream_begin_pass(struct pool *p)
 {
 	size_t n = p->ix->nshards;
@@ -124,6 +126,7 @@ static void add_entry(struct pool *p, struct entry *e)
 static void drop_failed(struct pool *p, struct entry *e, uint64_t reserved,
 			uint32_t sample, bool rejected)
 {
+	ASSERT_HELD(&p->lock);
 	p->bytes -= reserved;
 	p->samples--;
 	if (rejected && !p->bad[sample]) {
@@ -243,6 +246,7 @@ static int read_sample(struct pool *p, uint32_t s, bool reread, uint32_t pass)
  * policy's queues (p->lock held). */
 static uint64_t fresh_ready(const struct pool *p)
 {
+	ASSERT_HELD(&p->lock);
 	struct echo_policy_stats ps;
 
 	echo_policy_get_stats(p->ep, &ps);
@@ -265,6 +269,7 @@ static uint64_t pace_limit(const struct pool *p)
  * fresh sample wakes it (p->pacing). -ESHUTDOWN on stop. */
 static int pace(struct pool *p)
 {
+	ASSERT_HELD(&p->lock);
 	while (!p->stop && p->waiters == 0 && fresh_ready(p) >= pace_limit(p)) {
 		struct deadline dl = deadline_in(1.0);
 		p->pacing = true;
@@ -400,6 +405,7 @@ static int64_t stream_shard(struct pool *p, size_t i)
  * rather than counted; else the next pass starts. False on stop. */
 static uint64_t fresh_total(const struct pool *p)
 {
+	ASSERT_HELD(&p->lock);
 	uint64_t n = p->nshuf;
 
 	for (uint32_t c = 0; c < p->ncls; c++)
@@ -412,6 +418,7 @@ static uint64_t fresh_total(const struct pool *p)
  * what the rest is for. */
 static void rest_unless_waited(struct pool *p, double s)
 {
+	ASSERT_HELD(&p->lock);
 	struct deadline dl = deadline_in(s);
 
 	while (!p->stop && p->waiters == 0)
@@ -425,6 +432,7 @@ static void rest_unless_waited(struct pool *p, double s)
  * held). */
 static void wait_for_demand(struct pool *p)
 {
+	ASSERT_HELD(&p->lock);
 	while (!p->stop && p->waiters == 0 && p->takes == p->takes_at_walk) {
 		struct deadline dl = deadline_in(1.0);
 		p->pacing = true;

@@ -20,6 +20,7 @@
 #ifndef ECHOFS_DECODER_H
 #define ECHOFS_DECODER_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -90,6 +91,7 @@ uint64_t decoder_max_pixels(uint64_t max_pixels);
 
 /* For decoders that do not scale: w x h held to max_pixels (0: the
  * default). Returns 0 or -EFBIG with "<name>: WxH is above max_pixels". */
+MUST_CHECK
 int decoder_check_size(const char *name, unsigned w, unsigned h,
 		       uint64_t max_pixels, char *why, size_t whylen);
 

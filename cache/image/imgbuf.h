@@ -10,6 +10,7 @@
 #ifndef ECHOFS_IMGBUF_H
 #define ECHOFS_IMGBUF_H
 
+#include "common/attrs.h"
 #include "cache/image/transform.h"
 
 #include <stddef.h>
@@ -35,12 +36,14 @@ void *imgbuf_get(struct scratch *sc, size_t n);
 /* Zeroes img, then gives it a w x h pixel buffer from sc (or malloc with
  * NULL). Returns 0, -EINVAL (empty or past TRANSFORM_MAX_SIDE) or
  * -ENOMEM. */
+MUST_CHECK
 int imgbuf_alloc(struct image *img, unsigned w, unsigned h,
 		 struct scratch *sc);
 
 /* Copies the w x h window at (x, y) of in into *out (buffer from sc, or
  * malloc with NULL). Returns 0, -EINVAL (window not inside in) or
  * -ENOMEM. */
+MUST_CHECK
 int imgbuf_crop(const struct image *in, unsigned x, unsigned y, unsigned w,
 		unsigned h, struct image *out, struct scratch *sc);
 

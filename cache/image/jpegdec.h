@@ -12,6 +12,7 @@
 #ifndef ECHOFS_JPEGDEC_H
 #define ECHOFS_JPEGDEC_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +29,7 @@ struct jpegdec_info {
 /* The header of a JPEG, checked as a decode would (pre-scan, then
  * libjpeg), for the lossless transform. Returns 0, -EBADMSG, -ENOTSUP,
  * -EFBIG or -ENOMEM. */
+MUST_CHECK
 int jpegdec_header(struct decoder_state *st, const void *in, size_t len,
 		   uint64_t max_pixels, struct jpegdec_info *ji, char *why,
 		   size_t whylen);

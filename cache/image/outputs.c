@@ -11,6 +11,7 @@
 #include "cache/image/prep.h"
 #include "cache/image/prepared.h"
 #include "cache/store/shards.h"
+#include "common/lockcheck.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/format/index.h"
@@ -101,6 +102,7 @@ static struct output *find(struct outputs *o, uint32_t sample)
  * a failed read once more): it is counted and logged once. Lock held. */
 static void count_rejected(struct outputs *o, uint32_t sample, const char *why)
 {
+	ASSERT_HELD(&o->lock);
 	if (o->failed[sample])
 		return;
 	o->failed[sample] = 1;
@@ -156,6 +158,7 @@ static int make(struct outputs *o, uint32_t sample, struct output **out,
  * Caller holds the lock. */
 static void insert(struct outputs *o, struct output *x)
 {
+	ASSERT_HELD(&o->lock);
 	if (o->ncached >= OUTPUTS_SLOTS) {
 		struct output *victim = NULL;
 		list_for_each (n, &o->lru) {
@@ -179,6 +182,7 @@ static void insert(struct outputs *o, struct output *x)
 /* Caller holds the lock. A use: x becomes the most recently used. */
 static void hold(struct outputs *o, struct output *x)
 {
+	ASSERT_HELD(&o->lock);
 	x->refs++;
 	if (x->cached)
 		list_move_back(&o->lru, &x->lru);

@@ -14,6 +14,7 @@
 #ifndef ECHOFS_OUTPUTS_H
 #define ECHOFS_OUTPUTS_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -61,6 +62,7 @@ void outputs_set_prepared(struct outputs *o, struct prepared *tier);
  * image, logged with its reason once per file); -EFBIG (counted and
  * logged the same way) for a sample the index says is above
  * OUTPUTS_SAMPLE_MAX, refused before reading it. */
+MUST_CHECK
 int outputs_get(struct outputs *o, uint32_t sample, struct output **out);
 void outputs_put(struct outputs *o, struct output *out);
 

@@ -10,6 +10,7 @@
 #ifndef ECHOFS_PNGDEC_H
 #define ECHOFS_PNGDEC_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,11 +25,13 @@
 int pngdec_sniff(const void *in, size_t len);
 
 /* Width and height from the header. Returns 0, -EBADMSG or -EFBIG. */
+MUST_CHECK
 int pngdec_probe(const void *in, size_t len, unsigned *w, unsigned *h,
 		 char *why, size_t whylen);
 
 /* Decode into rgb, w * h * 3 bytes, w and h as pngdec_probe gave them.
  * Returns 0, -EBADMSG, -EFBIG or -ENOMEM. */
+MUST_CHECK
 int pngdec_decode(const void *in, size_t len, uint8_t *rgb, unsigned w,
 		  unsigned h, char *why, size_t whylen);
 

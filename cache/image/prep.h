@@ -23,6 +23,7 @@
 #ifndef ECHOFS_PREP_H
 #define ECHOFS_PREP_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -33,6 +34,7 @@ struct prep;
 
 /* opts is copied. threads 0 means the number of online CPUs. Returns 0 with
  * *out set, or -errno (the workers could not start). */
+MUST_CHECK
 int prep_open(const struct transform_opts *opts, unsigned threads,
 	      struct prep **out);
 /* Stops the workers once the queue is empty. Accepts NULL. */
@@ -41,6 +43,7 @@ void prep_free(struct prep *p);
 /* The whole pipeline (transform_apply) on a sample's bytes. *out is
  * malloc'd; the caller frees it. Returns 0 or -errno (-EBADMSG, -EFBIG,
  * -ENOTSUP...) with the reason in why. */
+MUST_CHECK
 int prep_apply(struct prep *p, const void *in, size_t len, uint64_t rand,
 	       uint8_t **out, size_t *outlen, char *why, size_t whylen);
 
@@ -51,6 +54,7 @@ int prep_prepare(struct prep *p, const void *in, size_t len, uint8_t **out,
 /* The length prep_prepare's buffer for in will have, from in's header
  * alone (transform_prepared_dims, in the calling thread), or -errno when
  * the header is unusable (prep_prepare then fails with the reason). */
+MUST_CHECK
 ssize_t prep_prepared_len(struct prep *p, const void *in, size_t len);
 
 /* Crop, flip and encode (transform_augment) a prepared-image buffer. With
@@ -67,6 +71,7 @@ int prep_augment(struct prep *p, const void *prepared, size_t len,
  * calling thread, so an echo READ renders straight into its reply buffer.
  * Same bytes as prep_augment for the same rand. Return the length / bytes
  * written, -ENOTSUP unless format=ppm, -EINVAL for a bad buffer. */
+MUST_CHECK
 ssize_t prep_augment_size(const struct prep *p, const void *prepared,
 			  size_t len);
 ssize_t prep_augment_range(const struct prep *p, const void *prepared,
@@ -78,6 +83,7 @@ unsigned prep_threads(const struct prep *p);
 
 /* The output size when it is known before any decoding (PPM with a crop),
  * else -ENOTSUP. */
+MUST_CHECK
 ssize_t prep_fixed_size(const struct prep *p);
 
 #endif

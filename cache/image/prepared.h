@@ -32,6 +32,7 @@
 #ifndef ECHOFS_PREPARED_H
 #define ECHOFS_PREPARED_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -56,6 +57,7 @@ int prepared_applies(const struct transform_opts *opts);
 
 /* Opens (creates) the tier under cache_dir with a cap of cap bytes for the
  * recipe of opts. Returns 0 with *out set, or -errno with a reason. */
+MUST_CHECK
 int prepared_open(const char *cache_dir, uint64_t cap,
 		  const struct transform_opts *opts, struct prepared **out,
 		  char *err, size_t errlen);
@@ -67,6 +69,7 @@ void prepared_close(struct prepared *p);
  * prep's workers and written to the tier (a failed write is logged, not an
  * error). *out is malloc'd; the caller frees it. Returns 0 or prep_prepare's
  * -errno with the reason in why. */
+MUST_CHECK
 int prepared_make(struct prepared *p, struct prep *prep, const void *in,
 		  size_t len, uint8_t **out, size_t *outlen, char *why,
 		  size_t whylen);

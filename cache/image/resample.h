@@ -6,6 +6,7 @@
 #ifndef ECHOFS_RESAMPLE_H
 #define ECHOFS_RESAMPLE_H
 
+#include "common/attrs.h"
 #include "cache/image/imgbuf.h"
 
 /* Bumped whenever the resampler's output bytes change: it is part of the
@@ -25,6 +26,7 @@ struct resample_region {
  * to free). When rg's full size is in's size this is a plain window copy.
  * Returns 0, -EINVAL (empty window, window outside the full size, size past
  * TRANSFORM_MAX_SIDE) or -ENOMEM. */
+MUST_CHECK
 int resample_region(const struct image *in, const struct resample_region *rg,
 		    struct scratch *tsc, struct scratch *osc,
 		    struct image *out);

@@ -13,6 +13,7 @@
 #ifndef ECHOFS_RRC_H
 #define ECHOFS_RRC_H
 
+#include "common/attrs.h"
 #include "cache/image/imgbuf.h"
 
 #include <stdint.h>
@@ -34,10 +35,12 @@ struct rrc_box {
 };
 
 /* 0 when p's ranges are usable (after defaults), else -EINVAL. */
+MUST_CHECK
 int rrc_check(const struct rrc_params *p);
 
 /* The box get_params draws from a w x h image with rand. Returns 0 or
  * -EINVAL (empty image, bad ranges). */
+MUST_CHECK
 int rrc_box(unsigned w, unsigned h, const struct rrc_params *p, uint64_t rand,
 	    struct rrc_box *out);
 
@@ -45,6 +48,7 @@ int rrc_box(unsigned w, unsigned h, const struct rrc_params *p, uint64_t rand,
  * shrinking, bilinear when growing) into *out. bsc holds the box's copy,
  * tsc the resampler's rows, osc the output (each may be NULL: malloc; an
  * output from malloc is the caller's). Returns 0, -EINVAL or -ENOMEM. */
+MUST_CHECK
 int rrc_render(const struct image *img, const struct rrc_box *b, unsigned c,
 	       struct scratch *bsc, struct scratch *tsc, struct scratch *osc,
 	       struct image *out);

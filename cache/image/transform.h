@@ -38,6 +38,7 @@
 #ifndef ECHOFS_TRANSFORM_H
 #define ECHOFS_TRANSFORM_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -101,6 +102,7 @@ void transform_image_free(struct image *img);
 /* Reads the declared size of a JPEG or PPM without decoding it (cheap: header
  * only). Returns 0, -EBADMSG, -ENOTSUP or -EFBIG (above max_pixels, 0 = the
  * default). */
+MUST_CHECK
 int transform_probe(struct transform_ctx *tc, const void *in, size_t len,
 		    uint64_t max_pixels, unsigned *w, unsigned *h, char *why,
 		    size_t whylen);
@@ -124,17 +126,20 @@ void transform_resized_dims(unsigned w, unsigned h, unsigned shorter,
  * into a new image *out: area averaging (box filter with exact fractional
  * coverage) on an axis that shrinks, bilinear on an axis that grows. in is
  * borrowed. Returns 0, -EINVAL or -ENOMEM. */
+MUST_CHECK
 int transform_resize(const struct image *in, unsigned shorter,
 		     struct image *out);
 
 /* Copies the w x h window at (x, y) of in into a new image *out. Returns 0,
  * -EINVAL (window not inside in, or empty) or -ENOMEM. */
+MUST_CHECK
 int transform_crop(const struct image *in, unsigned x, unsigned y, unsigned w,
 		   unsigned h, struct image *out);
 
 /* The origin of a c x c crop of a w x h image: centred (rounded down) when
  * random is 0, else uniform over all positions from rand. Returns 0 or
  * -EINVAL if c is 0 or larger than w or h. */
+MUST_CHECK
 int transform_crop_origin(unsigned w, unsigned h, unsigned c, int random,
 			  uint64_t rand, unsigned *x, unsigned *y);
 
@@ -147,6 +152,7 @@ void transform_flip(struct image *img);
 
 /* Encodes img as a baseline JPEG, 4:2:0, quality 1..100 (0 = 90). *out is
  * malloc'd, the caller frees it. Returns 0, -EINVAL, -ENOMEM or -EIO. */
+MUST_CHECK
 int transform_encode_jpeg(struct transform_ctx *tc, const struct image *img,
 			  int quality, uint8_t **out, size_t *len);
 
@@ -163,6 +169,7 @@ size_t transform_ppm_size(unsigned w, unsigned h);
  * -ENOTSUP for TF_JPEG and TF_SAME (the input's format is not known here:
  * ask with TF_PPM), -EINVAL when w or h is 0, -EFBIG when w*h or the resized
  * size is above max_pixels. */
+MUST_CHECK
 ssize_t transform_output_size(const struct transform_opts *opts, unsigned w,
 			      unsigned h);
 
@@ -172,6 +179,7 @@ ssize_t transform_output_size(const struct transform_opts *opts, unsigned w,
  * lossless transforms), the decoded pixels at the DCT scaling chosen and the
  * resampling buffers. Returns 0 with *bytes set, or -EBADMSG / -EINVAL when
  * the header is unusable (the transform then fails by itself). */
+MUST_CHECK
 int transform_decode_mem(const struct transform_opts *opts, const void *in,
 			 size_t len, uint64_t *bytes);
 
@@ -186,6 +194,7 @@ int transform_prepare(struct transform_ctx *tc,
 /* The size transform_prepare makes of in, from its header alone (probe and
  * the resize rule; no decoding). Returns 0, or the probe's or -EFBIG's
  * errors as transform_prepare would give them. */
+MUST_CHECK
 int transform_prepared_dims(struct transform_ctx *tc,
 			    const struct transform_opts *opts, const void *in,
 			    size_t inlen, unsigned *w, unsigned *h);
@@ -209,12 +218,14 @@ int transform_augment(struct transform_ctx *tc,
  * than n only at the end of the PPM, 0 past it) or -EINVAL (bad options,
  * format not TF_PPM, crop larger than img). -ENOTSUP with a random rrc crop:
  * it resamples, so it cannot render a range alone (use transform_augment). */
+MUST_CHECK
 ssize_t transform_augment_ppm(const struct transform_opts *opts,
 			      const struct image *img, uint64_t rand,
 			      uint64_t off, uint8_t *dst, size_t n);
 
 /* The length of what transform_augment_ppm renders of a w x h image, or
  * -EINVAL as transform_augment_ppm would. */
+MUST_CHECK
 ssize_t transform_augment_ppm_size(const struct transform_opts *opts,
 				   unsigned w, unsigned h);
 
@@ -227,6 +238,7 @@ ssize_t transform_augment_ppm_size(const struct transform_opts *opts,
  * taken from the flipped image when both are asked. Returns 0, -EBADMSG,
  * -ENOTSUP (not a JPEG, or a subsampling TurboJPEG can't name), -EINVAL
  * (crop larger than the image) or -ENOMEM. */
+MUST_CHECK
 int transform_lossless(struct transform_ctx *tc, const void *in, size_t inlen,
 		       unsigned crop, int random_crop, int flip, uint64_t rand,
 		       uint64_t max_pixels, uint8_t **out, size_t *outlen,

@@ -7,6 +7,7 @@
 #ifndef ECHOFS_WEBPDEC_H
 #define ECHOFS_WEBPDEC_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,11 +18,13 @@ int webpdec_sniff(const void *in, size_t len);
 
 /* Width and height from the header. Returns 0, -EBADMSG, -ENOTSUP or
  * -EFBIG. */
+MUST_CHECK
 int webpdec_probe(const void *in, size_t len, unsigned *w, unsigned *h,
 		  char *why, size_t whylen);
 
 /* Decode into rgb, w * h * 3 bytes, w and h as webpdec_probe gave them.
  * Returns 0, -EBADMSG, -ENOTSUP, -EFBIG or -ENOMEM. */
+MUST_CHECK
 int webpdec_decode(const void *in, size_t len, uint8_t *rgb, unsigned w,
 		   unsigned h, char *why, size_t whylen);
 

@@ -408,10 +408,11 @@ static void run_jobs(struct build *b, unsigned jobs)
 
 	if (jobs > b->list->n)
 		jobs = (unsigned)b->list->n;
-	(void)workq_open(&(struct workq_opts){.threads = jobs, .run = job_run,
-					 .ctx = b},
-		   &q);
 	/* If no thread can be started, the calling thread does all the work. */
+	if (workq_open(&(struct workq_opts){.threads = jobs, .run = job_run,
+					    .ctx = b},
+		       &q) != 0)
+		q = NULL;
 	for (size_t i = 0; i < b->list->n; i++)
 		if (!q || workq_submit(q, &b->res[i].item, WORKQ_NOWAIT) != 0)
 			job_run(b, &b->res[i].item);

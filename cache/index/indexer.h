@@ -4,6 +4,7 @@
 #ifndef ECHOFS_INDEXER_H
 #define ECHOFS_INDEXER_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,6 +30,7 @@ struct indexer_skips {
  * shard and reason). Any shard failing (404, unreachable, malformed tar) fails
  * the build: returns -errno with a one-line reason naming the (redacted)
  * shard URL in err. *out is caller-freed (index_free). */
+MUST_CHECK
 int indexer_build(struct http *h, struct store *st,
 		  const struct shardlist *list, unsigned jobs,
 		  indexer_progress_fn progress, void *ud, struct index **out,

@@ -17,6 +17,7 @@
 #ifndef ECHOFS_PARTITION_H
 #define ECHOFS_PARTITION_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,6 +28,7 @@
  * counts[i] (samples in shard i). Returns 0, or -EINVAL with a one-line
  * reason in err when world is 0 or above PARTITION_WORLD_MAX, or when
  * world > nshards ("world=W but only S shards"): a rank would get nothing. */
+MUST_CHECK
 int partition_assign(const uint64_t *counts, size_t nshards, uint64_t seed,
 		     uint32_t world, uint64_t pass, uint32_t *rank_of,
 		     char *err, size_t errlen);

@@ -4,6 +4,7 @@
 #ifndef ECHOFS_RESOLVE_H
 #define ECHOFS_RESOLVE_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,6 +36,7 @@ struct resolve_info {
  * unreachable server fails the mount now rather than the first read. A
  * built or fetched index is saved under cache_dir/index/ for later mounts.
  * Returns 0 or -errno with a one-line reason in err (URLs redacted). */
+MUST_CHECK
 int resolve_open(const struct resolve_opts *o, struct http *h,
 		 struct store *st, struct index **out,
 		 struct resolve_info *info, char *err, size_t errlen);

@@ -41,6 +41,7 @@
 #include "cache/store/store.h"
 #include "cache/store/verify.h"
 #include "common/deadline.h"
+#include "common/lockcheck.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "common/workq.h"
@@ -63,6 +64,7 @@
  * takes it), so the unbounded queue holds at most nshards items. */
 void shards_enqueue(struct shards *sh, uint32_t n)
 {
+	ASSERT_HELD(&sh->lock);
 	struct slot *s = &sh->slots[n];
 	/* Refused only once shards_free began: readers then see stop. */
 	if (workq_submit(sh->wq, &s->item, WORKQ_NOWAIT) != 0)
@@ -153,6 +155,7 @@ static int pass_needed(void *ud, uint64_t hash)
 /* p->lock held. Every sample of the view was read: a new pass begins. */
 static void pass_restart(struct shards *sh, struct pass *p)
 {
+	ASSERT_HELD(&p->lock);
 	memset(p->seen, 0, sh->ix->nsamples);
 	for (size_t g = 0; g < nshards(sh); g++)
 		atomic_store_explicit(&p->left[g], p->view_count[g],
@@ -177,6 +180,7 @@ static void pass_finished(struct shards *sh, uint32_t g)
  * store has no room without evicting shards the pass still needs. */
 static bool bypass_store(struct shards *sh, struct slot *s, uint32_t n)
 {
+	ASSERT_HELD(&sh->lock);
 	if (!sh->pass || !sh->st)
 		return false;
 	if (now_mono() < s->bypass_until)
@@ -198,6 +202,7 @@ struct req {
 
 static ssize_t wait_slot(struct shards *sh, struct slot *s, struct req *q)
 {
+	ASSERT_HELD(&sh->lock);
 	struct deadline until = q->deadline;
 	int r;
 
@@ -221,6 +226,7 @@ static ssize_t wait_slot(struct shards *sh, struct slot *s, struct req *q)
 static ssize_t range_read(struct shards *sh, struct slot *s, struct req *q,
 			  enum state st, bool bypass)
 {
+	ASSERT_HELD(&sh->lock);
 	const struct index_shard *is = &sh->ix->shards[q->n];
 	int r;
 
@@ -245,6 +251,7 @@ static ssize_t range_read(struct shards *sh, struct slot *s, struct req *q,
 /* NONE: look in the store (lock dropped), else queue a fetch. */
 static ssize_t step_none(struct shards *sh, struct slot *s, struct req *q)
 {
+	ASSERT_HELD(&sh->lock);
 	const struct index_shard *is = &sh->ix->shards[q->n];
 	struct store_entry *e;
 
@@ -272,6 +279,7 @@ static ssize_t step_none(struct shards *sh, struct slot *s, struct req *q)
 /* Lock held. A corrupt entry: drop it and fetch the shard again. */
 static void refetch(struct shards *sh, struct slot *s, uint32_t n)
 {
+	ASSERT_HELD(&sh->lock);
 	store_drop(s->c->e);
 	shards_retire(sh, s);
 	sh->stats.refetches++;
@@ -280,6 +288,7 @@ static void refetch(struct shards *sh, struct slot *s, uint32_t n)
 
 static ssize_t step_cached(struct shards *sh, struct slot *s, struct req *q)
 {
+	ASSERT_HELD(&sh->lock);
 	struct cref *c = s->c;
 	ssize_t r;
 
@@ -317,6 +326,7 @@ static ssize_t step_cached(struct shards *sh, struct slot *s, struct req *q)
  * wait for the fetch as before. */
 static ssize_t step_peer(struct shards *sh, struct slot *s, struct req *q)
 {
+	ASSERT_HELD(&sh->lock);
 	const struct index_shard *is = &sh->ix->shards[q->n];
 	uint64_t stop;
 	size_t i =
@@ -352,6 +362,7 @@ static ssize_t step_peer(struct shards *sh, struct slot *s, struct req *q)
 
 static ssize_t step_fetching(struct shards *sh, struct slot *s, struct req *q)
 {
+	ASSERT_HELD(&sh->lock);
 	struct wref *wr = s->wr;
 	ssize_t r;
 
@@ -374,6 +385,7 @@ static ssize_t step_fetching(struct shards *sh, struct slot *s, struct req *q)
 
 static ssize_t step_uncached(struct shards *sh, struct slot *s, struct req *q)
 {
+	ASSERT_HELD(&sh->lock);
 	if (now_mono() >= s->until) {
 		s->state = NONE; /* maybe the store has room again */
 		return AGAIN;
@@ -388,6 +400,7 @@ static ssize_t step_uncached(struct shards *sh, struct slot *s, struct req *q)
 static bool worth_a_range(const struct shards *sh, const struct slot *s,
 			  const struct req *q)
 {
+	ASSERT_HELD(&sh->lock);
 	double now = now_mono(), el, rate;
 
 	if (q->ranged || sh->range_after_s <= 0)
@@ -411,6 +424,7 @@ static bool worth_a_range(const struct shards *sh, const struct slot *s,
  * stream as before. */
 static ssize_t step_range(struct shards *sh, struct req *q)
 {
+	ASSERT_HELD(&sh->lock);
 	const struct index_shard *is = &sh->ix->shards[q->n];
 	int r;
 
@@ -427,6 +441,7 @@ static ssize_t step_range(struct shards *sh, struct req *q)
 
 static ssize_t step(struct shards *sh, struct req *q)
 {
+	ASSERT_HELD(&sh->lock);
 	struct slot *s = &sh->slots[q->n];
 
 	switch (s->state) {
@@ -687,7 +702,9 @@ static struct pass *pass_new(struct shards *sh, const uint32_t *samples,
 	}
 	qsort(p->keys, nshards(sh), sizeof(*p->keys), cmp_keyed);
 	pthread_mutex_init(&p->lock, NULL);
+	pthread_mutex_lock(&p->lock); /* p is not shared yet: for the check */
 	pass_restart(sh, p);
+	pthread_mutex_unlock(&p->lock);
 	return p;
 }
 

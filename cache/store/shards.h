@@ -61,6 +61,7 @@
 #ifndef ECHOFS_SHARDS_H
 #define ECHOFS_SHARDS_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -119,6 +120,7 @@ struct shards;
 /* ix, h and st are borrowed and must outlive the result; st may be NULL (no
  * disk cache). Starts the worker threads. Returns 0 with *out set, or
  * -errno (-EINVAL, -EOVERFLOW: too many samples to check, or the threads'). */
+MUST_CHECK
 int shards_open(const struct index *ix, struct http *h, struct store *st,
 		const struct shards_opts *o, struct shards **out);
 /* Stops the workers (aborting transfers in progress: a transfer stalled with
@@ -135,6 +137,7 @@ void shards_cancel(struct shards *sh);
  * are available. Returns the byte count (len unless past the shard's end) or
  * -EIO (shard failed; the reason is logged once per failure), -ETIMEDOUT,
  * -EINVAL (bad shard number). */
+MUST_CHECK
 ssize_t shards_read(struct shards *sh, uint32_t shard, uint64_t off,
 		    size_t len, void *buf);
 
@@ -162,6 +165,7 @@ struct shards_view {
  * index without checksums, a partial member, or a mismatch: shards_read
  * then handles the read as before), or -EINVAL. Counted once done: in hits
  * and views (cache file), or misses, views and views_streaming (stream). */
+MUST_CHECK
 int shards_view(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 		struct shards_view *v);
 void shards_view_done(struct shards *sh, struct shards_view *v);
@@ -177,6 +181,7 @@ void shards_view_done(struct shards *sh, struct shards_view *v);
  * it goes first. Call once, before the first read. 0 or -EINVAL. Without
  * it (echo mounts: the pool streams whole shards on purpose) nothing
  * changes. */
+MUST_CHECK
 int shards_track(struct shards *sh, const uint32_t *samples, size_t n);
 /* Sample (an index sample number) is being read by the mount's reader (or
  * pushed into the page cache). No-op without shards_track. */

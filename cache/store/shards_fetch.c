@@ -7,6 +7,7 @@
 
 #include "cache/store/store.h"
 #include "cache/store/verify.h"
+#include "common/lockcheck.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/format/index.h"
@@ -30,6 +31,7 @@ void shards_log_failure(struct shards *sh, uint32_t n, int err)
 /* Lock held. */
 void shards_set_failed(struct shards *sh, uint32_t n)
 {
+	ASSERT_HELD(&sh->lock);
 	struct slot *s = &sh->slots[n];
 	s->state = FAILED;
 	s->until = now_mono() + sh->retry_failed_s;
@@ -40,6 +42,7 @@ void shards_set_failed(struct shards *sh, uint32_t n)
 /* Lock held. */
 void shards_set_uncached(struct shards *sh, uint32_t n)
 {
+	ASSERT_HELD(&sh->lock);
 	struct slot *s = &sh->slots[n];
 	s->state = UNCACHED;
 	s->until = now_mono() + sh->retry_failed_s;
@@ -51,6 +54,7 @@ void shards_set_uncached(struct shards *sh, uint32_t n)
  * a row. */
 void shards_bad_copy(struct shards *sh, uint32_t n)
 {
+	ASSERT_HELD(&sh->lock);
 	struct slot *s = &sh->slots[n];
 
 	sh->stats.verify_errors++;
@@ -111,6 +115,7 @@ static int sink(void *ud, const void *data, size_t len)
 /* Lock held. Stop new readers of wr and wait for the current ones. */
 static void close_writer(struct shards *sh, struct slot *s, struct wref *wr)
 {
+	ASSERT_HELD(&sh->lock);
 	wr->closing = true;
 	s->waiters++;
 	while (wr->users)

@@ -7,6 +7,7 @@
 
 #include "cache/store/store.h"
 #include "cache/store/verify.h"
+#include "common/lockcheck.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/format/index.h"
@@ -46,6 +47,7 @@ static int cref_map(struct cref *c)
  * pinned: a user reference on the entry, mapped. NULL otherwise. */
 static struct cref *view_ref(struct shards *sh, uint32_t shard)
 {
+	ASSERT_HELD(&sh->lock);
 	struct slot *s = &sh->slots[shard];
 	struct cref *c = s->state == CACHED && !sh->stop ? s->c : NULL;
 
@@ -82,6 +84,7 @@ static void view_put(struct shards *sh, struct cref *c, enum view_end how)
  * descriptor, its wref) outlives the view. */
 static struct wref *view_wref(struct shards *sh, uint32_t shard, uint64_t end)
 {
+	ASSERT_HELD(&sh->lock);
 	struct slot *s = &sh->slots[shard];
 	struct wref *wr = s->state == FETCHING && !sh->stop ? s->wr : NULL;
 

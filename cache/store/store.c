@@ -67,6 +67,7 @@
 #include "cache/store/store_int.h"
 #include "cache/store/store_lock.h"
 
+#include "common/lockcheck.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/net/http.h"
@@ -194,6 +195,7 @@ static void rescan_entry(struct store *s, const char *name)
  * LOCK_SH) or replaced the file. */
 static void forget_unseen(struct store *s, uint64_t gen)
 {
+	ASSERT_HELD(&s->lock);
 	for (size_t i = 0; i < s->nbuckets; i++) {
 		struct store_entry *e = s->tab[i], *next;
 		for (; e; e = next) {
@@ -273,7 +275,9 @@ static int open_scan(struct store *s)
 	r = rescan(s, true, &tmp_bytes);
 	if (r == 0) {
 		pthread_mutex_lock(&s->lock);
-		store_evict_for(s, tmp_bytes, 0);
+		/* Best effort: over the cap with nothing evictable now, the next
+		 * admission evicts again and fails there if it must. */
+		IGNORE_RESULT(store_evict_for(s, tmp_bytes, 0));
 		pthread_mutex_unlock(&s->lock);
 	}
 	store_dir_unlock(lk);
@@ -295,7 +299,10 @@ int store_open(const char *dir, uint64_t cap, struct store **out, char *err,
 	s->wait_s = DEFAULT_WAIT_S;
 	s->reuse_gap_s = DEFAULT_REUSE_GAP_S;
 	pthread_mutex_init(&s->lock, NULL);
+	/* Nobody else sees s yet; the lock is for store_tab_grow's check. */
+	pthread_mutex_lock(&s->lock);
 	store_tab_grow(s);
+	pthread_mutex_unlock(&s->lock);
 	if ((r = make_dir(dir)) != 0 || (r = make_dir(s->shards_dir)) != 0) {
 		snprintf(err, errlen, "cache dir %s: %s", dir, strerror(-r));
 		goto fail;
@@ -808,6 +815,7 @@ static int write_footer(struct store_writer *w)
  * of that name no longer own a file. */
 static void supersede(struct store *s, uint64_t h)
 {
+	ASSERT_HELD(&s->lock);
 	struct store_entry *e = *store_tab_bucket(s, h), *next;
 	for (; e; e = next) {
 		next = e->hnext;

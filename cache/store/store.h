@@ -36,6 +36,7 @@
 #ifndef ECHOFS_STORE_H
 #define ECHOFS_STORE_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -64,6 +65,7 @@ struct store_writer;
  * whose writer is gone, loads the existing entries and evicts down to cap.
  * Returns 0 with *out set, or -errno with a reason in err if the directory
  * can't be created or used. */
+MUST_CHECK
 int store_open(const char *dir, uint64_t cap, struct store **out, char *err,
 	       size_t errlen);
 /* Every entry must have been put and every writer finished. Accepts NULL. */
@@ -138,11 +140,13 @@ int store_contains(struct store *s, const char *url, const char *etag,
  * first time any of it is read. Returns bytes read (len unless past the end),
  * or -EBADMSG when a block is corrupt (the caller then calls store_drop and
  * fetches again), or -errno. */
+MUST_CHECK
 ssize_t store_pread(struct store_entry *e, void *buf, size_t len, uint64_t off);
 
 /* The descriptor of a pinned entry's file (data at offset 0, size bytes),
  * valid until the caller's store_put; for zero-copy readers that check
  * what they serve themselves (cache/store/shards.c). -EBADF if not open. */
+MUST_CHECK
 int store_entry_fd(const struct store_entry *e, uint64_t *size);
 
 /* Mark a pinned entry corrupt: it is unlinked once unpinned and never
@@ -164,6 +168,7 @@ void store_drop(struct store_entry *e);
  * creating the file. The caller then serves without the cache. Disk errors
  * are counted in write_errors; the others are not. A writer is used by one
  * thread; store_writer_pread may be called from others. */
+MUST_CHECK
 int store_begin(struct store *s, const char *url, const char *etag,
 		uint64_t size, struct store_writer **out);
 /* A read-only descriptor of the temp file a live writer (in any process,
@@ -173,9 +178,11 @@ int store_begin(struct store *s, const char *url, const char *etag,
  * The caller closes it; it stays readable after the writer renames it into
  * place or aborts. For a reader waiting while another mount fetches the
  * shard (store_begin's wait). */
+MUST_CHECK
 int store_peer_open(struct store *s, const char *url, const char *etag,
 		    uint64_t size);
 /* Append data. Returns 0 or -errno (e.g. -ENOSPC). */
+MUST_CHECK
 int store_write(struct store_writer *w, const void *data, size_t len);
 /* Bytes appended so far. */
 uint64_t store_written(const struct store_writer *w);
@@ -188,11 +195,13 @@ ssize_t store_writer_pread(struct store_writer *w, void *buf, size_t len,
  * instead of copying them. The file was sized to the whole entry by
  * store_begin and is never shortened while the writer lives, so a mapping
  * of bytes below the entry's size cannot fault. -EBADF for NULL. */
+MUST_CHECK
 int store_writer_fd(const struct store_writer *w);
 /* Finish: all `size` bytes must have been written (-EPROTO otherwise). Writes
  * the footer, fsyncs, renames into place. Returns 0 with *out set to the
  * entry, pinned (as store_get would), or -errno with *out NULL. The writer
  * is freed either way. */
+MUST_CHECK
 int store_commit(struct store_writer *w, struct store_entry **out);
 /* Discard a partial entry. Frees the writer. Accepts NULL. */
 void store_abort(struct store_writer *w);

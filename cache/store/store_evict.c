@@ -5,6 +5,7 @@
 #include "cache/store/store_int.h"
 
 #include "cache/store/store_format.h"
+#include "common/lockcheck.h"
 #include "common/util.h"
 
 #include <errno.h>
@@ -19,6 +20,7 @@
 
 void store_acct_add(struct store *s, struct store_entry *e)
 {
+	ASSERT_HELD(&s->lock);
 	s->st.entries++;
 	s->st.bytes += e->file_bytes;
 	s->live_bytes += e->file_bytes;
@@ -26,6 +28,7 @@ void store_acct_add(struct store *s, struct store_entry *e)
 
 void store_acct_remove(struct store *s, struct store_entry *e)
 {
+	ASSERT_HELD(&s->lock);
 	if (entry_live(e))
 		s->live_bytes -= e->file_bytes;
 	if (e->owns_file)
@@ -36,6 +39,7 @@ void store_acct_remove(struct store *s, struct store_entry *e)
 
 void store_acct_disown(struct store *s, struct store_entry *e)
 {
+	ASSERT_HELD(&s->lock);
 	if (!e->owns_file)
 		return;
 	if (entry_live(e))
@@ -50,6 +54,7 @@ void store_acct_disown(struct store *s, struct store_entry *e)
 
 bool store_acct_drop(struct store *s, struct store_entry *e)
 {
+	ASSERT_HELD(&s->lock);
 	if (e->dropped)
 		return false;
 	if (entry_live(e))
@@ -62,6 +67,7 @@ bool store_acct_drop(struct store *s, struct store_entry *e)
 
 void store_acct_count_locked(struct store *s, enum store_count c)
 {
+	ASSERT_HELD(&s->lock);
 	switch (c) {
 	case STORE_COUNT_CORRUPT:
 		s->st.corrupt++;
@@ -276,6 +282,7 @@ static bool evict_pass(struct store *s, uint64_t tmp_bytes, uint64_t need,
  * -EDQUOT or -ENOSPC. */
 int store_evict_for(struct store *s, uint64_t tmp_bytes, uint64_t need)
 {
+	ASSERT_HELD(&s->lock);
 	bool all = s->needed == NULL;
 
 	/* It fits: no candidates to sort (a sort of every entry per
@@ -299,6 +306,7 @@ int store_evict_for(struct store *s, uint64_t tmp_bytes, uint64_t need)
  * do. */
 static bool unneeded_reach(struct store *s, uint64_t need)
 {
+	ASSERT_HELD(&s->lock);
 	uint64_t freeable = 0;
 
 	for (size_t i = 0; i < s->nbuckets; i++)

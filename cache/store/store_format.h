@@ -5,6 +5,7 @@
 #ifndef ECHOFS_STORE_FORMAT_H
 #define ECHOFS_STORE_FORMAT_H
 
+#include "common/attrs.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -24,6 +25,7 @@ size_t store_fmt_block_len(uint64_t size, uint32_t b);
 uint32_t store_fmt_crc(uint32_t crc, const void *p, size_t n);
 /* pread / pwrite until done (EINTR retried). read: bytes read (short at
  * end of file) or -errno; write: 0 or -errno. */
+MUST_CHECK
 ssize_t store_fmt_read_full(int fd, void *buf, size_t len, uint64_t off);
 int store_fmt_write_full(int fd, const void *buf, size_t len, uint64_t off);
 /* The key of (url, etag, size): "url|etag|size", the URL without userinfo
@@ -37,6 +39,7 @@ bool store_fmt_is_entry_name(const char *n);
 /* Open entry file `name` under dirfd to read it, without moving its atime
  * (when it was written) where the kernel allows. A descriptor or -1 with
  * errno set. */
+MUST_CHECK
 int store_fmt_open(int dirfd, const char *name);
 /* Check the tail and footer of an open entry file of fsize bytes named
  * `name`. Returns the block crcs (malloc'd) with *size and *key (malloc'd)
@@ -45,6 +48,7 @@ uint32_t *store_fmt_read_footer(int fd, uint64_t fsize, const char *name,
 				uint64_t *size, char **key);
 /* Write the footer of an entry (crcs, key, tail) after its `size` data
  * bytes. Returns 0 or -errno. */
+MUST_CHECK
 int store_fmt_write_footer(int fd, const char *key, uint64_t size,
 			   uint32_t nblocks, const uint32_t *crcs);
 

@@ -6,6 +6,7 @@
 #ifndef ECHOFS_STORE_INT_H
 #define ECHOFS_STORE_INT_H
 
+#include "common/attrs.h"
 #include "cache/store/store.h"
 #include "cache/store/store_format.h"
 
@@ -136,6 +137,7 @@ void store_acct_count(struct store *s, enum store_count c);
  * under the cap, counting `tmp_bytes` of writers in progress. Returns 0,
  * -EDQUOT (only entries the needed hint names stand in the way) or
  * -ENOSPC. */
+MUST_CHECK
 int store_evict_for(struct store *s, uint64_t tmp_bytes, uint64_t need);
 
 /* ---- the table (store_table.c; s->lock held unless said) ---- */

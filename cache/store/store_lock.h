@@ -4,6 +4,7 @@
 #ifndef ECHOFS_STORE_LOCK_H
 #define ECHOFS_STORE_LOCK_H
 
+#include "common/attrs.h"
 #include <stdbool.h>
 
 struct store;
@@ -14,12 +15,14 @@ struct store;
 /* flock(LOCK_EX) on a fresh descriptor of the shards directory (threads of
  * one process exclude each other too). Returns the descriptor holding it,
  * or -errno; store_dir_unlock(fd) lets go (accepts -1). */
+MUST_CHECK
 int store_dir_lock(struct store *s);
 void store_dir_unlock(int fd);
 /* Take "<name>.lock" (name: an entry's file name), waiting up to the
  * store's wait for another writer of the entry, in any process; a wait is
  * counted when it starts and *waited set. Returns the descriptor holding
  * it, or -EBUSY (waited too long), -ECANCELED (store_interrupt), -errno. */
+MUST_CHECK
 int store_entry_lock(struct store *s, const char *name, bool *waited);
 /* Unlink "<name>.lock" and let go of it (fd < 0: nothing). */
 void store_entry_unlock(struct store *s, const char *name, int fd);

@@ -5,6 +5,7 @@
 #include "cache/store/store_int.h"
 
 #include "cache/store/store_format.h"
+#include "common/lockcheck.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -20,11 +21,13 @@
 
 struct store_entry **store_tab_bucket(struct store *s, uint64_t h)
 {
+	ASSERT_HELD(&s->lock);
 	return &s->tab[h & (s->nbuckets - 1)];
 }
 
 void store_tab_grow(struct store *s)
 {
+	ASSERT_HELD(&s->lock);
 	size_t old = s->nbuckets;
 	struct store_entry **ot = s->tab;
 
@@ -44,6 +47,7 @@ void store_tab_grow(struct store *s)
 
 void store_tab_insert(struct store *s, struct store_entry *e)
 {
+	ASSERT_HELD(&s->lock);
 	struct store_entry **b;
 	if (s->nentries >= s->nbuckets)
 		store_tab_grow(s);
@@ -55,6 +59,7 @@ void store_tab_insert(struct store *s, struct store_entry *e)
 
 void store_tab_remove(struct store *s, struct store_entry *e)
 {
+	ASSERT_HELD(&s->lock);
 	struct store_entry **p = store_tab_bucket(s, e->hash);
 	while (*p && *p != e)
 		p = &(*p)->hnext;
@@ -68,6 +73,7 @@ void store_tab_remove(struct store *s, struct store_entry *e)
 /* The live (not dropped) entry of key, in constant time. */
 struct store_entry *store_tab_find(struct store *s, const char *key, uint64_t h)
 {
+	ASSERT_HELD(&s->lock);
 	if (!s->nbuckets)
 		return NULL;
 	for (struct store_entry *e = *store_tab_bucket(s, h); e; e = e->hnext)
@@ -80,6 +86,7 @@ struct store_entry *store_tab_find(struct store *s, const char *key, uint64_t h)
 struct store_entry *store_tab_find_file(struct store *s, uint64_t h, dev_t dev,
 					ino_t ino)
 {
+	ASSERT_HELD(&s->lock);
 	if (!s->nbuckets)
 		return NULL;
 	for (struct store_entry *e = *store_tab_bucket(s, h); e; e = e->hnext)
@@ -139,6 +146,7 @@ void store_ent_destroy(struct store *s, struct store_entry *e, bool unlink_file)
  */
 struct store_entry *store_tab_adopt(struct store *s, struct store_entry *e)
 {
+	ASSERT_HELD(&s->lock);
 	struct store_entry *have =
 		store_tab_find_file(s, e->hash, e->dev, e->ino);
 	if (have) {
@@ -165,6 +173,7 @@ static double ts_seconds(struct timespec t)
  * -errno; on failure the caller forgets the entry. */
 static int entry_open(struct store *s, struct store_entry *e)
 {
+	ASSERT_HELD(&s->lock);
 	struct stat sb;
 	int fd = store_fmt_open(s->dirfd, e->name);
 	if (fd < 0)

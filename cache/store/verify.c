@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "common/lockcheck.h"
 #include "common/util.h"
 #include "fetch/format/index.h"
 
@@ -210,6 +211,7 @@ int verify_copy(struct verify *v, size_t i, uint64_t rel, size_t len, void *dst)
 /* Lock held. The slot to reuse: an empty one, else the least recent. */
 static struct kept *victim(struct verify *v, bool empty_ok)
 {
+	ASSERT_HELD(&v->lock);
 	struct kept *best = NULL;
 	for (size_t k = 0; k < VERIFY_KEEP; k++) {
 		struct kept *e = &v->kept[k];

@@ -16,6 +16,7 @@
 #ifndef ECHOFS_VERIFY_H
 #define ECHOFS_VERIFY_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +29,7 @@ struct verify_stream;
 /* ix is borrowed. Returns 0 with *out set, or with *out NULL when ix has no
  * checksums (format 1: nothing to verify), or -EOVERFLOW with *out NULL for
  * more than 2^32 - 1 samples. */
+MUST_CHECK
 int verify_open(const struct index *ix, struct verify **out);
 /* Accepts NULL. */
 void verify_free(struct verify *v);
@@ -46,11 +48,13 @@ int verify_sample_ok(const struct verify *v, size_t i, const void *buf,
  * pread in pieces (no mapping: a file that another process shortens makes
  * a short read here, not a SIGBUS). Returns 1 (they match), 0 (they do
  * not) or -errno (-EIO for a file shorter than off + len). */
+MUST_CHECK
 int verify_sample_fd(const struct verify *v, size_t i, int fd, uint64_t off,
 		     size_t len);
 
 /* Copy len bytes at rel of sample i's member into dst if it is kept.
  * Returns 0, or -ENOENT when it is not. */
+MUST_CHECK
 int verify_copy(struct verify *v, size_t i, uint64_t rel, size_t len,
 		void *dst);
 /* Keep sample i's checked bytes (takes ownership of buf, malloc'd). */

@@ -53,6 +53,7 @@
 #ifndef ECHOFS_INDEX_H
 #define ECHOFS_INDEX_H
 
+#include "common/attrs.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -169,6 +170,7 @@ void index_set_url(struct index *ix, uint32_t shard, const char *url);
  * -ENOMEM, or -EINVAL if a field breaks the rules above (control character,
  * empty, unsafe path), the shard number is out of range, the member lies
  * outside the shard's recorded size or is larger than INDEX_SAMPLE_MAX. */
+MUST_CHECK
 int index_add_sample(struct index *ix, uint32_t shard, uint64_t offset,
 		     uint64_t size, const char *label, const char *key,
 		     const char *ext);
@@ -177,6 +179,7 @@ int index_add_sample(struct index *ix, uint32_t shard, uint64_t offset,
  * -ENOMEM, or -EINVAL if the key or ext breaks the rules above, the shard
  * number is out of range or the member lies outside the shard. Its sum is
  * 0 until set (sums_fill). */
+MUST_CHECK
 int index_add_member(struct index *ix, uint32_t shard, uint64_t offset,
 		     uint64_t size, const char *key, const char *ext);
 
@@ -184,10 +187,12 @@ int index_add_member(struct index *ix, uint32_t shard, uint64_t offset,
  * the index). On error returns -EBADMSG and writes "line N: reason" into
  * err, or -ENOMEM, or -EFBIG (len INDEX_FILE_MAX or more). *out is
  * caller-freed. */
+MUST_CHECK
 int index_parse(const char *buf, size_t len, struct index **out, char *err,
 		size_t errlen);
 /* Read and parse a local file (in chunks, never past the size it had when
  * opened). -errno on I/O failure, with a reason in err. */
+MUST_CHECK
 int index_load(const char *path, struct index **out, char *err, size_t errlen);
 /* index_parse on a malloc'd buffer of len bytes (file_read_all's and
  * http_get_all's), which it takes over and frees. */
@@ -202,10 +207,12 @@ int index_parse_owned(char *text, size_t len, struct index **out, char *err,
 /* Write in the format above (3 when has_sums and has_members, 2 when
  * has_sums, else 1). Returns 0, -EINVAL (a
  * shard URL or ETag that breaks the rules) or -EIO. */
+MUST_CHECK
 int index_write(const struct index *ix, FILE *f);
 /* Write to path atomically (temp file in the same directory, fsync, rename,
  * fsync of the directory; mode 0644). Returns 0 or -errno (a failed fsync
  * of the directory too: the file is then in place but maybe not durable). */
+MUST_CHECK
 int index_save(const struct index *ix, const char *path);
 /* The same with the file's mode: 0600 keeps it its owner's from the first
  * byte (the temporary file too). */

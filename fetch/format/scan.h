@@ -26,6 +26,7 @@
 #ifndef ECHOFS_SCAN_H
 #define ECHOFS_SCAN_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -50,8 +51,10 @@ void scan_free(struct scan *s);
 
 /* Feed the shard's bytes in order. Returns 0 or -EBADMSG (malformed tar; see
  * scan_error). */
+MUST_CHECK
 int scan_feed(struct scan *s, const void *buf, size_t len);
 /* End of the shard: flushes the last sample. Returns 0 or -EBADMSG. */
+MUST_CHECK
 int scan_finish(struct scan *s);
 const char *scan_error(const struct scan *s);
 /* Counts so far (borrowed). scan_for_each_skip lists the reasons. */

@@ -8,6 +8,7 @@
 #ifndef ECHOFS_SUMS_H
 #define ECHOFS_SUMS_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -22,6 +23,7 @@ void sums_free(struct sums *s);
 
 /* Feed the shard's bytes in order (the same bytes the scanner gets).
  * Returns 0 or -EBADMSG (malformed tar: the scanner says why). */
+MUST_CHECK
 int sums_feed(struct sums *s, const void *buf, size_t len);
 
 /* The whole shard's XXH3-64 of everything fed so far. */
@@ -33,6 +35,7 @@ uint64_t sums_shard(const struct sums *s);
  * adds them). Returns 0, or
  * -EBADMSG when a sample names no member the stream had (ix->has_sums is left
  * to the caller). */
+MUST_CHECK
 int sums_fill(struct sums *s, struct index *ix, uint32_t shard);
 
 /* XXH3-64 of a buffer: what the index records for a member. */

@@ -19,6 +19,7 @@
 #ifndef ECHOFS_TAR_H
 #define ECHOFS_TAR_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -71,12 +72,14 @@ void tar_parser_free(struct tar_parser *p);
  * GNU/PAX record not followed by an entry); after an error every later call
  * returns the same error. The callback for a small regular file runs once its
  * data has been fed, for other entries as soon as the header has. */
+MUST_CHECK
 int tar_parser_feed(struct tar_parser *p, const void *buf, size_t len);
 
 /* End of input. Returns 0 if the archive ended cleanly (end-of-archive zero
  * block, or EOF exactly at a header boundary), -EBADMSG if it was truncated
  * inside a header or member data (a size pointing past the end), or the
  * earlier error. */
+MUST_CHECK
 int tar_parser_finish(struct tar_parser *p);
 
 /* Human-readable reason for the last error, static string, or "" if none. */

@@ -4,6 +4,7 @@
 #include "fetch/net/aws_creds.h"
 
 #include "common/file.h"
+#include "common/lockcheck.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/net/cred_http.h"
@@ -689,6 +690,7 @@ static int walk_chain(struct aws_creds *c, struct aws_creds_value *v, char *err,
 static int refetch(struct aws_creds *c, time_t *expires, char *err,
 		   size_t errlen)
 {
+	ASSERT_HELD(&c->refresh_lock);
 	struct aws_creds_value *v = xmalloc(sizeof(*v));
 	int rc = fetch_from(c, v, err, errlen);
 

@@ -30,6 +30,7 @@
 #ifndef ECHOFS_AWS_CREDS_H
 #define ECHOFS_AWS_CREDS_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <time.h>
 
@@ -53,6 +54,7 @@ struct cred_tls;
  * -errno with *out NULL and a one-line reason in err: a refused file, a
  * broken source that was configured, or "no credentials found (tried:
  * ...)" (-ENOKEY). */
+MUST_CHECK
 int aws_creds_open(const char *profile, const struct cred_tls *tls,
 		   struct aws_creds **out, char *err, size_t errlen);
 /* Stops the refresh thread and wipes the credentials. Accepts NULL. */
@@ -70,6 +72,7 @@ void aws_creds_get(struct aws_creds *c, struct aws_creds_value *out);
  * 0 when the current credentials differ from `used` (try again), or
  * -EKEYEXPIRED (the source cannot change: the environment, or it gave the
  * same again) or the fetch's -errno; logs either way. */
+MUST_CHECK
 int aws_creds_refresh(struct aws_creds *c, const struct aws_creds_value *used);
 
 /* Which source gave the credentials ("environment", "profile NAME", ...);
@@ -79,12 +82,14 @@ const char *aws_creds_source(const struct aws_creds *c);
 /* A setting (e.g. "region", "endpoint_url") of profile (NULL: AWS_PROFILE
  * or "default") from the config file, then the credentials file. Returns
  * 0, -ENOENT when unset, -EACCES for a refused file, -ENAMETOOLONG. */
+MUST_CHECK
 int aws_profile_setting(const char *profile, const char *key, char *out,
 			size_t outlen);
 
 /* Checks that path may hold secrets: a regular file owned by the user,
  * no group or other permission bits. Returns 0 or -EPERM with the reason
  * in err. */
+MUST_CHECK
 int aws_secret_file_ok(const char *path, char *err, size_t errlen);
 
 #endif

@@ -17,6 +17,7 @@
 #ifndef ECHOFS_BUCKET_H
 #define ECHOFS_BUCKET_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 
 struct http;
@@ -77,6 +78,7 @@ int bucket_is_listing(const char *source);
 
 /* Lists source with its backend (see bucket_ops.list); -EINVAL when no
  * backend lists it. */
+MUST_CHECK
 int bucket_list_shards(struct http *h, const char *source, size_t max,
 		       struct shardlist *out, char *err, size_t errlen);
 
@@ -88,6 +90,7 @@ struct buckets;
  * or no_sign= while no URL needs any backend, the first registered (S3).
  * Returns 0 with *out set (perhaps with no backend open), or -errno with
  * the failing backend's one-line reason. */
+MUST_CHECK
 int buckets_open(const struct bucket_conf *c, const char *const *urls, size_t n,
 		 struct buckets **out, char *err, size_t errlen);
 /* Accepts NULL. Free after the http client that holds the hooks. */

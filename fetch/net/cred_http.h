@@ -6,6 +6,7 @@
 #ifndef ECHOFS_CRED_HTTP_H
 #define ECHOFS_CRED_HTTP_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 
 #define CRED_HTTP_BODY_MAX (64 * 1024)
@@ -42,6 +43,7 @@ struct cred_http_req {
  * (-ECONNREFUSED, -EHOSTUNREACH, -ETIMEDOUT, -EKEYREJECTED for an untrusted
  * certificate: http_reason says which check...), -EFBIG for a body over the
  * cap, or -ENOMEM. */
+MUST_CHECK
 int cred_http_call(const struct cred_http_req *r, long *status, char **out);
 
 /* Whether rc from cred_http_call means that nothing answered (refused,

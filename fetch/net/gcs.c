@@ -185,10 +185,13 @@ static void note_error(struct gcs *g, const char *url, long status,
 	char code[64], msg[200], red[512];
 	const char *why = NULL;
 
-	xml_tag_text(body, "Code", code, sizeof(code));
-	xml_tag_text(body, "Message", msg, sizeof(msg));
+	if (xml_tag_text(body, "Code", code, sizeof(code)) != 0)
+		code[0] = '\0'; /* no (readable) code: the status speaks */
+	if (xml_tag_text(body, "Message", msg, sizeof(msg)) != 0)
+		msg[0] = '\0';
 	if (code[0])
-		s3_code_errno(code, &why);
+		/* Only why is used here, for the message. */
+		IGNORE_RESULT(s3_code_errno(code, &why));
 	if (!why && status == 401)
 		why = "the access token was refused (expired or revoked)";
 	if (!why && !code[0] && status == 404)

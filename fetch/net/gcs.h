@@ -18,6 +18,7 @@
 #ifndef ECHOFS_GCS_H
 #define ECHOFS_GCS_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 
 struct http;
@@ -43,6 +44,7 @@ struct gcs;
  * token now, so a mount without any fails at once naming the sources
  * tried. Returns 0 with *out set, or -errno with *out NULL and a one-line
  * reason in err. */
+MUST_CHECK
 int gcs_open(const struct gcs_opts *o, struct gcs **out, char *err,
 	     size_t errlen);
 /* Accepts NULL. */
@@ -66,6 +68,7 @@ int gcs_is_listing(const char *source);
  * sorted byte-wise, as "gs://B/KEY"; h must carry gcs_http_auth's hooks.
  * Returns 0 or -errno with a one-line reason in err (-ENODATA: nothing
  * matches; -E2BIG: more than max). */
+MUST_CHECK
 int gcs_list_shards(struct http *h, const char *source, size_t max,
 		    struct shardlist *out, char *err, size_t errlen);
 

@@ -27,6 +27,7 @@
 #ifndef ECHOFS_GCS_CREDS_H
 #define ECHOFS_GCS_CREDS_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <time.h>
 
@@ -55,6 +56,7 @@ struct cred_tls;
  * broken key file (named), the token endpoint's refusal (invalid_grant: naming
  * the key file), the metadata server's answer, or "no Google credentials found
  * (tried: ...)" (-ENOKEY). */
+MUST_CHECK
 int gcs_creds_open(const struct cred_tls *tls, struct gcs_creds **out,
 		   char *err, size_t errlen);
 /* Stops the refresh thread and wipes the token. Accepts NULL. */
@@ -66,6 +68,7 @@ void gcs_creds_get(struct gcs_creds *c, struct gcs_token *out);
 
 /* A request was refused with 401 while signed with `used`: fetch a new
  * token now unless another thread already has. Returns 0 or -errno. */
+MUST_CHECK
 int gcs_creds_refresh(struct gcs_creds *c, const char *used);
 
 /* Which source gave the token ("service-account key /path", "metadata
@@ -82,6 +85,7 @@ enum gcs_source gcs_creds_pick(char *path, size_t pathlen);
  * iat=now, exp=now+3600. pem is the key file's private_key. *out is
  * malloc'd (caller frees). Returns 0, -EINVAL for a key that is not an RSA
  * PEM private key, -EPROTO for fields that cannot go into a JWT. */
+MUST_CHECK
 int gcs_jwt_make(const char *email, const char *pem, const char *aud,
 		 time_t now, char **out);
 

@@ -41,6 +41,7 @@
 #ifndef ECHOFS_HTTP_H
 #define ECHOFS_HTTP_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -135,6 +136,7 @@ struct http;
 /* Reads header_file now (so later changes to it need a remount). Returns 0
  * with *out set, or -errno with *out NULL and a one-line reason in err.
  * Call http_global_init() once before any thread is started. */
+MUST_CHECK
 int http_global_init(void);
 int http_open(const struct http_opts *o, struct http **out, char *err,
 	      size_t errlen);
@@ -167,6 +169,7 @@ typedef int (*http_sink_fn)(void *ud, const void *data, size_t len);
  * delivered and compares them (a 200's skipped bytes too): a server answering
  * from another offset under a right-looking Content-Range is -EPROTO, never
  * data (http_reason says so). */
+MUST_CHECK
 int http_stream(struct http *h, const char *url, const char *etag,
 		uint64_t expected_size, http_sink_fn sink, void *ud);
 
@@ -177,11 +180,13 @@ int http_get_range(struct http *h, const char *url, const char *etag,
 /* The same for an object of known size `total` (UINT64_MAX: unknown): a
  * reply for an object of another size (Content-Range total, or a 200's
  * length) is -EPROTO even when no ETag can tell the versions apart. */
+MUST_CHECK
 int http_get_range_of(struct http *h, const char *url, const char *etag,
 		      uint64_t total, uint64_t off, size_t len, void *buf);
 
 /* Whole object into a malloc'd, NUL-terminated buffer of at most cap bytes
  * (-EFBIG beyond). Caller frees *out. */
+MUST_CHECK
 int http_get_all(struct http *h, const char *url, size_t cap, char **out,
 		 size_t *outlen);
 

@@ -4,6 +4,7 @@
 #ifndef ECHOFS_HTTP_INT_H
 #define ECHOFS_HTTP_INT_H
 
+#include "common/attrs.h"
 #include "fetch/net/http.h"
 
 #include <curl/curl.h>
@@ -116,6 +117,7 @@ double http_deadline_cap(double d);
  * words into errbuf, which must outlive it) into *out. Returns 0, -ENOMEM,
  * or -EOPNOTSUPP when libcurl refuses an option (named in the call's
  * reason, http_note_why). The caller cleans it up. */
+MUST_CHECK
 int http_easy_base(struct http *h, char *errbuf, CURL **out);
 /* http.c: http_easy_base plus a GET call's options: x's callbacks, low
  * speed, keepalive, HEAD when x->w->head. Returns as http_easy_base. */
@@ -123,14 +125,17 @@ int http_easy_new(struct http *h, struct xfer *x, CURL **out);
 
 /* http_slots.c: 0 with a slot, -ECANCELED after http_cancel, -ETIMEDOUT at
  * until (monotonic). Give it back with http_slot_give. Takes slot_lock. */
+MUST_CHECK
 int http_slot_take(struct http *h, double until);
 void http_slot_give(struct http *h);
 /* http_slots.c: sleeps s seconds unless http_cancel comes first (then
  * -ECANCELED). */
+MUST_CHECK
 int http_sleep(struct http *h, double s);
 
 /* http_xlate.c: curl's and the server's verdict as 0 or -errno, counted in
  * h's stats; *retry says whether another attempt may help. */
+MUST_CHECK
 int http_xlate(struct http *h, CURL *c, CURLcode cc, long status, int *retry);
 /* http_xlate.c: records why (for http_reason) this thread's call failed with
  * err; returns err. http_why_clear forgets it when a call starts. */
@@ -157,6 +162,7 @@ size_t http_on_body(char *buf, size_t size, size_t n, void *ud);
 
 /* http_resume.c: all headers of a final response are in: 0 and x->r.accept
  * when its body is what x->w wants, else -errno (counted). */
+MUST_CHECK
 int http_check_headers(struct xfer *x);
 /* http_resume.c: remembers the last bytes delivered, for the next resume. */
 void http_keep_tail(struct xfer *x, const char *buf, size_t len);
@@ -171,10 +177,12 @@ int http_on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow,
 		     curl_off_t ultotal, curl_off_t ulnow);
 /* http_xfer.c: runs the call w on url: attempts until success, a final
  * error or the deadline; 0 or -errno. */
+MUST_CHECK
 int http_run(struct http *h, const char *given, struct want *w);
 
 /* http_get.c: a sink into a growing buffer of at most cap bytes (plus a
  * NUL's room): -EFBIG past cap. */
+MUST_CHECK
 int http_grow_sink(void *ud, const void *data, size_t len);
 
 #endif

@@ -3,6 +3,7 @@
 #ifndef ECHOFS_REDACT_H
 #define ECHOFS_REDACT_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 
 /* Copy url into buf without userinfo, query string and fragment (replaced by
@@ -35,6 +36,7 @@ char *http_strip_query(const char *url);
  * own, so digests then agree only within the process. Call before the
  * first digest that reaches the disk. Returns 0 or -errno (-EPERM: the file
  * is not this user's or others may read it; -EBADMSG: not a key file). */
+MUST_CHECK
 int http_url_key_use(const char *cache_dir, int create);
 
 #endif

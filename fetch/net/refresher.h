@@ -12,6 +12,7 @@
 #ifndef ECHOFS_REFRESHER_H
 #define ECHOFS_REFRESHER_H
 
+#include "common/attrs.h"
 #include <time.h>
 
 #define REFRESHER_AHEAD_S 300
@@ -27,6 +28,7 @@ typedef int (*refresher_fn)(void *ud, time_t *expires);
 /* Starts the thread for credentials fetched now that expire at `expires`.
  * ud is borrowed until refresher_free. Returns 0 with *out set, or -errno
  * (no thread: the credentials are then never renewed). */
+MUST_CHECK
 int refresher_open(refresher_fn renew, void *ud, time_t expires,
 		   struct refresher **out);
 /* Stops the thread (a renew under way finishes first) and frees. Accepts

@@ -238,7 +238,8 @@ static int on_failed(void *ud, const char *url, long status, const char *body,
 		return s->next.failed(s->next.ud, url, status, body, len);
 	if (status >= 300 && status < 400 && status != 301)
 		return 0; /* redirects that http.c follows */
-	xml_tag_text(body, "Code", code, sizeof(code));
+	if (xml_tag_text(body, "Code", code, sizeof(code)) != 0)
+		code[0] = '\0'; /* no (readable) code: the status speaks */
 	if (strcmp(code, "RequestTimeTooSkewed") == 0 && correct_skew(s, body))
 		return 1;
 	if ((strcmp(code, "ExpiredToken") == 0 ||
@@ -247,12 +248,14 @@ static int on_failed(void *ud, const char *url, long status, const char *body,
 		return 1;
 	if (correct_region(s, status, code, body))
 		return 1;
-	xml_tag_text(body, "Message", msg, sizeof(msg));
+	if (xml_tag_text(body, "Message", msg, sizeof(msg)) != 0)
+		msg[0] = '\0';
 	if (xml_tag_text(body, "Region", where, sizeof(where)) &&
 	    xml_tag_text(body, "Endpoint", where, sizeof(where)))
 		where[0] = '\0';
 	if (code[0])
-		s3_code_errno(code, &why);
+		/* Only why is used here, for the message. */
+		IGNORE_RESULT(s3_code_errno(code, &why));
 	if (!code[0] && status == 404)
 		why = "not found (no such key or bucket)";
 	if (status == 404 || status == 503 || status >= 500)

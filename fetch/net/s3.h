@@ -17,6 +17,7 @@
 #ifndef ECHOFS_S3_H
 #define ECHOFS_S3_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 
 struct http;
@@ -44,6 +45,7 @@ struct s3;
  * option, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's endpoint_url,
  * else AWS's. Returns 0 with *out set, or -errno with *out NULL and a one-line
  * reason in err. */
+MUST_CHECK
 int s3_open(const struct s3_opts *o, struct s3 **out, char *err, size_t errlen);
 /* Accepts NULL. */
 void s3_free(struct s3 *s);
@@ -76,6 +78,7 @@ int s3_is_listing(const char *source);
  * shards (-E2BIG beyond). Keys with control characters are skipped with a
  * warning. Returns 0 or -errno with a one-line reason in err; -ENODATA
  * when nothing matches. out is overwritten. */
+MUST_CHECK
 int s3_list_shards(struct http *h, const char *source, size_t max,
 		   struct shardlist *out, char *err, size_t errlen);
 
@@ -86,6 +89,7 @@ const char *s3_last_error(struct s3 *s, char *buf, size_t buflen);
 /* The errno and a one-line explanation for an S3 error code ("AccessDenied",
  * "NoSuchBucket", ...); the one place S3 codes become errno. Unknown codes
  * give -EIO and NULL. */
+MUST_CHECK
 int s3_code_errno(const char *code, const char **why);
 
 #endif

@@ -25,6 +25,7 @@
 #ifndef ECHOFS_SIGV4_H
 #define ECHOFS_SIGV4_H
 
+#include "common/attrs.h"
 #include <stddef.h>
 
 #define SIGV4_DATE_LEN 16 /* "YYYYMMDDTHHMMSSZ" */
@@ -74,6 +75,7 @@ struct sigv4_result {
 
 /* Sign req. Returns 0, -EINVAL on a malformed URL, date, header or
  * credential (too long, control characters, missing part), -ENOMEM. */
+MUST_CHECK
 int sigv4_sign(const struct sigv4_req *req, const struct sigv4_creds *creds,
 	       struct sigv4_result *out);
 

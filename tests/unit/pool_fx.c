@@ -96,9 +96,9 @@ void stack_open(struct stack *k, const char *const *faults,
 
 	fx_server_start(&srv, root, tdir, faults);
 	k->ix = make_index();
-	store_open(cdir, 1ULL << 30, &k->st, err, sizeof(err));
+	cr_assert_eq(store_open(cdir, 1ULL << 30, &k->st, err, sizeof(err)), 0);
 	cr_assert_not_null(k->st, "store_open: %s", err);
-	shards_open(k->ix, h, k->st, so, &k->sh);
+	cr_assert_eq(shards_open(k->ix, h, k->st, so, &k->sh), 0);
 	cr_assert_not_null(k->sh);
 	int r = pool_open(k->ix, k->sh, class_of, NCLS, po, &k->p);
 	cr_assert_eq(r, 0, "pool_open: %s", strerror(-r));

@@ -124,7 +124,7 @@ struct store *open_store(uint64_t cap)
 {
 	char err[256] = "";
 	struct store *s;
-	store_open(tdir, cap, &s, err, sizeof(err));
+	cr_assert_eq(store_open(tdir, cap, &s, err, sizeof(err)), 0);
 	cr_assert_not_null(s, "store_open: %s", err);
 	store_set_reuse_gap(s, 0);
 	return s;

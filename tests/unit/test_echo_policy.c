@@ -411,11 +411,11 @@ Test(echo_policy, fresh_first_echoes_only_instead_of_a_wait)
 
 		cr_assert_eq(echo_policy_open(1, &o, &ep), 0);
 		for (int i = 0; i < 4; i++)
-			echo_policy_add(ep, &it[i], 0);
+			cr_assert_eq(echo_policy_add(ep, &it[i], 0), 0);
 		for (int i = 0; i < 4; i++)
 			cr_assert_eq(echo_policy_take(ep, 0, &t), 0);
 		for (int i = 4; i < 200; i++) {
-			echo_policy_add(ep, &it[i], 0); /* one fresh ready */
+			cr_assert_eq(echo_policy_add(ep, &it[i], 0), 0); /* one fresh ready */
 			cr_assert_eq(echo_policy_take(ep, 0, &t), 0);
 			mixed += !t.fresh;
 			while (echo_policy_ready(ep, 0) > 0)
@@ -449,8 +449,8 @@ Test(echo_policy, window_shrinks_to_what_a_class_holds)
 		struct echo_take t;
 		unsigned n = 0;
 
-		echo_policy_add(ep, &it[0], 0);
-		echo_policy_add(ep, &it[1], 0);
+		cr_assert_eq(echo_policy_add(ep, &it[0], 0), 0);
+		cr_assert_eq(echo_policy_add(ep, &it[1], 0), 0);
 		while (echo_policy_take(ep, 0, &t) == 0) {
 			cr_assert_leq(t.window, 1, "mode %zu: window %u", m,
 				      t.window);
@@ -502,8 +502,8 @@ Test(echo_policy, untake_fresh_makes_it_fresh_again)
 		struct echo_take t, t2;
 		struct echo_policy_stats st;
 
-		echo_policy_add(ep, &a, 0);
-		echo_policy_add(ep, &b, 0);
+		cr_assert_eq(echo_policy_add(ep, &a, 0), 0);
+		cr_assert_eq(echo_policy_add(ep, &b, 0), 0);
 		cr_assert_eq(echo_policy_take(ep, 0, &t), 0);
 		cr_assert(t.fresh);
 		cr_assert_eq(echo_policy_ready(ep, 0), 1);
@@ -528,7 +528,7 @@ Test(echo_policy, untake_echo_gives_the_use_back)
 	struct echo_take f, e1, e2;
 	struct echo_policy_stats st;
 
-	echo_policy_add(ep, &a, 0);
+	cr_assert_eq(echo_policy_add(ep, &a, 0), 0);
 	cr_assert_eq(echo_policy_take(ep, 0, &f), 0);
 	cr_assert_eq(echo_policy_take(ep, 0, &e1), 0);
 	cr_assert(!e1.fresh);
@@ -551,7 +551,7 @@ Test(echo_policy, untake_fresh_after_echo_keeps_it_served)
 	struct echo_take f, e;
 	struct echo_policy_stats st;
 
-	echo_policy_add(ep, &a, 0);
+	cr_assert_eq(echo_policy_add(ep, &a, 0), 0);
 	cr_assert_eq(echo_policy_take(ep, 0, &f), 0);
 	cr_assert_eq(echo_policy_take(ep, 0, &e), 0);
 	cr_assert(!e.fresh);
@@ -581,7 +581,7 @@ Test(echo_policy, untaking_every_serve_makes_it_fresh_again)
 		struct echo_take f, e, again[2];
 		struct echo_policy_stats st;
 
-		echo_policy_add(ep, &a, 0);
+		cr_assert_eq(echo_policy_add(ep, &a, 0), 0);
 		cr_assert_eq(echo_policy_take(ep, 0, &f), 0);
 		cr_assert_eq(echo_policy_take(ep, 0, &e), 0);
 		cr_assert(f.fresh && !e.fresh);
@@ -617,8 +617,8 @@ Test(echo_policy, untake_keeps_the_window_of_later_serves)
 	struct echo_item a, b;
 	struct echo_take t[4];
 
-	echo_policy_add(ep, &a, 0);
-	echo_policy_add(ep, &b, 0);
+	cr_assert_eq(echo_policy_add(ep, &a, 0), 0);
+	cr_assert_eq(echo_policy_add(ep, &b, 0), 0);
 	cr_assert_eq(echo_policy_take(ep, 0, &t[0]), 0); /* a fresh, tick 1 */
 	cr_assert_eq(echo_policy_take(ep, 0, &t[1]), 0); /* b fresh, tick 2 */
 	cr_assert_eq(echo_policy_take(ep, 0, &t[2]), 0); /* a echo, tick 3 */
@@ -650,7 +650,7 @@ Test(echo_policy, evict_most_used_never_fresh)
 	 * echoes are drawn together, so the order is the generator's: count
 	 * the uses of each. */
 	for (int i = 0; i < 3; i++)
-		echo_policy_add(ep, &it[i], 0);
+		cr_assert_eq(echo_policy_add(ep, &it[i], 0), 0);
 	while (echo_policy_ready(ep, 0) > 0 || echoes == 0) {
 		cr_assert_eq(echo_policy_take(ep, 0, &t), 0);
 		cr_assert(!t.retired);
@@ -663,7 +663,7 @@ Test(echo_policy, evict_most_used_never_fresh)
 	for (unsigned i = 0; i < nserved; i++)
 		if (!most || uses[order[i] - it] > uses[most - it])
 			most = order[i];
-	echo_policy_add(ep, &it[3], 0);
+	cr_assert_eq(echo_policy_add(ep, &it[3], 0), 0);
 	{
 		struct echo_item *v = echo_policy_evict(ep, NULL, NULL), *other;
 		cr_assert_not_null(v);
@@ -726,7 +726,7 @@ Test(echo_policy, mode_switch_keeps_samples)
 	int n = 0, nfresh = 0;
 
 	for (int i = 0; i < 6; i++)
-		echo_policy_add(ep, &it[i], 0);
+		cr_assert_eq(echo_policy_add(ep, &it[i], 0), 0);
 	cr_assert_eq(echo_policy_take(ep, 0, &t), 0);
 	cr_assert_eq(echo_policy_set(ep, 3.0, ECHO_FIXED), 0);
 	cr_assert_eq(echo_policy_ready(ep, 0), 5);

@@ -202,7 +202,7 @@ Test(indexer, shards_land_in_the_store)
 	char err[256] = "";
 
 	fx_server_start(&srv, root, tdir, NULL);
-	store_open(cdir, 1ULL << 30, &st, err, sizeof(err));
+	cr_assert_eq(store_open(cdir, 1ULL << 30, &st, err, sizeof(err)), 0);
 	cr_assert_not_null(st, "%s", err);
 	make_list(&l, NSHARDS, NULL);
 	cr_assert_eq(
@@ -237,7 +237,7 @@ Test(indexer, cache_too_small_still_indexes)
 	char err[256] = "";
 
 	fx_server_start(&srv, root, tdir, NULL);
-	store_open(cdir, 4096, &st, err, sizeof(err));
+	cr_assert_eq(store_open(cdir, 4096, &st, err, sizeof(err)), 0);
 	cr_assert_not_null(st, "%s", err);
 	make_list(&l, NSHARDS, NULL);
 	cr_assert_eq(
@@ -297,7 +297,7 @@ Test(indexer, failed_commit_keeps_indexing)
 	char err[256] = "";
 
 	fx_server_start(&srv, root, tdir, faults);
-	store_open(cdir, 1ULL << 30, &st, err, sizeof(err));
+	cr_assert_eq(store_open(cdir, 1ULL << 30, &st, err, sizeof(err)), 0);
 	cr_assert_not_null(st, "%s", err);
 	cr_assert_eq(pthread_create(&sw.t, NULL, sweep_main, &sw), 0);
 	make_list(&l, NSHARDS, NULL);

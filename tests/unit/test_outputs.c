@@ -78,9 +78,9 @@ static void setup(void)
 		     err);
 	make_data();
 	/* No store: every miss is a range GET of just the sample. */
-	shards_open(ix, h, NULL, NULL, &sh);
+	cr_assert_eq(shards_open(ix, h, NULL, NULL, &sh), 0);
 	cr_assert_not_null(sh);
-	prep_open(&topts, 2, &prep);
+	cr_assert_eq(prep_open(&topts, 2, &prep), 0);
 	cr_assert_not_null(prep);
 }
 
@@ -216,7 +216,7 @@ Test(outputs, a_sample_above_the_cap_is_refused_before_reading)
 	/* The shard readers size their tables at open: open them again over
 	 * the grown index. */
 	shards_free(sh);
-	shards_open(ix, h, NULL, NULL, &sh);
+	cr_assert_eq(shards_open(ix, h, NULL, NULL, &sh), 0);
 	cr_assert_not_null(sh);
 	struct outputs *o = outputs_new(ix, sh, prep);
 	struct output *x = NULL;

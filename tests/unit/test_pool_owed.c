@@ -62,9 +62,9 @@ static void big_open(struct stack *k, uint32_t *cls_of,
 	}
 	free(off);
 	tarw_free(&t);
-	store_open(cdir, 1ULL << 30, &k->st, err, sizeof(err));
+	cr_assert_eq(store_open(cdir, 1ULL << 30, &k->st, err, sizeof(err)), 0);
 	cr_assert_not_null(k->st, "store_open: %s", err);
-	shards_open(k->ix, h, k->st, NULL, &k->sh);
+	cr_assert_eq(shards_open(k->ix, h, k->st, NULL, &k->sh), 0);
 	cr_assert_not_null(k->sh);
 	cr_assert_eq(pool_open(k->ix, k->sh, cls_of, BIG_CLS, po, &k->p), 0);
 }

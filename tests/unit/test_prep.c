@@ -24,7 +24,7 @@ Test(prep, apply_gives_the_transform_bytes)
 	size_t len, outlen, reflen;
 	uint8_t *in = fx_load_img("photo.jpg", &len), *out, *ref;
 	struct prep *p;
-	prep_open(&jpeg_opts, 2, &p);
+	cr_assert_eq(prep_open(&jpeg_opts, 2, &p), 0);
 	char why[160] = "";
 
 	cr_assert_not_null(p);
@@ -53,7 +53,7 @@ Test(prep, bad_images_fail_with_errno_and_reason)
 		{"animated.webp", -ENOTSUP},
 	};
 	struct prep *p;
-	prep_open(&jpeg_opts, 1, &p);
+	cr_assert_eq(prep_open(&jpeg_opts, 1, &p), 0);
 	cr_assert_not_null(p);
 	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
 		size_t len, outlen;
@@ -78,7 +78,7 @@ Test(prep, prepare_then_augment_equals_apply)
 	size_t len, plen, alen, reflen;
 	uint8_t *in = fx_load_img("photo.jpg", &len), *prepared, *aug, *ref;
 	struct prep *p;
-	prep_open(&jpeg_opts, 2, &p);
+	cr_assert_eq(prep_open(&jpeg_opts, 2, &p), 0);
 	char why[160] = "";
 
 	cr_assert_not_null(p);
@@ -155,7 +155,7 @@ Test(prep, many_callers_each_get_their_own_result, .timeout = 60)
 	/* 2 workers: 8 queue slots for 12 callers, so submitters also wait
 	 * for room. */
 	struct prep *p;
-	prep_open(&jpeg_opts, 2, &p);
+	cr_assert_eq(prep_open(&jpeg_opts, 2, &p), 0);
 	struct caller c[CALLERS];
 	pthread_t t[CALLERS];
 

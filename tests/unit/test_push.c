@@ -193,9 +193,9 @@ static void setup(void)
 		     err);
 	ix = index_new();
 	make_shards();
-	store_open(cdir, 1ULL << 30, &st, err, sizeof(err));
+	cr_assert_eq(store_open(cdir, 1ULL << 30, &st, err, sizeof(err)), 0);
 	cr_assert_not_null(st, "store_open: %s", err);
-	shards_open(ix, h, st, NULL, &sh);
+	cr_assert_eq(shards_open(ix, h, st, NULL, &sh), 0);
 	cr_assert_not_null(sh);
 	ds = dataset_wrap(ix, sh);
 	cr_assert_not_null(ds);

@@ -81,7 +81,7 @@ static struct store *open_store(uint64_t cap)
 {
 	char err[256];
 	struct store *st;
-	store_open(cdir, cap, &st, err, sizeof(err));
+	cr_assert_eq(store_open(cdir, cap, &st, err, sizeof(err)), 0);
 	cr_assert_not_null(st, "store_open: %s", err);
 	return st;
 }
@@ -142,7 +142,7 @@ Test(shards, every_sample_byte_identical)
 	fx_server_start(&srv, root, tdir, NULL);
 	ix = make_index();
 	st = open_store(1ULL << 30);
-	shards_open(ix, h, st, NULL, &sh);
+	cr_assert_eq(shards_open(ix, h, st, NULL, &sh), 0);
 	cr_assert_not_null(sh);
 	check_all(sh, NSHARDS);
 	for (uint32_t s = 0; s < NSHARDS; s++)
@@ -220,7 +220,7 @@ Test(shards, concurrent_readers_cold_cache)
 	fx_server_start(&srv, root, tdir, faults);
 	ix = make_index();
 	st = open_store(1ULL << 30);
-	shards_open(ix, h, st, &o, &sh);
+	cr_assert_eq(shards_open(ix, h, st, &o, &sh), 0);
 	run_readers(sh);
 	for (uint32_t s = 0; s < NSHARDS; s++)
 		wait_cached(sh, s);
@@ -256,7 +256,7 @@ Test(shards, failed_shard_fails_fast_others_work)
 	fx_server_start(&srv, root, tdir, faults);
 	ix = make_index();
 	st = open_store(1ULL << 30);
-	shards_open(ix, h, st, &o, &sh);
+	cr_assert_eq(shards_open(ix, h, st, &o, &sh), 0);
 	/* Fast is counted in requests, not seconds: the 404 is not retried,
 	 * and the second read is answered from the remembered failure. */
 	cr_assert_eq(shards_read(sh, 1, 0, sizeof(b), b), -EIO);
@@ -287,7 +287,7 @@ Test(shards, failed_shard_retried_after_delay)
 	fx_server_start(&srv, root, tdir, faults);
 	ix = make_index();
 	st = open_store(1ULL << 30);
-	shards_open(ix, h, st, &o, &sh);
+	cr_assert_eq(shards_open(ix, h, st, &o, &sh), 0);
 	cr_assert_eq(shards_read(sh, 1, 0, sizeof(b), b), -EIO);
 	usleep(600000);
 	check_sample(sh, 1, 0);
@@ -322,7 +322,7 @@ Test(shards, transient_faults_survived)
 		fx_server_start(&srv, root, tdir, faults);
 		ix = make_index();
 		st = open_store(1ULL << 30);
-		shards_open(ix, h, st, NULL, &sh);
+		cr_assert_eq(shards_open(ix, h, st, NULL, &sh), 0);
 		check_all(sh, 1);
 		wait_cached(sh, 0);
 		shards_get_stats(sh, &ss);
@@ -371,7 +371,7 @@ Test(shards, corrupt_cache_refetched)
 	fx_server_start(&srv, root, tdir, NULL);
 	ix = make_index();
 	st = open_store(1ULL << 30);
-	shards_open(ix, h, st, NULL, &sh);
+	cr_assert_eq(shards_open(ix, h, st, NULL, &sh), 0);
 	check_sample(sh, 2, 0);
 	wait_cached(sh, 2);
 	shards_free(sh);
@@ -380,7 +380,7 @@ Test(shards, corrupt_cache_refetched)
 	m = &samples[2][10];
 	flip_in_cache(m->off + m->size / 2);
 	st = open_store(1ULL << 30);
-	shards_open(ix, h, st, NULL, &sh);
+	cr_assert_eq(shards_open(ix, h, st, NULL, &sh), 0);
 	check_sample(sh, 2, 10);
 	check_all(sh, 3);
 	shards_get_stats(sh, &ss);
@@ -401,7 +401,7 @@ Test(shards, no_store_uses_range_reads)
 
 	fx_server_start(&srv, root, tdir, NULL);
 	ix = make_index();
-	shards_open(ix, h, NULL, NULL, &sh);
+	cr_assert_eq(shards_open(ix, h, NULL, NULL, &sh), 0);
 	shards_prefetch(sh, 0);
 	check_all(sh, 2);
 	shards_get_stats(sh, &ss);
@@ -422,7 +422,7 @@ Test(shards, shard_larger_than_cache_uses_range_reads)
 	fx_server_start(&srv, root, tdir, NULL);
 	ix = make_index();
 	st = open_store(256 * 1024);
-	shards_open(ix, h, st, NULL, &sh);
+	cr_assert_eq(shards_open(ix, h, st, NULL, &sh), 0);
 	check_all(sh, 1);
 	shards_get_stats(sh, &ss);
 	cr_assert_eq(ss.range_reads, PER_SHARD);
@@ -443,7 +443,7 @@ Test(shards, reopen_serves_without_network)
 	fx_server_start(&srv, root, tdir, NULL);
 	ix = make_index();
 	st = open_store(1ULL << 30);
-	shards_open(ix, h, st, NULL, &sh);
+	cr_assert_eq(shards_open(ix, h, st, NULL, &sh), 0);
 	for (uint32_t s = 0; s < NSHARDS; s++)
 		shards_prefetch(sh, s);
 	check_all(sh, NSHARDS);
@@ -454,7 +454,7 @@ Test(shards, reopen_serves_without_network)
 	fx_server_stop(&srv);
 
 	st = open_store(1ULL << 30);
-	shards_open(ix, h, st, NULL, &sh);
+	cr_assert_eq(shards_open(ix, h, st, NULL, &sh), 0);
 	cr_assert(shards_is_cached(sh, 3));
 	check_all(sh, NSHARDS);
 	shards_get_stats(sh, &ss);
@@ -478,7 +478,7 @@ Test(shards, read_times_out_on_stalled_server)
 	fx_server_start(&srv, root, tdir, faults);
 	ix = make_index();
 	st = open_store(1ULL << 30);
-	shards_open(ix, h, st, &o, &sh);
+	cr_assert_eq(shards_open(ix, h, st, &o, &sh), 0);
 	/* The server stalls 4 s once, then sends: a read that waited past its
 	 * 1 s timeout would get the bytes, so -ETIMEDOUT alone shows the
 	 * deadline ended it (no clock needed). */
@@ -502,7 +502,7 @@ Test(shards, changed_etag_fails_shard)
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/s0.tar", srv.port);
 	index_add_shard(ix, url, shard_len[0], "\"not-the-etag\"");
 	st = open_store(1ULL << 30);
-	shards_open(ix, h, st, NULL, &sh);
+	cr_assert_eq(shards_open(ix, h, st, NULL, &sh), 0);
 	cr_assert_eq(shards_read(sh, 0, 0, sizeof(b), b), -EIO);
 	shards_free(sh);
 	store_close(st);
@@ -523,7 +523,7 @@ Test(shards, slow_streams_let_readers_take_range_gets)
 	fx_server_start(&srv, root, tdir, faults);
 	ix = make_index();
 	st = open_store(1ULL << 30);
-	shards_open(ix, h, st, &o, &sh);
+	cr_assert_eq(shards_open(ix, h, st, &o, &sh), 0);
 	check_sample(sh, 0, 0); /* shard 0 streams (the one worker) */
 	check_sample(sh, 1, PER_SHARD - 1); /* shard 1 waits in the queue */
 	check_sample(sh, 0, PER_SHARD - 1); /* far ahead of a slow stream */
@@ -577,7 +577,7 @@ Test(shards, checksums_pass_in_pieces)
 	fx_server_start(&srv, root, tdir, NULL);
 	ix = make_index_v2(-1, -1, -1);
 	st = open_store(1ULL << 30);
-	shards_open(ix, h, st, NULL, &sh);
+	cr_assert_eq(shards_open(ix, h, st, NULL, &sh), 0);
 	for (int k = 0; k < PER_SHARD; k++) {
 		const struct sample *m = &samples[1][k];
 		uint8_t *buf = xmalloc(m->size);
@@ -623,7 +623,7 @@ Test(shards, sample_mismatch_is_eio_after_one_refetch)
 	fx_server_start(&srv, root, tdir, NULL);
 	ix = make_index_v2(2, 5, -1);
 	st = open_store(1ULL << 30);
-	shards_open(ix, h, st, NULL, &sh);
+	cr_assert_eq(shards_open(ix, h, st, NULL, &sh), 0);
 	check_sample(sh, 2, 4);
 	wait_cached(sh, 2);
 	/* Count from here: the first read's stream is done. */
@@ -655,7 +655,7 @@ Test(shards, sample_mismatch_in_range_mode)
 
 	fx_server_start(&srv, root, tdir, NULL);
 	ix = make_index_v2(0, 3, -1);
-	shards_open(ix, h, NULL, NULL, &sh);
+	cr_assert_eq(shards_open(ix, h, NULL, NULL, &sh), 0);
 	cr_assert_eq(shards_read(sh, 0, m->off + 1, 100, buf), -EIO);
 	check_sample(sh, 0, 2);
 	shards_get_stats(sh, &ss);
@@ -677,7 +677,7 @@ Test(shards, whole_shard_mismatch_not_committed)
 	fx_server_start(&srv, root, tdir, NULL);
 	ix = make_index_v2(-1, -1, 3);
 	st = open_store(1ULL << 30);
-	shards_open(ix, h, st, NULL, &sh);
+	cr_assert_eq(shards_open(ix, h, st, NULL, &sh), 0);
 	check_sample(sh, 3, 0); /* from the stream, checked by its own sum */
 	for (int i = 0; i < 500; i++) {
 		shards_get_stats(sh, &ss);
@@ -745,7 +745,7 @@ Test(shards, class_sorted_walk_keeps_what_the_pass_needs)
 	for (int s = 0; s < NSHARDS; s++)
 		total += shard_len[s];
 	st = open_store(two_largest() + 2 * 65536);
-	shards_open(ix, h, st, NULL, &sh);
+	cr_assert_eq(shards_open(ix, h, st, NULL, &sh), 0);
 	for (uint32_t i = 0; i < NSHARDS * PER_SHARD; i++)
 		view[i] = i;
 	cr_assert_eq(shards_track(sh, view, NSHARDS * PER_SHARD), 0);
@@ -782,7 +782,7 @@ Test(shards, admission_waits_for_a_finished_shard)
 	fx_server_start(&srv, root, tdir, NULL);
 	ix = make_index_v2(-1, -1, -1);
 	st = open_store(two_largest() + 2 * 65536);
-	shards_open(ix, h, st, NULL, &sh);
+	cr_assert_eq(shards_open(ix, h, st, NULL, &sh), 0);
 	for (uint32_t i = 0; i < NSHARDS * PER_SHARD - 1; i++)
 		view[i] = i; /* the very last sample is not in the view */
 	cr_assert_eq(shards_track(sh, view, NSHARDS * PER_SHARD - 1), 0);
@@ -1028,7 +1028,7 @@ Test(shards, truncated_cache_file_under_a_view_is_not_fatal)
 	fx_server_start(&srv, root, tdir, NULL);
 	ix = make_index_v2(-1, -1, -1);
 	st = open_store(1ULL << 30);
-	shards_open(ix, h, st, NULL, &sh);
+	cr_assert_eq(shards_open(ix, h, st, NULL, &sh), 0);
 	check_sample(sh, 1, 0);
 	wait_cached(sh, 1);
 	cr_assert_eq(shards_view(sh, 1, m0->off, m0->size, &v), 0);

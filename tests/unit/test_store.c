@@ -390,7 +390,7 @@ Test(store, disk_full_is_an_error_not_a_crash)
 	int r;
 
 	mount_small(m, sizeof(m), "size=256k");
-	store_open(m, 64ULL << 20, &s, err, sizeof(err));
+	cr_assert_eq(store_open(m, 64ULL << 20, &s, err, sizeof(err)), 0);
 	cr_assert_not_null(s, "%s", err);
 	e = add(s, "http://h/small", "", 10000, 1);
 	cr_assert_not_null(e);
@@ -429,7 +429,7 @@ Test(store, unwritable_dir)
 	int r;
 
 	mount_small(m, sizeof(m), "size=1m");
-	store_open(m, 64ULL << 20, &s, err, sizeof(err));
+	cr_assert_eq(store_open(m, 64ULL << 20, &s, err, sizeof(err)), 0);
 	cr_assert_not_null(s, "%s", err);
 	add_put(s, "http://h/a", 4000, 2);
 	store_close(s);
@@ -438,7 +438,7 @@ Test(store, unwritable_dir)
 		cr_skip_test("remount ro failed: %s", strerror(errno));
 	}
 	/* Existing entries still serve; new ones fail with an errno. */
-	store_open(m, 64ULL << 20, &s, err, sizeof(err));
+	cr_assert_eq(store_open(m, 64ULL << 20, &s, err, sizeof(err)), 0);
 	cr_assert_not_null(s, "%s", err);
 	e = store_get(s, "http://h/a", "\"e\"", 4000);
 	cr_assert_not_null(e);

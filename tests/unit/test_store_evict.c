@@ -288,7 +288,7 @@ static char victim_after(bool stats, uint64_t unit)
 		struct shards *sh;
 		cr_assert_eq(http_open(&ho, &h, err, sizeof(err)), 0,
 			     "http_open: %s", err);
-		shards_open(ix, h, s, &so, &sh);
+		cr_assert_eq(shards_open(ix, h, s, &so, &sh), 0);
 		cr_assert_not_null(sh);
 		for (uint32_t i = 0; i < 3; i++)
 			cr_assert_eq(shards_is_cached(sh, i), 1);

@@ -74,7 +74,7 @@ static struct workq *start(struct ctx *x, unsigned threads, size_t cap)
 			       .run = run,
 			       .cancel = cancel,
 			       .ctx = x};
-	workq_open(&o, &x->q);
+	cr_assert_eq(workq_open(&o, &x->q), 0);
 	cr_assert_not_null(x->q);
 	return x->q;
 }
@@ -244,7 +244,7 @@ Test(workq, urgent_items_pass_a_full_queue_in_fifo_order)
 		.threads = 1, .cap = 2, .urgent = 2, .run = run, .ctx = &x};
 
 	ctx_init(&x);
-	workq_open(&o, &x.q);
+	cr_assert_eq(workq_open(&o, &x.q), 0);
 	cr_assert_not_null(x.q);
 	cr_assert_eq(workq_submit(x.q, &j[0].it, WORKQ_WAIT), 0);
 	wait_running(&x, 1);
@@ -421,7 +421,7 @@ static struct workq *pause_start(struct pctx *p, double seconds)
 	struct workq_opts o = {.threads = 2, .run = pause_run, .ctx = p};
 	p->seconds = seconds;
 	p->r = 1;
-	workq_open(&o, &p->q);
+	cr_assert_eq(workq_open(&o, &p->q), 0);
 	cr_assert_not_null(p->q);
 	return p->q;
 }
@@ -517,7 +517,7 @@ Test(workq, each_worker_has_its_own_state)
 			       .worker_fini = w_fini};
 	struct job j[50];
 	struct workq *q;
-	workq_open(&o, &q);
+	cr_assert_eq(workq_open(&o, &q), 0);
 
 	cr_assert_not_null(q);
 	cr_assert_null(workq_worker_state(), "state outside a worker");
