@@ -64,10 +64,13 @@ def test_exact_mount_same_bytes_with_and_without_tier(mounter, nginx, tmp_path, 
 def test_echo_mount_fills_from_what_an_exact_mount_prepared(mounter, nginx, tmp_path):
     cache = str(tmp_path / "c")
     exact = mount(mounter, nginx, cache)
-    read_all(exact, sorted(helpers.list_paths(exact.mnt))[:2000])
+    # Class 0 whole (its 1,000 samples): every sample the echo mount's
+    # class 0 can serve is prepared (classes 0 and 1 took twice as long).
+    paths = sorted(helpers.list_paths(exact.mnt))
+    read_all(exact, [p for p in paths if p.startswith("0/")])
     exact.umount()
     echo = mount(mounter, nginx, cache, echo=2, augment=1, flip=1)
-    for p in sorted(helpers.list_paths(echo.mnt))[:400]:
+    for p in sorted(helpers.list_paths(echo.mnt))[:200]:
         with open(echo.path(p), "rb") as f:
             assert len(f.read()) == len(b"P6\n28 28\n255\n") + 28 * 28 * 3
     st = echo.stats()

@@ -165,7 +165,9 @@ def test_second_mount_keeps_first_mounts_downloads(dataset, slow_nginx, mounter,
     """A mount starting on a cache_dir where another mount is downloading
     leaves that download's temp file alone; the first mount finishes it into
     the cache (no cache_write error)."""
-    srv = slow_nginx("100k")
+    # 300 KB/s: a 2.5 MB shard's download lasts about 8 s, ample time to
+    # start the second mount while it runs (100k made the test last 25 s).
+    srv = slow_nginx("300k")
     cache_dir = os.path.join(str(tmp_path), "shared-cache")
     os.makedirs(cache_dir)
     opts = {"index": srv.test_index}
