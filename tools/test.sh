@@ -63,13 +63,6 @@ if [ "$ASAN" -eq 1 ]; then
 	export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$TMP/san/ubsan"
 fi
 
-# Most unit suites wait (on fault servers, timeouts, other threads) rather
-# than compute: four at a time on 2 cores took 70 s where meson's default
-# (one per core) took 97 s. Not under ASan, where the suites do compute.
-# MESON_TESTTHREADS overrides.
-if [ "$ASAN" -eq 0 ]; then
-	export MESON_TESTTHREADS=${MESON_TESTTHREADS:-4}
-fi
 echo "== unit tests ($BUILD)"
 meson test -C "$BUILD" --print-errorlogs
 record "unit tests ($BUILD)" $?
