@@ -94,11 +94,16 @@ def test_slow_clients_do_not_starve_a_scraper(endpoint):
     try:
         for _ in range(3):
             trickle(socks)
-            alive = still_open(socks)
             status, has = scrape(port, source="127.0.0.2")
             assert status.endswith("200 OK") and has, \
-                "scrape beside %d slow connections: %r" % (len(alive), status)
+                "scrape beside slow connections: %r" % status
             # Every slow connection beyond the per-address limit was refused.
+            # Counted after the scrape: the server accepts in arrival order,
+            # so by the time the scraper is answered every slow connection
+            # was accepted, and one over the limit closed at once. Counted
+            # before it, connections still waiting in the listen queue look
+            # open (CI saw 11 of 200 on a loaded machine).
+            alive = still_open(socks)
             assert 0 < len(alive) <= 4, "%d slow connections held" % len(alive)
     finally:
         for s in socks:
