@@ -717,6 +717,28 @@ void pool_commit(struct pool *p, struct pool_sample *s)
 	pool_unlock(p);
 }
 
+void pool_mark_bad(struct pool *p, uint32_t sample)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	if (sample < p->ix->nsamples && !p->bad[sample])
+		p->bad[sample] = 2;
+	pool_unlock(p);
+}
+
+void pool_count_own(struct pool *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->served_fresh++;
+	p->served_own++;
+	if (p->gov)
+		tick_governor(p, true);
+	pool_unlock(p);
+}
+
 void pool_untake(struct pool *p, struct pool_sample *s)
 {
 	struct ref *rf = (struct ref *)s;
@@ -740,12 +762,14 @@ void pool_discard(struct pool *p, struct pool_sample *s)
 		return;
 	e = rf->e;
 	pthread_mutex_lock(&p->lock);
-	if (!p->bad[e->sample]) {
+	if (p->bad[e->sample] != 1) {
 		/* The first holder to find it bad takes it out; another
-		 * holder's take of it then just lets go. Counted once, and
-		 * never streamed again (stream_sample skips bad samples). */
+		 * holder's take of it then just lets go. Counted once (not
+		 * here when pool_mark_bad's caller counted it), and never
+		 * streamed again (stream_sample skips bad samples). */
+		if (!p->bad[e->sample])
+			p->rejected++;
 		p->bad[e->sample] = 1;
-		p->rejected++;
 		echo_policy_discard(p->ep, &rf->t);
 		e->attached = false;
 	}
@@ -830,6 +854,7 @@ void pool_get_stats(struct pool *p, struct pool_stats *out)
 		.pass = p->pass,
 		.fresh_in_pass = p->fresh_in_pass,
 		.fresh_served = fresh,
+		.own_served = p->served_own,
 		.echoes_served = p->served_echo,
 		.effective_echo = fresh ? (double)all / (double)fresh : 0,
 		.stall_s = p->stall_s,

@@ -91,7 +91,9 @@ struct pool_opts {
 struct pool_stats {
 	uint64_t pass;          /* current pass, from 1 */
 	uint64_t fresh_in_pass; /* samples that entered the pool this pass */
-	uint64_t fresh_served;  /* over the pool's life */
+	uint64_t fresh_served;  /* over the pool's life (own_served included) */
+	uint64_t own_served;    /* of those, paths served their own sample
+				 * outside the pool (pool_count_own) */
 	uint64_t echoes_served;
 	double effective_echo;  /* (fresh_served + echoes_served) / fresh_served, 0 if none */
 	double stall_s;         /* time readers spent waiting in pool_take */
@@ -189,6 +191,14 @@ void pool_cancel_all(struct pool *p);
 /* The reserved sample was opened by a reader: count the serve (fresh or
  * echo). At most once per pool_take. */
 void pool_commit(struct pool *p, struct pool_sample *s);
+/* A reader was served a sample outside the pool, from its own path (the
+ * exact-first serves of cache/dataset.h's dataset_echo_own): a fresh
+ * serve, counted in fresh_served and own_served and by the governor. */
+void pool_count_own(struct pool *p);
+/* Sample is bad (it failed to decode outside the pool, where it was
+ * counted): never streamed again; a held copy is taken out when a reader
+ * discards it (pool_discard), not counted again. */
+void pool_mark_bad(struct pool *p, uint32_t sample);
 
 /* Undo a pool_take that was never committed (a binding only stat'ed, then
  * expired): the sample goes back where it came from, fresh again if it was

@@ -139,7 +139,7 @@ struct pool {
 	uint64_t given_back, reread;
 	/* Serves counted at pool_commit (readers opened them), unlike the
 	 * policy's own counts, which include reservations. */
-	uint64_t served_fresh, served_echo;
+	uint64_t served_fresh, served_echo, served_own;
 	double stall_s;
 	/* ECHO_ADAPTIVE with E > 1: the governor that sets the policy's cap
 	 * (cache/echo/governor.h), ticked at every committed serve. */
@@ -151,7 +151,9 @@ struct pool {
 	 * walk starts only after readers took something (demand). */
 	uint64_t takes, takes_at_walk;
 	bool pacing;	 /* the streamer waits for readers to take */
-	uint8_t *bad;	 /* per sample: its ingest failed; not read again */
+	/* Per sample: 1 its ingest or serve failed (counted in rejected), 2
+	 * marked by pool_mark_bad (counted elsewhere); not read again. */
+	uint8_t *bad;
 };
 
 /* ---- pool.c: entries, the shuffle buffer, memory, takes ---- */

@@ -741,3 +741,36 @@ Test(pool, ingest_workers_pass_every_sample_through_the_hook)
 	cr_assert_geq(ingest_calls, NCLASSED);
 	stack_close(&k); /* pass 2 is streaming: samples queued and running */
 }
+
+/* Exact first (cache/dataset.h, dataset_echo_own): a serve of a path's own
+ * sample outside the pool counts as fresh; a sample found bad there is
+ * never streamed, and not counted again by the pool. Without pool_mark_bad
+ * the bad sample would be served in the pass. */
+Test(pool, own_serves_count_fresh_and_marked_bad_samples_are_skipped)
+{
+	struct pool_opts po = {.echo = 1, .seed = 4};
+	unsigned seen[NSAMPLES] = {0};
+	struct pool_stats ps;
+	struct stack k;
+	uint32_t bad = 0;
+
+	while (class_of[bad] == POOL_NO_CLASS)
+		bad++;
+	stack_open(&k, NULL, &po, NULL);
+	pool_count_own(k.p);
+	pool_count_own(k.p);
+	pool_mark_bad(k.p, bad); /* before any take: nothing streamed yet */
+	for (uint32_t c = 0; c < NCLS; c++)
+		for (uint32_t n = 0; n < per_class[c] - (c == class_of[bad]);
+		     n++) {
+			struct pool_sample *s = take_ok(k.p, c);
+			seen[s->sample]++;
+			pool_release(k.p, s);
+		}
+	cr_assert_eq(seen[bad], 0, "the marked sample was served");
+	pool_get_stats(k.p, &ps);
+	cr_assert_eq(ps.own_served, 2);
+	cr_assert_eq(ps.fresh_served, 2 + NCLASSED - 1);
+	cr_assert_eq(ps.rejected, 0, "counted again by the pool");
+	stack_close(&k);
+}
