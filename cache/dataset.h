@@ -70,7 +70,8 @@ struct dataset_store_stats {
 struct dataset_echo_stats {
 	uint64_t pass;          /* current pass, from 1 */
 	uint64_t fresh_in_pass; /* samples that entered the pool this pass */
-	uint64_t fresh_served;
+	uint64_t fresh_served;  /* own_served included */
+	uint64_t own_served;    /* paths served their own sample (exact first) */
 	uint64_t echoes_served;
 	double effective_echo;  /* served / fresh, 0 if none */
 	double stall_s;         /* time readers waited for a sample */
@@ -359,6 +360,27 @@ int dataset_echo_set(struct dataset *ds, double echo,
 		     enum dataset_echo_mode mode);
 /* Fresh samples of class cls ready now. */
 uint64_t dataset_echo_ready(struct dataset *ds, uint32_t cls);
+
+/* Exact first (issue 29): 1 when the open of sample's own path on this echo
+ * mount should be served the sample itself, as an exact mount serves it
+ * (dataset_read, or dataset_output_get when converting), not a take from
+ * the pool. True on an adaptive mount (unless exact_first=0) whose
+ * rendering has no random part (no augment=) for a sample whose shard is on
+ * local disk: serving it waits for no network, so there is no idle time an
+ * echo could fill, and on a CPU-bound node an echo costs what the fresh
+ * serve does (a decode) and takes its place. Echoes fill the opens that
+ * would wait for a fetch. 0 on other mounts. */
+int dataset_echo_own(struct dataset *ds, uint32_t sample);
+/* The open of a path served its own sample (dataset_echo_own): on a
+ * converting mount its output is made now (kept for the READs), and one
+ * that cannot be (a bad image) marks the sample, so that dataset_echo_own
+ * says no from now on and the path is echoed instead (the pool skips bad
+ * samples). 0, counted as a fresh serve for the governor and the
+ * statistics, or -errno. */
+MUST_CHECK
+int dataset_echo_open_own(struct dataset *ds, uint32_t sample);
+/* The sample's own output could not be made at a lookup: as above. */
+void dataset_echo_own_failed(struct dataset *ds, uint32_t sample);
 /* "adaptive" / "fixed" / "greedy" <-> mode: 0 or -EINVAL; the name is
  * static. */
 MUST_CHECK

@@ -8,6 +8,7 @@
  * or a whole decode, per binding) run on the decode workers of prep.c. */
 #include <errno.h>
 #include <malloc.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,12 +113,17 @@ static int ingest_sample(void *ud, uint32_t sample, const uint8_t *in,
 		r = prep_prepare(ds->prep, in, len, out, outlen, why,
 				 sizeof(why));
 	}
-	if (r)
+	if (r) {
 		/* Rate-limited: the pool never reads a failed sample again,
 		 * but a dataset with many bad ones must not flood the log
 		 * (issue 32). */
 		log_counted("bad_sample", "sample %s skipped: %s",
 			    dataset_key(ds, sample), why);
+		/* Counted by the pool: exact first must not decode it again. */
+		if (ds->own_bad)
+			atomic_store_explicit(&ds->own_bad[sample], 1,
+					      memory_order_relaxed);
+	}
 	return r;
 }
 
@@ -134,6 +140,15 @@ static void open_prepared(struct dataset *ds, const struct dataset_opts *o,
 	if (prepared_open(o->cache_dir, cap, tf, &ds->prepared, err,
 			  sizeof(err)))
 		log_warn("decoding every pass (no prepared samples): %s", err);
+}
+
+/* Exact first (dataset_echo_own) applies: an adaptive echo mount whose
+ * rendering of a sample is deterministic. */
+static int exact_first(const struct dataset_echo_opts *e,
+		       const struct dataset_image_opts *i)
+{
+	return e->on && e->mode == DATASET_ECHO_ADAPTIVE && !e->no_exact_first &&
+	       !i->augment;
 }
 
 int dataset_start_image(struct dataset *ds, const struct dataset_opts *o,
@@ -183,7 +198,9 @@ int dataset_start_image(struct dataset *ds, const struct dataset_opts *o,
 		return r;
 	}
 	open_prepared(ds, o, &tf);
-	if (!o->echo.on) {
+	/* Exact first serves an echo mount's own samples as an exact mount
+	 * does: from the same outputs. */
+	if (!o->echo.on || exact_first(&o->echo, io)) {
 		ds->outputs = outputs_new(ds->ix, ds->sh, ds->prep);
 		outputs_set_prepared(ds->outputs, ds->prepared);
 	}
@@ -241,9 +258,14 @@ int dataset_echo_start(struct dataset *ds, const uint32_t *class_of,
 		cls[i] = eo->repartition || dataset_in_part(ds, (uint32_t)i)
 				 ? class_of[i]
 				 : POOL_NO_CLASS;
+	/* Before the pool's threads start: its hooks mark bad samples. */
+	if (exact_first(eo, &ds->image_opts))
+		ds->own_bad = xcalloc(n ? n : 1, sizeof(*ds->own_bad));
 	r = pool_open(ds->ix, ds->sh, cls, nclasses, &po, &ds->pool);
 	free(cls);
 	if (r) {
+		free((void *)ds->own_bad);
+		ds->own_bad = NULL;
 		snprintf(err, errlen, "cannot start the echo pool: %s",
 			 strerror(-r));
 		return r;
@@ -264,6 +286,8 @@ void dataset_echo_end(struct dataset *ds)
 	if (ds->own_pool)
 		pool_free(ds->pool);
 	ds->pool = NULL;
+	free((void *)ds->own_bad);
+	ds->own_bad = NULL;
 	ds->own_pool = 0;
 }
 
@@ -371,6 +395,40 @@ int dataset_echo_set(struct dataset *ds, double echo,
 	return pool_set_echo(ds->pool, echo, (enum echo_mode)mode);
 }
 
+int dataset_echo_own(struct dataset *ds, uint32_t sample)
+{
+	if (!ds->pool || !ds->own_bad || sample >= dataset_nsamples(ds) ||
+	    atomic_load_explicit(&ds->own_bad[sample], memory_order_relaxed))
+		return 0;
+	return dataset_is_cached(ds, dataset_group(ds, sample));
+}
+
+/* Counted by the outputs: the pool must not count it again. */
+void dataset_echo_own_failed(struct dataset *ds, uint32_t sample)
+{
+	if (!ds->own_bad || sample >= dataset_nsamples(ds))
+		return;
+	atomic_store_explicit(&ds->own_bad[sample], 1, memory_order_relaxed);
+	pool_mark_bad(ds->pool, sample);
+}
+
+int dataset_echo_open_own(struct dataset *ds, uint32_t sample)
+{
+	struct dataset_output *o;
+	int r;
+
+	if (ds->outputs) {
+		r = dataset_output_get(ds, sample, &o);
+		if (r) {
+			dataset_echo_own_failed(ds, sample);
+			return r;
+		}
+		dataset_output_put(ds, o);
+	}
+	pool_count_own(ds->pool);
+	return 0;
+}
+
 uint64_t dataset_echo_ready(struct dataset *ds, uint32_t cls)
 {
 	return ds->pool ? pool_ready(ds->pool, cls) : 0;
@@ -436,6 +494,12 @@ int dataset_echo_decode(struct dataset *ds, const struct dataset_sample *s,
 
 void dataset_echo_discard(struct dataset *ds, struct dataset_sample *s)
 {
+	uint32_t sample = pool_of(s)->sample;
+
+	/* Counted by the pool: exact first must not decode it again. */
+	if (ds->own_bad && sample < dataset_nsamples(ds))
+		atomic_store_explicit(&ds->own_bad[sample], 1,
+				      memory_order_relaxed);
 	pool_discard(ds->pool, pool_of(s));
 }
 
@@ -536,6 +600,7 @@ void dataset_echo_fill_stats(struct dataset *ds, struct dataset_stats *out)
 		.pass = p.pass,
 		.fresh_in_pass = p.fresh_in_pass,
 		.fresh_served = p.fresh_served,
+		.own_served = p.own_served,
 		.echoes_served = p.echoes_served,
 		.effective_echo = p.effective_echo,
 		.stall_s = p.stall_s,

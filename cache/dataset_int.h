@@ -5,6 +5,7 @@
 #define ECHOFS_DATASET_INT_H
 
 #include "common/attrs.h"
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "cache/dataset.h"
@@ -40,6 +41,9 @@ struct dataset {
 	uint64_t seed;
 	struct pool *pool;	   /* after dataset_echo_start, else NULL */
 	int own_pool;		   /* 0: dataset_wrap_pool's */
+	/* Exact first (dataset_echo_own): per sample, 1 once its own output
+	 * failed; NULL when exact first does not apply. */
+	_Atomic uint8_t *own_bad;
 	struct prep *prep;	   /* preprocessing only */
 	struct outputs *outputs;   /* preprocessing exact mounts only */
 	struct prepared *prepared; /* the prepared-sample tier, or NULL */

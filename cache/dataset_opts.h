@@ -48,6 +48,9 @@ struct dataset_echo_opts {
 	uint64_t mem_size; /* bytes held; 0 = default */
 	int repartition;   /* a new part of the world every pass */
 	enum dataset_echo_stage stage; /* echo_stage= */
+	/* exact_first=0: an adaptive mount echoes even a path whose own
+	 * sample is on local disk (dataset_echo_own). */
+	int no_exact_first;
 	/* Optional: whether the lookup named tag was interrupted; asked right
 	 * before a take parks (see pool_opts.interrupted). */
 	int (*interrupted)(const void *tag);

@@ -133,6 +133,16 @@ static struct binding *live(const struct bindings *b, uint32_t file)
 	return x && x->s && !x->spent ? x : NULL;
 }
 
+int bindings_is_bound(struct bindings *b, uint32_t file)
+{
+	int r;
+
+	pthread_mutex_lock(&b->lock);
+	r = live(b, file) != NULL;
+	pthread_mutex_unlock(&b->lock);
+	return r;
+}
+
 /* The path's current binding, counting one kernel lookup; 1 if there is
  * none. */
 static int current(struct bindings *b, uint32_t file, struct binding_attr *out)

@@ -166,6 +166,11 @@ int bindings_lookup_async(struct bindings *b, uint32_t file, const void *tag,
 			  bindings_done_fn done, void *ud,
 			  struct binding_attr *out);
 
+/* 1 if namespace file `file` has a live binding now (holding a sample, not
+ * spent): its next lookup returns that binding, so a stat and the open
+ * after it see one inode. */
+int bindings_is_bound(struct bindings *b, uint32_t file);
+
 /* Fail the parked lookup or open named tag with -EINTR. 1 if it was
  * parked. */
 int bindings_cancel(struct bindings *b, const void *tag);
