@@ -230,6 +230,8 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 		M("fresh_in_pass", 'g', s->pool.fresh_in_pass,
 		  "samples streamed in this pass");
 		M("fresh_served", 'c', s->pool.fresh_served, "fresh samples served");
+		M("own_served", 'c', s->pool.own_served,
+		  "fresh serves of a path's own sample from local disk (exact first)");
 		M("echoes_served", 'c', s->pool.echoes_served, "echoed samples served");
 		M("effective_echo", 'g', s->pool.effective_echo,
 		  "served / fresh over the mount's life");

@@ -373,7 +373,24 @@ static void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_entry(req, &e);
 		return;
 	}
+	/* Echo mounts bind a file to a pool sample, unless its own sample is
+	 * on local disk and the mount serves it exactly then (exact first,
+	 * dataset_echo_own): the tree's own inode, as on an exact mount, whose
+	 * pages the kernel keeps from one epoch to the next. */
 	if (fs->bind && ns_kind_of(fs->ns, ino, &num) == NS_FILE) {
+		uint32_t sample = fs->ns->files[num].sample;
+		/* A path bound and not yet opened keeps its binding: a stat
+		 * and the open after it (cp) see one inode. */
+		if (!bindings_is_bound(fs->bind, num) &&
+		    dataset_echo_own(fs->ds, sample)) {
+			if (fill_entry(fs, ino, &e, 1) == 0) {
+				fuse_reply_entry(req, &e);
+				return;
+			}
+			/* Its output could not be made (a bad image): the
+			 * pool skips those. */
+			dataset_echo_own_failed(fs->ds, sample);
+		}
 		lookup_echo(req, fs, num);
 		return;
 	}
@@ -630,6 +647,20 @@ static void open_echo(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 		if (r == 0 && (fi->flags & O_ACCMODE) != O_RDONLY)
 			/* Lines split over writes join here (control.h). */
 			fi->fh = (uint64_t)(uintptr_t)control_cfgbuf_new();
+	} else if (ns_kind_of(fs->ns, ino, &num) == NS_FILE) {
+		/* A path served its own sample (exact first): its bytes never
+		 * change, so its pages are kept, as an exact mount's are. */
+		if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+			r = -EROFS;
+		} else if (dataset_echo_open_own(fs->ds,
+						 fs->ns->files[num].sample)) {
+			/* A bad image: the kernel looks the path up again
+			 * (ESTALE), and that lookup takes from the pool. */
+			r = -ESTALE;
+		} else {
+			fi->keep_cache = 1;
+			fi->noflush = 1;
+		}
 	} else if (!bindings_owns(fs->bind, ino)) {
 		r = -EISDIR;
 	} else if ((fi->flags & O_ACCMODE) != O_RDONLY) {
@@ -820,6 +851,24 @@ static void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 
 #define XATTR_SOURCE "user.echofs.source"
 
+/* The sample an echo mount's file ino serves: its binding's, or its own
+ * (a path served exactly: exact first). 0 or -ENODATA. */
+static int echo_source(struct fs_ctx *fs, fuse_ino_t ino, uint32_t *sample)
+{
+	uint32_t num;
+
+	if (!fs->bind)
+		return -ENODATA;
+	if (ns_kind_of(fs->ns, ino, &num) == NS_FILE) {
+		*sample = fs->ns->files[num].sample;
+		return 0;
+	}
+	if (!bindings_owns(fs->bind, ino) ||
+	    bindings_source(fs->bind, ino, sample) != 0)
+		return -ENODATA;
+	return 0;
+}
+
 /* user.echofs.source of an echo file: the source sample's key. */
 static void fs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			   size_t size)
@@ -829,9 +878,8 @@ static void fs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	const char *key;
 	size_t len;
 
-	if (!fs->bind || !bindings_owns(fs->bind, ino) ||
-	    strcmp(name, XATTR_SOURCE) != 0 ||
-	    bindings_source(fs->bind, ino, &sample) != 0) {
+	if (strcmp(name, XATTR_SOURCE) != 0 ||
+	    echo_source(fs, ino, &sample) != 0) {
 		fuse_reply_err(req, ENODATA);
 		return;
 	}
@@ -849,7 +897,8 @@ static void fs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	struct fs_ctx *fs = ctx_of(req);
 	static const char names[] = XATTR_SOURCE;
-	size_t len = fs->bind && bindings_owns(fs->bind, ino) ? sizeof(names) : 0;
+	uint32_t sample;
+	size_t len = echo_source(fs, ino, &sample) == 0 ? sizeof(names) : 0;
 
 	if (size == 0)
 		fuse_reply_xattr(req, len);

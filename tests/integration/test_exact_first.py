@@ -1,0 +1,116 @@
+"""test_exact_first.py - an adaptive echo mount serves a path its own sample
+when that sample's shard is on local disk (exact first, issue 29): the bytes
+an exact mount serves, under the tree's own inode, whose pages the kernel
+keeps from one epoch to the next; counted as fresh serves (own_served). The
+pool serves the opens that would wait for the network, and every open with
+exact_first=0 or augment=1."""
+
+import os
+
+from test_preprocess import make_bad_shard
+
+PREP = {"size": 40, "crop": 32, "format": "ppm"}
+
+
+def warm(mounter, fault_server, cache):
+    """Every shard into cache: an exact mount reads one file per shard's
+    worth of samples (the whole tree, unconverted: a shard is fetched
+    whole)."""
+    m = mounter(fault_server.source, cache_dir=cache,
+                opts={"index": fault_server.index}, name="warm")
+    for cls in sorted(os.listdir(m.mnt)):
+        for name in os.listdir(m.path(cls)):
+            with open(m.path(cls, name), "rb") as f:
+                f.read()
+    m.umount()
+
+
+def read(path):
+    """The file's bytes, and its source sample's key on an echo mount."""
+    with open(path, "rb") as f:
+        data = f.read()
+        try:
+            return data, os.getxattr(f.fileno(), "user.echofs.source")
+        except OSError:
+            return data, None
+
+
+def test_local_paths_are_served_their_own_bytes(mounter, fault_server, tmp_path):
+    cache = str(tmp_path / "cache")
+    warm(mounter, fault_server, cache)
+    opts = dict(PREP, index=fault_server.index)
+    exact = mounter(fault_server.source, cache_dir=cache, opts=opts, name="exact")
+    echo = mounter(fault_server.source, cache_dir=cache, name="echo",
+                   opts=dict(opts, echo=4, seed=7))
+    names = sorted(os.listdir(echo.path("3")))[:60]
+    for n in names:
+        want, _ = read(exact.path("3", n))
+        got, src = read(echo.path("3", n))
+        assert got == want, n
+        assert src == os.path.splitext(n)[0].encode(), (n, src)
+    st = echo.stats()
+    assert st["own_served"] == len(names), st
+    assert st["echoes_served"] == 0, st
+    assert st["fresh_served"] >= st["own_served"], st
+    # A second epoch: the same inode, its pages kept (no READ reaches the
+    # daemon but the stats file's own).
+    inos = {n: os.stat(echo.path("3", n)).st_ino for n in names}
+    reads0 = echo.stats()["reads"]
+    per_stats = echo.stats()["reads"] - reads0
+    r0 = echo.stats()["reads"]
+    for n in names:
+        got, _ = read(echo.path("3", n))
+        assert os.stat(echo.path("3", n)).st_ino == inos[n], n
+    assert echo.stats()["reads"] - r0 <= per_stats, "pages not kept"
+    assert echo.stats()["own_served"] == 2 * len(names)
+
+
+def test_exact_first_off_and_augment_keep_the_pool(mounter, fault_server, tmp_path):
+    cache = str(tmp_path / "cache")
+    warm(mounter, fault_server, cache)
+    base = dict(PREP, index=fault_server.index, echo=4, seed=7)
+    for name, extra in (("off", {"exact_first": 0}), ("augment", {"augment": 1})):
+        m = mounter(fault_server.source, cache_dir=cache, name=name,
+                    opts=dict(base, **extra))
+        names = sorted(os.listdir(m.path("3")))[:40]
+        for n in names:
+            got, src = read(m.path("3", n))
+            assert got.startswith(b"P6\n32 32\n255\n"), n
+        st = m.stats()
+        assert st["own_served"] == 0, (name, st)
+        assert st["fresh_served"] + st["echoes_served"] >= len(names), (name, st)
+
+
+def test_a_cold_path_is_echoed(mounter, fault_server):
+    """Nothing local yet: the first opens take from the pool (exact first
+    never waits for a fetch)."""
+    m = mounter(fault_server.source, opts=dict(PREP, index=fault_server.index,
+                                               echo=4, seed=7))
+    names = sorted(os.listdir(m.path("3")))[:5]
+    for n in names:
+        got, _ = read(m.path("3", n))
+        assert got.startswith(b"P6\n32 32\n255\n"), n
+    st = m.stats()
+    assert st["fresh_served"] + st["echoes_served"] - st["own_served"] >= 1, st
+
+
+def test_a_bad_own_image_is_echoed_and_counted_once(mounter, private_nginx, dataset):
+    """With a fixed-size output the lookup decodes nothing: the open finds
+    the bad image, answers ESTALE, and the kernel's second lookup takes a
+    good sample from the pool. Without exact first's marks the bad
+    samples would fail every open (EIO) or be counted again by the pool."""
+    d = os.path.join(dataset.www, "badimg")
+    os.makedirs(d, exist_ok=True)
+    make_bad_shard(os.path.join(d, "bad-000000.tar"))
+    src = "%s/badimg/bad-{000000..000000}.tar" % private_nginx.url
+    m = mounter(src, opts={"size": 64, "crop": 32, "format": "ppm", "echo": 2})
+    names = sorted(os.listdir(m.path("1")))
+    assert len(names) == 5
+    for _ in range(4):
+        for n in names:
+            got, src_key = read(m.path("1", n))
+            assert got.startswith(b"P6\n32 32\n255\n"), n
+            assert src_key in (b"ok0", b"ok1", b"ok2"), (n, src_key)
+    st = m.stats()
+    assert st["own_served"] > 0, st
+    assert st["errors"]["image"] == 2, st["errors"]
