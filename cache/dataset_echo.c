@@ -120,8 +120,8 @@ static int ingest_sample(void *ud, uint32_t sample, const uint8_t *in,
 		log_counted("bad_sample", "sample %s skipped: %s",
 			    dataset_key(ds, sample), why);
 		/* Counted by the pool: exact first must not decode it again. */
-		if (ds->own_bad)
-			atomic_store_explicit(&ds->own_bad[sample], 1,
+		if (ds->own_state)
+			atomic_store_explicit(&ds->own_state[sample], OWN_BAD,
 					      memory_order_relaxed);
 	}
 	return r;
@@ -260,12 +260,12 @@ int dataset_echo_start(struct dataset *ds, const uint32_t *class_of,
 				 : POOL_NO_CLASS;
 	/* Before the pool's threads start: its hooks mark bad samples. */
 	if (exact_first(eo, &ds->image_opts))
-		ds->own_bad = xcalloc(n ? n : 1, sizeof(*ds->own_bad));
+		ds->own_state = xcalloc(n ? n : 1, sizeof(*ds->own_state));
 	r = pool_open(ds->ix, ds->sh, cls, nclasses, &po, &ds->pool);
 	free(cls);
 	if (r) {
-		free((void *)ds->own_bad);
-		ds->own_bad = NULL;
+		free((void *)ds->own_state);
+		ds->own_state = NULL;
 		snprintf(err, errlen, "cannot start the echo pool: %s",
 			 strerror(-r));
 		return r;
@@ -286,8 +286,8 @@ void dataset_echo_end(struct dataset *ds)
 	if (ds->own_pool)
 		pool_free(ds->pool);
 	ds->pool = NULL;
-	free((void *)ds->own_bad);
-	ds->own_bad = NULL;
+	free((void *)ds->own_state);
+	ds->own_state = NULL;
 	ds->own_pool = 0;
 }
 
@@ -397,8 +397,9 @@ int dataset_echo_set(struct dataset *ds, double echo,
 
 int dataset_echo_own(struct dataset *ds, uint32_t sample)
 {
-	if (!ds->pool || !ds->own_bad || sample >= dataset_nsamples(ds) ||
-	    atomic_load_explicit(&ds->own_bad[sample], memory_order_relaxed))
+	if (!ds->pool || !ds->own_state || sample >= dataset_nsamples(ds) ||
+	    atomic_load_explicit(&ds->own_state[sample],
+				 memory_order_relaxed) == OWN_BAD)
 		return 0;
 	return dataset_is_cached(ds, dataset_group(ds, sample));
 }
@@ -406,24 +407,32 @@ int dataset_echo_own(struct dataset *ds, uint32_t sample)
 /* Counted by the outputs: the pool must not count it again. */
 void dataset_echo_own_failed(struct dataset *ds, uint32_t sample)
 {
-	if (!ds->own_bad || sample >= dataset_nsamples(ds))
+	if (!ds->own_state || sample >= dataset_nsamples(ds))
 		return;
-	atomic_store_explicit(&ds->own_bad[sample], 1, memory_order_relaxed);
+	atomic_store_explicit(&ds->own_state[sample], OWN_BAD,
+			      memory_order_relaxed);
 	pool_mark_bad(ds->pool, sample);
 }
 
+/* The first open of a sample makes its output (the read after it finds it
+ * in ds->outputs), so that a bad image fails here, where the pool can
+ * stand in, rather than at a read; later opens trust that. */
 int dataset_echo_open_own(struct dataset *ds, uint32_t sample)
 {
 	struct dataset_output *o;
 	int r;
 
-	if (ds->outputs) {
+	if (ds->outputs && sample < dataset_nsamples(ds) &&
+	    atomic_load_explicit(&ds->own_state[sample],
+				 memory_order_relaxed) != OWN_OK) {
 		r = dataset_output_get(ds, sample, &o);
 		if (r) {
 			dataset_echo_own_failed(ds, sample);
 			return r;
 		}
 		dataset_output_put(ds, o);
+		atomic_store_explicit(&ds->own_state[sample], OWN_OK,
+				      memory_order_relaxed);
 	}
 	pool_count_own(ds->pool);
 	return 0;
@@ -497,8 +506,8 @@ void dataset_echo_discard(struct dataset *ds, struct dataset_sample *s)
 	uint32_t sample = pool_of(s)->sample;
 
 	/* Counted by the pool: exact first must not decode it again. */
-	if (ds->own_bad && sample < dataset_nsamples(ds))
-		atomic_store_explicit(&ds->own_bad[sample], 1,
+	if (ds->own_state && sample < dataset_nsamples(ds))
+		atomic_store_explicit(&ds->own_state[sample], OWN_BAD,
 				      memory_order_relaxed);
 	pool_discard(ds->pool, pool_of(s));
 }

@@ -19,6 +19,8 @@ struct pool;
 struct prep;
 struct outputs;
 
+enum { OWN_UNKNOWN, OWN_BAD, OWN_OK }; /* dataset.own_state */
+
 struct dataset {
 	const struct index *ix; /* owned when `own` */
 	struct shards *sh;	/* owned when `own`; may be NULL */
@@ -41,9 +43,10 @@ struct dataset {
 	uint64_t seed;
 	struct pool *pool;	   /* after dataset_echo_start, else NULL */
 	int own_pool;		   /* 0: dataset_wrap_pool's */
-	/* Exact first (dataset_echo_own): per sample, 1 once its own output
-	 * failed; NULL when exact first does not apply. */
-	_Atomic uint8_t *own_bad;
+	/* Exact first (dataset_echo_own): per sample, OWN_BAD once its own
+	 * output failed, OWN_OK once it was made (later opens need not make
+	 * it again); NULL when exact first does not apply. */
+	_Atomic uint8_t *own_state;
 	struct prep *prep;	   /* preprocessing only */
 	struct outputs *outputs;   /* preprocessing exact mounts only */
 	struct prepared *prepared; /* the prepared-sample tier, or NULL */
