@@ -193,6 +193,13 @@ typedef void (*bindings_opened_fn)(void *ud, int r, struct binding *h);
  * only then may bindings_open_async park. */
 int bindings_binds_at_open(const struct bindings *b);
 
+/* Binding at open: 1 and the path's file number when an OPEN of inode ino
+ * would take a new sample now (it holds none, none is being taken or
+ * stored, no handle is open), else 0. A racing OPEN may take first: the
+ * answer is a hint (exact first uses it to hand the path back to the
+ * tree's own inode, fs/ops.c). */
+int bindings_would_take(struct bindings *b, uint64_t ino, uint32_t *file);
+
 /* bindings_open without waiting; with binding at open, the open binds (see
  * DESIGN). Returns 0 or 1 with *out set now, -EINPROGRESS when parked
  * (done(ud, ...) is then called exactly once, maybe from another thread,

@@ -217,6 +217,24 @@ static void open_taken(void *ud, int err, struct dataset_sample *s)
 		free(x);
 }
 
+int bindings_would_take(struct bindings *b, uint64_t ino, uint32_t *file)
+{
+	struct binding *x;
+	int r = 0;
+
+	if (!b->fixed)
+		return 0;
+	pthread_mutex_lock(&b->lock);
+	x = bindings_find(b, ino);
+	if (x && !(x->s && !x->spent) && !x->taking && !x->storing &&
+	    x->opens == 0) {
+		*file = x->file;
+		r = 1;
+	}
+	pthread_mutex_unlock(&b->lock);
+	return r;
+}
+
 int bindings_open_async(struct bindings *b, uint64_t ino, const void *tag,
 			bindings_opened_fn done, void *ud,
 			struct binding **out)

@@ -603,6 +603,7 @@ static void open_binding(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 {
 	struct echo_open *eo;
 	struct binding *h = NULL;
+	uint32_t file;
 	int r;
 
 	fuse_req_interrupt_func(req, echo_interrupt, fs->bind);
@@ -617,6 +618,15 @@ static void open_binding(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 		if (r == 0)
 			store_echo(fs, ino, h);
 		reply_binding_open(req, fs, fi, r, h);
+		return;
+	}
+	/* The path was looked up while its sample was remote, and the kernel
+	 * keeps that entry: once the sample is local (exact first), the open
+	 * answers ESTALE instead of taking, the kernel looks the path up
+	 * again, and the lookup answers the tree's own inode. */
+	if (bindings_would_take(fs->bind, ino, &file) &&
+	    dataset_echo_own(fs->ds, fs->ns->files[file].sample)) {
+		fuse_reply_err(req, ESTALE);
 		return;
 	}
 	eo = xmalloc(sizeof(*eo));

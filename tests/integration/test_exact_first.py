@@ -6,6 +6,9 @@ pool serves the opens that would wait for the network, and every open with
 exact_first=0 or augment=1."""
 
 import os
+import random
+import threading
+import time
 
 from test_preprocess import make_bad_shard
 
@@ -114,3 +117,60 @@ def test_a_bad_own_image_is_echoed_and_counted_once(mounter, private_nginx, data
     st = m.stats()
     assert st["own_served"] > 0, st
     assert st["errors"]["image"] == 2, st["errors"]
+
+
+def test_every_open_over_a_warm_cache_is_served_its_own(mounter, fault_server, tmp_path):
+    """Every shard on disk: two readers go through the whole tree twice
+    while the pool's stream opens shards too; every open is served its own
+    sample (a lookup that took the pool here would bind its path to the
+    pool while the kernel keeps the entry)."""
+    cache = str(tmp_path / "cache")
+    warm(mounter, fault_server, cache)
+    m = mounter(fault_server.source, cache_dir=cache, name="echo",
+                opts=dict(PREP, index=fault_server.index, echo=4, seed=7))
+    paths = [m.path(c, n) for c in sorted(os.listdir(m.mnt))
+             for n in sorted(os.listdir(m.path(c)))]
+    random.Random(5).shuffle(paths)
+
+    def reader(part):
+        for p in part:
+            with open(p, "rb") as f:
+                f.read()
+
+    for _ in range(2):
+        threads = [threading.Thread(target=reader, args=(paths[i::2],))
+                   for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    st = m.stats()
+    assert st["own_served"] == 2 * len(paths), st
+    assert st["echoes_served"] == 0, st
+
+
+def test_a_path_echoed_while_remote_is_its_own_once_local(mounter, fault_server):
+    """A path looked up while its shard was remote is bound to the pool, and
+    the kernel keeps that entry (a fixed-size output binds at open): once
+    the shard is on disk, its next open is handed back to the tree's own
+    inode (ESTALE, the kernel looks it up again), not echoed for good."""
+    m = mounter(fault_server.source, opts=dict(PREP, index=fault_server.index,
+                                               echo=4, seed=7))
+    names = sorted(os.listdir(m.path("3")))[:5]
+    for n in names:
+        read(m.path("3", n))
+    assert m.stats()["own_served"] == 0
+    # Every shard to disk: the pool's stream fetches them as opens take
+    # (a hang guard, not a time bound).
+    others = [m.path(c, n) for c in sorted(os.listdir(m.mnt)) if c != "3"
+              for n in sorted(os.listdir(m.path(c)))]
+    deadline = time.monotonic() + 120
+    while m.stats()["shards_cached"] < m.stats()["shards"]:
+        assert time.monotonic() < deadline, ("shards never cached", m.stats())
+        read(random.choice(others))
+    own0 = m.stats()["own_served"]
+    for n in names:
+        got, src = read(m.path("3", n))
+        assert src == os.path.splitext(n)[0].encode(), (n, src)
+        assert got.startswith(b"P6\n32 32\n255\n"), n
+    assert m.stats()["own_served"] - own0 == len(names), m.stats()
