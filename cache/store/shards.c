@@ -661,14 +661,11 @@ int shards_is_cached(struct shards *sh, uint32_t shard)
 	st = sh->slots[shard].state;
 	pinned = sh->slots[shard].c != NULL;
 	pthread_mutex_unlock(&sh->lock);
-	if (pinned || !sh->st || st == FAILED)
+	if (pinned || !sh->st || (st != NONE && st != CACHED))
 		return pinned;
-	/* Not looked at yet (maybe an earlier or another mount cached it),
-	 * unpinned and maybe evicted since, or queued or being fetched: a
-	 * shard another mount (or an earlier run) left on disk is queued like
-	 * any other before a worker finds it there, and it is local all the
-	 * while (exact first asks, dataset_echo_own). A query for statistics:
-	 * it must not pin, nor count as a use in the eviction order. */
+	/* Not looked at yet (maybe an earlier or another mount cached it), or
+	 * unpinned and maybe evicted since. A query for statistics: it must
+	 * not pin, nor count as a use in the eviction order. */
 	is = &sh->ix->shards[shard];
 	return store_contains(sh->st, is->url, is->etag, is->size);
 }
