@@ -759,15 +759,21 @@ Test(pool, own_serves_count_fresh_and_marked_bad_samples_are_skipped)
 	stack_open(&k, NULL, &po, NULL);
 	pool_count_own(k.p);
 	pool_count_own(k.p);
-	pool_mark_bad(k.p, bad); /* before any take: nothing streamed yet */
+	/* Marked before any take. The stream may have read it already (it
+	 * starts at pool_open): then its one serve fails to decode and is
+	 * discarded, as dataset_echo_discard does, without counting it a
+	 * second time; otherwise it is never streamed. */
+	pool_mark_bad(k.p, bad);
 	for (uint32_t c = 0; c < NCLS; c++)
 		for (uint32_t n = 0; n < per_class[c] - (c == class_of[bad]);
 		     n++) {
 			struct pool_sample *s = take_ok(k.p, c);
-			seen[s->sample]++;
-			pool_release(k.p, s);
+			if (seen[s->sample]++ == 0 && s->sample == bad)
+				pool_discard(k.p, s);
+			else
+				pool_release(k.p, s);
 		}
-	cr_assert_eq(seen[bad], 0, "the marked sample was served");
+	cr_assert_leq(seen[bad], 1, "the marked sample was served again");
 	pool_get_stats(k.p, &ps);
 	cr_assert_eq(ps.own_served, 2);
 	cr_assert_eq(ps.fresh_served, 2 + NCLASSED - 1);
