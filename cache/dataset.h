@@ -372,7 +372,8 @@ uint64_t dataset_echo_ready(struct dataset *ds, uint32_t cls);
  * would wait for a fetch. 0 on other mounts. */
 int dataset_echo_own(struct dataset *ds, uint32_t sample);
 /* The open of a path served its own sample (dataset_echo_own): on a
- * converting mount its output is made now (kept for the READs), and one
+ * converting mount its output is made at the first such open (kept for
+ * the READs; later opens trust it), and one
  * that cannot be (a bad image) marks the sample, so that dataset_echo_own
  * says no from now on and the path is echoed instead (the pool skips bad
  * samples). 0, counted as a fresh serve for the governor and the

@@ -93,6 +93,14 @@ const char *dataset_echo_stage_name(const struct dataset *ds)
 	}
 }
 
+/* Exact first's per-sample state (dataset.own_state), when it applies. */
+static void own_set(struct dataset *ds, uint32_t sample, uint8_t state)
+{
+	if (ds->own_state && sample < dataset_nsamples(ds))
+		atomic_store_explicit(&ds->own_state[sample], state,
+				      memory_order_relaxed);
+}
+
 /* Echo pool hook: what the pool keeps of a sample when preprocessing. */
 static int ingest_sample(void *ud, uint32_t sample, const uint8_t *in,
 			 size_t len, uint8_t **out, size_t *outlen)
@@ -120,9 +128,7 @@ static int ingest_sample(void *ud, uint32_t sample, const uint8_t *in,
 		log_counted("bad_sample", "sample %s skipped: %s",
 			    dataset_key(ds, sample), why);
 		/* Counted by the pool: exact first must not decode it again. */
-		if (ds->own_state)
-			atomic_store_explicit(&ds->own_state[sample], OWN_BAD,
-					      memory_order_relaxed);
+		own_set(ds, sample, OWN_BAD);
 	}
 	return r;
 }
@@ -409,8 +415,7 @@ void dataset_echo_own_failed(struct dataset *ds, uint32_t sample)
 {
 	if (!ds->own_state || sample >= dataset_nsamples(ds))
 		return;
-	atomic_store_explicit(&ds->own_state[sample], OWN_BAD,
-			      memory_order_relaxed);
+	own_set(ds, sample, OWN_BAD);
 	pool_mark_bad(ds->pool, sample);
 }
 
@@ -431,8 +436,7 @@ int dataset_echo_open_own(struct dataset *ds, uint32_t sample)
 			return r;
 		}
 		dataset_output_put(ds, o);
-		atomic_store_explicit(&ds->own_state[sample], OWN_OK,
-				      memory_order_relaxed);
+		own_set(ds, sample, OWN_OK);
 	}
 	pool_count_own(ds->pool);
 	return 0;
@@ -506,9 +510,7 @@ void dataset_echo_discard(struct dataset *ds, struct dataset_sample *s)
 	uint32_t sample = pool_of(s)->sample;
 
 	/* Counted by the pool: exact first must not decode it again. */
-	if (ds->own_state && sample < dataset_nsamples(ds))
-		atomic_store_explicit(&ds->own_state[sample], OWN_BAD,
-				      memory_order_relaxed);
+	own_set(ds, sample, OWN_BAD);
 	pool_discard(ds->pool, pool_of(s));
 }
 
