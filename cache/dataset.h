@@ -313,6 +313,22 @@ uint32_t dataset_sample_id(const struct dataset_sample *s);
 MUST_CHECK
 int dataset_echo_start(struct dataset *ds, const uint32_t *class_of,
 		       uint32_t nclasses, char *err, size_t errlen);
+/* The samples layout's whole-sample echo (fs/visits.c): the pool streams
+ * the index's members instead of its samples, one member per key classed
+ * (class_of is dataset_nmembers() long, DATASET_NO_CLASS for the rest),
+ * and a taken sample's number (dataset_sample_id) is a member number
+ * (from dataset_nsamples()). No preprocessing, no repartition (-EINVAL);
+ * otherwise as dataset_echo_start. */
+MUST_CHECK
+int dataset_echo_start_members(struct dataset *ds, const uint32_t *class_of,
+			       uint32_t nclasses, char *err, size_t errlen);
+/* Another reference to taken sample s, for another binding serving the
+ * same take (the members of one visit): the take counts as one serve,
+ * committed by the first dataset_echo_commit of any of its references and
+ * given back only by the dataset_echo_untake of the last, if none was
+ * committed. Each reference is let go of on its own. */
+struct dataset_sample *dataset_echo_share(struct dataset *ds,
+					  struct dataset_sample *s);
 /* 1 once dataset_echo_start succeeded. */
 int dataset_echoes(const struct dataset *ds);
 /* Stop and free the echo pool (every sample released; no take parked),

@@ -224,11 +224,14 @@ void dataset_stop_image(struct dataset *ds)
 	ds->prepared = NULL;
 }
 
-int dataset_echo_start(struct dataset *ds, const uint32_t *class_of,
-		       uint32_t nclasses, char *err, size_t errlen)
+/* Start the pool over the samples, or (members) over the members. */
+static int echo_start(struct dataset *ds, const uint32_t *class_of,
+		      uint32_t nclasses, bool members, char *err,
+		      size_t errlen)
 {
 	const struct dataset_echo_opts *eo = &ds->echo_opts;
-	size_t n = dataset_nsamples(ds);
+	uint32_t base = (uint32_t)dataset_nsamples(ds);
+	size_t n = members ? dataset_nmembers(ds) : base;
 	uint32_t *cls;
 	struct pool_opts po = {
 		.echo = eo->echo,
@@ -250,6 +253,8 @@ int dataset_echo_start(struct dataset *ds, const uint32_t *class_of,
 		.world = eo->repartition ? ds->part.world : 1,
 		.rank = ds->part.rank,
 		.interrupted = eo->interrupted,
+		.members = members,
+		.number_base = members ? base : 0,
 	};
 	int r;
 
@@ -261,11 +266,13 @@ int dataset_echo_start(struct dataset *ds, const uint32_t *class_of,
 	/* The pool streams the rank's whole part (trimmed samples too), or
 	 * every shard when it draws a new part each pass. */
 	for (size_t i = 0; i < n; i++)
-		cls[i] = eo->repartition || dataset_in_part(ds, (uint32_t)i)
+		cls[i] = eo->repartition ||
+				 dataset_in_part(ds, (uint32_t)i +
+							     (members ? base : 0))
 				 ? class_of[i]
 				 : POOL_NO_CLASS;
 	/* Before the pool's threads start: its hooks mark bad samples. */
-	if (exact_first(eo, &ds->image_opts))
+	if (!members && exact_first(eo, &ds->image_opts))
 		ds->own_state = xcalloc(n ? n : 1, sizeof(*ds->own_state));
 	r = pool_open(ds->ix, ds->sh, cls, nclasses, &po, &ds->pool);
 	free(cls);
@@ -278,6 +285,29 @@ int dataset_echo_start(struct dataset *ds, const uint32_t *class_of,
 	}
 	ds->own_pool = 1;
 	return 0;
+}
+
+int dataset_echo_start(struct dataset *ds, const uint32_t *class_of,
+		       uint32_t nclasses, char *err, size_t errlen)
+{
+	return echo_start(ds, class_of, nclasses, false, err, errlen);
+}
+
+int dataset_echo_start_members(struct dataset *ds, const uint32_t *class_of,
+			       uint32_t nclasses, char *err, size_t errlen)
+{
+	if (ds->prep || ds->echo_opts.repartition) {
+		snprintf(err, errlen, "an echo pool of members takes no "
+				      "preprocessing and no repartition");
+		return -EINVAL;
+	}
+	return echo_start(ds, class_of, nclasses, true, err, errlen);
+}
+
+struct dataset_sample *dataset_echo_share(struct dataset *ds,
+					  struct dataset_sample *s)
+{
+	return face_of(pool_share(ds->pool, pool_of(s)));
 }
 
 int dataset_echoes(const struct dataset *ds)

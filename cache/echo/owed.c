@@ -107,7 +107,7 @@ bool owed_pick(struct pool *p, uint32_t *sample)
 			if (!owed_any(p, c) || (round == 0 && !p->want[c]))
 				continue;
 			if (round == 1 &&
-			    p->bytes + p->ix->samples[o->v[o->head]].size >
+			    p->bytes + p->units[o->v[o->head]].size >
 				    p->o.mem_size)
 				continue;
 			if (owed_pop(p, c, round == 0, sample)) {

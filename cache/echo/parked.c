@@ -48,7 +48,7 @@ void parked_answer(struct pool *p, struct waiter *w, int err,
 }
 
 int pool_try_take(struct pool *p, uint32_t cls, struct echo_take *t);
-struct pool_sample *pool_hand_out(struct echo_take *t);
+struct pool_sample *pool_hand_out(struct pool *p, struct echo_take *t);
 
 /* Serve the parked takes of class cls that can be served now, oldest
  * first; blocking takes are woken. */
@@ -64,7 +64,7 @@ void pool_notify(struct pool *p, uint32_t cls)
 			continue;
 		if (pool_try_take(p, cls, &t) != 0)
 			return;
-		parked_answer(p, w, 0, pool_hand_out(&t));
+		parked_answer(p, w, 0, pool_hand_out(p, &t));
 		n = p->whead; /* the list changed; start over */
 	}
 }

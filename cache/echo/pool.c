@@ -296,33 +296,35 @@ static int settle_opts(struct pool_opts *o, const struct pool_opts *in)
 	return 0;
 }
 
-/* Copy class_of and group the classed samples by shard (counting sort,
+/* Copy class_of and group the classed units by shard (counting sort,
  * index order kept within a shard). */
 static int group_samples(struct pool *p, const uint32_t *class_of)
 {
 	const struct index *ix = p->ix;
+	const struct index_sample *u = p->units;
+	size_t n = p->nunits;
 	uint32_t *fill;
 
-	if (ix->nsamples >= UINT32_MAX || ix->nshards >= UINT32_MAX)
+	if (n >= UINT32_MAX || ix->nshards >= UINT32_MAX)
 		return -EINVAL;
-	p->class_of = xmalloc((ix->nsamples + 1) * sizeof(uint32_t));
-	p->is_owed = xcalloc(ix->nsamples + 1, 1);
-	p->in_line = xcalloc(ix->nsamples + 1, 1);
-	p->debt_pass = xcalloc(ix->nsamples + 1, sizeof(uint32_t));
-	p->held = xcalloc(ix->nsamples + 1, 1);
-	p->bad = xcalloc(ix->nsamples + 1, 1);
+	p->class_of = xmalloc((n + 1) * sizeof(uint32_t));
+	p->is_owed = xcalloc(n + 1, 1);
+	p->in_line = xcalloc(n + 1, 1);
+	p->debt_pass = xcalloc(n + 1, sizeof(uint32_t));
+	p->held = xcalloc(n + 1, 1);
+	p->bad = xcalloc(n + 1, 1);
 	p->shard_first = xcalloc(ix->nshards + 1, sizeof(uint32_t));
-	p->by_shard = xmalloc((ix->nsamples + 1) * sizeof(uint32_t));
+	p->by_shard = xmalloc((n + 1) * sizeof(uint32_t));
 	p->order = xmalloc((ix->nshards + 1) * sizeof(uint32_t));
-	for (size_t i = 0; i < ix->nsamples; i++) {
+	for (size_t i = 0; i < n; i++) {
 		uint32_t c = class_of[i];
 		if (c != POOL_NO_CLASS && c >= p->ncls)
 			return -EINVAL;
-		if (ix->samples[i].shard >= ix->nshards)
+		if (u[i].shard >= ix->nshards)
 			return -EINVAL;
 		p->class_of[i] = c;
 		if (c != POOL_NO_CLASS)
-			p->shard_first[ix->samples[i].shard + 1]++;
+			p->shard_first[u[i].shard + 1]++;
 	}
 	for (size_t s = 0; s < ix->nshards; s++) {
 		p->shard_first[s + 1] += p->shard_first[s];
@@ -331,14 +333,14 @@ static int group_samples(struct pool *p, const uint32_t *class_of)
 	p->norder = ix->nshards;
 	if (p->o.world > 1) { /* the partition weighs every sample */
 		p->counts = xcalloc(ix->nshards + 1, sizeof(*p->counts));
-		for (size_t i = 0; i < ix->nsamples; i++)
-			p->counts[ix->samples[i].shard]++;
+		for (size_t i = 0; i < n; i++)
+			p->counts[u[i].shard]++;
 	}
 	fill = xmalloc((ix->nshards + 1) * sizeof(uint32_t));
 	memcpy(fill, p->shard_first, ix->nshards * sizeof(uint32_t));
-	for (size_t i = 0; i < ix->nsamples; i++)
+	for (size_t i = 0; i < n; i++)
 		if (class_of[i] != POOL_NO_CLASS)
-			p->by_shard[fill[ix->samples[i].shard]++] = (uint32_t)i;
+			p->by_shard[fill[u[i].shard]++] = (uint32_t)i;
 	free(fill);
 	return 0;
 }
@@ -482,6 +484,8 @@ int pool_open(const struct index *ix, struct shards *sh,
 	p = xcalloc(1, sizeof(*p));
 	pthread_mutex_init(&p->lock, NULL);
 	p->ix = ix;
+	p->units = o && o->members ? ix->members : ix->samples;
+	p->nunits = o && o->members ? ix->nmembers : ix->nsamples;
 	p->sh = sh;
 	p->ncls = nclasses;
 	r = settle_opts(&p->o, o);
@@ -605,7 +609,7 @@ static int take_locked(struct pool *p, uint32_t cls, struct echo_take *t)
 	}
 }
 
-struct pool_sample *pool_hand_out(struct echo_take *t)
+struct pool_sample *pool_hand_out(struct pool *p, struct echo_take *t)
 {
 	struct entry *e = (struct entry *)t->item;
 	struct ref *rf = xmalloc(sizeof(*rf));
@@ -613,13 +617,16 @@ struct pool_sample *pool_hand_out(struct echo_take *t)
 	e->refs++;
 	if (t->retired)
 		e->attached = false;
-	rf->pub = (struct pool_sample){.sample = e->sample,
+	rf->pub = (struct pool_sample){.sample = e->sample + p->o.number_base,
 				       .cls = e->cls,
 				       .data = e->data,
 				       .len = e->len};
 	rf->e = e;
 	rf->t = *t;
 	rf->committed = false;
+	rf->ended = false;
+	rf->lead = rf;
+	rf->shares = 1;
 	return &rf->pub;
 }
 
@@ -637,7 +644,7 @@ int pool_take(struct pool *p, uint32_t cls, struct pool_sample **out)
 	p->active++;
 	r = take_locked(p, cls, &t);
 	if (r == 0) {
-		*out = pool_hand_out(&t);
+		*out = pool_hand_out(p, &t);
 		/* The class tick moved: a waiting echo may be allowed now. */
 		if (p->waiters)
 			pool_notify(p, cls);
@@ -662,7 +669,7 @@ int pool_take_async(struct pool *p, uint32_t cls, const void *tag,
 	pthread_mutex_lock(&p->lock);
 	r = p->stop ? -ESHUTDOWN : pool_try_take(p, cls, &t);
 	if (r == 0) {
-		*out = pool_hand_out(&t);
+		*out = pool_hand_out(p, &t);
 		if (p->waiters)
 			pool_notify(p, cls);
 	} else if (r == -EAGAIN && p->o.interrupted && p->o.interrupted(tag)) {
@@ -701,20 +708,50 @@ static void tick_governor(struct pool *p, bool fresh)
 void pool_commit(struct pool *p, struct pool_sample *s)
 {
 	struct ref *rf = (struct ref *)s;
+	struct ref *lead;
 
 	if (!p || !s)
 		return;
 	pthread_mutex_lock(&p->lock);
-	if (!rf->committed) {
-		rf->committed = true;
-		if (rf->t.fresh)
+	lead = rf->lead;
+	if (!lead->committed && !lead->ended) {
+		lead->committed = true;
+		if (lead->t.fresh)
 			p->served_fresh++;
 		else
-			count_echo(p, rf->t.tick - rf->t.prev_tick);
+			count_echo(p, lead->t.tick - lead->t.prev_tick);
 		if (p->gov)
-			tick_governor(p, rf->t.fresh);
+			tick_governor(p, lead->t.fresh);
 	}
 	pool_unlock(p);
+}
+
+struct pool_sample *pool_share(struct pool *p, struct pool_sample *s)
+{
+	struct ref *rf = (struct ref *)s;
+	struct ref *nr = xmalloc(sizeof(*nr));
+
+	pthread_mutex_lock(&p->lock);
+	*nr = *rf;
+	nr->lead = rf->lead;
+	nr->lead->shares++;
+	rf->e->refs++;
+	pthread_mutex_unlock(&p->lock);
+	return &nr->pub;
+}
+
+/* Let go of ref rf (p->lock held): its entry's reference, the ref, and
+ * with the take's last ref its lead. */
+static void drop_ref(struct pool *p, struct ref *rf)
+{
+	ASSERT_HELD(&p->lock);
+	struct ref *lead = rf->lead;
+
+	put_entry(p, rf->e);
+	if (rf != lead)
+		free(rf);
+	if (--lead->shares == 0)
+		free(lead);
 }
 
 void pool_mark_bad(struct pool *p, uint32_t sample)
@@ -722,7 +759,7 @@ void pool_mark_bad(struct pool *p, uint32_t sample)
 	if (!p)
 		return;
 	pthread_mutex_lock(&p->lock);
-	if (sample < p->ix->nsamples && !p->bad[sample])
+	if (sample < p->nunits && !p->bad[sample])
 		p->bad[sample] = 2;
 	pool_unlock(p);
 }
@@ -742,25 +779,35 @@ void pool_count_own(struct pool *p)
 void pool_untake(struct pool *p, struct pool_sample *s)
 {
 	struct ref *rf = (struct ref *)s;
+	struct ref *lead;
+	uint32_t cls;
 
 	if (!p || !s)
 		return;
 	pthread_mutex_lock(&p->lock);
-	rf->e->attached = echo_policy_untake(p->ep, &rf->t);
-	put_entry(p, rf->e);
-	pool_notify(p, rf->pub.cls);
+	lead = rf->lead;
+	cls = rf->pub.cls;
+	/* A shared take is undone by its last ref, and only if none of its
+	 * refs was served. */
+	if (!lead->committed && !lead->ended && lead->shares == 1) {
+		rf->e->attached = echo_policy_untake(p->ep, &lead->t);
+		lead->ended = true;
+	}
+	drop_ref(p, rf);
+	pool_notify(p, cls);
 	pool_unlock(p);
-	free(rf);
 }
 
 void pool_discard(struct pool *p, struct pool_sample *s)
 {
 	struct ref *rf = (struct ref *)s;
 	struct entry *e;
+	uint32_t cls;
 
 	if (!p || !s)
 		return;
 	e = rf->e;
+	cls = rf->pub.cls;
 	pthread_mutex_lock(&p->lock);
 	if (p->bad[e->sample] != 1) {
 		/* The first holder to find it bad takes it out; another
@@ -770,25 +817,23 @@ void pool_discard(struct pool *p, struct pool_sample *s)
 		if (!p->bad[e->sample])
 			p->rejected++;
 		p->bad[e->sample] = 1;
-		echo_policy_discard(p->ep, &rf->t);
+		if (!rf->lead->ended)
+			echo_policy_discard(p->ep, &rf->lead->t);
+		rf->lead->ended = true;
 		e->attached = false;
 	}
-	put_entry(p, e);
-	pool_notify(p, rf->pub.cls);
+	drop_ref(p, rf);
+	pool_notify(p, cls);
 	pool_unlock(p);
-	free(rf);
 }
 
 void pool_release(struct pool *p, struct pool_sample *s)
 {
-	struct ref *rf = (struct ref *)s;
-
 	if (!p || !s)
 		return;
 	pthread_mutex_lock(&p->lock);
-	put_entry(p, rf->e);
+	drop_ref(p, (struct ref *)s);
 	pthread_mutex_unlock(&p->lock);
-	free(rf);
 }
 
 /* ---- control and statistics ---- */

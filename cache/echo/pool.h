@@ -86,6 +86,13 @@ struct pool_opts {
 	 * pool_cancel): pool_take_async then returns -EINTR instead. Must not
 	 * call into the pool. */
 	int (*interrupted)(const void *tag);
+	/* Stream the index's members instead of its samples (the samples
+	 * layout: one member per key, class_of is nmembers long): sample
+	 * numbers are then member numbers (index.members). */
+	bool members;
+	/* Added to the number a pool_sample carries (pool_sample.sample):
+	 * the dataset numbers members after its samples. */
+	uint32_t number_base;
 };
 
 struct pool_stats {
@@ -209,6 +216,13 @@ void pool_untake(struct pool *p, struct pool_sample *s);
  * only then): the take is undone and the sample leaves the pool for the
  * rest of the mount, counted in `rejected` once; releases the reference. */
 void pool_discard(struct pool *p, struct pool_sample *s);
+
+/* Another reference to s's take, for a second binding that serves the
+ * same take (a whole-sample visit: the key's image and its caption are
+ * one serve). Its refs are one take: committed once (the first commit
+ * counts), undone by pool_untake of the last of them if none was
+ * committed; each ref is let go of on its own (untake or release). */
+struct pool_sample *pool_share(struct pool *p, struct pool_sample *s);
 
 /* Drop the reference from pool_take. Accepts NULL. */
 void pool_release(struct pool *p, struct pool_sample *s);

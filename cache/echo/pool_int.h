@@ -64,7 +64,13 @@ struct ref {
 	struct pool_sample pub; /* first: container_of is a cast */
 	struct entry *e;
 	struct echo_take t;
-	bool committed; /* guarded by the pool lock */
+	/* Guarded by the pool lock. A take's refs (pool_share) are one
+	 * serve: lead is the take's first ref (itself for a take), which
+	 * holds the take's state for all of them. */
+	bool committed; /* lead: the serve was counted */
+	bool ended;	/* lead: the take was undone or discarded */
+	struct ref *lead;
+	unsigned shares; /* lead: refs of the take alive, itself included */
 };
 
 /* A parked take. */
@@ -94,6 +100,10 @@ struct owed {
 struct pool {
 	/* Immutable after pool_open (or streamer-only). */
 	const struct index *ix;
+	/* What the pool streams: the index's samples, or with
+	 * pool_opts.members its members (the samples layout's keys). */
+	const struct index_sample *units;
+	size_t nunits;
 	struct shards *sh;
 	uint32_t ncls;
 	struct pool_opts o;
@@ -171,7 +181,7 @@ int pool_make_room(struct pool *p, uint64_t len);
 MUST_CHECK
 int pool_try_take(struct pool *p, uint32_t cls, struct echo_take *t);
 /* A reader's reference to what t took. */
-struct pool_sample *pool_hand_out(struct echo_take *t);
+struct pool_sample *pool_hand_out(struct pool *p, struct echo_take *t);
 
 /* ---- parked.c: parked takes and the timer ---- */
 

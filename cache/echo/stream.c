@@ -220,7 +220,7 @@ static int queue_ingest(struct pool *p, struct entry *e)
  * (skipped, counted) or -ESHUTDOWN. */
 static int read_sample(struct pool *p, uint32_t s, bool reread, uint32_t pass)
 {
-	const struct index_sample *m = &p->ix->samples[s];
+	const struct index_sample *m = &p->units[s];
 	struct entry *e = new_entry(s, p->class_of[s], m->size);
 	ssize_t n = -ENOMEM;
 	bool ok;
@@ -321,7 +321,7 @@ static int stream_sample(struct pool *p, uint32_t s, bool reread)
 		}
 		reread = true;
 	}
-	m = &p->ix->samples[s];
+	m = &p->units[s];
 	if (m->size > POOL_SAMPLE_MAX) {
 		p->read_errors++;
 		p->is_owed[s] = 0;

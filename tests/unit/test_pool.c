@@ -174,6 +174,44 @@ Test(pool, untake_makes_a_fresh_sample_fresh_again)
 	stack_close(&k);
 }
 
+/* Shares (whole-sample visits): the refs of one take are one serve. */
+Test(pool, shared_take_counts_once_and_is_undone_by_its_last_ref)
+{
+	struct pool_opts po = {.echo = 2, .seed = 3};
+	struct pool_sample *a, *sa, *b, *sb;
+	struct pool_stats ps;
+	struct stack k;
+	uint32_t first;
+
+	stack_open(&k, NULL, &po, NULL);
+	/* Never committed: the take is undone only by its last ref. */
+	a = reserve_ok(k.p, 1);
+	first = a->sample;
+	sa = pool_share(k.p, a);
+	cr_assert_eq(sa->sample, first);
+	cr_assert_eq(sa->data, a->data, "a share serves the same bytes");
+	pool_untake(k.p, a);
+	b = take_ok(k.p, 1);
+	cr_assert_neq(b->sample, first, "undone while a share still holds it");
+	pool_release(k.p, b);
+	pool_untake(k.p, sa);
+	b = take_ok(k.p, 1);
+	cr_assert_eq(b->sample, first, "the last ref's untake gives it back");
+	/* Committed by both refs: one serve. Untaken after: not undone. */
+	sb = pool_share(k.p, b);
+	pool_commit(k.p, sb);
+	pool_commit(k.p, b);
+	pool_untake(k.p, b);
+	pool_untake(k.p, sb);
+	pool_get_stats(k.p, &ps);
+	cr_assert_eq(ps.fresh_served, 2, "one serve per take, shares or not");
+	cr_assert_eq(ps.echoes_served, 0);
+	b = take_ok(k.p, 1);
+	cr_assert_neq(b->sample, first, "a served take is not given back");
+	pool_release(k.p, b);
+	stack_close(&k);
+}
+
 /* ---- bounded memory ---- */
 
 /* Take from a class that has fresh data ready (readers of a real epoch
