@@ -14,6 +14,7 @@
 #include "common/lockcheck.h"
 #include "common/util.h"
 #include "fs/namespace.h"
+#include "fs/visits.h"
 
 #define REAP_EVERY_MS 250
 #define REPLY_WAIT_MS 200 /* wait_last_reply's bound */
@@ -175,6 +176,7 @@ void bindings_set_sample(struct bindings *b, struct binding *x,
 	/* Bound at open, the mtime stays: the store replaces the pages. */
 	x->gen = b->fixed ? 0 : ++b->gens;
 	x->committed = x->expired = x->stored = x->spent = 0;
+	x->by_member = 0;
 }
 
 /* set_sample for a lookup: one kernel reference, listed as unopened.
@@ -280,6 +282,24 @@ int bindings_make(struct bindings *b, struct dataset_sample *s, uint64_t rand,
 	return r;
 }
 
+/* A take for path `file`: of its class, or of its key's visit. */
+static int take(struct bindings *b, uint32_t file, struct dataset_sample **s)
+{
+	if (b->visits)
+		return visits_take(b->visits, file, s);
+	return dataset_echo_take(b->ds, b->ns->files[file].cls, s);
+}
+
+static int take_async(struct bindings *b, uint32_t file, const void *tag,
+		      dataset_echo_done_fn done, void *ud,
+		      struct dataset_sample **s)
+{
+	if (b->visits)
+		return visits_take_async(b->visits, file, tag, done, ud, s);
+	return dataset_echo_take_async(b->ds, b->ns->files[file].cls, tag,
+				       done, ud, s);
+}
+
 /* Bind path `file` to the taken sample s (made first). The sample is
  * given back on failure or when another lookup won the race; -EAGAIN: it
  * was bad (discarded), take another. */
@@ -288,6 +308,8 @@ static int bind_sample(struct bindings *b, uint32_t file,
 {
 	uint8_t *made = NULL;
 	size_t outlen = dataset_sample_len(s);
+	uint32_t member = b->visits ? visits_member(b->visits, file, s)
+				    : VISITS_HELD;
 	struct binding *x;
 	int r;
 
@@ -312,6 +334,8 @@ static int bind_sample(struct bindings *b, uint32_t file,
 		if (r)
 			return r;
 	}
+	if (member != VISITS_HELD) /* no hooks with visits: nothing made */
+		outlen = (size_t)dataset_size(b->ds, member);
 	if (current(b, file, out) == 0) {
 		/* Another lookup of this path won the race: use its binding. */
 		free(made);
@@ -344,6 +368,10 @@ static int bind_sample(struct bindings *b, uint32_t file,
 		b->cur[file] = x;
 	}
 	load(b, x, s, made, outlen, rand);
+	if (member != VISITS_HELD) {
+		x->by_member = 1;
+		x->member = x->sample = member;
+	}
 	fill(b, x, out);
 	pthread_mutex_unlock(&b->lock);
 	return 0;
@@ -383,7 +411,7 @@ int bindings_lookup(struct bindings *b, uint32_t file, struct binding_attr *out)
 	do {
 		if (current(b, file, out) == 0)
 			return 0;
-		r = dataset_echo_take(b->ds, b->ns->files[file].cls, &s);
+		r = take(b, file, &s);
 		if (r == 0)
 			r = bind_sample(b, file, s, out);
 	} while (r == -EAGAIN); /* a bad sample, discarded: the next */
@@ -408,9 +436,8 @@ static void parked_done(void *ud, int err, struct dataset_sample *s)
 		err = bind_sample(pk->b, pk->file, s, &attr);
 	while (err == -EAGAIN) {
 		/* The sample was bad (discarded): take the class's next. */
-		err = dataset_echo_take_async(pk->b->ds,
-					      pk->b->ns->files[pk->file].cls,
-					      pk->tag, parked_done, pk, &s);
+		err = take_async(pk->b, pk->file, pk->tag, parked_done, pk,
+				 &s);
 		if (err == -EINPROGRESS)
 			return; /* pk belongs to the pool again */
 		if (err == 0)
@@ -438,8 +465,7 @@ int bindings_lookup_async(struct bindings *b, uint32_t file, const void *tag,
 		pk = xmalloc(sizeof(*pk));
 		*pk = (struct parked){.b = b, .file = file, .tag = tag,
 				      .done = done, .ud = ud};
-		r = dataset_echo_take_async(b->ds, b->ns->files[file].cls, tag,
-					    parked_done, pk, &s);
+		r = take_async(b, file, tag, parked_done, pk, &s);
 		if (r == -EINPROGRESS)
 			return r; /* pk belongs to the pool until parked_done */
 		free(pk);
@@ -496,7 +522,8 @@ int bindings_cancel(struct bindings *b, const void *tag)
 {
 	if (!b)
 		return 0;
-	return dataset_echo_cancel(b->ds, tag) || bindings_cancel_open(b, tag);
+	return dataset_echo_cancel(b->ds, tag) ||
+	       visits_cancel(b->visits, tag) || bindings_cancel_open(b, tag);
 }
 
 int bindings_take_store(struct bindings *b, struct binding *h, uint64_t max,
@@ -573,11 +600,30 @@ static ssize_t render_read(struct bindings *b, struct binding *h, uint64_t off,
 	return r;
 }
 
+/* Bytes [off, off + size) of pinned binding h's member (a visit's other
+ * file) for bindings_read. */
+static ssize_t member_read(struct bindings *b, struct binding *h, uint64_t off,
+			   size_t size, const void **data)
+{
+	uint8_t *buf = render_buf_get(size ? size : 1);
+	ssize_t r = buf ? dataset_read(b->ds, h->member, off, size, buf)
+			: -ENOMEM;
+
+	if (r >= 0 && (size_t)r != size)
+		r = -EIO; /* the member must have the size the index says */
+	if (r < 0) {
+		bindings_read_done(b, h);
+		return r;
+	}
+	*data = buf;
+	return r;
+}
+
 ssize_t bindings_read(struct bindings *b, struct binding *h, uint64_t off,
 		      size_t size, const void **data)
 {
 	ssize_t r = -ESTALE;
-	int render = 0;
+	int render = 0, member = 0;
 
 	pthread_mutex_lock(&b->lock);
 	if (h->s) {
@@ -591,10 +637,13 @@ ssize_t bindings_read(struct bindings *b, struct binding *h, uint64_t off,
 		      : render ? NULL
 			       : dataset_sample_data(h->s) + (off < h->size ? off : 0);
 		render = render && size > 0;
+		member = h->by_member && size > 0;
 		r = (ssize_t)size;
 	}
 	pthread_mutex_unlock(&b->lock);
 	/* Pinned (reading), so h->s stays: render without the lock. */
+	if (member)
+		return member_read(b, h, off, size, data);
 	return render ? render_read(b, h, off, size, data) : r;
 }
 
@@ -810,6 +859,11 @@ void bindings_set_render(struct bindings *b, const struct bindings_render *r)
 	b->render = *r;
 }
 
+void bindings_set_visits(struct bindings *b, struct visits *v)
+{
+	b->visits = v;
+}
+
 int bindings_binds_at_open(const struct bindings *b)
 {
 	return b->fixed != 0;
@@ -828,6 +882,7 @@ void bindings_free(struct bindings *b)
 	if (!b)
 		return;
 	dataset_echo_cancel_all(b->ds); /* no parked lookup may outlive b */
+	visits_cancel_all(b->visits);
 	bindings_cancel_all_opens(b); /* nor a waiting open */
 	pthread_mutex_lock(&b->lock);
 	b->stop = 1;
@@ -844,6 +899,7 @@ void bindings_free(struct bindings *b)
 			free(x);
 		}
 	}
+	visits_free(b->visits); /* after the bindings' shares of its takes */
 	pthread_cond_destroy(&b->replied);
 	pthread_cond_destroy(&b->cond);
 	pthread_mutex_destroy(&b->lock);

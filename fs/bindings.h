@@ -119,6 +119,13 @@ void bindings_set_render(struct bindings *b, const struct bindings_render *r);
  * before the mount serves. */
 void bindings_set_decode(struct bindings *b);
 
+/* The samples layout's whole-sample echo: takes go through v (owned
+ * from now on, freed by bindings_free), and a binding serves the member
+ * visits_member names, read at each READ with dataset_read. Call before
+ * the mount serves; not with a make, decode or render hook. */
+struct visits;
+void bindings_set_visits(struct bindings *b, struct visits *v);
+
 /* Page-cache store of binding at open: write the whole of h's bytes (size,
  * read with bindings_read) into the page cache of inode ino. 0 or -errno.
  * Called without the bindings lock, before any open of h is answered. */

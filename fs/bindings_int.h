@@ -27,6 +27,7 @@ struct binding {
 	uint64_t size;
 	uint64_t rand;          /* the render hook's draw for this binding */
 	uint32_t sample;        /* source sample, kept after s is dropped */
+	uint32_t member;        /* with by_member: the dataset number read */
 	uint64_t nlookup;       /* references the kernel holds */
 	uint32_t opens;         /* open handles */
 	uint32_t reading;       /* READ replies in progress */
@@ -44,6 +45,7 @@ struct binding {
 	unsigned storing : 1;   /* the new sample's pages are being stored */
 	unsigned unstored : 1;  /* the store failed: opens drop the pages */
 	unsigned bound_once : 1; /* a sample was bound before */
+	unsigned by_member : 1; /* serves `member` (a visit's other file) */
 	const void *taker;      /* tag of the OPEN whose take is under way */
 	uint64_t gen;           /* serial of the sample bound: the mtime */
 	double created;
@@ -58,6 +60,7 @@ struct bindings {
 	double expire_s;
 	bindings_make_fn make;
 	void *make_ud;
+	struct visits *visits;  /* samples layout: takes go through visits */
 	int decode;             /* bindings_set_decode: make = decode */
 	struct bindings_render render; /* set before serving; read-only then */
 	uint64_t fixed;         /* binding at open: every binding's size, or 0 */

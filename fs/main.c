@@ -28,6 +28,7 @@
 #include "fs/ops.h"
 #include "fs/options.h"
 #include "fs/push.h"
+#include "fs/visits.h"
 
 /* Retries at mount time stop sooner, so a dead server fails the mount well
  * within 15 s; once mounted, a read may retry for up to 30 s. */
@@ -106,18 +107,45 @@ static ssize_t augment_range(void *ud, const uint8_t *data, size_t len,
 	return dataset_echo_render_range(ud, data, len, rand, off, dst, n);
 }
 
+/* The samples layout's echo mount: the pool streams one member per key,
+ * and the bindings take through the keys' visits (fs/visits.h). */
+static int start_visits(struct app *a, char *err, size_t errlen)
+{
+	struct visits *v;
+	int r;
+
+	r = visits_start(a->ds, a->ns, &v, err, errlen);
+	if (r)
+		return r;
+	r = bindings_start(a->ds, a->ns, ns_file_ino(a->ns,
+						     (uint32_t)a->ns->nfiles),
+			   BINDING_EXPIRE_S, NULL, NULL, &a->bind);
+	if (r) {
+		visits_free(v);
+		snprintf(err, errlen, "cannot start bindings: %s",
+			 strerror(-r));
+		return r;
+	}
+	bindings_set_visits(a->bind, v);
+	log_info("echo mount: echo=%g echo_mode=%s, whole samples",
+		 a->o.echo.echo, dataset_echo_mode_name(a->o.echo.mode));
+	return 0;
+}
+
 /* The echo pool and path bindings of an echo mount: the pool serves the
  * tree's classes. */
 static int start_echo(struct app *a, char *err, size_t errlen)
 {
 	const struct namespace *ns = a->ns;
 	size_t nsamples = dataset_nsamples(a->ds);
-	uint32_t *class_of = xmalloc((nsamples ? nsamples : 1) *
-				     sizeof(*class_of));
 	enum dataset_echo_serve serve = dataset_echo_serving(a->ds);
+	uint32_t *class_of;
 	ssize_t fixed;
 	int r;
 
+	if (a->o.layout == FS_LAYOUT_SAMPLES)
+		return start_visits(a, err, errlen);
+	class_of = xmalloc((nsamples ? nsamples : 1) * sizeof(*class_of));
 	for (size_t i = 0; i < nsamples; i++) {
 		uint32_t c = ns_sample_class(ns, (uint32_t)i);
 		class_of[i] = c != NS_NO_CLASS ? c : DATASET_NO_CLASS;

@@ -605,10 +605,11 @@ static void take_ca(struct fs_options *o, struct raw_opts *r)
 	}
 }
 
-/* layout=imagefolder (default) or samples. The samples layout is an
- * exact view of every member for now: echo and preprocessing are refused
- * (whole-sample echo is to come; converting changes an image member's
- * name and bytes, and its siblings are served as they are). */
+/* layout=imagefolder (default) or samples. A samples layout echo mount
+ * echoes whole samples (fs/visits.h); preprocessing is refused (it
+ * changes an image member's name and bytes while its siblings are served
+ * as they are), as is repartition (the pool's partition weighs samples,
+ * not keys). */
 static int convert_layout(struct raw_opts *r, struct fs_options *o, char *err,
 			  size_t errlen)
 {
@@ -621,15 +622,15 @@ static int convert_layout(struct raw_opts *r, struct fs_options *o, char *err,
 		return -EINVAL;
 	}
 	o->layout = FS_LAYOUT_SAMPLES;
-	if (o->echo.on) {
-		snprintf(err, errlen, "layout=samples mounts are exact for now: "
-				      "echo (and echo_mode, echo_window, "
-				      "mem_size) needs layout=imagefolder");
-		return -EINVAL;
-	}
 	if (o->image.on) {
 		snprintf(err, errlen, "layout=samples serves members as they "
 				      "are: size, crop, flip and format need "
+				      "layout=imagefolder");
+		return -EINVAL;
+	}
+	if (o->echo.on && o->echo.repartition) {
+		snprintf(err, errlen, "layout=samples echoes the rank's own "
+				      "part: repartition needs "
 				      "layout=imagefolder");
 		return -EINVAL;
 	}
@@ -773,7 +774,8 @@ void options_usage(FILE *f, const char *prog)
 "                       file, checked first (default 1; 0: copied)\n"
 "  -o layout=L          imagefolder (default: <class>/<key>.<ext>, one image\n"
 "                       per labelled sample) or samples (every member of\n"
-"                       every sample at <key>.<ext>; exact mounts only)\n"
+"                       every sample at <key>.<ext>; echo substitutes whole\n"
+"                       samples; no preprocessing)\n"
 "  -o endpoint=URL      S3-compatible endpoint (MinIO, Ceph, R2, GCS); default\n"
 "                       AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's\n"
 "                       endpoint_url, else AWS\n"

@@ -272,9 +272,8 @@ def test_bad_input_fails_clearly(tmp_path, case):
 
 
 def test_samples_layout_refuses_what_it_cannot_do(tmp_path, www, mounter):
-    """Echo and preprocessing are refused with layout=samples (exact
-    mounts only for now), as is an index without members (format 2), each
-    with one line."""
+    """Preprocessing and repartition are refused with layout=samples, as
+    is an index without members (format 2), each with one line."""
     root, srv = www
     src = str(tmp_path / "in")
     make_samples(src, random.Random(9))
@@ -284,8 +283,8 @@ def test_samples_layout_refuses_what_it_cannot_do(tmp_path, www, mounter):
     s = source(srv, out, "r")
     # Option errors: one error line (then the usage line, as for every
     # bad option).
-    for opts, want in (({"layout": "samples", "echo": 2},
-                        "layout=samples mounts are exact for now"),
+    for opts, want in (({"layout": "samples", "echo": 2, "repartition": 1},
+                        "repartition needs layout=imagefolder"),
                        ({"layout": "samples", "size": 64},
                         "layout=samples serves members as they are"),
                        ({"layout": "tree"}, "bad layout 'tree'")):

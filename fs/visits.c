@@ -1,0 +1,633 @@
+/* visits.c - whole-sample echo for the samples layout (see visits.h). */
+#include "fs/visits.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/lockcheck.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "fs/namespace.h"
+
+#define NONE UINT32_MAX
+
+/* A take waiting on a visit whose first take is parked in the pool. */
+struct waiter {
+	uint32_t file;
+	const void *tag;
+	dataset_echo_done_fn done;
+	void *ud;
+	struct waiter *next;
+};
+
+/* One key's current visit. */
+struct visit {
+	struct dataset_sample *s; /* the visit's take (its files get shares) */
+	uint32_t gen;		  /* serial of the visit; 0: none */
+	uint32_t used;		  /* its files that took in it */
+	double started;
+	int taking;		  /* the first take is parked in the pool */
+	uint32_t prev, next;	  /* live visits, oldest first */
+	struct waiter *waiters;
+};
+
+struct visits {
+	struct dataset *ds;
+	const struct namespace *ns;
+	uint32_t nsamples; /* member numbers start here */
+	uint32_t nkeys;
+	uint32_t *file_key;  /* per file: its key */
+	uint32_t *key_first; /* key k's files: files[key_first[k] ..
+			      * key_first[k + 1]) */
+	uint32_t *files;
+	uint32_t *key_unit;  /* per key: the file whose member is pooled */
+	uint32_t *key_cls;   /* per key: its echo class */
+	uint32_t *unit_key;  /* per member: the key it is the unit of, or NONE */
+
+	pthread_mutex_t lock; /* guards what follows */
+	uint32_t *file_gen;   /* per file: the visit it last took in */
+	struct visit *vis;    /* per key */
+	uint32_t head, tail;  /* live visits */
+	uint32_t gens;
+};
+
+/* The initiator of a visit's first take. */
+struct first_take {
+	struct visits *v;
+	uint32_t key;
+	dataset_echo_done_fn done;
+	void *ud;
+};
+
+/* ---- building: keys and classes ---- */
+
+static uint32_t read_no(const struct visits *v, uint32_t file)
+{
+	return v->ns->files[file].sample;
+}
+
+/* An open-addressing table of strings to dense ids, used twice: keys
+ * (key and shard) and classes (label and extensions). */
+struct ids {
+	char **s;
+	uint32_t *slot; /* id + 1, 0 empty */
+	size_t n, cap, nslots;
+};
+
+static uint32_t ids_get(struct ids *t, char *s)
+{
+	size_t j;
+
+	if (2 * (t->n + 1) > t->nslots) {
+		size_t ns = t->nslots ? 2 * t->nslots : 1024;
+		uint32_t *slot = xcalloc(ns, sizeof(*slot));
+		for (size_t i = 0; i < t->n; i++) {
+			j = hash64(t->s[i], strlen(t->s[i]), 0) & (ns - 1);
+			while (slot[j])
+				j = (j + 1) & (ns - 1);
+			slot[j] = (uint32_t)i + 1;
+		}
+		free(t->slot);
+		t->slot = slot;
+		t->nslots = ns;
+	}
+	for (j = hash64(s, strlen(s), 0) & (t->nslots - 1); t->slot[j];
+	     j = (j + 1) & (t->nslots - 1))
+		if (strcmp(t->s[t->slot[j] - 1], s) == 0) {
+			free(s);
+			return t->slot[j] - 1;
+		}
+	if (t->n == t->cap) {
+		t->cap = t->cap ? 2 * t->cap : 1024;
+		t->s = xrealloc(t->s, t->cap * sizeof(*t->s));
+	}
+	t->s[t->n] = s;
+	t->slot[j] = (uint32_t)t->n + 1;
+	return (uint32_t)t->n++;
+}
+
+static void ids_free(struct ids *t)
+{
+	for (size_t i = 0; i < t->n; i++)
+		free(t->s[i]);
+	free(t->s);
+	free(t->slot);
+}
+
+/* Every file into its key ("<shard>/<key>": two shards may hold one key)
+ * and the keys' file runs. */
+static void group_keys(struct visits *v)
+{
+	size_t nfiles = v->ns->nfiles;
+	struct ids keys = {0};
+	uint32_t *fill;
+
+	v->file_key = xmalloc((nfiles + 1) * sizeof(uint32_t));
+	for (size_t f = 0; f < nfiles; f++) {
+		uint32_t r = read_no(v, (uint32_t)f);
+		const char *key = dataset_key(v->ds, r);
+		char *s = xmalloc(strlen(key) + 12);
+		sprintf(s, "%u/%s", dataset_group(v->ds, r), key);
+		v->file_key[f] = ids_get(&keys, s);
+	}
+	v->nkeys = (uint32_t)keys.n;
+	ids_free(&keys);
+	v->key_first = xcalloc(v->nkeys + 2, sizeof(uint32_t));
+	v->files = xmalloc((nfiles + 1) * sizeof(uint32_t));
+	for (size_t f = 0; f < nfiles; f++)
+		v->key_first[v->file_key[f] + 1]++;
+	for (uint32_t k = 0; k < v->nkeys; k++)
+		v->key_first[k + 1] += v->key_first[k];
+	fill = xmalloc((v->nkeys + 1) * sizeof(uint32_t));
+	memcpy(fill, v->key_first, v->nkeys * sizeof(uint32_t));
+	for (size_t f = 0; f < nfiles; f++)
+		v->files[fill[v->file_key[f]]++] = (uint32_t)f;
+	free(fill);
+}
+
+static int str_cmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* "<label>/<ext>/<ext>..." of key k, the extensions sorted: keys with one
+ * such string can stand in for each other. */
+static char *class_name(const struct visits *v, uint32_t k)
+{
+	uint32_t a = v->key_first[k], n = v->key_first[k + 1] - a;
+	const char **ext = xmalloc((n + 1) * sizeof(*ext));
+	const char *label = "";
+	size_t len = 1;
+	char *s, *p;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t r = read_no(v, v->files[a + i]);
+		ext[i] = dataset_ext(v->ds, r);
+		len += strlen(ext[i]) + 1;
+		if (r < v->nsamples)
+			label = dataset_label(v->ds, r);
+	}
+	qsort(ext, n, sizeof(*ext), str_cmp);
+	p = s = xmalloc(len + strlen(label) + 1);
+	p += sprintf(p, "%s", label);
+	for (uint32_t i = 0; i < n; i++)
+		p += sprintf(p, "/%s", ext[i]);
+	free(ext);
+	return s;
+}
+
+/* The member number (index of dataset members) a file reads: its own, or
+ * for a sample's image the member at the same place. */
+static uint32_t member_of(const struct visits *v, const uint32_t *img_member,
+			  uint32_t file)
+{
+	uint32_t r = read_no(v, file);
+	return r >= v->nsamples ? r - v->nsamples : img_member[r];
+}
+
+/* Each key's unit (its largest file's member), class, and the pool's
+ * classes of the members: the units' classes, DATASET_NO_CLASS else. */
+static uint32_t *class_units(struct visits *v, uint32_t *ncls)
+{
+	size_t nm = dataset_nmembers(v->ds);
+	uint32_t *as = xmalloc((nm + 1) * sizeof(*as));
+	uint32_t *img = xmalloc((v->nsamples + 1) * sizeof(*img));
+	uint32_t *class_of = xmalloc((nm + 1) * sizeof(*class_of));
+	struct ids cls = {0};
+
+	dataset_member_samples(v->ds, as);
+	for (size_t i = 0; i < v->nsamples; i++)
+		img[i] = NONE;
+	for (size_t j = 0; j < nm; j++) {
+		class_of[j] = DATASET_NO_CLASS;
+		v->unit_key[j] = NONE;
+		if (as[j] < v->nsamples)
+			img[as[j]] = (uint32_t)j;
+	}
+	for (uint32_t k = 0; k < v->nkeys; k++) {
+		uint32_t best = v->files[v->key_first[k]], m;
+		for (uint32_t i = v->key_first[k]; i < v->key_first[k + 1];
+		     i++) {
+			uint32_t f = v->files[i];
+			if (dataset_size(v->ds, read_no(v, f)) >
+			    dataset_size(v->ds, read_no(v, best)))
+				best = f;
+		}
+		v->key_unit[k] = best;
+		v->key_cls[k] = ids_get(&cls, class_name(v, k));
+		m = member_of(v, img, best);
+		if (m != NONE) {
+			class_of[m] = v->key_cls[k];
+			v->unit_key[m] = k;
+		}
+	}
+	*ncls = (uint32_t)cls.n;
+	ids_free(&cls);
+	free(as);
+	free(img);
+	return class_of;
+}
+
+int visits_start(struct dataset *ds, const struct namespace *ns,
+		 struct visits **out, char *err, size_t errlen)
+{
+	struct visits *v = xcalloc(1, sizeof(*v));
+	uint32_t *class_of, ncls = 0;
+	int r;
+
+	*out = NULL;
+	v->ds = ds;
+	v->ns = ns;
+	v->nsamples = (uint32_t)dataset_nsamples(ds);
+	v->head = v->tail = NONE;
+	pthread_mutex_init(&v->lock, NULL);
+	group_keys(v);
+	v->key_unit = xmalloc((v->nkeys + 1) * sizeof(uint32_t));
+	v->key_cls = xmalloc((v->nkeys + 1) * sizeof(uint32_t));
+	v->unit_key = xmalloc((dataset_nmembers(ds) + 1) * sizeof(uint32_t));
+	v->file_gen = xcalloc(ns->nfiles + 1, sizeof(uint32_t));
+	v->vis = xcalloc(v->nkeys + 1, sizeof(*v->vis));
+	class_of = class_units(v, &ncls);
+	r = dataset_echo_start_members(ds, class_of, ncls ? ncls : 1, err,
+				       errlen);
+	free(class_of);
+	if (r) {
+		visits_free(v);
+		return r;
+	}
+	log_info("whole-sample echo: %u keys in %u echo classes", v->nkeys,
+		 ncls);
+	*out = v;
+	return 0;
+}
+
+/* ---- visits ---- */
+
+static void unlink_visit(struct visits *v, uint32_t k)
+{
+	ASSERT_HELD(&v->lock);
+	struct visit *vi = &v->vis[k];
+
+	if (vi->prev != NONE)
+		v->vis[vi->prev].next = vi->next;
+	else
+		v->head = vi->next;
+	if (vi->next != NONE)
+		v->vis[vi->next].prev = vi->prev;
+	else
+		v->tail = vi->prev;
+}
+
+/* End key k's visit (not taking): its take, for the caller to give back
+ * unlocked (dataset_echo_untake: undone if none of its files was served
+ * and no share is left). */
+static struct dataset_sample *end_visit(struct visits *v, uint32_t k)
+{
+	ASSERT_HELD(&v->lock);
+	struct visit *vi = &v->vis[k];
+	struct dataset_sample *s = vi->s;
+
+	unlink_visit(v, k);
+	vi->s = NULL;
+	vi->gen = 0;
+	return s;
+}
+
+/* End the visits older than VISIT_S, oldest first, up to max of them; a
+ * visit still taking stops the walk (the ones after it are younger).
+ * Their takes go to drop[]; returns how many. */
+static size_t expire(struct visits *v, double now,
+		     struct dataset_sample **drop, size_t max)
+{
+	ASSERT_HELD(&v->lock);
+	size_t n = 0;
+
+	while (n < max && v->head != NONE && !v->vis[v->head].taking &&
+	       now - v->vis[v->head].started >= VISIT_S)
+		drop[n++] = end_visit(v, v->head);
+	return n;
+}
+
+static void drop_all(struct visits *v, struct dataset_sample **drop, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (drop[i])
+			dataset_echo_untake(v->ds, drop[i]);
+}
+
+/* A new visit of key k (lock held), file its first taker. */
+static void begin_visit(struct visits *v, uint32_t k, uint32_t file,
+			double now)
+{
+	ASSERT_HELD(&v->lock);
+	struct visit *vi = &v->vis[k];
+
+	if (++v->gens == 0)
+		v->gens = 1;
+	vi->gen = v->gens;
+	vi->used = 1;
+	vi->started = now;
+	vi->taking = 1;
+	vi->s = NULL;
+	vi->waiters = NULL;
+	v->file_gen[file] = vi->gen;
+	vi->next = NONE;
+	vi->prev = v->tail;
+	if (v->tail != NONE)
+		v->vis[v->tail].next = k;
+	else
+		v->head = k;
+	v->tail = k;
+}
+
+static uint32_t key_files(const struct visits *v, uint32_t k)
+{
+	return v->key_first[k + 1] - v->key_first[k];
+}
+
+/* The answer to key k's first take (err, s): the visit holds s, or ends
+ * (err); returns its waiters, for the caller to answer unlocked, and in
+ * *drop a take to give back. */
+static struct waiter *settle(struct visits *v, uint32_t k, int err,
+			     struct dataset_sample *s,
+			     struct dataset_sample **drop)
+{
+	ASSERT_HELD(&v->lock);
+	struct visit *vi = &v->vis[k];
+	struct waiter *w = vi->waiters;
+
+	vi->waiters = NULL;
+	vi->taking = 0;
+	*drop = NULL;
+	if (err) {
+		*drop = end_visit(v, k);
+		return w;
+	}
+	vi->s = s;
+	return w;
+}
+
+/* Answer waiters w of a visit whose first take ended with err; s is the
+ * visit's take when err is 0 (shares are made of it under the lock). */
+static void answer(struct visits *v, struct waiter *w, int err,
+		   struct dataset_sample **shares)
+{
+	for (size_t i = 0; w; i++) {
+		struct waiter *n = w->next;
+		struct dataset_sample *got = NULL;
+		int r = err;
+		if (err == 0) {
+			got = shares[i];
+		} else if (err == -EINTR) {
+			/* The first taker's request was interrupted, not
+			 * theirs: each takes anew. */
+			r = visits_take_async(v, w->file, w->tag, w->done,
+					      w->ud, &got);
+		}
+		if (r != -EINPROGRESS)
+			w->done(w->ud, r, r ? NULL : got);
+		free(w);
+		w = n;
+	}
+}
+
+/* Settle key k's first take; the initiator's share in *mine (err 0). Ends
+ * the visit when every file has taken. Everything is answered unlocked. */
+static void finish_first(struct visits *v, uint32_t k, int err,
+			 struct dataset_sample *s, struct dataset_sample **mine)
+{
+	struct dataset_sample *drop = NULL, **shares = NULL;
+	struct waiter *w;
+	size_t n = 0;
+
+	pthread_mutex_lock(&v->lock);
+	w = settle(v, k, err, s, &drop);
+	if (err == 0) {
+		for (struct waiter *x = w; x; x = x->next)
+			n++;
+		shares = xmalloc((n + 1) * sizeof(*shares));
+		for (size_t i = 0; i < n; i++)
+			shares[i] = dataset_echo_share(v->ds, s);
+		*mine = dataset_echo_share(v->ds, s);
+		if (v->vis[k].used >= key_files(v, k))
+			drop = end_visit(v, k);
+	}
+	pthread_mutex_unlock(&v->lock);
+	answer(v, w, err, shares);
+	free(shares);
+	drop_all(v, &drop, 1);
+}
+
+static void first_taken(void *ud, int err, struct dataset_sample *s)
+{
+	struct first_take *ft = ud;
+	struct dataset_sample *mine = NULL;
+
+	finish_first(ft->v, ft->key, err, s, &mine);
+	ft->done(ft->ud, err, err ? NULL : mine);
+	free(ft);
+}
+
+/* Join key k's live visit (lock held; file has not taken in it): a share
+ * now (0; *full when every file has now taken), or a waiter
+ * (-EINPROGRESS). */
+static int join(struct visits *v, uint32_t k, uint32_t file, const void *tag,
+		dataset_echo_done_fn done, void *ud,
+		struct dataset_sample **out)
+{
+	ASSERT_HELD(&v->lock);
+	struct visit *vi = &v->vis[k];
+	struct waiter *w;
+
+	if (v->file_gen[file] != vi->gen) {
+		v->file_gen[file] = vi->gen;
+		vi->used++;
+	}
+	if (vi->s) {
+		*out = dataset_echo_share(v->ds, vi->s);
+		return 0;
+	}
+	w = xmalloc(sizeof(*w));
+	*w = (struct waiter){file, tag, done, ud, vi->waiters};
+	vi->waiters = w;
+	return -EINPROGRESS;
+}
+
+int visits_take_async(struct visits *v, uint32_t file, const void *tag,
+		      dataset_echo_done_fn done, void *ud,
+		      struct dataset_sample **out)
+{
+	struct dataset_sample *drop[9] = {NULL}, *s = NULL;
+	double now = now_mono();
+	struct first_take *ft;
+	struct visit *vi;
+	size_t nd;
+	uint32_t k;
+	int r;
+
+	*out = NULL;
+	if (file >= v->ns->nfiles)
+		return -EINVAL;
+	k = v->file_key[file];
+	vi = &v->vis[k];
+	pthread_mutex_lock(&v->lock);
+	nd = expire(v, now, drop, 8);
+	/* A visit still taking is joined even by a file that took in it (two
+	 * lookups of one path racing): one substitute per visit. */
+	if (vi->gen && (vi->taking || v->file_gen[file] != vi->gen)) {
+		r = join(v, k, file, tag, done, ud, out);
+		if (r == 0 && vi->used >= key_files(v, k))
+			drop[nd++] = end_visit(v, k);
+		pthread_mutex_unlock(&v->lock);
+		drop_all(v, drop, nd);
+		return r;
+	}
+	if (vi->gen)
+		drop[nd++] = end_visit(v, k); /* this file took in it already */
+	begin_visit(v, k, file, now);
+	pthread_mutex_unlock(&v->lock);
+	drop_all(v, drop, nd);
+	ft = xmalloc(sizeof(*ft));
+	*ft = (struct first_take){v, k, done, ud};
+	r = dataset_echo_take_async(v->ds, v->key_cls[k], tag, first_taken,
+				    ft, &s);
+	if (r == -EINPROGRESS)
+		return r; /* ft belongs to the pool until first_taken */
+	free(ft);
+	finish_first(v, k, r, s, out);
+	return r;
+}
+
+/* ---- the blocking form ---- */
+
+struct sync_take {
+	pthread_mutex_t m;
+	pthread_cond_t c;
+	int done, err;
+	struct dataset_sample *s;
+};
+
+static void sync_done(void *ud, int err, struct dataset_sample *s)
+{
+	struct sync_take *st = ud;
+
+	pthread_mutex_lock(&st->m);
+	st->err = err;
+	st->s = s;
+	st->done = 1;
+	pthread_cond_signal(&st->c);
+	pthread_mutex_unlock(&st->m);
+}
+
+int visits_take(struct visits *v, uint32_t file, struct dataset_sample **out)
+{
+	struct sync_take st = {.m = PTHREAD_MUTEX_INITIALIZER,
+			       .c = PTHREAD_COND_INITIALIZER};
+	int r = visits_take_async(v, file, &st, sync_done, &st, out);
+
+	if (r != -EINPROGRESS)
+		return r;
+	pthread_mutex_lock(&st.m);
+	while (!st.done)
+		pthread_cond_wait(&st.c, &st.m);
+	pthread_mutex_unlock(&st.m);
+	pthread_cond_destroy(&st.c);
+	pthread_mutex_destroy(&st.m);
+	*out = st.s;
+	return st.err;
+}
+
+/* ---- serving, cancelling ---- */
+
+uint32_t visits_member(const struct visits *v, uint32_t file,
+		       const struct dataset_sample *s)
+{
+	uint32_t id = dataset_sample_id(s), k, r = read_no(v, file);
+	const char *ext = dataset_ext(v->ds, r);
+
+	k = id >= v->nsamples ? v->unit_key[id - v->nsamples] : NONE;
+	if (k == NONE)
+		return r; /* cannot happen: the pool streams units only */
+	for (uint32_t i = v->key_first[k]; i < v->key_first[k + 1]; i++) {
+		uint32_t f = v->files[i];
+		if (strcmp(dataset_ext(v->ds, read_no(v, f)), ext) == 0)
+			return f == v->key_unit[k] ? VISITS_HELD
+						   : read_no(v, f);
+	}
+	/* Cannot happen either: a class's keys have the same extensions. */
+	log_counted("visit_member", "no %s member in echoed key %s", ext,
+		    dataset_key(v->ds, id));
+	return r;
+}
+
+/* Take the waiters named tag (all with tag NULL) off every visit. */
+static struct waiter *unwait(struct visits *v, const void *tag)
+{
+	struct waiter *out = NULL;
+
+	pthread_mutex_lock(&v->lock);
+	for (uint32_t k = v->head; k != NONE; k = v->vis[k].next) {
+		struct waiter **pw = &v->vis[k].waiters;
+		while (*pw) {
+			struct waiter *w = *pw;
+			if (tag && w->tag != tag) {
+				pw = &w->next;
+				continue;
+			}
+			*pw = w->next;
+			w->next = out;
+			out = w;
+		}
+	}
+	pthread_mutex_unlock(&v->lock);
+	return out;
+}
+
+static int fail_all(struct waiter *w, int err)
+{
+	int n = 0;
+
+	for (struct waiter *x; w; w = x, n++) {
+		x = w->next;
+		w->done(w->ud, err, NULL);
+		free(w);
+	}
+	return n;
+}
+
+int visits_cancel(struct visits *v, const void *tag)
+{
+	if (!v || !tag)
+		return 0;
+	return fail_all(unwait(v, tag), -EINTR) > 0;
+}
+
+void visits_cancel_all(struct visits *v)
+{
+	if (v)
+		IGNORE_RESULT(fail_all(unwait(v, NULL), -ESHUTDOWN));
+}
+
+void visits_free(struct visits *v)
+{
+	if (!v)
+		return;
+	visits_cancel_all(v);
+	if (v->vis)
+		for (uint32_t k = 0; k < v->nkeys; k++)
+			if (v->vis[k].s)
+				dataset_echo_untake(v->ds, v->vis[k].s);
+	pthread_mutex_destroy(&v->lock);
+	free(v->file_key);
+	free(v->key_first);
+	free(v->files);
+	free(v->key_unit);
+	free(v->key_cls);
+	free(v->unit_key);
+	free(v->file_gen);
+	free(v->vis);
+	free(v);
+}
