@@ -10,6 +10,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -304,6 +305,18 @@ def read_checked_every(m, want, step):
     for p in paths:
         assert sha256_file(m.path(p)) == want[p], p
     return len(paths)
+
+
+# fs/main.c's BOOT_RETRY_BUDGET_S: how long a mount (or --check) retries a
+# failing request before it gives up
+BOOT_RETRY_BUDGET_S = 6.0
+
+
+def retries_logged(log):
+    """(url, delay) of each retry echofs scheduled, from a debug log: the
+    delays it chose, which no machine load changes."""
+    return [(mo.group(1), float(mo.group(2))) for mo in re.finditer(
+        r"debug: http: (\S+) failed \([^)]*\), retrying in ([0-9.]+)s", log)]
 
 
 def failed_mount(mounter, source, opts, timeout=120, one_line=True):

@@ -218,14 +218,13 @@ def test_echo_and_prep_mounts_see_only_checked_bytes(hostile, dataset, mounter,
     h.set_mode("overwrite")
     m = mounter(h.source, opts={"index": ix, "echo": 2, "seed": 3,
                                 "size": 24, "format": "ppm"})
-    t0 = time.monotonic()
-    served = 0
-    for cls in sorted(os.listdir(m.mnt))[:3]:
-        for name in sorted(os.listdir(m.path(cls)))[:2]:
-            if helpers.read_errno(m.path(cls, name)) == 0:
-                served += 1
-    assert time.monotonic() - t0 < 60, "reads took too long"
-    assert served > 0
+    errs = [helpers.read_errno(m.path(cls, name))
+            for cls in sorted(os.listdir(m.mnt))[:3]
+            for name in sorted(os.listdir(m.path(cls)))[:2]]
+    # No read hung: each was served or refused (EIO), none waited out
+    # read_timeout (ETIMEDOUT), which is what a hang looks like to a reader.
+    assert set(errs) <= {0, errno.EIO}, errs
+    assert errs.count(0) > 0, errs
     # Let the pool's streamer go on past the overwrite.
     deadline = time.monotonic() + 20
     while m.stats()["errors"]["verify"] == 0 and time.monotonic() < deadline:

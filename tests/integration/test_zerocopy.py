@@ -3,6 +3,7 @@ zerocopy, on by default) serve the same bytes as copied ones, never a byte
 that changed on disk after the cache checked it, and Python's open() costs
 exactly one FUSE_IOCTL (isatty) per file, answered ENOTTY."""
 
+import http.server
 import io
 import json
 import os
@@ -10,6 +11,7 @@ import random
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 
 import pytest
@@ -277,30 +279,143 @@ def temp_file_of(cache):
     return os.path.join(d, tmp[0])
 
 
-def test_changed_download_bytes_are_not_spliced(slow_site, mounter, tmp_path):
+class HoldingServer:
+    """A static server (HEAD, GET, single Range, a strong ETag) over www
+    whose GETs of hold_path send the body up to byte hold_at at once and
+    the rest only after release(): the download of that shard cannot end
+    before the test lets it, however loaded the machine."""
+
+    def __init__(self, www, hold_path, hold_at):
+        self.www, self.hold_path, self.hold_at = www, hold_path, hold_at
+        self.released = threading.Event()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, fmt, *args):
+                pass
+
+            def do_HEAD(self):
+                outer.serve(self, body=False)
+
+            def do_GET(self):
+                outer.serve(self, body=True)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def serve(self, h, body):
+        path = os.path.join(self.www, os.path.basename(h.path.split("?")[0]))
+        if not os.path.isfile(path):
+            h.send_error(404)
+            return
+        with open(path, "rb") as f:
+            data = f.read()
+        st = os.stat(path)
+        start, end = 0, len(data)
+        rng = h.headers.get("Range", "")
+        if rng.startswith("bytes="):
+            a, _, b = rng[6:].partition("-")
+            start, end = int(a), (int(b) + 1 if b else len(data))
+        h.send_response(206 if rng else 200)
+        h.send_header("Content-Length", str(end - start))
+        h.send_header("ETag", '"%x-%x"' % (st.st_size, st.st_mtime_ns))
+        h.send_header("Accept-Ranges", "bytes")
+        if rng:
+            h.send_header("Content-Range", "bytes %d-%d/%d" % (start, end - 1, len(data)))
+        h.end_headers()
+        if not body:
+            return
+        try:
+            cut = end
+            if h.path.split("?")[0] == self.hold_path:
+                cut = min(end, max(start, self.hold_at))
+            h.wfile.write(data[start:cut])
+            h.wfile.flush()
+            if cut < end:
+                # a guard against hanging forever if the test fails first
+                self.released.wait(300)
+                h.wfile.write(data[cut:end])
+        except OSError:
+            pass  # the client broke it off (a resume)
+
+    def release(self):
+        self.released.set()
+
+    def stop(self):
+        self.released.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def wait_stats(m, done, guard=120.0):
+    """Stats once done(stats) holds. guard only keeps a broken mount from
+    hanging the run; it is no claim about speed."""
+    deadline = time.monotonic() + guard
+    while True:
+        st = m.stats()
+        if done(st):
+            return st
+        assert time.monotonic() < deadline, ("never happened", st)
+        time.sleep(0.05)
+
+
+def test_changed_download_bytes_are_not_spliced(photo_site, mounter, tmp_path):
     """A file's bytes changed in the download's temp file after they arrived
     (and before the file is read): the READ must not splice them. The view
     hashes the file against the index first, sees the mismatch, counts it
     (zerocopy_refused) and leaves the read to the copying path, which counts
-    the damage and serves a good copy."""
-    want = slow_site["want"]
-    paths, where = shard0_big(slow_site)
-    cache = str(tmp_path / "cache")
-    m = mounter(slow_site["source"], cache, {"index": slow_site["index"]})
-    assert read_all(m, paths[:1]) == {paths[0]: want[paths[0]]}
+    the damage and serves a good copy. The server holds the rest of the
+    shard until b's READ has met the changed bytes, so the download cannot
+    finish (and be fetched again, which a view may then legitimately serve)
+    first: every count is exact."""
+    want = photo_site["want"]
+    paths, where = shard0_big(photo_site)
     b = paths[2]
     off, size = where[b]
-    wait_fetched(m, off + size)
-    assert streaming(m), m.stats()
-    with open(temp_file_of(cache), "r+b") as f:
-        f.seek(off + size // 2)
-        f.write(bytes(x ^ 0xFF for x in want[b][size // 2:size // 2 + 64]))
-    assert m.stats()["zerocopy_refused"] == 0
-    assert read_all(m, [b]) == {b: want[b]}
-    st = m.stats()
-    assert st["errors"]["cache_corrupt"] + st["errors"]["verify"] >= 1, st
-    # b's READ met the changed bytes, in the download or (the machine
-    # loaded) in the committed file, and the view refused them. A view of
-    # the download fetched again afterwards is legitimate, and the bytes
-    # above show what was served.
-    assert st["zerocopy_refused"] >= 1, st
+    srv = HoldingServer(photo_site["www"], "/zc-000000.tar", off + size + 512)
+    try:
+        index = str(tmp_path / "held.echofs-index")
+        subprocess.run([INDEXER, "--base-url", srv.url, "-o", index] +
+                       [os.path.join(photo_site["www"], "zc-%06d.tar" % s)
+                        for s in range(NSHARDS)], check=True, capture_output=True)
+        source = "%s/zc-{000000..%06d}.tar" % (srv.url, NSHARDS - 1)
+        cache = str(tmp_path / "cache")
+        m = mounter(source, cache, {"index": index})
+        assert read_all(m, paths[:1]) == {paths[0]: want[paths[0]]}
+        wait_fetched(m, off + size)
+        assert streaming(m), m.stats()
+        with open(temp_file_of(cache), "r+b") as f:
+            f.seek(off + size // 2)
+            f.write(bytes(x ^ 0xFF for x in want[b][size // 2:size // 2 + 64]))
+        before = m.stats()
+        assert before["zerocopy_refused"] == 0, before
+        got = {}
+        reader = threading.Thread(target=lambda: got.update(read_all(m, [b])))
+        reader.start()
+        # b's READ: its view refused, the copying path finds the damage
+        # and waits for the next copy, which the held shard cannot give yet
+        # (or, broken, spliced or answered: then the asserts say how)
+        st = wait_stats(m, lambda s: (s["zerocopy_refused"] >= 1 and
+                                      s["errors"]["verify"] >= 1) or
+                        s["zerocopy_reads"] != before["zerocopy_reads"] or
+                        not reader.is_alive())
+        assert streaming(m), st
+        assert st["zerocopy_refused"] == 1, st
+        assert st["errors"]["verify"] == 1, st
+        assert st["zerocopy_reads"] == before["zerocopy_reads"], st
+        assert st["zerocopy_streaming_reads"] == before["zerocopy_streaming_reads"], st
+        srv.release()
+        reader.join()
+        assert got == {b: want[b]}
+        # nothing else read b or any file from a download since
+        st = m.stats()
+        assert st["zerocopy_streaming_reads"] == before["zerocopy_streaming_reads"], st
+    finally:
+        srv.release()
+        if "m" in locals():
+            m.umount()
+        srv.stop()

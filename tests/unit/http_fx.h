@@ -11,11 +11,6 @@
 
 #define BIG_LEN (3u * 1024 * 1024)
 #define SMALL_TEXT "hello from the fault server\n"
-/* Generous bound on a call that must end early: far below what waiting out
- * the fault would take (a 20-30 s stall or Retry-After, a 100 s trickle),
- * far above the expected 1-6 s, as a loaded 2-core machine may pause a
- * process for seconds. Counts carry the exact claims. */
-#define SLACK_S 15.0
 
 extern char g_dir[128];	 /* temp dir: port files, header files, certs */
 extern char g_root[192]; /* served directory: big.bin, small.txt, empty.bin */

@@ -607,6 +607,9 @@ Test(store, second_writer_waits_and_finds_entry)
 	store_close(b);
 }
 
+/* A wait that ignored its bound or the interrupt would wait for a writer
+ * that never finishes: the test's timeout turns that hang into a failure,
+ * so no assert bounds the time from above (the suite has .timeout). */
 Test(store, writer_wait_is_bounded_and_interruptible)
 {
 	struct store *a = open_store(1ULL << 30), *b = open_store(1ULL << 30);
@@ -620,10 +623,8 @@ Test(store, writer_wait_is_bounded_and_interruptible)
 	begin_thread(&x);
 	cr_assert_null(x.w);
 	cr_assert_eq(x.err, EBUSY, "errno %s", strerror(x.err));
-	/* Never shorter than the wait set (a monotonic deadline); the upper
-	 * bound only catches a wait that ignores it, generous for a loaded
-	 * machine. */
-	cr_assert(x.took >= 0.29 && x.took < 60, "waited %.2f s", x.took);
+	/* Never shorter than the wait set (a monotonic deadline). */
+	cr_assert(x.took >= 0.29, "waited %.2f s", x.took);
 	store_set_wait(b, 3600);
 	pthread_create(&t, NULL, begin_thread, &x);
 	nanosleep(&(struct timespec){0, 100000000L}, NULL);
@@ -632,8 +633,7 @@ Test(store, writer_wait_is_bounded_and_interruptible)
 	cr_assert_null(x.w);
 	cr_assert_eq(x.err, ECANCELED, "errno %s", strerror(x.err));
 	/* The wait set is an hour: ECANCELED at all shows the interrupt ended
-	 * it; 60 s only turns a hang into a message. */
-	cr_assert_lt(x.took, 60);
+	 * it. */
 	store_abort(w);
 	/* The lock is free again: a writer of the entry goes ahead. */
 	cr_assert_eq(store_begin(a, "http://h/X.tar", "", 3000, &w), 0);
