@@ -157,3 +157,75 @@ def test_exact_samples_mount_is_unchanged_by_echo_code(tmp_path, www, mounter):
     src, keys, with_json = packed(tmp_path, www, 300, 100, 11)
     m = mounter(src, opts={"layout": "samples"})
     assert read_all(m.mnt, keys, with_json, readers=2) == []
+
+
+PAIRS_DATASET = '''
+import glob, hashlib, io, sys
+import torch
+from PIL import Image
+
+class Pairs(torch.utils.data.Dataset):
+    """The README's pair reader: every *.jpg under root and its .txt."""
+    def __init__(self, root):
+        self.jpgs = sorted(glob.glob(root + "/**/*.jpg", recursive=True))
+    def __len__(self):
+        return len(self.jpgs)
+    def __getitem__(self, i):
+        with open(self.jpgs[i], "rb") as f:
+            data = f.read()
+        size = Image.open(io.BytesIO(data)).convert("RGB").size
+        caption = open(self.jpgs[i][:-3] + "txt").read()
+        return hashlib.sha256(data).hexdigest(), caption, size[0]
+
+n = bad = 0
+loader = torch.utils.data.DataLoader(Pairs(sys.argv[1]), batch_size=32,
+                                     num_workers=2, shuffle=True)
+for digests, captions, widths in loader:
+    for d, c, w in zip(digests, captions, widths):
+        n += 1
+        bad += c.split()[1] != d or int(w) != 16
+print(n, bad)
+'''
+
+
+def test_dataloader_pair_reader_on_exact_and_echo(tmp_path, www, mounter):
+    """An unmodified PyTorch Dataset (the README's) lists *.jpg, decodes
+    each and opens its sibling .txt, through DataLoader with 2 workers:
+    every pair matches, on an exact and on an echo mount."""
+    torch = pytest.importorskip("torch", reason="PyTorch not installed")
+    del torch
+    from PIL import Image
+    import io
+    import subprocess
+    import sys
+    root, srv = www
+    src = tmp_path / "in"
+    rng = random.Random(2)
+    for i in range(1200):
+        cls = "c%d" % (i % 4) if i < 1000 else ""
+        key = os.path.join(str(src), cls, "p%04d" % i)
+        os.makedirs(os.path.dirname(key), exist_ok=True)
+        buf = io.BytesIO()
+        Image.new("RGB", (16, 16), tuple(rng.randrange(256)
+                                         for _ in range(3))).save(buf, "JPEG")
+        with open(key + ".jpg", "wb") as f:
+            f.write(buf.getvalue())
+        with open(key + ".txt", "w") as f:
+            f.write("%s %s" % (cls or "-",
+                               hashlib.sha256(buf.getvalue()).hexdigest()))
+    out = os.path.join(root, "d")
+    pack("--samples", str(src), "--out", out, "--shards", "6",
+         "--base-url", srv.url + "/d")
+    s = source(srv, out, "d")
+    script = tmp_path / "pairs.py"
+    script.write_text(PAIRS_DATASET)
+    for name, opts in (("exact", {"layout": "samples"}),
+                       ("echo", {"layout": "samples", "echo": 4,
+                                 "echo_mode": "fixed"})):
+        m = mounter(s, opts=opts, name=name)
+        r = subprocess.run([sys.executable, str(script), m.mnt],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert r.stdout.split() == ["1200", "0"], (name, r.stdout)
+        if name == "echo":
+            assert m.stats()["echoes_served"] > 0

@@ -5,12 +5,15 @@
 #   tools/bench/bench_echo.sh [--rate 8mbit] [--seconds 20] [--warmup 3] [--procs 2]
 #                       [--runs 1] [--echoes "2 3 4"] [--modes "adaptive fixed"]
 #                       [--seed 1] [--out /tmp/echofs-bench] [--budget 1800]
+#                       [--layout imagefolder|samples]
 # nginx and every echofs daemon run in a private network namespace whose
 # loopback is capped to --rate by tc tbf; the readers (tools/bench/bench_echo_reader.py)
 # read the mount from outside for --seconds after --warmup. Every mount gets a
 # fresh cache_dir and the same seed. --runs repeats everything (medians).
 # Results: OUT/echo/results.jsonl (one line a measurement), OUT/echo/table.md.
 # Data is packed once into OUT/data. BUILD_DIR picks the build (default build).
+# --layout samples mounts every member (-o layout=samples: whole-sample echo)
+# and the readers read each key.jpg with its key.cls, counting pairs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -24,19 +27,26 @@ MODES="adaptive fixed"
 SEED=1
 OUT=/tmp/echofs-bench
 BUDGET=1800
+LAYOUT=imagefolder
 CMDLINE="tools/bench/bench_echo.sh $*"
 # shellcheck source=tools/bench/common.sh
 . tools/bench/common.sh
-bench_args 2,14 --rate=RATE --seconds=SECONDS_ --warmup=WARMUP \
+bench_args 2,15 --rate=RATE --seconds=SECONDS_ --warmup=WARMUP \
 	--procs=PROCS --runs=RUNS --echoes=ECHOES --modes=MODES --seed=SEED \
-	--out=OUT --budget=BUDGET -- "$@"
+	--out=OUT --budget=BUDGET --layout=LAYOUT -- "$@"
 
 DATA=$OUT/data
-RES=$OUT/echo
+RES=$OUT/echo-$LAYOUT
 mkdir -p "$RES"
 OUT=$(cd "$OUT" && pwd)
 DATA=$OUT/data
-RES=$OUT/echo
+RES=$OUT/echo-$LAYOUT
+PAIRS=()
+LAYOUT_OPT=""
+if [ "$LAYOUT" = samples ]; then
+	PAIRS=(--pairs cls)
+	LAYOUT_OPT=layout=samples,
+fi
 # shellcheck source=tools/bench/bench_netns.sh
 . tools/bench/bench_netns.sh
 netns_bench_start echo "$BUDGET"
@@ -54,7 +64,7 @@ measure() {
 	local label=$1 root=$2 out
 	out=$(timeout $((WARMUP + SECONDS_ + 90)) $PY tools/bench/bench_echo_reader.py "$root" \
 		--procs "$PROCS" --seconds "$SECONDS_" --warmup "$WARMUP" --seed "$SEED" \
-		--order "${3:-shuffled}") ||
+		--order "${3:-shuffled}" ${4:+"${PAIRS[@]}"}) ||
 		blog "$label: reader reported errors"
 	[ -n "$out" ] || out='{"files_per_s": null}'
 	blog "$label: $(echo "$out" | cut -c1-200)"
@@ -67,8 +77,8 @@ print(json.dumps(d))' "$label" "$RUN" >>"$RES/results.jsonl"
 echo_case() {
 	local label=$1 opts=$2 cache=$BTMP/cache mnt=$BTMP/mnt
 	rm -rf "$cache"
-	bench_mount NS "$cache" "$mnt" "$SOURCE" "index=$BTMP/train.idx${opts:+,$opts}"
-	measure "$label" "$mnt" "${3:-shuffled}"
+	bench_mount NS "$cache" "$mnt" "$SOURCE" "${LAYOUT_OPT}index=$BTMP/train.idx${opts:+,$opts}"
+	measure "$label" "$mnt" "${3:-shuffled}" mount
 	bench_unmount "$mnt"
 	rm -rf "$cache"
 }
@@ -96,7 +106,7 @@ for ((RUN = 1; RUN <= RUNS; RUN++)); do
 done
 
 {
-	echo "### Data echoing: files/s delivered to $PROCS shuffled readers, upstream capped at $RATE"
+	echo "### Data echoing ($LAYOUT layout): files/s delivered to $PROCS shuffled readers, upstream capped at $RATE"
 	echo
 	$PY - "$RES/results.jsonl" <<'EOF'
 import json, statistics, sys

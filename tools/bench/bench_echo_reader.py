@@ -4,7 +4,7 @@ report delivered files/s (and, on an echofs mount, fresh/s, effective echo
 and stall share over the same window).
 
   bench_echo_reader.py ROOT [--procs 2] [--seconds 20] [--warmup 3] [--seed 0]
-                       [--order shuffled|shard]
+                       [--order shuffled|shard] [--pairs EXT]
 
 The file list (ROOT/<class>/<file>) is taken once; each of --procs reader
 processes walks its own shuffled copy of it (seed + process number), opening,
@@ -14,7 +14,10 @@ ROOT/.echofs/stats at the start and at the end of a --seconds window, so
 mount start-up and the pool's head start stay out of the numbers. With
 --order shard the processes instead deal the files sorted by name (the order
 echofs-pack wrote them, shard after shard) between them, i % procs, and walk
-that once: the best case for an exact mount's whole-shard read-ahead. Prints one
+that once: the best case for an exact mount's whole-shard read-ahead. With
+--pairs EXT (a samples layout mount) the list is every *.jpg under ROOT, and
+each is read with its sibling <key>.EXT as one sample, as a pair reader's
+__getitem__ does; files/s then counts pairs. Prints one
 JSON line. Exit status 1 if any read failed or nothing was read.
 """
 
@@ -30,7 +33,24 @@ import time
 from benchlib import list_tree, read_stats
 
 
-def worker(files, seed, slot, counts, errors, nbytes, stop, shuffle):
+def read_one(p, pair):
+    with open(p, "rb") as f:
+        n = len(f.read())
+    if pair:
+        with open(p[:-len("jpg")] + pair, "rb") as f:
+            n += len(f.read())
+    return n
+
+
+def list_pairs(root):
+    out = []
+    for d, dirs, names in os.walk(root):
+        dirs[:] = sorted(x for x in dirs if not x.startswith("."))
+        out += [os.path.join(d, n) for n in sorted(names) if n.endswith(".jpg")]
+    return out
+
+
+def worker(files, seed, slot, counts, errors, nbytes, stop, shuffle, pair):
     order = list(files)
     rng = random.Random(seed)
     while not stop.is_set():
@@ -40,8 +60,7 @@ def worker(files, seed, slot, counts, errors, nbytes, stop, shuffle):
             if stop.is_set():
                 return
             try:
-                with open(p, "rb") as f:
-                    nbytes[slot] += len(f.read())
+                nbytes[slot] += read_one(p, pair)
                 counts[slot] += 1
             except OSError:  # a benchmark counts failures, never stops
                 errors[slot] += 1
@@ -90,10 +109,11 @@ def main():
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--order", choices=("shuffled", "shard"), default="shuffled")
+    ap.add_argument("--pairs", metavar="EXT", default="")
     a = ap.parse_args()
 
     t_list = time.monotonic()
-    files = list_tree(a.root)
+    files = list_pairs(a.root) if a.pairs else list_tree(a.root)
     list_secs = time.monotonic() - t_list
     if not files:
         print("bench_echo_reader: no files under %s" % a.root, file=sys.stderr)
@@ -108,7 +128,7 @@ def main():
         files.sort(key=os.path.basename)
     procs = [ctx.Process(target=worker, daemon=True, args=(
         files if shuffle else files[i::a.procs], a.seed * 1000 + i, i,
-        counts, errors, nbytes, stop, shuffle))
+        counts, errors, nbytes, stop, shuffle, a.pairs))
         for i in range(a.procs)]
     for p in procs:
         p.start()
