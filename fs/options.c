@@ -794,7 +794,8 @@ void options_usage(FILE *f, const char *prog)
 "                       over 10 s, K/M suffixes (default 64K); slower ones\n"
 "                       are broken off and resumed, within a total deadline\n"
 "  -o stall_timeout=S   a transfer that receives nothing for S seconds is\n"
-"                       broken off and resumed (default 10)\n"
+"                       broken off and resumed; a bucket listing that\n"
+"                       brings no new shard for S seconds fails (default 10)\n"
 "  -o zerocopy=0|1      cold reads of cached files spliced from the cache\n"
 "                       file, checked first (default 1; 0: copied)\n"
 "  -o layout=L          imagefolder (default: <class>/<key>.<ext>, one image\n"
@@ -815,6 +816,9 @@ void options_usage(FILE *f, const char *prog)
 "                       default endpoint https://storage.googleapis.com)\n"
 "  -o log_level=LEVEL   error, warn, info (default) or debug\n"
 "  -o log_file=PATH     log here (default: stderr with -f, else syslog)\n"
+,
+		prog);
+	fputs(
 "  -o echo=E            data echoing: each open of <class>/<key> may return\n"
 "                       a recently served sample of that class, up to E uses\n"
 "                       per sample on average (default 1: exact mount)\n"
@@ -829,7 +833,7 @@ void options_usage(FILE *f, const char *prog)
 "                       (default auto: that half)\n"
 "  -o mem_size=SIZE     memory for the echo pool (default 512M)\n"
 "  -o seed=N            seed of the stream order and echo choices (default 0)\n",
-		prog);
+	      f);
 	/* In parts: C99 compilers need to take only 4095-byte strings. */
 	fputs(
 "  -o exact_first=0     adaptive mode: echo even paths whose own sample is\n"
