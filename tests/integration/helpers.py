@@ -286,17 +286,20 @@ def check_tree(m, dataset, split="test"):
     return got
 
 
-def read_checked_for(m, want, seconds):
-    """Reads files of mount m for seconds (every 97th of the sorted paths,
-    round and round), each checked against want {path: sha256}; returns
-    how many were read."""
+def read_checked_until(m, want, done, guard=120):
+    """Reads files of mount m (every 97th of the sorted paths, round and
+    round), each checked against want {path: sha256}, until done() holds
+    (asked every 10 reads) or, as a hang guard only, guard seconds passed;
+    returns how many were read. The caller asserts what done() waits for."""
     paths = sorted(want)
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + guard
     reads = 0
     while time.monotonic() < deadline:
         p = paths[reads * 97 % len(paths)]
         assert sha256_file(m.path(p)) == want[p], p
         reads += 1
+        if reads % 10 == 0 and done():
+            break
     return reads
 
 
