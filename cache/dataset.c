@@ -65,6 +65,7 @@ static int open_http(const struct dataset_opts *o, struct buckets *bk,
 		.ca_file = o->ca_file,
 		.ca_path = o->ca_path,
 		.min_rate = o->min_rate,
+		.low_speed_time_s = o->stall_timeout_s,
 		.retry_budget_s = budget,
 	};
 	int r = http_open(&ho, out, err, errlen);

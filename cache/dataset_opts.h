@@ -106,6 +106,9 @@ struct dataset_opts {
 	double read_timeout_s;
 	/* Slowest body worth waiting for (http_opts.min_rate); 0: default. */
 	double min_rate;
+	/* A transfer receiving nothing this long is broken off and resumed
+	 * (http_opts.low_speed_time_s); 0: default. */
+	double stall_timeout_s;
 	struct dataset_s3_opts s3;
 	struct dataset_gcs_opts gcs;
 	int progress; /* show index-building progress on stderr */

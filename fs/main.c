@@ -194,6 +194,7 @@ static struct dataset_opts dataset_opts_of(const struct fs_options *o)
 		.header_file = o->header_file,
 		.ca_file = o->ca_file, .ca_path = o->ca_path,
 		.min_rate = o->min_rate, .read_timeout_s = o->read_timeout_s,
+		.stall_timeout_s = o->stall_timeout_s,
 		.s3 = {.endpoint = o->endpoint, .region = o->region,
 		       .profile = o->profile, .path_style = o->path_style,
 		       .requester_pays = o->requester_pays,

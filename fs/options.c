@@ -25,7 +25,7 @@ struct raw_opts {
 	char *rrc_scale, *rrc_ratio;
 	char *prepared, *prepared_size;
 	char *metrics, *ca_file, *ca_path;
-	char *read_timeout, *min_rate;
+	char *read_timeout, *min_rate, *stall_timeout;
 	char *zerocopy, *layout;
 	char *endpoint, *region, *profile, *path_style, *requester_pays, *no_sign;
 	char *rank, *world, *repartition, *exact_first;
@@ -70,6 +70,7 @@ static const struct fuse_opt opt_spec[] = {
 	RAW("ca_path", ca_path),
 	RAW("read_timeout", read_timeout),
 	RAW("min_rate", min_rate),
+	RAW("stall_timeout", stall_timeout),
 	RAW("zerocopy", zerocopy),
 	RAW("layout", layout),
 	RAW("endpoint", endpoint),
@@ -189,6 +190,7 @@ static void raw_free(struct raw_opts *r)
 	free(r->ca_path);
 	free(r->read_timeout);
 	free(r->min_rate);
+	free(r->stall_timeout);
 	free(r->rank);
 	free(r->world);
 	free(r->repartition);
@@ -394,7 +396,27 @@ static int convert_prep(struct raw_opts *r, struct fs_options *o, char *err,
 	return 0;
 }
 
-/* read_timeout (seconds) and min_rate (bytes/s, K/M/G suffixes). */
+/* stall_timeout: whole seconds, as curl counts its low-speed time. */
+static int convert_stall(const char *v, double *out, char *err, size_t errlen)
+{
+	char *end = NULL;
+	long s;
+
+	if (!v)
+		return 0;
+	errno = 0;
+	s = strtol(v, &end, 10);
+	if (errno || end == v || *end || s < 1 || s > 3600) {
+		snprintf(err, errlen, "bad stall_timeout '%s' (whole seconds, "
+			 "1 to 3600)", v);
+		return -EINVAL;
+	}
+	*out = (double)s;
+	return 0;
+}
+
+/* read_timeout (seconds), min_rate (bytes/s, K/M/G suffixes) and
+ * stall_timeout (seconds). */
 static int convert_timeouts(struct raw_opts *r, struct fs_options *o,
 			    char *err, size_t errlen)
 {
@@ -419,7 +441,8 @@ static int convert_timeouts(struct raw_opts *r, struct fs_options *o,
 		}
 		o->min_rate = (double)v;
 	}
-	return 0;
+	return convert_stall(r->stall_timeout, &o->stall_timeout_s, err,
+			     errlen);
 }
 
 /* A 0/1 switch; NULL leaves *out alone. */
@@ -651,6 +674,7 @@ int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 	o->echo.mode = DATASET_ECHO_ADAPTIVE;
 	o->read_timeout_s = FS_DEFAULT_READ_TIMEOUT_S;
 	o->min_rate = FS_DEFAULT_MIN_RATE;
+	o->stall_timeout_s = FS_DEFAULT_STALL_TIMEOUT_S;
 	o->world = 1;
 	err[0] = '\0';
 
@@ -770,6 +794,9 @@ void options_usage(FILE *f, const char *prog)
 "  -o min_rate=RATE     slowest transfer worth waiting for, bytes/s averaged\n"
 "                       over 10 s, K/M suffixes (default 64K); slower ones\n"
 "                       are broken off and resumed, within a total deadline\n"
+"  -o stall_timeout=S   a transfer that receives nothing for S seconds is\n"
+"                       broken off and resumed; a bucket listing that\n"
+"                       brings no new shard for S seconds fails (default 10)\n"
 "  -o zerocopy=0|1      cold reads of cached files spliced from the cache\n"
 "                       file, checked first (default 1; 0: copied)\n"
 "  -o layout=L          imagefolder (default: <class>/<key>.<ext>, one image\n"
@@ -791,6 +818,9 @@ void options_usage(FILE *f, const char *prog)
 "                       default endpoint https://storage.googleapis.com)\n"
 "  -o log_level=LEVEL   error, warn, info (default) or debug\n"
 "  -o log_file=PATH     log here (default: stderr with -f, else syslog)\n"
+,
+		prog);
+	fputs(
 "  -o echo=E            data echoing: each open of <class>/<key> may return\n"
 "                       a recently served sample of that class, up to E uses\n"
 "                       per sample on average (default 1: exact mount)\n"
@@ -805,7 +835,7 @@ void options_usage(FILE *f, const char *prog)
 "                       (default auto: that half)\n"
 "  -o mem_size=SIZE     memory for the echo pool (default 512M)\n"
 "  -o seed=N            seed of the stream order and echo choices (default 0)\n",
-		prog);
+	      f);
 	/* In parts: C99 compilers need to take only 4095-byte strings. */
 	fputs(
 "  -o exact_first=0     adaptive mode: echo even paths whose own sample is\n"

@@ -14,6 +14,7 @@
 #define FS_DEFAULT_CONNECTIONS 8
 #define FS_DEFAULT_READ_TIMEOUT_S 30.0
 #define FS_DEFAULT_MIN_RATE (64.0 * 1024)
+#define FS_DEFAULT_STALL_TIMEOUT_S 10.0
 
 struct fuse_args;
 
@@ -50,6 +51,7 @@ struct fs_options {
 	char *metrics;     /* -o metrics=ADDR:PORT, owned, or NULL */
 	double read_timeout_s; /* longest a read waits for its data */
 	double min_rate;       /* bytes/s below which a transfer is resumed */
+	double stall_timeout_s; /* no byte this long: transfer resumed */
 	int zerocopy;          /* -o zerocopy: splice cold reads (default 1) */
 	enum fs_layout layout; /* -o layout (default imagefolder) */
 	/* Bucket sources (s3://, gs://): the dataset gives these to the

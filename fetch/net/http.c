@@ -209,6 +209,11 @@ double http_thread_deadline(double until)
 	return old;
 }
 
+double http_stall_timeout(const struct http *h)
+{
+	return h->low_speed_time_s;
+}
+
 void http_get_stats(struct http *h, struct http_stats *out)
 {
 	out->requests = atomic_load(&h->st.requests);

@@ -211,6 +211,11 @@ int http_exchange(struct http *h, const struct http_exchange *r, size_t cap,
 
 void http_get_stats(struct http *h, struct http_stats *out);
 
+/* The stall window (http_opts.low_speed_time_s, else its default): the
+ * longest a caller waits without progress, e.g. a bucket listing whose
+ * pages bring no new key. */
+double http_stall_timeout(const struct http *h);
+
 /* Shutdown: every transfer in progress ends within about a second, waits
  * for a slot or a backoff end at once, and later calls fail, all with
  * -ECANCELED. Safe from any thread; there is no undo. Accepts NULL. */

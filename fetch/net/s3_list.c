@@ -18,9 +18,6 @@
 #define TOKEN_MAX 4096
 #define PAGE_CAP (16u << 20)
 #define PAGES_MAX 100000
-/* A listing that brings no new shard for this long is given up: the mount
- * fails with one line within the README's 15 s. */
-#define LIST_STALL_S 10.0
 
 struct listing {
 	char bucket[256];
@@ -258,13 +255,17 @@ static int seen_add(struct seen *s, uint64_t h)
 struct walk {
 	struct seen tokens, keys;
 	double last_new; /* when a page last brought a shard not seen before */
+	/* A listing that brings no new shard for this long is given up
+	 * (http_stall_timeout, -o stall_timeout: 10 s by default, so the
+	 * mount fails with one line within the README's 15 s). */
+	double stall_s;
 	size_t skipped;  /* keys that cannot be shard names */
 	char why[160];   /* the reason a listing was given up, or "" */
 };
 
 /* A listing ends, or moves on: a continuation token seen before means it
  * goes round in circles (S3 never repeats one), and one that brings no new
- * shard for LIST_STALL_S is given up too (pages of fresh tokens over the
+ * shard for w->stall_s is given up too (pages of fresh tokens over the
  * same keys, or none). */
 static int moves_on(struct walk *w, const struct shardlist *out, size_t from,
 		    const char *token, int page)
@@ -282,10 +283,10 @@ static int moves_on(struct walk *w, const struct shardlist *out, size_t from,
 			 "listing that never ends)", page);
 		return -ELOOP;
 	}
-	if (token[0] && now_mono() - w->last_new > LIST_STALL_S) {
+	if (token[0] && now_mono() - w->last_new > w->stall_s) {
 		snprintf(w->why, sizeof(w->why),
 			 "no new shard in %.0f s of listing (page %d)",
-			 LIST_STALL_S, page);
+			 w->stall_s, page);
 		return -ETIMEDOUT;
 	}
 	return 0;
@@ -299,6 +300,7 @@ static int list_all(struct http *h, const struct listing *l, size_t max,
 	int rc = 0;
 
 	w->last_new = now_mono();
+	w->stall_s = http_stall_timeout(h);
 	for (*pages = 0; rc == 0 && *pages < PAGES_MAX; ++*pages) {
 		url = page_url(l, token);
 		rc = http_get_all(h, url, PAGE_CAP, &body, &len);

@@ -213,12 +213,15 @@ class Mount:
             return "(no log file)"
 
     def umount(self):
-        if not self.mounted and mount_entry(self.mnt) is None:
+        # Not mounted (any more): a test may have ended the daemon by a
+        # signal or -uz; fusermount3 -u would fail 20 times, 5 s.
+        if mount_entry(self.mnt) is None:
+            self.mounted = False
             self.wait_daemon()
             return
         for _ in range(20):
             r = subprocess.run(["fusermount3", "-u", self.mnt], capture_output=True)
-            if r.returncode == 0:
+            if r.returncode == 0 or mount_entry(self.mnt) is None:
                 break
             time.sleep(0.25)
         else:
@@ -284,17 +287,20 @@ def check_tree(m, dataset, split="test"):
     return got
 
 
-def read_checked_for(m, want, seconds):
-    """Reads files of mount m for seconds (every 97th of the sorted paths,
-    round and round), each checked against want {path: sha256}; returns
-    how many were read."""
+def read_checked_until(m, want, done, guard=120):
+    """Reads files of mount m (every 97th of the sorted paths, round and
+    round), each checked against want {path: sha256}, until done() holds
+    (asked every 10 reads) or, as a hang guard only, guard seconds passed;
+    returns how many were read. The caller asserts what done() waits for."""
     paths = sorted(want)
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + guard
     reads = 0
     while time.monotonic() < deadline:
         p = paths[reads * 97 % len(paths)]
         assert sha256_file(m.path(p)) == want[p], p
         reads += 1
+        if reads % 10 == 0 and done():
+            break
     return reads
 
 

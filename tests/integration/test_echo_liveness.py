@@ -153,8 +153,11 @@ def test_killed_waiting_reader_leaves_no_binding(mounter, fault_server):
     # The data comes only when the stall ends (STALL_S): the reader must be
     # gone, and no sample in the pool, long before that.
     fault_server.set_faults("*.tar=stall:%d" % STALL_S)
+    # stall_timeout=1: once the stall is lifted, the stalled transfer is
+    # retried within about a second, not after libcurl's default 10 s.
     m = mounter(fault_server.source, opts={
-        "index": fault_server.index, "echo": 2, "mem_size": SMALL_MEM})
+        "index": fault_server.index, "echo": 2, "mem_size": SMALL_MEM,
+        "stall_timeout": 1})
     cls = sorted(os.listdir(m.mnt))[0]
     name = sorted(os.listdir(m.path(cls)))[0]
     reader = subprocess.Popen([PYTHON, "-c", "open(%r, 'rb').read()" % m.path(cls, name)],

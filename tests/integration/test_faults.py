@@ -69,7 +69,8 @@ def test_content_length_longer_than_body_at_mount(fault_server, mounter):
     longer than the body it sends, indexed at mount: the mount fails saying
     the body was short, not "timed out"."""
     fault_server.set_faults("/test/test-000001.tar=long-length:1000")
-    m = mounter(fault_server.source, check=False)
+    # The stalled body is noticed after stall_timeout: 1 s, not 10.
+    m = mounter(fault_server.source, opts={"stall_timeout": 1}, check=False)
     err = m.result.stderr
     assert m.result.returncode != 0, "mounted over a short shard"
     assert "test-000001.tar" in err, err

@@ -1,5 +1,7 @@
 """test_gcs.py - gs:// sources against loopback stand-ins of Google's parts:
-s3rver (tests/s3/node_modules) behind tests/gcs/gateway.py, which accepts
+the session's s3rver (tests/integration/s3stack.py: bucket dset with the test
+split under test/, bucket many with it among 5,000 keys under big/) behind
+tests/gcs/gateway.py, which accepts
 only bearer tokens issued by tests/gcs/token_server.py and not yet expired
 (401 otherwise); the token server checks service-account JWTs' RS256
 signatures with python3-cryptography and also plays the metadata server.
@@ -12,7 +14,6 @@ import ssl
 import stat
 import subprocess
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -24,7 +25,6 @@ from cryptography.hazmat.primitives import serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: E402
 
 from helpers import check_tree, free_port, stop_proc, wait_port  # noqa: E402
-from s3stack import S3RVER, client, put_files  # noqa: E402
 import tls_certs  # noqa: E402
 
 GCSDIR = os.path.join(helpers.REPO, "tests", "gcs")
@@ -32,7 +32,6 @@ EMAIL = "echofs-test@echofs-test.iam.gserviceaccount.com"
 USER = {"client_id": "echofs-client.apps.googleusercontent.com",
         "client_secret": "d-FL95Q19q7MQmFpd7hHD0Ty",
         "refresh_token": "1//echofs-refresh+token/==", "type": "authorized_user"}
-MANY = 2100  # three list-type=2 pages (1,000 a page)
 TEST_SRC = "gs://dset/test/test-{000000..%06d}.tar" % (helpers.TEST_SHARDS - 1)
 
 
@@ -43,24 +42,12 @@ def write_secret(path, obj):
     return path
 
 
-def upload(dataset, url):
-    c = client(url)
-    c.create_bucket(Bucket="dset")
-    c.create_bucket(Bucket="many")
-    put_files(c, "dset", "test/", dataset.shards("test"))
-    put_files(c, "many", "big/", dataset.shards("test"))
-    n = MANY - len(dataset.shards("test"))
-    with ThreadPoolExecutor(16) as ex:
-        list(ex.map(lambda i: c.put_object(
-            Bucket="many", Key="big/%s-%04d.json" % ("az"[i % 2], i), Body=b"{}"),
-            range(n)))
-
-
 class GcsStack:
-    """s3rver, the token/metadata stand-in and the GCS gateway; a fresh
-    service-account key (its public half goes to the token server)."""
+    """The token/metadata stand-in and the GCS gateway in front of the
+    session's s3rver (s3url); a fresh service-account key (its public half
+    goes to the token server)."""
 
-    def __init__(self, work, dataset):
+    def __init__(self, work, s3url):
         self.work = work
         self.procs = []
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -76,22 +63,16 @@ class GcsStack:
         self.tlog = os.path.join(work, "token.log")
         self.glog = os.path.join(work, "gateway.log")
         self.user = write_secret(os.path.join(work, "user.json"), USER)
-        s3port = free_port()
-        env = dict(os.environ, NODE_OPTIONS="--openssl-legacy-provider")
-        self.start(["node", S3RVER, "-d", os.path.join(work, "data"), "-a",
-                    "127.0.0.1", "-p", str(s3port), "--silent"], s3port, "s3rver", env)
-        upload(dataset, "http://127.0.0.1:%d" % s3port)
         self.token_port = self.start_tokens(life=3600)
         self.port = free_port()
         self.start([helpers.PYTHON, os.path.join(GCSDIR, "gateway.py"),
-                    "--upstream", "http://127.0.0.1:%d" % s3port, "--tokens",
+                    "--upstream", s3url, "--tokens",
                     self.tokens, "--port", str(self.port), "--log", self.glog],
                    self.port, "gateway")
         self.url = "http://127.0.0.1:%d" % self.port
-        self.s3port = s3port
 
-    def start(self, argv, port, what, env=None):
-        p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
+    def start(self, argv, port, what):
+        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
                              stderr=open(os.path.join(self.work, what + ".err"), "a"))
         self.procs.append(p)
         wait_port(port, p, what)
@@ -134,11 +115,11 @@ class GcsStack:
 
 
 @pytest.fixture(scope="module")
-def gcs(dataset, tmp_path_factory):
-    if not os.path.exists(S3RVER):
-        pytest.skip("s3rver is not installed (tools/dev/setup.sh installs it "
-                    "into tests/s3/node_modules)")
-    st = GcsStack(str(tmp_path_factory.mktemp("gcs")), dataset)
+def gcs(s3_session, tmp_path_factory):
+    """One s3rver per session (s3_session skips when it is not installed):
+    starting another and uploading to it cost this module 12-18 s."""
+    s3_session.ensure_many()
+    st = GcsStack(str(tmp_path_factory.mktemp("gcs")), s3_session.s3url)
     try:
         yield st
     finally:
@@ -302,9 +283,9 @@ def test_revoked_token_refetched_once_on_401(gcs, dataset, gcp_env, mounter):
 def test_expiring_tokens_refreshed_during_reads(gcs, dataset, gcp_env, mounter,
                                                 tmp_path):
     """Tokens that live 4 s (renewed at half their life, so a new one every
-    2 s), reads for 8 s through a cache too small to hold the data (shards
-    are fetched again and again): no read fails and requests go out under
-    at least three successive tokens. The lifetime is short so that the
+    2 s), reads through a cache too small to hold the data (shards are
+    fetched again and again) until requests have gone out under three
+    successive tokens: no read fails. The lifetime is short so that the
     test takes seconds, not the minutes a real one would."""
     gcs.restart_tokens(life=4)
     try:
@@ -312,8 +293,14 @@ def test_expiring_tokens_refreshed_during_reads(gcs, dataset, gcp_env, mounter,
                        gcs.sa_key(str(tmp_path / "sa30.json")))
         gcs.requests()
         m = mounter(TEST_SRC, opts={"endpoint": gcs.url, "cache_size": "1M"})
-        reads = helpers.read_checked_for(m, dataset.ref_hashes("test"), 8)
-        seen = gcs.requests()
+        seen = []
+
+        def three_tokens():
+            seen.extend(gcs.requests())
+            return len({r["token"] for r in seen}) >= 3
+        reads = helpers.read_checked_until(m, dataset.ref_hashes("test"),
+                                           three_tokens)
+        seen.extend(gcs.requests())
         assert all(r["verdict"] == "ok" for r in seen), \
             [r for r in seen if r["verdict"] != "ok"][:3]
         assert len({r["token"] for r in seen}) >= 3

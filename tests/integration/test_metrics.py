@@ -165,7 +165,7 @@ def test_prometheus_scrapes_echofs(nginx, mounter, prometheus):
                 "process_resident_memory_bytes", "echofs_shards_cached")}
         if None not in got.values() and got["echofs_shards_cached"] >= 1:
             break
-        time.sleep(1)
+        time.sleep(0.2)
     assert got['up{job="echofs"}'] == 1, got
     assert got["echofs_samples"] == 10000, got
     assert got["echofs_classes"] == 10, got

@@ -285,10 +285,13 @@ def test_listing_repeating_its_token_fails_the_mount(server, mounter, scheme):
 def test_listing_of_fresh_tokens_over_the_same_keys_fails(server, mounter,
                                                           scheme):
     srv = server(listing_route(lambda n: "T%d" % n))
+    # stall_timeout=1: given up after 1 s of pages without a new shard,
+    # not the default 10 s
     err = helpers.failed_mount(mounter, "%s://loop/ds/" % scheme,
                                {"endpoint": srv.url, "no_sign": "1",
-                                "region": "us-east-1"}, timeout=120)
-    assert "no new shard in" in err, err
+                                "region": "us-east-1", "stall_timeout": 1},
+                               timeout=120)
+    assert "no new shard in 1 s" in err, err
     assert srv.count(is_listing) > 2
 
 

@@ -574,6 +574,21 @@ Test(http_offline, bad_arguments)
 	http_free(NULL);
 }
 
+Test(http_offline, stall_timeout_default_and_set)
+{
+	struct http_opts o = {0};
+	char err[64];
+	struct http *h;
+
+	cr_assert_eq(http_open(&o, &h, err, sizeof(err)), 0, "%s", err);
+	cr_expect_float_eq(http_stall_timeout(h), 10.0, 1e-9);
+	http_free(h);
+	o.low_speed_time_s = 2;
+	cr_assert_eq(http_open(&o, &h, err, sizeof(err)), 0, "%s", err);
+	cr_expect_float_eq(http_stall_timeout(h), 2.0, 1e-9);
+	http_free(h);
+}
+
 /* ---- concurrency -------------------------------------------------------- */
 
 struct worker {

@@ -79,6 +79,9 @@ Test(options, rejects_bad_values_with_a_reason)
 		{"read_timeout=5s", "read_timeout"},
 		{"min_rate=0", "min_rate"},
 		{"min_rate=fast", "min_rate"},
+		{"stall_timeout=0", "stall_timeout"},
+		{"stall_timeout=2.5", "stall_timeout"},
+		{"stall_timeout=3601", "stall_timeout"},
 		{"layout=tree", "bad layout"},
 		{"layout=samples,echo=2,repartition=1", "repartition needs"},
 		{"layout=samples,size=224", "as they are"},
@@ -134,7 +137,8 @@ Test(options, debug_implies_foreground_and_defaults_fill_in)
 
 Test(options, timeouts_parse_and_default)
 {
-	const char *argv[] = {"echofs", "-o", "read_timeout=2.5,min_rate=16K",
+	const char *argv[] = {"echofs", "-o",
+			      "read_timeout=2.5,min_rate=16K,stall_timeout=2",
 			      "http://h/a.tar", "/mnt", NULL};
 	const char *plain[] = {"echofs", "http://h/a.tar", "/mnt", NULL};
 	struct fs_options o;
@@ -144,12 +148,15 @@ Test(options, timeouts_parse_and_default)
 	cr_assert_eq(parse(5, argv, &o, &a, err), 0, "%s", err);
 	cr_assert_float_eq(o.read_timeout_s, 2.5, 1e-9);
 	cr_assert_float_eq(o.min_rate, 16384.0, 1e-9);
+	cr_assert_float_eq(o.stall_timeout_s, 2.0, 1e-9);
 	cr_assert_not(has_arg(&a, "read_timeout"));
+	cr_assert_not(has_arg(&a, "stall_timeout"));
 	options_free(&o);
 	fuse_opt_free_args(&a);
 	cr_assert_eq(parse(3, plain, &o, &a, err), 0, "%s", err);
 	cr_assert_float_eq(o.read_timeout_s, FS_DEFAULT_READ_TIMEOUT_S, 1e-9);
 	cr_assert_float_eq(o.min_rate, FS_DEFAULT_MIN_RATE, 1e-9);
+	cr_assert_float_eq(o.stall_timeout_s, FS_DEFAULT_STALL_TIMEOUT_S, 1e-9);
 	options_free(&o);
 	fuse_opt_free_args(&a);
 }
