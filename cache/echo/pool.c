@@ -90,6 +90,7 @@
 
 void pool_entry_free(struct pool *p, struct entry *e)
 {
+	ASSERT_HELD(&p->lock);
 	if (p->held[e->sample] && p->held[e->sample] < UINT8_MAX &&
 	    --p->held[e->sample] == 0 && p->in_line[e->sample])
 		p->owed[e->cls].nfree++;
@@ -380,8 +381,10 @@ static void destroy_sync(struct pool *p)
 
 static void destroy(struct pool *p)
 {
+	pthread_mutex_lock(&p->lock); /* no thread left: for the checks */
 	while (p->all)
 		pool_entry_free(p, p->all);
+	pthread_mutex_unlock(&p->lock);
 	workq_free(p->iwq); /* shut down by pool_free: nothing queued */
 	destroy_sync(p);
 	pthread_mutex_destroy(&p->lock);
@@ -505,7 +508,9 @@ int pool_open(const struct index *ix, struct shards *sh,
 	r = init_sync(p);
 	if (r < 0)
 		goto fail;
+	pthread_mutex_lock(&p->lock);
 	stream_begin_pass(p);
+	pthread_mutex_unlock(&p->lock);
 	r = start_threads(p);
 	if (r < 0) {
 		pool_free(p);

@@ -168,6 +168,7 @@ struct pool {
 
 /* ---- pool.c: entries, the shuffle buffer, memory, takes ---- */
 
+/* Free entry e (p->lock held). */
 void pool_entry_free(struct pool *p, struct entry *e);
 /* Into the policy (and wake its class's readers). */
 void pool_attach(struct pool *p, struct entry *e);
@@ -209,7 +210,7 @@ bool owed_pick(struct pool *p, uint32_t *sample);
 
 /* ---- stream.c: the streamer and the ingest workers ---- */
 
-/* Shuffle the shard order for a new pass. */
+/* Shuffle the shard order for a new pass (p->lock held). */
 void stream_begin_pass(struct pool *p);
 /* The streamer thread (no lock held on entry). */
 void *stream_main(void *arg);

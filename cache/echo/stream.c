@@ -63,6 +63,7 @@ static void drop_served(struct pool *p)
  * the threads start: no ASSERT_HELD). */
 void stream_begin_pass(struct pool *p)
 {
+	ASSERT_HELD(&p->lock);
 	size_t n = p->ix->nshards;
 
 	if (p->o.world > 1) {
