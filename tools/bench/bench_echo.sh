@@ -155,8 +155,8 @@ print("- medians of %d run%s; base (best exact-rate baseline) = %s files/s; "
 EOF
 	cat <<EOF
 - throttle: \`unshare -n\`; inside: \`ip link set lo up mtu 9000; tc qdisc add dev lo root tbf rate $RATE burst 128kb latency 2000ms\`; nginx (tools/dev/nginx.py) and echofs daemons run inside, readers outside
-- echofs: \`$B/echofs -o cache_dir=FRESH,index=IDX[,echo=E,echo_mode=M,seed=$SEED] '$NS_BASE/shards/train-{000000..000059}.tar' MNT\` (Fashion-MNIST train, 60 shards, 60,000 JPEGs)
-- reader: \`/usr/bin/python3 tools/bench/bench_echo_reader.py MNT --procs $PROCS --seconds $SECONDS_ --warmup $WARMUP --seed $SEED\` (each process its own shuffled order, counts over the window after warm-up; fresh/s, e and stall % from .echofs/stats deltas over the same window; stall % = stall_s / (window x procs))
+- echofs: \`$B/echofs -o ${LAYOUT_OPT}cache_dir=FRESH,index=IDX[,echo=E,echo_mode=M,seed=$SEED] '$NS_BASE/shards/train-{000000..000059}.tar' MNT\` (Fashion-MNIST train, 60 shards, 60,000 JPEGs)
+- reader: \`/usr/bin/python3 tools/bench/bench_echo_reader.py MNT --procs $PROCS --seconds $SECONDS_ --warmup $WARMUP --seed $SEED${PAIRS[*]:+ ${PAIRS[*]}}\` (each process its own shuffled order, counts over the window after warm-up; fresh/s, e and stall % from .echofs/stats deltas over the same window; stall % = stall_s / (window x procs))
 - command: \`$CMDLINE\` ($ECHOFS_INFO; $(nproc) cores, load average at end $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ))
 EOF
 } | tee "$RES/table.md"
