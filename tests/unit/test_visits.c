@@ -211,16 +211,17 @@ static uint64_t parked(void)
 
 /* ---- what a file serves ---- */
 
-/* What file f of key i serves of s, its visit's take, read as bindings.c
- * serves it: the held bytes, or the member visits_member names (its bytes
- * from the source shard). Parsed into the key and label they name; 0, or
- * -1 with why in err. */
+/* What the bytes a file serves say: "kNN ext L". */
 struct serve {
-	int key; /* the substitute key the bytes name */
+	int key; /* the substitute key */
 	char ext[4];
-	char label;
+	char label; /* '0', '1' or '-' */
 };
 
+/* What file f serves of s, a take of its visit, as bindings.c serves it:
+ * the held bytes, or the member visits_member names (whose bytes are
+ * taken here from the source shard, not read through the dataset). 0, or
+ * -1 with why in err. */
 static int what_served(uint32_t f, const struct dataset_sample *s,
 		       struct serve *out, char *err, size_t errlen)
 {
