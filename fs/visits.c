@@ -615,6 +615,11 @@ void visits_free(struct visits *v)
 {
 	if (!v)
 		return;
+	/* A visit's first take parked in the pool holds v (first_taken):
+	 * answered now, it ends its visit and answers the visit's waiters,
+	 * rather than later, into freed memory. The pool serves the visits
+	 * only (visits_start started it). */
+	dataset_echo_cancel_all(v->ds);
 	visits_cancel_all(v);
 	if (v->vis)
 		for (uint32_t k = 0; k < v->nkeys; k++)

@@ -56,8 +56,10 @@ struct visits;
 MUST_CHECK
 int visits_start(struct dataset *ds, const struct namespace *ns,
 		 struct visits **out, char *err, size_t errlen);
-/* Every take still waiting is answered -ESHUTDOWN, every visit's take is
- * let go of. Accepts NULL. */
+/* Every take still waiting is answered -ESHUTDOWN (a visit's first take,
+ * parked in the pool, through dataset_echo_cancel_all: every take of ds's
+ * pool is a visit's), every visit's take is let go of. No take may be in
+ * progress in another thread. Accepts NULL. */
 void visits_free(struct visits *v);
 
 /* dataset_echo_take_async for namespace file `file`: 0 with *out (a

@@ -1,8 +1,8 @@
 #!/bin/bash
 # tsan.sh - run the threaded modules' unit suites under ThreadSanitizer.
-#   tools/dev/tsan.sh [SUITE...]    default: pool shards bindings workq store
-#                                   indexer prep http push refresher budget
-#                                   control
+#   tools/dev/tsan.sh [SUITE...]    default: pool shards bindings visits
+#                                   workq store indexer prep http push
+#                                   refresher budget control
 # Builds those unit suites with clang and -Db_sanitize=thread into
 # build-tsan/ (TSAN_BUILD_DIR overrides) through a Criterion stand-in
 # (tests/tsan/: Criterion's runner cannot start under TSan), then runs each
@@ -17,8 +17,8 @@ case "${1:-}" in
 -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
 esac
 SUITES=("$@")
-[ ${#SUITES[@]} -eq 0 ] && SUITES=(pool shards bindings workq store indexer prep http push refresher
-	budget control)
+[ ${#SUITES[@]} -eq 0 ] && SUITES=(pool shards bindings visits workq store indexer prep http
+	push refresher budget control)
 B=${TSAN_BUILD_DIR:-build-tsan}
 TMP=$(mktemp -d /tmp/echofs-tsan.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
