@@ -41,7 +41,9 @@ TMP=$(mktemp -d /tmp/echofs-test.XXXXXX)
 cleanup() { rm -rf "$TMP"; }
 trap cleanup EXIT
 
-MESON_ARGS=-Dwerror=true bash tools/dev/setup.sh ||
+SETUP_ARGS=()
+[ "$FULL" -eq 1 ] && SETUP_ARGS=(--full) # the trainer tests need PyTorch
+MESON_ARGS=-Dwerror=true bash tools/dev/setup.sh "${SETUP_ARGS[@]}" ||
 	{ echo "test.sh: setup failed" >&2; exit 1; }
 BUILD=${BUILD_DIR:-build}
 # Warnings are errors for developers and CI (off by default for packagers).

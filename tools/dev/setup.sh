@@ -1,7 +1,11 @@
 #!/bin/bash
 # setup.sh - install what echofs needs on Debian 12 (only what is missing),
 # make sure /dev/fuse exists, then configure and build into build/.
-#   tools/dev/setup.sh [--bench]      --bench also installs rclone (benchmark peer)
+#   tools/dev/setup.sh [--bench] [--full]
+#     --bench also installs rclone (benchmark peer); --full also installs
+#     PyTorch and torchvision (Debian's, about 1 minute) for the trainer tests
+#     of tools/test.sh --full (test_dist_train, test_preprocess, test_rrc,
+#     test_whole_sample's DataLoader pair reader)
 # BUILD_DIR (default build) picks the build directory; MESON_ARGS are passed
 # to a first `meson setup` (tools/test.sh: -Dwerror=true). Run as root on a fresh
 # machine; later runs only rebuild.
@@ -23,7 +27,13 @@ PKGS+=(libmicrohttpd-dev prometheus python3-prometheus-client)
 PKGS+=(python3-cryptography openssl)
 # PNG and WebP input.
 PKGS+=(libspng-dev libwebp-dev)
-[ "${1:-}" = "--bench" ] && PKGS+=(rclone)
+for arg in "$@"; do
+	case "$arg" in
+	--bench) PKGS+=(rclone) ;;
+	--full) PKGS+=(python3-torch python3-torchvision) ;;
+	*) echo "setup.sh: unknown argument $arg" >&2; exit 2 ;;
+	esac
+done
 
 say() { echo "setup: $*"; }
 
