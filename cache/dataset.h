@@ -385,7 +385,10 @@ uint64_t dataset_echo_ready(struct dataset *ds, uint32_t cls);
  * local disk: serving it waits for no network, so there is no idle time an
  * echo could fill, and on a CPU-bound node an echo costs what the fresh
  * serve does (a decode) and takes its place. Echoes fill the opens that
- * would wait for a fetch. 0 on other mounts. */
+ * would wait for a fetch. A sample the pool took in its current or last pass
+ * stays the pool's (pool_claim_own): a sample is served by its path or by
+ * the pool, never both, so echo=1 serves each once a pass. 0 on other
+ * mounts. */
 int dataset_echo_own(struct dataset *ds, uint32_t sample);
 /* The open of a path served its own sample (dataset_echo_own): on a
  * converting mount its output is made at the first such open (kept for

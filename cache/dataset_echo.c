@@ -437,7 +437,10 @@ int dataset_echo_own(struct dataset *ds, uint32_t sample)
 	    atomic_load_explicit(&ds->own_state[sample],
 				 memory_order_relaxed) == OWN_BAD)
 		return 0;
-	return dataset_is_cached(ds, dataset_group(ds, sample));
+	/* Local and not the pool's this pass (a sample is served by its
+	 * path or by the pool, never both: pool_claim_own). */
+	return pool_claim_own(ds->pool, sample,
+			      dataset_is_cached(ds, dataset_group(ds, sample)));
 }
 
 /* Counted by the outputs: the pool must not count it again. */

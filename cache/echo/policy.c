@@ -253,6 +253,29 @@ int echo_policy_add(struct echo_policy *ep, struct echo_item *it, uint32_t cls)
 	return 0;
 }
 
+int echo_policy_add_served(struct echo_policy *ep, struct echo_item *it,
+			   uint32_t cls)
+{
+	struct eclass *c;
+
+	if (cls >= ep->ncls || ep->mode == ECHO_FIXED)
+		return -EINVAL;
+	if (max_uses(ep) <= 1)
+		return -ENOSPC;
+	c = &ep->cls[cls];
+	*it = (struct echo_item){.cls = cls, .uses = 1, .last_tick = c->tick};
+	bag_add(c, it);
+	list_append(ep, it);
+	ep->items++;
+	return 0;
+}
+
+void echo_policy_count_own(struct echo_policy *ep)
+{
+	ep->served++;
+	ep->fresh++;
+}
+
 /* ---- decisions ---- */
 
 /* The window in force for the class's next open: echo_window, but never

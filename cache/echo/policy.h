@@ -162,6 +162,18 @@ bool echo_policy_untake(struct echo_policy *ep, const struct echo_take *t);
  * decodes only then). The caller frees it once nobody holds it. */
 void echo_policy_discard(struct echo_policy *ep, const struct echo_take *t);
 
+/* Exact first (cache/echo/pool.h, pool_claim_own): a sample its own path
+ * serves outside the policy joins as a candidate already served once at
+ * the class's current tick (an echo of it is a second serve). Adaptive
+ * and greedy modes only: -EINVAL in fixed mode, -ENOSPC when E allows no
+ * second serve (the caller keeps it out). */
+MUST_CHECK
+int echo_policy_add_served(struct echo_policy *ep, struct echo_item *it,
+			   uint32_t cls);
+/* A fresh serve made outside the policy (an own path's): counted in the
+ * echo ratio, so echoes of it are allowed as of the pool's own. */
+void echo_policy_count_own(struct echo_policy *ep);
+
 /* Pick and remove the least useful served candidate among the
  * ECHO_EVICT_SCAN oldest that can_drop accepts (the caller says which are
  * not in use): ECHO_ADAPTIVE the most used, ECHO_FIXED the one with the

@@ -116,11 +116,30 @@ static void put_entry(struct pool *p, struct entry *e)
 	pthread_cond_signal(&p->room_cv);
 }
 
+/* Into the policy: fresh, or, for a sample its own path serves (exact
+ * first, pool_claim_own), as an echo candidate already served once; kept
+ * out (and freed when nobody holds it) when E allows no echo of it. */
+static void policy_join(struct pool *p, struct entry *e)
+{
+	ASSERT_HELD(&p->lock);
+	if (!p->own[e->sample]) {
+		IGNORE_RESULT(echo_policy_add(p->ep, &e->it, e->cls)); /* cls < ncls */
+		e->attached = true;
+	} else if (echo_policy_add_served(p->ep, &e->it, e->cls) == 0) {
+		e->attached = true;
+	} else {
+		e->attached = false;
+		if (e->refs == 0 && !e->buffered)
+			pool_entry_free(p, e);
+	}
+}
+
 void pool_attach(struct pool *p, struct entry *e)
 {
-	IGNORE_RESULT(echo_policy_add(p->ep, &e->it, e->cls)); /* cls < ncls */
-	e->attached = true;
-	pool_notify(p, e->cls);
+	uint32_t cls = e->cls; /* e may be freed */
+
+	policy_join(p, e);
+	pool_notify(p, cls);
 }
 
 /* From the shuffle buffer (slot j) into the policy. */
@@ -181,10 +200,8 @@ static void buffer_pull(struct pool *p, uint32_t cls)
 		out[i - 1] = out[j];
 		out[j] = t;
 	}
-	for (uint64_t i = 0; i < k; i++) {
-		IGNORE_RESULT(echo_policy_add(p->ep, &out[i]->it, cls)); /* cls < ncls */
-		out[i]->attached = true;
-	}
+	for (uint64_t i = 0; i < k; i++)
+		policy_join(p, out[i]);
 	free(out);
 }
 
@@ -314,6 +331,8 @@ static int group_samples(struct pool *p, const uint32_t *class_of)
 	p->debt_pass = xcalloc(n + 1, sizeof(uint32_t));
 	p->held = xcalloc(n + 1, 1);
 	p->bad = xcalloc(n + 1, 1);
+	p->own = xcalloc(n + 1, 1);
+	p->taken = xcalloc(n + 1, 1);
 	p->shard_first = xcalloc(ix->nshards + 1, sizeof(uint32_t));
 	p->by_shard = xmalloc((n + 1) * sizeof(uint32_t));
 	p->order = xmalloc((ix->nshards + 1) * sizeof(uint32_t));
@@ -402,6 +421,8 @@ static void destroy(struct pool *p)
 	free(p->debt_pass);
 	free(p->held);
 	free(p->bad);
+	free(p->own);
+	free(p->taken);
 	echo_gov_free(p->gov);
 	free(p->by_shard);
 	free(p->shard_first);
@@ -585,8 +606,18 @@ int pool_try_take(struct pool *p, uint32_t cls, struct echo_take *t)
 	int r;
 
 	buffer_pull(p, cls);
-	r = echo_policy_take(p->ep, cls, t);
+	while ((r = echo_policy_take(p->ep, cls, t)) == 0 && t->fresh) {
+		struct entry *e = (struct entry *)t->item;
+		if (!p->own[e->sample])
+			break;
+		/* Streamed before its own path claimed it (pool_claim_own):
+		 * that path serves it fresh, the pool may only echo it. */
+		echo_policy_discard(p->ep, t);
+		e->attached = false;
+		policy_join(p, e);
+	}
 	if (r == 0 && t->fresh) {
+		p->taken[((struct entry *)t->item)->sample] = pass_tag(p->pass);
 		p->takes++;
 		if (p->pacing) /* the streamer waits for readers to take */
 			pthread_cond_signal(&p->room_cv);
@@ -769,6 +800,27 @@ void pool_mark_bad(struct pool *p, uint32_t sample)
 	pool_unlock(p);
 }
 
+bool pool_claim_own(struct pool *p, uint32_t sample, bool local)
+{
+	bool r = false;
+
+	if (!p || sample >= p->nunits || p->o.members)
+		return false;
+	pthread_mutex_lock(&p->lock);
+	if (!local)
+		p->own[sample] = 0; /* the pool may stream it again */
+	else if (p->own[sample])
+		r = true;
+	else if (!p->bad[sample] &&
+		 p->taken[sample] != pass_tag(p->pass) &&
+		 p->taken[sample] != pass_tag(p->pass - 1)) {
+		p->own[sample] = 1;
+		r = true;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
 void pool_count_own(struct pool *p)
 {
 	if (!p)
@@ -776,6 +828,7 @@ void pool_count_own(struct pool *p)
 	pthread_mutex_lock(&p->lock);
 	p->served_fresh++;
 	p->served_own++;
+	echo_policy_count_own(p->ep);
 	if (p->gov)
 		tick_governor(p, true);
 	pool_unlock(p);

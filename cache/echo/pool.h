@@ -202,6 +202,15 @@ void pool_commit(struct pool *p, struct pool_sample *s);
  * exact-first serves of cache/dataset.h's dataset_echo_own): a fresh
  * serve, counted in fresh_served and own_served and by the governor. */
 void pool_count_own(struct pool *p);
+/* May sample be served by its own path from now on (exact first)? Only a
+ * local sample the pool has not taken fresh in its current or previous
+ * pass: a sample is then either its own path's (fresh, every pass) or the
+ * pool's, never both, so echo=1 serves each once a pass. The pool still
+ * holds a claimed sample, as an echo candidate served once (a fresh copy
+ * it held is turned into one when a take finds it). A claim stands until
+ * the sample is found not local (local false: the claim is let go of).
+ * False with pool_opts.members. */
+bool pool_claim_own(struct pool *p, uint32_t sample, bool local);
 /* Sample is bad (it failed to decode outside the pool, where it was
  * counted): never streamed again; a held copy is taken out when a reader
  * discards it (pool_discard), not counted again. */

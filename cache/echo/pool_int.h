@@ -164,7 +164,21 @@ struct pool {
 	/* Per sample: 1 its ingest or serve failed (counted in rejected), 2
 	 * marked by pool_mark_bad (counted elsewhere); not read again. */
 	uint8_t *bad;
+	/* Per sample: 1 claimed by its own path (pool_claim_own), which
+	 * serves it every pass: the stream skips it. */
+	uint8_t *own;
+	/* Per sample: the tag (pass_tag) of the pass the pool last took it
+	 * fresh in, 0 never: a sample the pool served this pass is not
+	 * claimed by its own path in the same pass. */
+	uint8_t *taken;
 };
+
+/* A pass's tag in p->taken: 1..255 (0: never); passes 255 apart share
+ * one, which at worst refuses a claim for a pass. */
+static inline uint8_t pass_tag(uint64_t pass)
+{
+	return (uint8_t)(pass % 255 + 1);
+}
 
 /* ---- pool.c: entries, the shuffle buffer, memory, takes ---- */
 

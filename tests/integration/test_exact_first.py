@@ -10,8 +10,6 @@ import random
 import threading
 import time
 
-import pytest
-
 from test_preprocess import make_bad_shard
 
 PREP = {"size": 40, "crop": 32, "format": "ppm"}
@@ -185,10 +183,6 @@ def test_a_path_echoed_while_remote_is_its_own_once_local(mounter, fault_server)
     assert m.stats()["own_served"] - own0 == len(names), m.stats()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug (issue 29, exact first): the pool serves a sample to a remote path, then "
-    "its own path, once local, is served it again; about 40% of samples "
-    "twice in a cold pass"))
 def test_echo_1_serves_each_sample_once_a_pass(mounter, fault_server):
     """echo=1 is no echo: over one shuffled pass of a cold mount, while
     shards arrive, a path is served its own sample (its shard local) or one

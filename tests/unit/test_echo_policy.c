@@ -521,6 +521,44 @@ Test(echo_policy, untake_fresh_makes_it_fresh_again)
 	}
 }
 
+/* Exact first: a sample its own path served joins as a candidate served
+ * once, never as fresh; its echoes need the own serve counted in the
+ * ratio; E = 1 keeps it out, fixed mode refuses it. */
+Test(echo_policy, own_samples_join_as_served_candidates)
+{
+	struct echo_policy *ep = policy(2.0, ECHO_ADAPTIVE, 0);
+	struct echo_item a, b;
+	struct echo_take t;
+	struct echo_policy_stats st;
+
+	cr_assert_eq(echo_policy_add_served(ep, &a, 0), 0);
+	cr_assert_eq(echo_policy_ready(ep, 0), 0, "an own sample is not fresh");
+	cr_assert_eq(echo_policy_take(ep, 0, &t), -EAGAIN,
+		     "an echo before any fresh serve was counted");
+	echo_policy_count_own(ep);
+	cr_assert_eq(echo_policy_take(ep, 0, &t), 0);
+	cr_assert_eq(t.item, &a);
+	cr_assert(!t.fresh, "served as fresh");
+	cr_assert(t.retired, "E = 2: the own serve and this echo are all");
+	echo_policy_get_stats(ep, &st);
+	cr_assert_eq(st.served, 2);
+	cr_assert_eq(st.fresh, 1);
+	/* A fresh sample beside it is still served fresh. */
+	cr_assert_eq(echo_policy_add(ep, &b, 0), 0);
+	cr_assert_eq(echo_policy_take(ep, 0, &t), 0);
+	cr_assert(t.fresh);
+	cr_assert_eq(t.item, &b);
+	echo_policy_free(ep);
+
+	ep = policy(1.0, ECHO_ADAPTIVE, 0);
+	cr_assert_eq(echo_policy_add_served(ep, &a, 0), -ENOSPC);
+	echo_policy_free(ep);
+	ep = policy(2.0, ECHO_FIXED, 0);
+	cr_assert_eq(echo_policy_add_served(ep, &a, 0), -EINVAL);
+	cr_assert_eq(echo_policy_add_served(ep, &a, 7), -EINVAL);
+	echo_policy_free(ep);
+}
+
 Test(echo_policy, untake_echo_gives_the_use_back)
 {
 	struct echo_policy *ep = policy(2.0, ECHO_ADAPTIVE, 0);
