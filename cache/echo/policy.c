@@ -270,6 +270,11 @@ int echo_policy_add_served(struct echo_policy *ep, struct echo_item *it,
 	return 0;
 }
 
+bool echo_policy_holds_served(const struct echo_policy *ep)
+{
+	return ep->mode != ECHO_FIXED && max_uses(ep) > 1;
+}
+
 void echo_policy_count_own(struct echo_policy *ep)
 {
 	ep->served++;

@@ -170,6 +170,8 @@ void echo_policy_discard(struct echo_policy *ep, const struct echo_take *t);
 MUST_CHECK
 int echo_policy_add_served(struct echo_policy *ep, struct echo_item *it,
 			   uint32_t cls);
+/* Would echo_policy_add_served take an item now? */
+bool echo_policy_holds_served(const struct echo_policy *ep);
 /* A fresh serve made outside the policy (an own path's): counted in the
  * echo ratio, so echoes of it are allowed as of the pool's own. */
 void echo_policy_count_own(struct echo_policy *ep);

@@ -301,6 +301,12 @@ static int stream_sample(struct pool *p, uint32_t s, bool reread)
 		pthread_mutex_unlock(&p->lock);
 		return -ESHUTDOWN;
 	}
+	if (!reread && p->own[s] && !echo_policy_holds_served(p->ep)) {
+		/* Its own path serves it, and E allows no echo of it: reading
+		 * it would only drop it (pool_claim_own). */
+		pthread_mutex_unlock(&p->lock);
+		return 0;
+	}
 	if (!reread && p->is_owed[s]) {
 		/* Still owed from an earlier pass: it is served once. */
 		pthread_mutex_unlock(&p->lock);
