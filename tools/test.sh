@@ -3,8 +3,9 @@
 # integration suite (real FUSE mounts against nginx and the fault server).
 #   tools/test.sh            the fast tier: every unit suite and the core
 #                            integration tests (under 5 minutes on 2 cores)
-#   tools/test.sh --full     every integration test (under 10 minutes on 2
-#                            cores: 9:42 with other jobs on the machine)
+#   tools/test.sh --full     every integration test, PyTorch installed for
+#                            the trainer tests (under 10 minutes on 2 cores:
+#                            8:05 on a fresh machine, build included)
 #   tools/test.sh --asan     build-asan/ (clang, ASan + UBSan), both suites
 #                            (add --full for every integration test)
 # The core tests are listed in tests/integration/conftest.py (FAST); the
