@@ -613,8 +613,7 @@ int pool_try_take(struct pool *p, uint32_t cls, struct echo_take *t)
 		/* Streamed before its own path claimed it (pool_claim_own):
 		 * that path serves it fresh, the pool may only echo it. */
 		echo_policy_discard(p->ep, t);
-		e->attached = false;
-		policy_join(p, e);
+		policy_join(p, e); /* sets e->attached */
 	}
 	if (r == 0 && t->fresh) {
 		p->taken[((struct entry *)t->item)->sample] = pass_tag(p->pass);

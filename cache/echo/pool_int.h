@@ -165,7 +165,9 @@ struct pool {
 	 * marked by pool_mark_bad (counted elsewhere); not read again. */
 	uint8_t *bad;
 	/* Per sample: 1 claimed by its own path (pool_claim_own), which
-	 * serves it every pass: the stream skips it. */
+	 * serves it fresh every pass: the pool holds it only as an echo
+	 * candidate (policy_join), and does not read it when E allows no
+	 * echo. */
 	uint8_t *own;
 	/* Per sample: the tag (pass_tag) of the pass the pool last took it
 	 * fresh in, 0 never: a sample the pool served this pass is not
