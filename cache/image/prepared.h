@@ -9,7 +9,7 @@
  * - Storage is the shard store's machinery (cache/store/store.h), a second
  *   instance over "<cache_dir>/prepared" (files
  *   "<cache_dir>/prepared/shards/<16 hex>.shard"): atomic writes (temp
- *   file + rename), per-block CRC-32 checked on first read, the flock
+ *   file + rename), per-block checksums checked on first read, the flock
  *   protocol between processes (one writer of an entry, readers pinned),
  *   scan-resistant eviction under its own cap (prepared_size=). Its own
  *   directory because the store rescans its directory on every admission:
@@ -21,7 +21,7 @@
  *   encoded bytes, size the prepared buffer's length (known from the
  *   header: prep_prepared_len). A changed sample, recipe or library has
  *   another key.
- * - Integrity: a read checks every block's CRC (store_pread); a corrupt
+ * - Integrity: a read checks every block's checksum (store_pread); a corrupt
  *   entry is dropped (store_drop, unlinked once unpinned) and the sample is
  *   decoded again and rewritten; a truncated file is not a valid entry and
  *   is removed by the store. The prepared buffer's own header (magic, w, h)

@@ -86,7 +86,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #define DEFAULT_WAIT_S 120.0
 /* A lookup this soon after an entry was written is part of the same read
@@ -137,7 +136,8 @@ static struct store_entry *load_entry(struct store *s, const char *name,
 	struct store_entry *e = NULL;
 	struct stat sb;
 	uint64_t size = 0;
-	uint32_t *crcs = NULL;
+	uint32_t *sums = NULL;
+	enum store_sum kind;
 	char *key = NULL;
 	int fd = store_fmt_open(s->dirfd, name);
 
@@ -147,14 +147,15 @@ static struct store_entry *load_entry(struct store *s, const char *name,
 		close(fd);
 		return NULL;
 	}
-	crcs = store_fmt_read_footer(fd, (uint64_t)sb.st_size, name, &size,
-				     &key);
+	sums = store_fmt_read_footer(fd, (uint64_t)sb.st_size, name, &size,
+				     &key, &kind);
 	close(fd);
-	if (!crcs) {
+	if (!sums) {
 		drop_invalid(s, name, sb.st_dev, sb.st_ino, dir_locked);
 		return NULL;
 	}
-	e = store_ent_new(s, key, hash64(key, strlen(key), 0), size, crcs);
+	e = store_ent_new(s, key, hash64(key, strlen(key), 0), size, sums);
+	e->sum_kind = kind;
 	e->ins = sb.st_atim;
 	e->use = sb.st_mtim;
 	e->dev = sb.st_dev;
@@ -432,7 +433,8 @@ static bool is_verified(const struct store_entry *e, uint32_t b)
 	return __atomic_load_n(&e->verified[b], __ATOMIC_ACQUIRE) != 0;
 }
 
-/* Read block b whole into tmp and check it. Returns 0 or -EBADMSG / -errno. */
+/* Read block b whole into tmp and check it. Returns 0 or -EBADMSG / -errno
+ * (then tmp holds unchecked bytes: the caller returns none of them). */
 static int verify_block(struct store_entry *e, uint32_t b, uint8_t *tmp)
 {
 	size_t n = store_fmt_block_len(e->size, b);
@@ -440,7 +442,8 @@ static int verify_block(struct store_entry *e, uint32_t b, uint8_t *tmp)
 		store_fmt_read_full(e->fd, tmp, n, (uint64_t)b * STORE_BLOCK);
 	if (r < 0)
 		return (int)r;
-	if ((size_t)r != n || store_fmt_crc(0, tmp, n) != e->crcs[b])
+	if ((size_t)r != n ||
+	    store_fmt_block_sum(e->sum_kind, tmp, n) != e->sums[b])
 		return -EBADMSG;
 	__atomic_store_n(&e->verified[b], 1, __ATOMIC_RELEASE);
 	return 0;
@@ -461,7 +464,12 @@ static ssize_t pread_verify(struct store_entry *e, uint8_t *buf, size_t len,
 		size_t n = store_fmt_block_len(e->size, b) - in;
 		if (n > len - done)
 			n = len - done;
-		if (!is_verified(e, b)) {
+		if (!is_verified(e, b) && in == 0 &&
+		    n == store_fmt_block_len(e->size, b)) {
+			/* The whole block is wanted: check it in place. */
+			if ((r = verify_block(e, b, buf + done)) != 0)
+				break;
+		} else if (!is_verified(e, b)) {
 			if (!tmp && !(tmp = malloc(STORE_BLOCK))) {
 				r = -ENOMEM;
 				break;
@@ -662,7 +670,8 @@ static void writer_free(struct store_writer *w)
 	store_entry_unlock(w->s, w->name, w->lockfd);
 	free(w->tmp_path);
 	free(w->key);
-	free(w->crcs);
+	free(w->sums);
+	XXH3_freeState(w->xs);
 	free(w);
 }
 
@@ -692,8 +701,8 @@ static int begin_locked(struct store_writer *w)
 	w->lockfd = r;
 	if (present(s, w->key, w->hash))
 		return -EEXIST;
-	w->crcs = malloc(w->nblocks ? 4ULL * w->nblocks : 1);
-	return w->crcs ? admit(w) : -ENOMEM;
+	w->sums = malloc(w->nblocks ? 4ULL * w->nblocks : 1);
+	return w->sums ? admit(w) : -ENOMEM;
 }
 
 int store_begin(struct store *s, const char *url, const char *etag,
@@ -715,8 +724,10 @@ int store_begin(struct store *s, const char *url, const char *etag,
 	w->nblocks = store_fmt_blocks(size);
 	w->file_bytes =
 		size + store_fmt_footer_bytes(w->nblocks, strlen(w->key));
-	w->cur_crc = (uint32_t)crc32(0, NULL, 0);
-	if (strlen(w->key) > STORE_FMT_KEY_MAX)
+	w->xs = XXH3_createState();
+	if (!w->xs || XXH3_64bits_reset(w->xs) != XXH_OK)
+		r = -ENOMEM;
+	else if (strlen(w->key) > STORE_FMT_KEY_MAX)
 		r = -ENAMETOOLONG;
 	else if (w->nblocks == UINT32_MAX)
 		r = -EFBIG;
@@ -732,7 +743,7 @@ int store_begin(struct store *s, const char *url, const char *etag,
 	return 0;
 }
 
-static void crc_update(struct store_writer *w, const uint8_t *p, size_t len,
+static void sum_update(struct store_writer *w, const uint8_t *p, size_t len,
 		       uint64_t pos)
 {
 	while (len > 0) {
@@ -740,13 +751,14 @@ static void crc_update(struct store_writer *w, const uint8_t *p, size_t len,
 		size_t n = STORE_BLOCK - in;
 		if (n > len)
 			n = len;
-		w->cur_crc = store_fmt_crc(w->cur_crc, p, n);
+		XXH3_64bits_update(w->xs, p, n);
 		pos += n;
 		p += n;
 		len -= n;
 		if (pos % STORE_BLOCK == 0 || pos == w->size) {
-			w->crcs[(pos - 1) / STORE_BLOCK] = w->cur_crc;
-			w->cur_crc = (uint32_t)crc32(0, NULL, 0);
+			w->sums[(pos - 1) / STORE_BLOCK] =
+				(uint32_t)XXH3_64bits_digest(w->xs);
+			XXH3_64bits_reset(w->xs);
 		}
 	}
 }
@@ -769,7 +781,7 @@ int store_write(struct store_writer *w, const void *data, size_t len)
 		count_write_error(w->s, r);
 		return r;
 	}
-	crc_update(w, data, len, pos);
+	sum_update(w, data, len, pos);
 	__atomic_store_n(&w->written, pos + len, __ATOMIC_RELEASE);
 	return 0;
 }
@@ -805,7 +817,7 @@ int store_writer_fd(const struct store_writer *w)
 static int write_footer(struct store_writer *w)
 {
 	int r = store_fmt_write_footer(w->fd, w->key, w->size, w->nblocks,
-				       w->crcs);
+				       w->sums, STORE_SUM_XXH3);
 	if (r == 0 && !w->s->lazy_s && fsync(w->fd) != 0)
 		r = -errno;
 	return r;
@@ -895,14 +907,14 @@ int store_commit(struct store_writer *w, struct store_entry **out)
 		return -EINVAL;
 	r = w->err ? w->err : w->written != w->size ? -EPROTO : 0;
 	if (r == 0) {
-		e = store_ent_new(w->s, w->key, w->hash, w->size, w->crcs);
+		e = store_ent_new(w->s, w->key, w->hash, w->size, w->sums);
 		if ((r = write_footer(w)) == 0 && (r = publish(w, e)) == 0) {
-			w->crcs = NULL; /* now the entry's */
+			w->sums = NULL; /* now the entry's */
 			writer_free(w);
 			*out = e;
 			return 0;
 		}
-		e->crcs = NULL;
+		e->sums = NULL;
 		store_ent_free(e);
 		count_write_error(w->s, r);
 	}

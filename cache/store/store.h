@@ -5,7 +5,7 @@
  * An entry is keyed by (url, etag, size): a changed remote object has another
  * key, so stale bytes are never served for it. Entry files are
  * "<dir>/shards/<16 hex digits>.shard": the shard bytes, then a footer of one
- * CRC-32 per STORE_BLOCK bytes and a trailer naming the key,
+ * checksum per STORE_BLOCK bytes (store_format.h) and a trailer naming the key,
  * so a file is self-describing and a corrupt or foreign file is detected.
  *
  * Sharing (the DESIGN note at the top of store.c has the details): processes

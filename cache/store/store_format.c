@@ -3,12 +3,15 @@
  *
  * Entry file layout ("<dir>/shards/<16 hex of hash64(key)>.shard"):
  *   data        `size` bytes, the shard itself
- *   crcs        nblocks x u32 LE, zlib crc32 of each STORE_BLOCK of data
+ *   sums        nblocks x u32 LE, the checksum of each STORE_BLOCK of data:
+ *               version 2, the low 32 bits of XXH3-64; version 1, zlib
+ *               crc32 (enum store_sum)
  *   key         keylen bytes, "url|etag|size" (url without userinfo
  *               or query: see http_strip_secrets), no NUL
- *   tail        TAIL_SIZE bytes: magic[16] ("ECHOFS-STORE-1", NUL padded),
- *               u64 size, u64 nblocks, u32 keylen, u32 crc32 of everything
- *               from the first block crc up to and including keylen.
+ *   tail        TAIL_SIZE bytes: magic[16] ("ECHOFS-STORE-2", or -1 for
+ *               version 1; NUL padded), u64 size, u64 nblocks, u32 keylen,
+ *               u32 crc32 of everything from the first block sum up to and
+ *               including keylen (zlib crc32 in both versions).
  * The fixed tail sits at the very end so a file describes itself: it is read
  * from the end, checked, and the key compared before any byte is trusted. */
 #include "cache/store/store_format.h"
@@ -24,9 +27,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 #include <zlib.h>
 
-#define MAGIC "ECHOFS-STORE-1"
+#define MAGIC_V1 "ECHOFS-STORE-1"
+#define MAGIC_V2 "ECHOFS-STORE-2"
 #define MAGIC_LEN 16
 #define TAIL_SIZE (MAGIC_LEN + 8 + 8 + 4 + 4)
 
@@ -73,6 +78,13 @@ uint32_t store_fmt_crc(uint32_t crc, const void *p, size_t n)
 		n -= chunk;
 	}
 	return crc;
+}
+
+uint32_t store_fmt_block_sum(enum store_sum kind, const void *p, size_t n)
+{
+	if (kind == STORE_SUM_CRC32)
+		return store_fmt_crc((uint32_t)crc32(0, NULL, 0), p, n);
+	return (uint32_t)XXH3_64bits(p, n);
 }
 
 ssize_t store_fmt_read_full(int fd, void *buf, size_t len, uint64_t off)
@@ -157,7 +169,8 @@ int store_fmt_open(int dirfd, const char *name)
 /* Check the tail and footer of an open entry file. Returns the block crcs
  * (malloc'd) and the key, or NULL when the file is not a valid entry. */
 uint32_t *store_fmt_read_footer(int fd, uint64_t fsize, const char *name,
-				uint64_t *size, char **key)
+				uint64_t *size, char **key,
+				enum store_sum *kind)
 {
 	uint8_t tail[TAIL_SIZE], *foot = NULL;
 	uint32_t *crcs = NULL;
@@ -166,8 +179,13 @@ uint32_t *store_fmt_read_footer(int fd, uint64_t fsize, const char *name,
 
 	if (fsize < TAIL_SIZE ||
 	    store_fmt_read_full(fd, tail, TAIL_SIZE, fsize - TAIL_SIZE) !=
-		    TAIL_SIZE ||
-	    memcmp(tail, MAGIC, sizeof(MAGIC)) != 0)
+		    TAIL_SIZE)
+		return NULL;
+	if (memcmp(tail, MAGIC_V2, sizeof(MAGIC_V2)) == 0)
+		*kind = STORE_SUM_XXH3;
+	else if (memcmp(tail, MAGIC_V1, sizeof(MAGIC_V1)) == 0)
+		*kind = STORE_SUM_CRC32;
+	else
 		return NULL;
 	*size = get_le(tail + MAGIC_LEN, 8);
 	nb = get_le(tail + MAGIC_LEN + 8, 8);
@@ -195,8 +213,10 @@ out:
 }
 
 int store_fmt_write_footer(int fd, const char *key, uint64_t size,
-			   uint32_t nblocks, const uint32_t *crcs)
+			   uint32_t nblocks, const uint32_t *sums,
+			   enum store_sum kind)
 {
+	const char *magic = kind == STORE_SUM_CRC32 ? MAGIC_V1 : MAGIC_V2;
 	size_t klen = strlen(key);
 	size_t flen = (size_t)store_fmt_footer_bytes(nblocks, klen);
 	uint8_t *f = malloc(flen), *t;
@@ -205,11 +225,11 @@ int store_fmt_write_footer(int fd, const char *key, uint64_t size,
 	if (!f)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < nblocks; i++)
-		put_le(f + 4 * (size_t)i, crcs[i], 4);
+		put_le(f + 4 * (size_t)i, sums[i], 4);
 	memcpy(f + 4 * (size_t)nblocks, key, klen);
 	t = f + flen - TAIL_SIZE;
 	memset(t, 0, MAGIC_LEN);
-	memcpy(t, MAGIC, sizeof(MAGIC));
+	memcpy(t, magic, strlen(magic) + 1);
 	put_le(t + MAGIC_LEN, size, 8);
 	put_le(t + MAGIC_LEN + 8, nblocks, 8);
 	put_le(t + MAGIC_LEN + 16, klen, 4);

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include <time.h>
+#include <xxhash.h>
 
 struct store_entry {
 	struct store *s;
@@ -25,7 +26,8 @@ struct store_entry {
 	uint64_t size;	     /* data bytes */
 	uint64_t file_bytes; /* data + footer */
 	uint32_t nblocks;
-	uint32_t *crcs;		  /* immutable */
+	uint32_t *sums;		  /* block checksums; immutable */
+	enum store_sum sum_kind;  /* of the file's version; immutable */
 	uint8_t *verified;	  /* per block; atomic loads/stores */
 	struct timespec ins, use; /* written, last used; s->lock */
 	dev_t dev;		  /* the file this entry describes */
@@ -47,8 +49,8 @@ struct store_writer {
 	uint64_t size, file_bytes;
 	uint64_t written; /* atomic: read by store_writer_pread callers */
 	uint32_t nblocks;
-	uint32_t *crcs;
-	uint32_t cur_crc; /* running crc of the block being filled */
+	uint32_t *sums;
+	XXH3_state_t *xs; /* running sum of the block being filled */
 	int fd;
 	int lockfd; /* "<name>.lock", flock(LOCK_EX) held */
 	int err;    /* first write error, sticky */
@@ -155,9 +157,9 @@ struct store_entry *store_tab_find_file(struct store *s, uint64_t h, dev_t dev,
 /* Add a loaded entry unless the table already describes that file; the
  * entry in the table. */
 struct store_entry *store_tab_adopt(struct store *s, struct store_entry *e);
-/* A new entry (no lock needed): takes crcs; not in the table. */
+/* A new entry (no lock needed): takes sums; not in the table. */
 struct store_entry *store_ent_new(struct store *s, const char *key,
-				  uint64_t hash, uint64_t size, uint32_t *crcs);
+				  uint64_t hash, uint64_t size, uint32_t *sums);
 /* Free an entry not in the table (accepts NULL). */
 void store_ent_free(struct store_entry *e);
 /* Forget an unpinned entry; `unlink_file`: remove its file too, if the

@@ -97,7 +97,7 @@ struct store_entry *store_tab_find_file(struct store *s, uint64_t h, dev_t dev,
 }
 
 struct store_entry *store_ent_new(struct store *s, const char *key,
-				  uint64_t hash, uint64_t size, uint32_t *crcs)
+				  uint64_t hash, uint64_t size, uint32_t *sums)
 {
 	struct store_entry *e = xcalloc(1, sizeof(*e));
 	e->s = s;
@@ -107,7 +107,8 @@ struct store_entry *store_ent_new(struct store *s, const char *key,
 	e->size = size;
 	e->nblocks = store_fmt_blocks(size);
 	e->file_bytes = size + store_fmt_footer_bytes(e->nblocks, strlen(key));
-	e->crcs = crcs;
+	e->sums = sums;
+	e->sum_kind = STORE_SUM_XXH3; /* load_entry sets a file's own */
 	e->verified = xcalloc(e->nblocks ? e->nblocks : 1, 1);
 	e->fd = -1;
 	e->owns_file = true;
@@ -121,7 +122,7 @@ void store_ent_free(struct store_entry *e)
 	if (e->fd >= 0)
 		close(e->fd); /* releases its LOCK_SH */
 	free(e->key);
-	free(e->crcs);
+	free(e->sums);
 	free(e->verified);
 	free(e);
 }

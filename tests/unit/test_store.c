@@ -4,6 +4,7 @@
 #include "cache/store/store.h"
 
 #include "cache/store/shards.h"
+#include "cache/store/store_format.h"
 #include "common/util.h"
 #include "fetch/format/index.h"
 #include "fetch/net/http.h"
@@ -228,6 +229,95 @@ Test(store, corrupt_block_detected_and_dropped)
 	cr_assert_eq(st.corrupt, 1);
 	cr_assert_eq(st.entries, 0);
 	cr_assert_eq(st.bytes, 0);
+	store_close(s);
+}
+
+/* A read of a whole block checks it in the caller's buffer (no copy):
+ * a damaged block is refused there as well. */
+Test(store, whole_block_read_is_checked_in_place)
+{
+	uint64_t size = 2 * STORE_BLOCK + 10;
+	struct store *s = open_store(1ULL << 30);
+	struct store_entry *e;
+	uint8_t *buf = malloc(STORE_BLOCK);
+	char path[512];
+
+	add_put(s, "http://h/w.tar", size, 4);
+	store_close(s);
+	only_entry_path(path, sizeof(path));
+	flip_byte(path, STORE_BLOCK + STORE_BLOCK / 2);
+	s = open_store(1ULL << 30);
+	e = store_get(s, "http://h/w.tar", "\"e\"", size);
+	cr_assert_not_null(e);
+	check_range(e, 0, STORE_BLOCK, 4, STORE_BLOCK); /* block 0 whole */
+	check_range(e, 2 * STORE_BLOCK, 10, 4, 10);	/* the short last */
+	cr_assert_eq(store_pread(e, buf, STORE_BLOCK, STORE_BLOCK), -EBADMSG);
+	store_drop(e);
+	store_put(e);
+	store_close(s);
+	free(buf);
+}
+
+/* Rewrites the entry file at path as version 1 (zlib crc32 per block, as
+ * every file was before ECHOFS-STORE-2). */
+static void make_version_1(const char *path, const char *url, uint64_t size)
+{
+	uint32_t nb = store_fmt_blocks(size);
+	uint32_t *sums = calloc(nb ? nb : 1, 4);
+	uint8_t *b = malloc(STORE_BLOCK);
+	char *key = store_fmt_key(url, "\"e\"", size);
+	int fd = open(path, O_RDWR);
+
+	cr_assert_geq(fd, 0);
+	for (uint32_t i = 0; i < nb; i++) {
+		size_t n = store_fmt_block_len(size, i);
+		cr_assert_eq(pread(fd, b, n, (off_t)i * STORE_BLOCK),
+			     (ssize_t)n);
+		sums[i] = store_fmt_block_sum(STORE_SUM_CRC32, b, n);
+		/* The two versions' sums differ: the file is really v1. */
+		cr_assert_neq(sums[i],
+			      store_fmt_block_sum(STORE_SUM_XXH3, b, n));
+	}
+	cr_assert_eq(store_fmt_write_footer(fd, key, size, nb, sums,
+					    STORE_SUM_CRC32),
+		     0);
+	close(fd);
+	free(key);
+	free(b);
+	free(sums);
+}
+
+/* Caches written before version 2 are still read, and still checked. */
+Test(store, version_1_files_are_read_and_checked)
+{
+	uint64_t size = STORE_BLOCK + 500;
+	struct store *s = open_store(1ULL << 30);
+	struct store_entry *e;
+	struct store_stats st;
+	uint8_t buf[16];
+	char path[512];
+
+	add_put(s, "http://h/v1.tar", size, 7);
+	store_close(s);
+	only_entry_path(path, sizeof(path));
+	make_version_1(path, "http://h/v1.tar", size);
+	s = open_store(1ULL << 30);
+	store_get_stats(s, &st);
+	cr_assert_eq(st.entries, 1);
+	e = store_get(s, "http://h/v1.tar", "\"e\"", size);
+	cr_assert_not_null(e);
+	check_range(e, 0, (size_t)size, 7, (ssize_t)size);
+	store_put(e);
+	store_close(s);
+
+	flip_byte(path, STORE_BLOCK + 3);
+	s = open_store(1ULL << 30);
+	e = store_get(s, "http://h/v1.tar", "\"e\"", size);
+	cr_assert_not_null(e);
+	check_range(e, 0, 100, 7, 100);
+	cr_assert_eq(store_pread(e, buf, sizeof(buf), STORE_BLOCK), -EBADMSG);
+	store_drop(e);
+	store_put(e);
 	store_close(s);
 }
 
