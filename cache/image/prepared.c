@@ -35,8 +35,9 @@ static void recipe(const struct transform_opts *o, char *buf, size_t len)
 	char libs[256];
 	transform_versions(libs, sizeof(libs));
 	snprintf(buf, len,
-		 "echofs-prepared://v1/s%u-c%u-mp%" PRIu64 "-r%d-%016" PRIx64,
-		 o->size, o->crop, o->max_pixels, RESAMPLE_VERSION,
+		 "echofs-prepared://v1/s%u-c%u%s-mp%" PRIu64 "-r%d-%016" PRIx64,
+		 o->size, o->crop, transform_prepared_is_cut(o) ? "-cut" : "",
+		 o->max_pixels, RESAMPLE_VERSION,
 		 hash64(libs, strlen(libs), 0));
 }
 

@@ -423,6 +423,14 @@ static int decode_for(struct transform_ctx *tc, const struct transform_opts *o,
 			  why, whylen);
 }
 
+static int pick_window(const struct transform_opts *o,
+		       struct resample_region *rg, uint64_t rand, int *flip);
+
+int transform_prepared_is_cut(const struct transform_opts *o)
+{
+	return o->crop && !o->random_crop && !o->flip_prob_half;
+}
+
 int transform_prepared_dims(struct transform_ctx *tc,
 			    const struct transform_opts *opts, const void *in,
 			    size_t inlen, unsigned *w, unsigned *h)
@@ -435,7 +443,10 @@ int transform_prepared_dims(struct transform_ctx *tc,
 				NULL, 0);
 	if (r < 0)
 		return r;
-	return target_dims(opts, iw, ih, w, h);
+	r = target_dims(opts, iw, ih, w, h);
+	if (r == 0 && transform_prepared_is_cut(opts))
+		*w = *h = opts->crop;
+	return r;
 }
 
 int transform_prepare(struct transform_ctx *tc,
@@ -450,9 +461,16 @@ int transform_prepare(struct transform_ctx *tc,
 	int r = decode_for(tc, opts, in, inlen, &img, &rg, why, whylen);
 	if (r < 0)
 		return r;
-	rg.w = rg.fw;
-	rg.h = rg.fh;
-	r = resample_region(&img, &rg, &tc->tmp, NULL, out);
+	int flip;
+	if (transform_prepared_is_cut(opts)) {
+		r = pick_window(opts, &rg, 0, &flip);
+	} else {
+		rg.w = rg.fw;
+		rg.h = rg.fh;
+		r = 0;
+	}
+	if (r == 0)
+		r = resample_region(&img, &rg, &tc->tmp, NULL, out);
 	ctx_trim(tc);
 	if (r < 0)
 		return decoder_fail(why, whylen, r, "resize failed");

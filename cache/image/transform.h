@@ -183,9 +183,18 @@ MUST_CHECK
 int transform_decode_mem(const struct transform_opts *opts, const void *in,
 			 size_t len, uint64_t *bytes);
 
+/* Whether opts's prepared stage is the centre crop alone
+ * (transform_prepare): options that draw nothing (a crop, no random crop,
+ * no flip) only ever serve the centre crop of the resized image, so that
+ * window is all they keep. */
+int transform_prepared_is_cut(const struct transform_opts *opts);
+
 /* Decode (scaled) then resize to opts->size: the deterministic half of the
  * pipeline, for echoing before augmenting. Also upscales to opts->crop when
- * the image would be smaller than the crop. *out is new; caller frees. */
+ * the image would be smaller than the crop. With transform_prepared_is_cut
+ * only the centre crop x crop window is resampled (the same bytes as that
+ * window of the whole resize, and as transform_apply's output pixels).
+ * *out is new; caller frees. */
 int transform_prepare(struct transform_ctx *tc,
 		      const struct transform_opts *opts, const void *in,
 		      size_t inlen, struct image *out, char *why,

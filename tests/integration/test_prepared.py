@@ -1,11 +1,14 @@
 """test_prepared.py - the prepared-sample tier (cache_dir/prepared): an exact
 preprocessing mount serves the same bytes with and without it; a later mount
 on the same cache_dir serves from it (hits, no decode); an echo mount of the
-same recipe fills its pool from what an exact mount prepared; a prepared file
+same recipe fills its pool from what an exact mount prepared (a mount
+that draws nothing keeps the centre crop only; one that augments keeps whole
+images, apart); a prepared file
 altered or truncated on disk is never served, but dropped and made again."""
 
 import os
 import random
+import struct
 
 import pytest
 
@@ -61,20 +64,63 @@ def test_exact_mount_same_bytes_with_and_without_tier(mounter, nginx, tmp_path, 
     assert st["prepared_bytes"] > 0
 
 
+def read_class_0(m):
+    """Class 0 whole (its 1,000 samples): every sample an echo mount's
+    class 0 can serve (classes 0 and 1 took twice as long)."""
+    paths = sorted(helpers.list_paths(m.mnt))
+    read_all(m, [p for p in paths if p.startswith("0/")])
+
+
+def read_some_echoes(m):
+    for p in sorted(helpers.list_paths(m.mnt))[:200]:
+        with open(m.path(p), "rb") as f:
+            assert len(f.read()) == len(b"P6\n28 28\n255\n") + 28 * 28 * 3
+
+
+def entry_sizes(cache_dir):
+    """The data sizes of the tier's entries, from each file's tail (its
+    last 40 bytes: magic[16], u64 size, ...; cache/store/store_format.c)."""
+    sizes = set()
+    for f in prepared_files(cache_dir):
+        with open(f, "rb") as fh:
+            fh.seek(-40, os.SEEK_END)
+            sizes.add(struct.unpack_from("<Q", fh.read(40), 16)[0])
+    return sizes
+
+
+HEADER = 16  # a prepared buffer's own header (cache/image/prep.c)
+
+
 def test_echo_mount_fills_from_what_an_exact_mount_prepared(mounter, nginx, tmp_path):
     cache = str(tmp_path / "c")
     exact = mount(mounter, nginx, cache)
-    # Class 0 whole (its 1,000 samples): every sample the echo mount's
-    # class 0 can serve is prepared (classes 0 and 1 took twice as long).
-    paths = sorted(helpers.list_paths(exact.mnt))
-    read_all(exact, [p for p in paths if p.startswith("0/")])
+    read_class_0(exact)
     exact.umount()
-    echo = mount(mounter, nginx, cache, echo=2, augment=1, flip=1)
-    for p in sorted(helpers.list_paths(echo.mnt))[:200]:
-        with open(echo.path(p), "rb") as f:
-            assert len(f.read()) == len(b"P6\n28 28\n255\n") + 28 * 28 * 3
+    # Neither draws: the same centre-crop entries (28x28, not 32x32).
+    assert entry_sizes(cache) == {HEADER + 28 * 28 * 3}
+    echo = mount(mounter, nginx, cache, echo=2)
+    read_some_echoes(echo)
     st = echo.stats()
     assert st["prepared_hits"] > 0, st
+    assert st["prepared_writes"] == 0, st
+
+
+def test_an_augmenting_mount_keeps_whole_images_apart(mounter, nginx, tmp_path):
+    cache = str(tmp_path / "c")
+    exact = mount(mounter, nginx, cache)
+    read_class_0(exact)
+    exact.umount()
+    # A random crop needs the whole resized image (32x32): not the exact
+    # mount's 28x28 centre crops, entries of its own.
+    echo = mount(mounter, nginx, cache, echo=2, augment=1, flip=1)
+    read_class_0(echo)
+    st = echo.stats()
+    assert st["prepared_hits"] == 0 and st["prepared_writes"] > 0, st
+    echo.umount()
+    assert entry_sizes(cache) == {HEADER + 28 * 28 * 3, HEADER + 32 * 32 * 3}
+    again = mount(mounter, nginx, cache, echo=2, augment=1, flip=1)
+    read_some_echoes(again)
+    assert again.stats()["prepared_hits"] > 0
 
 
 def test_altered_or_truncated_prepared_file_is_never_served(mounter, nginx, tmp_path):

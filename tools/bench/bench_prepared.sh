@@ -14,6 +14,13 @@
 #           C = 1 / (1/R2 + (1/tier - 1/R2)/4) (goal: >= 0.9 C)
 # and whether the tier's output is byte-identical to a mount without it
 # (every file of one class hashed through both).
+# Then the tier's candidate forms (issue 30: "its form, chosen by
+# measurement"): the filled tier's entries, one per sample, compressed
+# each on its own (-B: the entry's size) by zstd -1, zstd -3 and lz4 -1
+# in their benchmark modes (-b, one core): bytes per sample against the
+# source JPEG, and compress / decompress microseconds per sample (the cost
+# a fill and a serve would add). Needs the zstd and lz4 programs (else
+# skipped, and said).
 #   tools/bench/bench_prepared.sh [--count N] [--repeats R]
 #       [--photo-size WxH] [--data DIR]
 # --count: photos (default 2000); --repeats: default 3 (cases rotate
@@ -102,6 +109,30 @@ unmount "$M1" "$P1"
 unmount "$M0" "$P0"
 TIER_BYTES=$(du -sb "$TMP/cache/prepared" 2>/dev/null | cut -f1 || echo 0)
 
+# forms: one line per codec, "name ratio compress_MB/s decompress_MB/s"
+FORMS=$TMP/forms.txt
+: >"$FORMS"
+if command -v zstd >/dev/null && command -v lz4 >/dev/null; then
+	ALL=$TMP/tier-entries.bin
+	cat "$TMP/cache/prepared/shards/"*.shard >"$ALL"
+	ENTRY=$(( $(stat -c %s "$ALL") / COUNT ))
+	parse() { tr '\r' '\n' | grep -E 'MB/s.*MB/s' | tail -1 |
+		sed -E 's/.*\(x?([0-9.]+)\), *([0-9.]+) MB\/s *, *([0-9.]+) MB\/s.*/\1 \2 \3/'; }
+	for c in "zstd -1:zstd -b1" "zstd -3:zstd -b3" "lz4 -1:lz4 -b1"; do
+		echo "${c%%:*} $(${c#*:} -i3 -B"$ENTRY" "$ALL" 2>&1 | parse)" >>"$FORMS"
+	done
+	rm -f "$ALL"
+	JPEG=$($PY -c 'import sys, tarfile
+n = b = 0
+for t in sys.argv[1:]:
+    for m in tarfile.open(t):
+        if m.name.endswith(".jpg"):
+            n += 1; b += m.size
+print(b // max(n, 1))' "$WWW"/*.tar)
+else
+	log "zstd or lz4 missing: the forms are not measured"
+fi
+
 {
 	echo "### Prepared-sample tier: $COUNT photos ${W}x$H, \`$PREP\`, $REPEATS repeats"
 	echo
@@ -138,6 +169,18 @@ if tier_bytes:
     print("Tier size: %.1f MB for %d samples (%.0f KB each)."
           % (tier_bytes / 1e6, count, tier_bytes / count / 1e3))
 EOF
+	if [ -s "$FORMS" ]; then
+		echo
+		echo "Forms of the tier (each entry compressed on its own, one core; raw: $ENTRY bytes an entry, the source JPEG $JPEG):"
+		echo
+		echo "| form | bytes per sample | against the JPEG | compress, µs per sample | decompress, µs per sample |"
+		echo "| --- | ---: | ---: | ---: | ---: |"
+		echo "| raw | $ENTRY | $(awk -v a="$ENTRY" -v j="$JPEG" 'BEGIN {printf "%.1fx", a / j}') | 0 | 0 |"
+		while read -r name ratio cs ds; do
+			awk -v n="$name" -v r="$ratio" -v c="$cs" -v d="$ds" -v a="$ENTRY" -v j="$JPEG" \
+				'BEGIN {printf "| %s | %.0f | %.1fx | %.0f | %.0f |\n", n, a / r, a / r / j, a / c, a / d}'
+		done <"$FORMS"
+	fi
 	echo
 	echo "Byte-identical: $((NSAME - DIFF)) of $NSAME files of class $CLS equal through a mount with the tier and one without."
 	echo

@@ -27,7 +27,13 @@
 # on a fresh echo mount (augment=1,flip=1, seed=SEED+repeat-1; --augment 0
 # leaves those out) until --target on the whole test split or --budget
 # seconds; the case "exact" is the exact preprocessing mount trained the same
-# way. --ceiling-seconds 0 skips the ceilings. Cases of one repeat run back
+# way. A case with the suffix "+tier" (say "exact+tier", "4:adaptive+tier")
+# mounts with the prepared-sample tier on (prepared=1) over a tier made
+# before any timing by one exact pass over the training split on the same
+# cache_dir (issue 30: a warm tier from an earlier job); the others keep
+# --prepared. The suffix "+cold" mounts with the tier on over an empty
+# one (a copy of the warm disk cache without it, made anew for each run):
+# the first epoch decodes and fills it. --ceiling-seconds 0 skips the ceilings. Cases of one repeat run back
 # to back, so they share the machine's load; the load average is recorded
 # with every run. --placements lists PLACE:INPUT pairs, each run with every
 # case in every repeat (interleaved): PLACE shared (everything on both cores)
@@ -155,7 +161,7 @@ d=json.loads(sys.stdin.read()); d["load1"]=round(os.getloadavg()[0], 1); print(j
 # train_on LABEL OPTS: a fresh mount of the training split over its warm
 # cache; pinned: the daemon's threads on core 0
 train_on() {
-	bench_mount HOST "$BTMP/cache-train" "$BTMP/train" "$SRC_train" "index=$BTMP/train.idx,$2"
+	bench_mount HOST "${CACHE:-$BTMP/cache-train}" "$BTMP/train" "$SRC_train" "index=$BTMP/train.idx,$2"
 	[ "$PLACE" = pinned ] && taskset -a -p -c 0 "$(mount_pid "$BTMP/train")" >/dev/null
 	trainer "$1" "$BTMP/train" "${@:3}"
 	bench_unmount "$BTMP/train"
@@ -198,6 +204,17 @@ AUG=
 [ "$AUGMENT" = 1 ] && AUG=,augment=1,flip=1
 INPUT0=$INPUT
 PLACE=shared
+# The warm tier for "+tier" cases: one exact pass with the tier on.
+case " $CASES " in *+tier*)
+	t0=$(date +%s.%N)
+	bench_mount HOST "$BTMP/cache-train" "$BTMP/train" "$SRC_train" \
+		"index=$BTMP/train.idx,size=$SIZE,crop=$CROP,format=ppm,prepared=1"
+	$PY tools/bench/bench_prep_e2e.py readall "$BTMP/train" >/dev/null
+	bench_unmount "$BTMP/train"
+	t1=$(date +%s.%N)
+	blog "prepared tier made in $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.0f", b - a}') s: $(du -sh "$BTMP/cache-train/prepared" | cut -f1)"
+	;;
+esac
 for ((REP = 1; REP <= REPEATS; REP++)); do
 	for pl in $PLACEMENTS; do
 		PLACE=${pl%%:*} INPUT=${pl#*:}
@@ -210,14 +227,28 @@ for ((REP = 1; REP <= REPEATS; REP++)); do
 			BUDGET=$BUDGET_SAVED
 		fi
 		for c in $CASES; do
+			opts=$PREP tag= CACHE=
+			if [ "${c%+tier}" != "$c" ]; then
+				c=${c%+tier} tag=" tier"
+				opts="size=$SIZE,crop=$CROP,format=ppm,prepared=1"
+			elif [ "${c%+cold}" != "$c" ]; then
+				c=${c%+cold} tag=" cold tier"
+				opts="size=$SIZE,crop=$CROP,format=ppm,prepared=1"
+				CACHE=$BTMP/cache-cold
+				rm -rf "$CACHE"
+				mkdir "$CACHE"
+				for f in "$BTMP/cache-train"/*; do
+					[ "$(basename "$f")" = prepared ] || cp -al "$f" "$CACHE/"
+				done
+			fi
 			if [ "$c" = exact ]; then
-				train_on "$pl exact" "$PREP"
+				train_on "$pl exact$tag" "$opts"
 				continue
 			fi
 			e=${c%%:*} m=${c#*:}
-			label="$pl $m E=$e"
-			[ "$e" = 1 ] && label="$pl E=1"
-			train_on "$label" "$PREP,echo=$e,echo_mode=$m$AUG,seed=$((SEED + REP - 1))"
+			label="$pl $m E=$e$tag"
+			[ "$e" = 1 ] && label="$pl E=1$tag"
+			train_on "$label" "$opts,echo=$e,echo_mode=$m$AUG,seed=$((SEED + REP - 1))"
 		done
 	done
 done
@@ -253,7 +284,7 @@ done
 cat >>"$RES/table.md" <<EOF
 
 - data: $COUNT training + $TEST_COUNT held-out photos (\`tools/bench/echofs_photos.py\`, ~500x375 colour JPEG, quality 90, from Fashion-MNIST train articles 0..$((COUNT - 1)) and $COUNT..$((COUNT + TEST_COUNT - 1))), $NTRAIN + $NTEST shards of 500 (\`bench_prep_e2e.py pack\`, one list a split), nginx on the host loopback, no cap; disk caches warm (every file read once) before any timing
-- training mount: \`$B/echofs -o cache_dir=WARM,index=IDX,$PREP,echo=E,echo_mode=M${AUG},seed=$SEED+repeat-1 '$SRC_train' MNT\`; exact and exact-prep: the same without the echo options; local-ppm: that mount's files copied to local disk first
+- training mount: \`$B/echofs -o cache_dir=WARM,index=IDX,$PREP,echo=E,echo_mode=M${AUG},seed=$SEED+repeat-1 '$SRC_train' MNT\`; exact and exact-prep: the same without the echo options; local-ppm: that mount's files copied to local disk first; "tier" cases: \`prepared=1\` in place of \`prepared=$PREPARED\`, over a tier one exact pass made before any timing; "cold tier": \`prepared=1\` over an empty tier
 - test mount (exact): \`-o $PREP\`, the $TEST_COUNT held-out photos read once into memory; accuracy every $EVAL_S s on a fixed 1,000-image subset, the whole held-out set confirms the target
 - trainer: \`/usr/bin/python3 tools/bench/bench_train.py --input INPUT [--pin] --train MNT --test TESTMNT --target $TARGET --budget $BUDGET --batch $BATCH --eval-seconds $EVAL_S --eval-subset 1000 --threads $THREADS --workers $WORKERS --seed $SEED+repeat-1\` (ImageFolder + DataLoader(shuffle, batch $BATCH, num_workers=$WORKERS), Adam 3e-3, torch.set_num_threads($THREADS); INPUT per placement: $PLACEMENTS; see bench_train.py); pinned: \`--pin\` (model on core 1, loader workers on core 0) and \`taskset -a -p -c 0\` on the daemon; ceilings run $CEIL_S s each with --keep-going (0: none)
 - command: \`$CMDLINE\` ($ECHOFS_INFO; $(nproc) cores, torch $($PY -c 'import torch; print(torch.__version__)'), load average at end $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ))
