@@ -105,6 +105,7 @@ struct dataset_output_stats {
 struct dataset_prepared_stats {
 	int on;
 	uint64_t hits, misses, writes, corrupt, bytes, entries, evictions;
+	uint64_t queued, skipped; /* waiting for the writer; not kept */
 };
 
 struct dataset_stats {

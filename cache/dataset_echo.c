@@ -635,7 +635,8 @@ void dataset_echo_fill_stats(struct dataset *ds, struct dataset_stats *out)
 			.on = 1, .hits = ps.hits, .misses = ps.misses,
 			.writes = ps.writes, .corrupt = ps.corrupt,
 			.bytes = ps.bytes, .entries = ps.entries,
-			.evictions = ps.evictions};
+			.evictions = ps.evictions, .queued = ps.queued,
+			.skipped = ps.skipped};
 	}
 	if (!ds->pool)
 		return;

@@ -223,6 +223,10 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 		  "bytes in the prepared tier");
 		M("prepared_evictions", 'c', s->prep.evictions,
 		  "prepared samples evicted for prepared_size");
+		M("prepared_queued", 'g', s->prep.queued,
+		  "prepared samples waiting for the tier's writer");
+		M("prepared_skipped", 'c', s->prep.skipped,
+		  "prepared samples not kept: the writer's queue was full");
 	}
 	if (dataset_echoes(c->src.ds)) {
 		M("echo", 'g', s->echo, "echo factor E in force");

@@ -10,19 +10,44 @@
 
 /* Admission rescans of the tier at most this often (store_set_lazy). */
 #define PREPARED_RESCAN_S 1.0
+/* Prepared samples waiting for the writer, at most (bytes). */
+#define PREPARED_QUEUE_BYTES (64u << 20)
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
+/* A prepared sample waiting to be written. */
+struct job {
+	struct job *next;
+	char etag[64];
+	size_t n;
+	uint8_t data[];
+};
+
 struct prepared {
 	struct store *st;
 	char url[512]; /* the recipe, the key's url part */
-	uint64_t hits, misses, writes, corrupt; /* atomic */
+	uint64_t hits, misses, writes, corrupt, skipped; /* atomic */
+	pthread_t writer;
+	pthread_mutex_t lock; /* guards the queue and stop */
+	pthread_cond_t cv;    /* a job queued, or stop */
+	struct job *head, **tail;
+	size_t queued, queued_bytes;
+	bool stop;
 };
+
+static void save(struct prepared *p, const char *etag, const uint8_t *buf,
+		 size_t n);
+static void *writer_main(void *arg);
 
 int prepared_applies(const struct transform_opts *o)
 {
@@ -67,14 +92,47 @@ int prepared_open(const char *cache_dir, uint64_t cap,
 	 * every PREPARED_RESCAN_S and commit without fsync (store.h). */
 	store_set_lazy(p->st, PREPARED_RESCAN_S);
 	recipe(opts, p->url, sizeof(p->url));
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->cv, NULL);
+	p->tail = &p->head;
+	r = pthread_create(&p->writer, NULL, writer_main, p);
+	if (r) {
+		snprintf(err, errlen, "cannot start the writer: %s",
+			 strerror(r));
+		pthread_cond_destroy(&p->cv);
+		pthread_mutex_destroy(&p->lock);
+		store_close(p->st);
+		free(p);
+		return -r;
+	}
 	*out = p;
 	return 0;
 }
 
 void prepared_close(struct prepared *p)
 {
+	struct job *j, *next;
+
 	if (!p)
 		return;
+	/* What is queued is written here, at this thread's priority (the
+	 * writer's may get no CPU on a busy machine); the writer finishes
+	 * the one it holds. */
+	pthread_mutex_lock(&p->lock);
+	p->stop = true;
+	j = p->head;
+	p->head = NULL;
+	p->tail = &p->head;
+	pthread_cond_signal(&p->cv);
+	pthread_mutex_unlock(&p->lock);
+	for (; j; j = next) {
+		next = j->next;
+		save(p, j->etag, j->data, j->n);
+		free(j);
+	}
+	pthread_join(p->writer, NULL);
+	pthread_cond_destroy(&p->cv);
+	pthread_mutex_destroy(&p->lock);
 	store_close(p->st);
 	free(p);
 }
@@ -134,6 +192,70 @@ static void save(struct prepared *p, const char *etag, const uint8_t *buf,
 	}
 }
 
+/* The writer: one thread at the lowest nice value (19), so that the tier
+ * is written mostly from time the decode workers and the readers leave
+ * idle and a first pass costs about what it costs without the tier (issue
+ * 30: writing each sample in the pass took 24-29% more CPU, on cores the
+ * decode already filled). Not SCHED_IDLE: a writer starved while it holds
+ * the store's lock or a directory's (create, rename) stalls the lookups of
+ * the normal threads; at nice 19 it still gets a little CPU and lets go.
+ * Where the nice value cannot be set it runs at the process's. */
+static void *writer_main(void *arg)
+{
+	struct prepared *p = arg;
+	if (setpriority(PRIO_PROCESS, (id_t)gettid(), 19) != 0)
+		log_debug("prepared writer at normal priority: %s",
+			  strerror(errno));
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		while (!p->head && !p->stop)
+			pthread_cond_wait(&p->cv, &p->lock);
+		struct job *j = p->head;
+		if (!j)
+			break;
+		if (!(p->head = j->next))
+			p->tail = &p->head;
+		pthread_mutex_unlock(&p->lock);
+		save(p, j->etag, j->data, j->n);
+		pthread_mutex_lock(&p->lock);
+		p->queued--;
+		p->queued_bytes -= j->n;
+		free(j);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+/* Queues buf (copied) for the writer; a full queue skips it (counted):
+ * the sample is decoded again when next read, and queued again. */
+static void queue_save(struct prepared *p, const char *etag,
+		       const uint8_t *buf, size_t n)
+{
+	struct job *j = NULL;
+
+	pthread_mutex_lock(&p->lock);
+	if (!p->stop && p->queued_bytes + n <= PREPARED_QUEUE_BYTES &&
+	    (j = malloc(sizeof(*j) + n))) {
+		p->queued++;
+		p->queued_bytes += n;
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (!j) {
+		__atomic_add_fetch(&p->skipped, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	/* Counted in queued_bytes before the copy: the cap holds. */
+	j->next = NULL;
+	snprintf(j->etag, sizeof(j->etag), "%s", etag);
+	j->n = n;
+	memcpy(j->data, buf, n);
+	pthread_mutex_lock(&p->lock);
+	*p->tail = j;
+	p->tail = &j->next;
+	pthread_cond_signal(&p->cv);
+	pthread_mutex_unlock(&p->lock);
+}
+
 int prepared_make(struct prepared *p, struct prep *prep, const void *in,
 		  size_t len, uint8_t **out, size_t *outlen, char *why,
 		  size_t whylen)
@@ -157,7 +279,7 @@ int prepared_make(struct prepared *p, struct prep *prep, const void *in,
 	__atomic_add_fetch(&p->misses, 1, __ATOMIC_RELAXED);
 	int r = prep_prepare(prep, in, len, out, outlen, why, whylen);
 	if (r == 0 && *outlen == (size_t)n)
-		save(p, etag, *out, *outlen);
+		queue_save(p, etag, *out, *outlen);
 	return r;
 }
 
@@ -172,6 +294,10 @@ void prepared_get_stats(struct prepared *p, struct prepared_stats *out)
 	out->misses = __atomic_load_n(&p->misses, __ATOMIC_RELAXED);
 	out->writes = __atomic_load_n(&p->writes, __ATOMIC_RELAXED);
 	out->corrupt = __atomic_load_n(&p->corrupt, __ATOMIC_RELAXED);
+	out->skipped = __atomic_load_n(&p->skipped, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&p->lock);
+	out->queued = p->queued;
+	pthread_mutex_unlock(&p->lock);
 	store_get_stats(p->st, &s);
 	out->bytes = s.bytes;
 	out->entries = s.entries;

@@ -29,8 +29,10 @@
  *   is removed by the store. The prepared buffer's own header (magic, w, h)
  *   must agree with the key's size too. Nothing unchecked is served.
  * - Form: raw pixels (lossless, so exact mounts serve the same bytes as a
- *   decode). Threads: any; the store locks itself. No lock here but the
- *   stats' atomics. */
+ *   decode; zstd and lz4 were measured and not taken: BENCHMARKS §21).
+ * - Writes: by one writer thread at nice 19 from a bounded queue (see
+ *   prepared_make), off the path of the read that made the sample.
+ *   Threads: any; the store locks itself; `lock` guards the queue. */
 #ifndef ECHOFS_PREPARED_H
 #define ECHOFS_PREPARED_H
 
@@ -46,6 +48,8 @@ struct prepared;
 struct prepared_stats {
 	uint64_t hits, misses; /* lookups served from the tier / not */
 	uint64_t writes;       /* entries written */
+	uint64_t queued;       /* made, waiting for the writer now */
+	uint64_t skipped;      /* made, not kept: the writer's queue was full */
 	uint64_t corrupt;      /* entries found corrupt, dropped, remade */
 	uint64_t bytes;	       /* on disk now (the store's count) */
 	uint64_t entries;      /* on disk now */
@@ -68,8 +72,10 @@ void prepared_close(struct prepared *p);
 
 /* The prepared buffer of the sample whose encoded bytes are in[0, len):
  * read from the tier when there and intact, else made with prep_prepare on
- * prep's workers and written to the tier (a failed write is logged, not an
- * error). *out is malloc'd; the caller frees it. Returns 0 or prep_prepare's
+ * prep's workers and queued for the tier's writer (a thread at nice 19;
+ * what a full queue, 64 MB, cannot take is not kept, and a
+ * failed write is logged, not an error; prepared_close writes what is
+ * queued). *out is malloc'd; the caller frees it. Returns 0 or prep_prepare's
  * -errno with the reason in why. */
 MUST_CHECK
 int prepared_make(struct prepared *p, struct prep *prep, const void *in,
