@@ -36,6 +36,9 @@ struct echo_gov {
 	unsigned at_level;
 	/* Stepping down after a fall: goes on while each step pays. */
 	bool descend;
+	/* The level the last step up left, and the lowest level found below
+	 * since the climb last held there (nlv: none; see decide). */
+	unsigned from, ceil;
 	uint64_t windows, idle, changes;
 	enum gov_reason reason;
 };
@@ -80,8 +83,8 @@ static void build_levels(struct echo_gov *g)
 		g->lv[n++] = (struct level){.factor = f};
 	if (e > 1.0)
 		g->lv[n++] = (struct level){.factor = e};
-	g->nlv = n;
-	g->cur = 0;
+	g->nlv = g->ceil = n;
+	g->cur = g->from = 0;
 	g->at_level = 0;
 	g->reason = GOV_START;
 }
@@ -162,20 +165,27 @@ static const struct level *best_level(const struct echo_gov *g)
  * bursts (a shard's samples at once, a DataLoader's batch), so one window
  * can be far off: the gap must exceed twice the standard error of the
  * difference of the two means. */
-static bool below(const struct echo_gov *g, const struct level *a,
-		  const struct level *b)
+static bool below_by(double keep, const struct level *a, const struct level *b)
 {
-	double gap = g->o.keep * b->mean - a->mean;
+	double gap = keep * b->mean - a->mean;
 
 	return gap > 0 && gap * gap > 4.0 * (a->se2 + b->se2);
 }
 
+static bool below(const struct echo_gov *g, const struct level *a,
+		  const struct level *b)
+{
+	return below_by(g->o.keep, a, b);
+}
+
 static void go(struct echo_gov *g, unsigned level, enum gov_reason why)
 {
-	if (why == GOV_DOWN)
+	if (why == GOV_DOWN) {
 		g->descend = true;
-	else if (why == GOV_UP)
+	} else if (why == GOV_UP) {
 		g->descend = false;
+		g->from = g->cur;
+	}
 	g->cur = level;
 	g->at_level = 0;
 	g->reason = why;
@@ -191,21 +201,44 @@ static bool decide(struct echo_gov *g)
 	if (g->o.no_probing || g->at_level < g->o.settle + 1 || !best)
 		return false;
 	if (k > 0 && below(g, l, best)) {
-		go(g, k - 1, GOV_DOWN);
+		if (k < g->ceil)
+			g->ceil = k;
+		/* Straight back below a stride that overshot: the level it
+		 * left held. */
+		go(g, g->reason == GOV_UP && g->from < k - 1 ? g->from : k - 1,
+		   GOV_DOWN);
 		return true;
 	}
 	/* After a fall (the readers changed), the step down paid if the
 	 * level left is below this one: try one more at once rather than at
 	 * the next probe, so the way down takes a few windows a level. */
-	if (g->descend && k > 0 && k + 1 < g->nlv &&
+	if (g->descend && k > 0 && k + 1 < g->nlv && live(g, &g->lv[k + 1]) &&
 	    below(g, &g->lv[k + 1], l)) {
 		go(g, k - 1, GOV_DOWN);
 		return true;
 	}
 	g->descend = false;
-	if (k + 1 < g->nlv &&
-	    (!live(g, &g->lv[k + 1]) || !below(g, &g->lv[k + 1], best))) {
-		go(g, k + 1, GOV_UP);
+	if (k >= g->ceil)
+		g->ceil = g->nlv; /* a level found below holds now */
+	/* Up one level; or, when the step up that led here cost no fresh
+	 * samples at all (its rate not below the best's beyond the noise,
+	 * with keep 1 rather than 0.95), twice as many levels as that step
+	 * took: a network-bound mount's climb doubles its stride (1, 2, 4
+	 * levels) and reaches E = 4 in 3 steps rather than 6, while on a
+	 * CPU-bound node, where each step costs fresh samples, it stays 1.
+	 * A stride stops below the lowest level found below (the re-check of
+	 * a stale verdict goes one level, as before) and never goes onto or
+	 * past a level whose live estimate is below. */
+	unsigned stride = 1, up = 0;
+	if (g->reason == GOV_UP && !below_by(1.0, l, best))
+		stride = 2 * (k - g->from);
+	while (up < stride && k + up + 1 < g->nlv &&
+	       (up == 0 || k + up + 1 < g->ceil) &&
+	       (!live(g, &g->lv[k + up + 1]) ||
+		!below(g, &g->lv[k + up + 1], best)))
+		up++;
+	if (up > 0) {
+		go(g, k + up, GOV_UP);
 		return true;
 	}
 	if (k > 0 && g->at_level >= g->o.probe) {

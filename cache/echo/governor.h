@@ -37,7 +37,14 @@
  *   up     when the next level has no live estimate or is not below: try
  *          more echo (this is how the top is found, and how a stale
  *          verdict is re-checked: a reader that changes half-way is
- *          followed within `stale` + a few windows);
+ *          followed within `stale` + a few windows). The stride doubles
+ *          (1, 2, 4 levels) while each step up costs no fresh samples at
+ *          all (not below the best even with keep 1), so a network-bound
+ *          mount reaches E = 4 in 3 steps, not 6 (about 12 windows, not
+ *          24: a trainer behind a slow link waited through the whole
+ *          climb); it stops below the lowest level found below since the
+ *          climb last held there, and a fall right after a stride returns
+ *          to the level the stride left;
  *   probe  every `probe` windows at a level > 0, one step down to measure
  *          the rate with less echo (the best must stay current).
  *   With probing off (tests), the level never changes.

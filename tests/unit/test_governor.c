@@ -20,6 +20,7 @@
 enum node_kind {
 	NET_BOUND, /* the link sets the fresh rate, whatever e */
 	CPU_BOUND, /* every echo a reader takes costs CPU the decoder needs */
+	KNEE,	   /* the link's 100 fresh/s, a trainer that takes 200/s */
 };
 
 /* Network: 100 fresh/s. CPU: a fresh sample costs 10 ms of the shared
@@ -28,6 +29,8 @@ enum node_kind {
  * 29/s at e = 4. */
 static double fresh_rate(enum node_kind k, double e)
 {
+	if (k == KNEE) /* echo is free up to e = 2, then takes fresh serves */
+		return fmin(100.0, 200.0 / e);
 	return k == NET_BOUND ? 100.0 : 1.0 / (0.010 + 0.008 * (e - 1.0));
 }
 
@@ -124,12 +127,40 @@ Test(governor, network_bound_climbs_to_e)
 		simulate(&r, 4.0);
 		cr_assert_geq(r.first_top, 0, "seed %llu: never reached E",
 			      (unsigned long long)seed);
-		cr_assert_lt(r.first_top, 40, "seed %llu: E after %.1f s",
+		/* 12-13 s: 3 steps up of 4 windows (1, 2, then 4 levels);
+		 * one level a step took 24-25. */
+		cr_assert_lt(r.first_top, 20, "seed %llu: E after %.1f s",
 			     (unsigned long long)seed, r.first_top);
 		cr_assert_geq(r.mean_factor, 3.4,
 			      "seed %llu: mean factor %.2f (%.0f%% at E)",
 			      (unsigned long long)seed, r.mean_factor,
 			      100 * r.at_top);
+	}
+}
+
+/* A trainer that takes twice the link's fresh rate: echo is free up to a
+ * factor of 2 and costs fresh samples above. A climb whose stride doubled
+ * overshoots (1.5 to 4 at once), falls back to where it jumped from and
+ * settles at 2 all the same. */
+Test(governor, a_knee_is_found_after_an_overshoot)
+{
+	for (uint64_t seed = 1; seed <= 5; seed++) {
+		struct run r = {.t_end = 300,
+				.t_switch = 1e9,
+				.before = KNEE,
+				.noise = 0.1,
+				.seed = seed,
+				.t_from = 60};
+		simulate(&r, 4.0);
+		cr_assert(r.mean_factor >= 1.7 && r.mean_factor <= 2.3,
+			  "seed %llu: mean factor %.2f",
+			  (unsigned long long)seed, r.mean_factor);
+		/* 96.4-96.7: the probes' cost (97.0 with one level a
+		 * step); 93.2-94.2 when a stride jumps past a level found
+		 * below. */
+		cr_assert_geq(r.fresh_per_s, 0.95 * 100,
+			      "seed %llu: %.1f fresh/s of 100",
+			      (unsigned long long)seed, r.fresh_per_s);
 	}
 }
 
