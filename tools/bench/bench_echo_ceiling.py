@@ -3,14 +3,19 @@
 tools/bench/bench_echo_ceiling.sh (echo against Amdahl's ceiling).
 
   bench_echo_ceiling.py read ROOT --passes N [--procs 2] [--seed 0] [--pid P]
+                              [--work none|gray16]
       Lists ROOT/<class>/<file>, shuffles it (seeded) and deals it to --procs
       processes (file i to process i % procs), which open, read whole and
       close their files, reshuffled each pass, N passes; the processes meet
-      at a barrier after each pass, so a pass is every file once. Prints one
+      at a barrier after each pass, so a pass is every file once. --work
+      gray16 also does a trainer's work on each file, as bench_train.py's
+      gray16 input does (Pillow: decode, grey, 16x16). Prints one
       JSON line: per pass files/s, fresh/s, echoes, stall_s and FUSE requests
       per file (from ROOT/.echofs/stats), daemon CPU ms per file (from
-      /proc/P/stat, P = the daemon) and a timeline (files finished in each
-      whole second from the readers' start).
+      /proc/P/stat, P = the daemon), the whole machine's CPU ms per file
+      (/proc/stat: every process, the kernel's threads and interrupts
+      included) and a timeline (files finished in each whole second from
+      the readers' start).
   bench_echo_ceiling.py report RESULTS.jsonl [--plot PNG] [--title T]
       One JSON object a line: {"repeat", "build", "case", "out"}. Prints the
       markdown tables (medians over repeats, each echo case as a fraction of
@@ -41,16 +46,31 @@ def cpu_s(pid):
         return None
 
 
+def machine_cpu_s():
+    """CPU seconds the whole machine has spent busy (user, nice, system,
+    irq, softirq, steal: /proc/stat's first line)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / CLK
+
+
 def mark(root, pid):
     return {"t": time.monotonic(), "stats": read_stats(root) or {},
-            "cpu": cpu_s(pid) if pid else None}
+            "cpu": cpu_s(pid) if pid else None, "machine": machine_cpu_s()}
 
 
-def reader(part, passes, seed, barrier, q):
+def gray16(data):
+    """A trainer's work on one file (bench_train.py's gray16 input)."""
+    import io
+    from PIL import Image
+    Image.open(io.BytesIO(data)).convert("L").resize((16, 16))
+
+
+def reader(part, passes, seed, barrier, q, work):
     rng = random.Random(seed)
     done, bad = [], 0
     for _ in range(passes):
-        d, b = read_round(part, rng)
+        d, b = read_round(part, rng, gray16 if work == "gray16" else None)
         done += d
         bad += b
         barrier.wait()
@@ -81,6 +101,8 @@ def pass_summary(a, b, files):
             out[k + "_per_file"] = round(d(k) / files, 3)
     if files and a["cpu"] is not None and b["cpu"] is not None:
         out["daemon_cpu_ms_per_file"] = round(1000 * (b["cpu"] - a["cpu"]) / files, 3)
+    if files and "machine" in a and "machine" in b:
+        out["machine_cpu_ms_per_file"] = round(1000 * (b["machine"] - a["machine"]) / files, 3)
     return out
 
 
@@ -93,7 +115,8 @@ def cmd_read(a):
     barrier = mp.Barrier(a.procs, action=lambda: marks.append(mark(root, pid)))
     q = mp.Queue()
     m0 = mark(a.root, a.pid)
-    got = run_procs(reader, [(parts[i], a.passes, a.seed + 1 + i, barrier, q)
+    got = run_procs(reader, [(parts[i], a.passes, a.seed + 1 + i, barrier, q,
+                              a.work)
                              for i in range(a.procs)], q)
     ms = [m0] + list(marks)
     bad = sum(g[1] for g in got)
@@ -308,6 +331,7 @@ def main():
     r.add_argument("--procs", type=int, default=2)
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--pid", type=int, default=0)
+    r.add_argument("--work", choices=("none", "gray16"), default="none")
     p = sub.add_parser("report")
     p.add_argument("results")
     p.add_argument("--plot")
