@@ -55,11 +55,7 @@ run() {
 	out=$($PY $READER read "$MNT" --passes 2 --seed "$1" --pid "$DPID" --work gray16) ||
 		log "reader reported errors ($2)"
 	unmount "$MNT" "$DPID"
-	$PY -c 'import json,sys; print(json.dumps({"repeat": int(sys.argv[1]),
-		"case": sys.argv[2], "out": json.loads(sys.argv[3])}))' \
-		"$1" "$2" "$out" >>"$RESULTS"
-	log "repeat $1 $2: $($PY -c 'import json,sys
-print(" | ".join("%.0f files/s" % p["files_per_s"] for p in json.loads(sys.argv[1])["passes"]))' "$out")"
+	record_passes "$1" "$2" "$out"
 }
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 for ((i = 1; i <= REPEATS; i++)); do

@@ -71,11 +71,7 @@ run() {
 	out=$($PY $READER read "$MNT" --passes "$4" --seed "$RANDOM" --pid "$DPID") ||
 		log "reader reported errors ($2)"
 	unmount "$MNT" "$DPID"
-	$PY -c 'import json,sys; print(json.dumps({"repeat": int(sys.argv[1]),
-		"case": sys.argv[2], "out": json.loads(sys.argv[3])}))' \
-		"$1" "$2" "$out" >>"$RESULTS"
-	log "repeat $1 $2: $($PY -c 'import json,sys
-print(" | ".join("%.0f files/s" % p["files_per_s"] for p in json.loads(sys.argv[1])["passes"]))' "$out")"
+	record_passes "$1" "$2" "$out"
 }
 # The tier's first pass and its reads: the tier emptied first.
 # The tier of the repeat before is moved aside, not removed: ext4 skips

@@ -48,6 +48,17 @@ bench_args() {
 
 log() { echo "bench: $*" >&2; }
 
+# record_passes REPEAT CASE OUT: append {"repeat", "case", "out"} to
+# RESULTS, OUT being the JSON line of bench_echo_ceiling.py read, and log
+# the files/s of each of its passes.
+record_passes() {
+	$PY -c 'import json,sys; print(json.dumps({"repeat": int(sys.argv[1]),
+		"case": sys.argv[2], "out": json.loads(sys.argv[3])}))' \
+		"$1" "$2" "$3" >>"$RESULTS"
+	log "repeat $1 $2: $($PY -c 'import json,sys
+print(" | ".join("%.0f files/s" % p["files_per_s"] for p in json.loads(sys.argv[1])["passes"]))' "$3")"
+}
+
 # json JSON KEY: one top-level field of a JSON object.
 json() { $PY -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
 
