@@ -153,7 +153,7 @@ $PY tools/bench/bench_train_report.py --runs "$RES/runs.jsonl" --evals "$RES/eva
 cat >>"$RES/table.md" <<EOF
 
 - throttle: \`unshare -n\`; inside: \`ip link set lo up mtu 9000; tc qdisc add dev lo root tbf rate $RATE burst 128kb latency 2000ms\`; nginx and the training mount's echofs run inside, the trainer outside
-- training mount: \`$B/echofs -o cache_dir=FRESH,index=IDX,cache_size=$CACHE_SIZE,echo=E,echo_mode=M,seed=$SEED+repeat-1 '$NS_BASE/shards/train-{000000..000059}.tar' MNT\`
+- training mount: \`$B/echofs -o cache_dir=FRESH,index=IDX,cache_size=$CACHE_SIZE,echo=E,echo_mode=M,seed=$SEED+repeat-1 '$NS_BASE/shards/train-{000000..000059}.tar' MNT\`; exact (\`--echoes 0\`): the same without echo, echo_mode and seed
 - test mount (exact, unthrottled host loopback): \`$B/echofs -o cache_dir=DIR,index=IDX '$HOST_BASE/shards/test-{000000..000009}.tar' MNT\`, read once into memory
 - trainer: \`/usr/bin/python3 tools/bench/bench_train.py --train MNT --test TESTMNT --target $TARGET --budget $BUDGET --eval-seconds $EVAL_S --threads $THREADS --workers $WORKERS --seed $SEED+repeat-1\` (ImageFolder + DataLoader(shuffle, batch 64, num_workers=$WORKERS), Grayscale(1)/ToTensor/Normalize, 2 strided convs + linear, Adam 3e-3, torch.set_num_threads($THREADS)); accuracy every $EVAL_S s on a fixed 2,000-image test subset, the whole test split (10,000) confirms the target
 - command: \`$CMDLINE\` ($ECHOFS_INFO; $(nproc) cores, torch $($PY -c 'import torch; print(torch.__version__)'), load average at end $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ))
