@@ -11,7 +11,7 @@
 #                        [--out /tmp/echofs-bench] [--total 5400]
 #                        [--batch 64] [--input rgb64]
 #                        [--placements "shared:INPUT"] [--augment 1]
-#                        [--prepared 0]
+#                        [--prepared 0] [--eval-steps 0]
 # Photos: --count training and then --test-count held-out colour JPEGs
 # (~500x375, quality 90; both multiples of 500) made from the first articles of
 # Fashion-MNIST's training split by tools/bench/echofs_photos.py (articles
@@ -26,8 +26,10 @@
 # decoding, not training, is the slow stage. Then every case "E:MODE" trains
 # on a fresh echo mount (augment=1,flip=1, seed=SEED+repeat-1; --augment 0
 # leaves those out) until --target on the whole test split or --budget
-# seconds; the case "exact" is the exact preprocessing mount trained the same
-# way. A case with the suffix "+tier" (say "exact+tier", "4:adaptive+tier")
+# seconds (--eval-steps N: evaluated every N steps instead of every
+# --eval-seconds, so runs that see the same images cross at the same
+# step); the case "exact" is the exact preprocessing mount trained the
+# same way. A case with the suffix "+tier" (say "exact+tier", "4:adaptive+tier")
 # mounts with the prepared-sample tier on (prepared=1) over a tier made
 # before any timing by one exact pass over the training split on the same
 # cache_dir (issue 30: a warm tier from an earlier job); the others keep
@@ -58,6 +60,7 @@ CROP=64
 THREADS=1
 WORKERS=2
 EVAL_S=5
+EVAL_STEPS=0
 CEIL_S=60
 SEED=1
 OUT=/tmp/echofs-bench
@@ -70,9 +73,9 @@ PREPARED=0
 CMDLINE="tools/bench/bench_train_decode.sh $*"
 # shellcheck source=tools/bench/common.sh
 . tools/bench/common.sh
-bench_args 2,39 --count=COUNT --test-count=TEST_COUNT --target=TARGET \
+bench_args 2,48 --count=COUNT --test-count=TEST_COUNT --target=TARGET \
 	--budget=BUDGET --repeats=REPEATS --cases=CASES --size=SIZE --crop=CROP \
-	--threads=THREADS --workers=WORKERS --eval-seconds=EVAL_S \
+	--threads=THREADS --workers=WORKERS --eval-seconds=EVAL_S --eval-steps=EVAL_STEPS \
 	--ceiling-seconds=CEIL_S --seed=SEED --out=OUT --total=TOTAL \
 	--batch=BATCH --input=INPUT --placements=PLACEMENTS --augment=AUGMENT --prepared=PREPARED -- "$@"
 PLACEMENTS=${PLACEMENTS:-shared:$INPUT}
@@ -149,7 +152,7 @@ trainer() {
 	out=$(timeout $((BUDGET + CEIL_S + 240)) $PY tools/bench/bench_train.py --train "$root" \
 		--test "$BTMP/test" --test-cache "$BTMP/test-$INPUT.pt" --label "$label" --input "$INPUT" \
 		--log "$RES/evals.jsonl" --target "$TARGET" --budget "$BUDGET" --batch "$BATCH" \
-		--eval-seconds "$EVAL_S" --eval-subset 1000 --threads "$THREADS" --workers "$WORKERS" \
+		--eval-seconds "$EVAL_S" --eval-steps "$EVAL_STEPS" --eval-subset 1000 --threads "$THREADS" --workers "$WORKERS" \
 		--seed "$((SEED + REP - 1))" --repeat "$REP" "${pin[@]}" "$@" 2>>"$RES/trainer.log") ||
 		blog "$label: trainer failed (see $RES/trainer.log)"
 	[ -n "$out" ] || { blog "$label: no result"; return 0; }
@@ -291,8 +294,8 @@ cat >>"$RES/table.md" <<EOF
 
 - data: $COUNT training + $TEST_COUNT held-out photos (\`tools/bench/echofs_photos.py\`, ~500x375 colour JPEG, quality 90, from Fashion-MNIST train articles 0..$((COUNT - 1)) and $COUNT..$((COUNT + TEST_COUNT - 1))), $NTRAIN + $NTEST shards of 500 (\`bench_prep_e2e.py pack\`, one list a split), nginx on the host loopback, no cap; disk caches warm (every file read once) before any timing
 - training mount: \`$B/echofs -o cache_dir=WARM,index=IDX,$PREP,echo=E,echo_mode=M${AUG},seed=$SEED+repeat-1 '$SRC_train' MNT\`; exact and exact-prep: the same without the echo options; local-ppm: that mount's files copied to local disk first; "tier" cases: \`prepared=1\` in place of \`prepared=$PREPARED\`, over a tier one exact pass made before any timing; "cold tier": \`prepared=1\` over an empty tier
-- test mount (exact): \`-o $PREP\`, the $TEST_COUNT held-out photos read once into memory; accuracy every $EVAL_S s on a fixed 1,000-image subset, the whole held-out set confirms the target
-- trainer: \`/usr/bin/python3 tools/bench/bench_train.py --input INPUT [--pin] --train MNT --test TESTMNT --target $TARGET --budget $BUDGET --batch $BATCH --eval-seconds $EVAL_S --eval-subset 1000 --threads $THREADS --workers $WORKERS --seed $SEED+repeat-1\` (ImageFolder + DataLoader(shuffle, batch $BATCH, num_workers=$WORKERS), Adam 3e-3, torch.set_num_threads($THREADS); INPUT per placement: $PLACEMENTS; see bench_train.py); pinned: \`--pin\` (model on core 1, loader workers on core 0) and \`taskset -a -p -c 0\` on the daemon; ceilings run $CEIL_S s each with --keep-going (0: none)
+- test mount (exact): \`-o $PREP\`, the $TEST_COUNT held-out photos read once into memory; accuracy every $EVAL_S s (every $EVAL_STEPS steps when not 0) on a fixed 1,000-image subset, the whole held-out set confirms the target
+- trainer: \`/usr/bin/python3 tools/bench/bench_train.py --input INPUT [--pin] --train MNT --test TESTMNT --target $TARGET --budget $BUDGET --batch $BATCH --eval-seconds $EVAL_S --eval-steps $EVAL_STEPS --eval-subset 1000 --threads $THREADS --workers $WORKERS --seed $SEED+repeat-1\` (ImageFolder + DataLoader(shuffle, batch $BATCH, num_workers=$WORKERS), Adam 3e-3, torch.set_num_threads($THREADS); INPUT per placement: $PLACEMENTS; see bench_train.py); pinned: \`--pin\` (model on core 1, loader workers on core 0) and \`taskset -a -p -c 0\` on the daemon; ceilings run $CEIL_S s each with --keep-going (0: none)
 - command: \`$CMDLINE\` ($ECHOFS_INFO; $(nproc) cores, torch $($PY -c 'import torch; print(torch.__version__)'), load average at end $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ))
 EOF
 cat "$RES/table.md"
