@@ -670,6 +670,16 @@ int shards_is_cached(struct shards *sh, uint32_t shard)
 	return store_contains(sh->st, is->url, is->etag, is->size);
 }
 
+int shards_all_local(struct shards *sh)
+{
+	if (!sh || !sh->st)
+		return 0;
+	for (size_t i = 0; i < nshards(sh); i++)
+		if (!shards_is_cached(sh, (uint32_t)i))
+			return 0;
+	return 1;
+}
+
 /* ---- pass tracking (see shards_track) ---- */
 
 static struct pass *pass_new(struct shards *sh, const uint32_t *samples,

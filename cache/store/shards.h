@@ -192,6 +192,11 @@ void shards_prefetch(struct shards *sh, uint32_t shard);
 
 /* 1 if the shard is complete in the disk cache. */
 int shards_is_cached(struct shards *sh, uint32_t shard);
+/* 1 if every shard is complete in the disk cache (so under its cap, and
+ * this mount's reads, which then write nothing, evict none of them;
+ * another mount sharing the directory still may). A scan of every shard:
+ * call it seldom. */
+int shards_all_local(struct shards *sh);
 
 void shards_get_stats(struct shards *sh, struct shards_stats *out);
 

@@ -734,3 +734,44 @@ Test(store_evict, failed_unlink_is_not_an_eviction)
 	cr_assert_leq(dir_bytes(), st.cap, "the directory is over the cap");
 	store_close(s);
 }
+
+/* shards_all_local (exact when local, issue 29): 1 only when every shard
+ * is in the store. */
+static int all_local(uint64_t cap, int put)
+{
+	struct store *s = open_store(cap);
+	struct index *ix = index_new();
+	char err[256] = "";
+	struct http_opts ho = {.connections = 1};
+	struct http *h;
+	struct shards_opts so = {.workers = 1};
+	struct shards *sh;
+	int r;
+
+	for (int i = 0; i < 3; i++) {
+		index_add_shard(ix, abc[i], 1000, "\"e\"");
+		if (i < put)
+			add_put(s, abc[i], 1000, (unsigned)i);
+	}
+	cr_assert_eq(http_open(&ho, &h, err, sizeof(err)), 0, "http_open: %s",
+		     err);
+	cr_assert_eq(shards_open(ix, h, s, &so, &sh), 0);
+	r = shards_all_local(sh);
+	shards_free(sh);
+	http_free(h);
+	store_close(s);
+	index_free(ix);
+	store_fx_teardown();
+	store_fx_setup();
+	return r;
+}
+
+Test(store_evict, all_local_needs_every_shard)
+{
+	uint64_t unit = unit_of(1000);
+
+	cr_assert_eq(all_local(1ULL << 30, 3), 1, "all three stored");
+	cr_assert_eq(all_local(1ULL << 30, 2), 0, "C is not stored");
+	/* Room for two: the third put evicted one. */
+	cr_assert_eq(all_local(2 * unit + unit / 2, 3), 0, "one evicted");
+}
