@@ -467,6 +467,11 @@ int dataset_is_cached(struct dataset *ds, uint32_t group)
 	return shards_is_cached(ds->sh, group);
 }
 
+int dataset_all_local(struct dataset *ds)
+{
+	return ds->sh && shards_all_local(ds->sh);
+}
+
 int dataset_track_pass(struct dataset *ds, const uint32_t *samples, size_t n)
 {
 	return ds->sh ? shards_track(ds->sh, samples, n) : 0;

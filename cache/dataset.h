@@ -370,13 +370,32 @@ void dataset_echo_untake(struct dataset *ds, struct dataset_sample *s);
 void dataset_echo_release(struct dataset *ds, struct dataset_sample *s);
 
 /* The echo factor and mode in force, and a change of them at run time
- * (.echofs/config): 0 or -EINVAL (echo outside 1..1000, unknown mode). */
+ * (.echofs/config): 0, -EINVAL (echo outside 1..1000, unknown mode) or
+ * -EBUSY (dataset_echo_retire was called). */
 void dataset_echo_get(struct dataset *ds, double *echo,
 		      enum dataset_echo_mode *mode);
 int dataset_echo_set(struct dataset *ds, double echo,
 		     enum dataset_echo_mode mode);
 /* Fresh samples of class cls ready now. */
 uint64_t dataset_echo_ready(struct dataset *ds, uint32_t cls);
+
+/* Exact when local (issue 29): 1 when an adaptive mount with exact first
+ * has nothing left to echo for. Every shard is on local disk, so no open
+ * will wait for the network (unless another mount sharing the cache
+ * directory evicts one), and exact first
+ * serves every path its own sample; the pool has served a pass's worth of
+ * fresh samples (every path was opened about once, so the first pass's
+ * bad images were found and echoed) and has no parked request. The mount
+ * (fs/) may then stop asking for opens and serve exactly for good
+ * (dataset_echo_retire). Scans every shard: call it seldom. */
+int dataset_echo_may_retire(struct dataset *ds);
+/* The mount serves every path its own sample from now on: the reason in
+ * the statistics says "retired", and dataset_echo_set refuses with
+ * -EBUSY (the mount can no longer see its opens). */
+void dataset_echo_retire(struct dataset *ds);
+int dataset_echo_retired(struct dataset *ds);
+/* 1 if every shard is in the disk cache (shards_all_local). */
+int dataset_all_local(struct dataset *ds);
 
 /* Exact first (issue 29): 1 when the open of sample's own path on this echo
  * mount should be served the sample itself, as an exact mount serves it

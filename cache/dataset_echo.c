@@ -428,7 +428,39 @@ int dataset_echo_set(struct dataset *ds, double echo,
 {
 	if (!ds->pool)
 		return -ENXIO;
+	if (atomic_load(&ds->echo_retired))
+		return -EBUSY;
 	return pool_set_echo(ds->pool, echo, (enum echo_mode)mode);
+}
+
+int dataset_echo_may_retire(struct dataset *ds)
+{
+	struct pool_stats ps;
+	struct dataset_part part;
+	double echo;
+	enum dataset_echo_mode mode;
+
+	if (!ds->pool || !ds->own_state || ds->echo_opts.no_exact_when_local ||
+	    atomic_load(&ds->echo_retired))
+		return 0;
+	dataset_echo_get(ds, &echo, &mode);
+	if (mode != DATASET_ECHO_ADAPTIVE)
+		return 0;
+	pool_get_stats(ds->pool, &ps);
+	dataset_get_part(ds, &part);
+	if (ps.parked || ps.fresh_served < part.samples)
+		return 0;
+	return dataset_all_local(ds);
+}
+
+void dataset_echo_retire(struct dataset *ds)
+{
+	atomic_store(&ds->echo_retired, true);
+}
+
+int dataset_echo_retired(struct dataset *ds)
+{
+	return atomic_load(&ds->echo_retired);
 }
 
 int dataset_echo_own(struct dataset *ds, uint32_t sample)
@@ -662,7 +694,8 @@ void dataset_echo_fill_stats(struct dataset *ds, struct dataset_stats *out)
 		.echo_factor = p.echo_factor,
 		.fresh_rate = p.fresh_rate,
 		.best_fresh_rate = p.best_fresh_rate,
-		.echo_reason = p.echo_reason,
+		.echo_reason = atomic_load(&ds->echo_retired) ? "retired"
+							      : p.echo_reason,
 		.echo_changes = p.echo_changes,
 		.echo_age_p10 = p.echo_age_p10,
 		.echo_age_p50 = p.echo_age_p50,

@@ -51,6 +51,7 @@ struct dataset {
 	struct outputs *outputs;   /* preprocessing exact mounts only */
 	struct prepared *prepared; /* the prepared-sample tier, or NULL */
 	_Atomic uint64_t ingested; /* samples decoded for the pool */
+	atomic_bool echo_retired;  /* dataset_echo_retire was called */
 };
 
 /* dataset_echo.c: the decode workers and converted outputs of o->image

@@ -51,6 +51,9 @@ struct dataset_echo_opts {
 	/* exact_first=0: an adaptive mount echoes even a path whose own
 	 * sample is on local disk (dataset_echo_own). */
 	int no_exact_first;
+	/* exact_when_local=0: an adaptive mount keeps its opens even when
+	 * nothing is left to echo for (dataset_echo_may_retire). */
+	int no_exact_when_local;
 	/* Optional: whether the lookup named tag was interrupted; asked right
 	 * before a take parks (see pool_opts.interrupted). */
 	int (*interrupted)(const void *tag);

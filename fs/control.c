@@ -483,6 +483,11 @@ int control_configure(struct control *c, const char *text, size_t len,
 	}
 	if (r == 0)
 		r = dataset_echo_set(c->src.ds, echo, mode);
+	if (r == -EBUSY)
+		snprintf(err, errlen,
+			 "the mount serves exactly for good "
+			 "(exact_when_local: every shard is local); remount "
+			 "to echo again");
 	pthread_mutex_unlock(&c->cfg_lock);
 	return r;
 }

@@ -13,12 +13,14 @@ static const int passed_on[] = {ETIMEDOUT, ESTALE, ENOMEM, EINTR,  ENOENT,
 				ENODATA,   ERANGE, ENOSYS};
 
 /* Errors passed on in some operations only: a bad setting written to
- * .echofs/config is the writer's mistake, elsewhere EINVAL is ours. */
+ * .echofs/config is the writer's mistake, elsewhere EINVAL is ours; a
+ * setting refused because the mount serves exactly for good is EBUSY. */
 static const struct {
 	int err;
 	unsigned char in[ERRMAP_NOPS];
 } passed_in[] = {
 	{EINVAL, {[ERRMAP_WRITE] = 1}},
+	{EBUSY, {[ERRMAP_WRITE] = 1}}, /* the mount no longer echoes */
 };
 
 int errmap_reply(enum errmap_op op, int err)

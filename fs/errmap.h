@@ -17,6 +17,7 @@
  *   ECANCELED ESHUTDOWN (stopping)         EIO      EIO      EIO      EIO
  *   EAGAIN ENXIO (internal)                EIO      EIO      EIO      EIO
  *   EINVAL                                 EIO      EIO      EIO      EINVAL
+ *   EBUSY (exact when local: echo is off)  EIO      EIO      EIO      EBUSY
  *   ETIMEDOUT (read_timeout, echo wait)    ETIMEDOUT everywhere
  *   ESTALE (echo binding expired: the      ESTALE everywhere
  *     kernel looks the path up again)

@@ -27,7 +27,18 @@
  * thread waits) and answered from the thread that makes a sample ready;
  * an INTERRUPT answers it EINTR at once. When every served file has one
  * size the open binds instead (bindings.h): entries are cached and the
- * OPEN is what may be parked. */
+ * OPEN is what may be parked.
+ *
+ * Exact when local: once an adaptive echo mount has nothing left to echo
+ * for (dataset_echo_may_retire: every shard on local disk, a pass served)
+ * and no binding is left in the kernel, an OPEN of a path served its own
+ * sample is answered ENOSYS. The kernel then opens files itself, as on an
+ * exact mount, for the rest of the mount's life (no_open is per
+ * connection and never cleared): no OPEN, FLUSH or RELEASE per file, and
+ * a file's pages stay cached from one pass to the next. Lookups bind
+ * nothing from then on. A lookup that may bind holds fs.binders while it
+ * decides, and retire_now sets exact_now before it looks at binders, so
+ * either the lookup sees exact_now or retire_now sees the lookup. */
 #include "fs/ops.h"
 
 #include <errno.h>
@@ -312,6 +323,7 @@ static void reply_echo_entry(fuse_req_t req, struct fs_ctx *fs, int r,
 		fuse_reply_err(req, errmap_reply(ERRMAP_LOOKUP, r));
 	else if (fuse_reply_entry(req, &e) != 0)
 		bindings_forget(fs->bind, ba->ino, 1);
+	atomic_fetch_sub(&fs->binders, 1); /* taken by fs_op_lookup */
 }
 
 /* A parked echo lookup is answered (from the pool's threads). */
@@ -348,7 +360,7 @@ static void lookup_echo(fuse_req_t req, struct fs_ctx *fs, uint32_t num)
 
 	fuse_req_interrupt_func(req, echo_interrupt, fs->bind);
 	if (fuse_req_interrupted(req)) {
-		fuse_reply_err(req, EINTR);
+		reply_echo_entry(req, fs, -EINTR, NULL);
 		return;
 	}
 	r = bindings_lookup_async(fs->bind, num, req, lookup_echo_done, req, &ba);
@@ -379,12 +391,21 @@ static void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	 * pages the kernel keeps from one epoch to the next. */
 	if (fs->bind && ns_kind_of(fs->ns, ino, &num) == NS_FILE) {
 		uint32_t sample = fs->ns->files[num].sample;
+		atomic_fetch_add(&fs->binders, 1);
 		/* A path bound and not yet opened keeps its binding: a stat
 		 * and the open after it (cp) see one inode. */
-		if (!bindings_is_bound(fs->bind, num) &&
-		    dataset_echo_own(fs->ds, sample)) {
-			if (fill_entry(fs, ino, &e, 1) == 0) {
-				fuse_reply_entry(req, &e);
+		if (atomic_load(&fs->exact_now) ||
+		    (!bindings_is_bound(fs->bind, num) &&
+		     dataset_echo_own(fs->ds, sample))) {
+			r = fill_entry(fs, ino, &e, 1);
+			if (r == 0 || atomic_load(&fs->exact_now)) {
+				atomic_fetch_sub(&fs->binders, 1);
+				if (r)
+					fuse_reply_err(
+						req,
+						errmap_reply(ERRMAP_LOOKUP, r));
+				else
+					fuse_reply_entry(req, &e);
 				return;
 			}
 			/* Its output could not be made (a bad image): the
@@ -458,8 +479,10 @@ static size_t fill_dir(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 		/* Echo files: a name only (ino 0), nothing is bound; files whose
 		 * converted size is not known in advance: a name only too, so a
 		 * listing converts nothing. */
-		if (plus && j >= 2 && (is_dir || (!fs->bind && !(dataset_converts(fs->ds) &&
-			dataset_output_fixed_size(fs->ds) < 0))))
+		if (plus && j >= 2 &&
+		    (is_dir || ((!fs->bind || atomic_load(&fs->exact_now)) &&
+				!(dataset_converts(fs->ds) &&
+				  dataset_output_fixed_size(fs->ds) < 0))))
 			fill_entry(fs, e.attr.st_ino, &e, 0);
 		need = plus ? fuse_add_direntry_plus(req, buf + used, size - used,
 						     name, &e, (off_t)(j + 1))
@@ -638,6 +661,35 @@ static void open_binding(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 	reply_binding_open(req, fs, fi, r, h);
 }
 
+/* Exact when local (see the top of this file): 1 when this open of a path
+ * served its own sample may be answered ENOSYS. Asked at most once a
+ * second until it says yes; then always yes (OPENs already on their way
+ * when the kernel set no_open). */
+static int retire_now(struct fs_ctx *fs)
+{
+	struct bindings_stats bs;
+	double now = now_mono();
+
+	if (atomic_load(&fs->exact_now))
+		return 1;
+	if (now < atomic_load(&fs->retire_next))
+		return 0;
+	atomic_store(&fs->retire_next, now + 1.0);
+	if (!dataset_echo_may_retire(fs->ds))
+		return 0;
+	atomic_store(&fs->exact_now, 1);
+	bindings_get_stats(fs->bind, &bs);
+	if (atomic_load(&fs->binders) == 0 && bs.live == 0 && bs.open == 0) {
+		dataset_echo_retire(fs->ds);
+		log_info("every shard is on local disk and a pass was served: "
+			 "the mount serves every path its own sample from now "
+			 "on, as an exact mount (exact_when_local)");
+		return 1;
+	}
+	atomic_store(&fs->exact_now, 0);
+	return 0;
+}
+
 /* Echo mounts open files for real: control files here, bindings in
  * open_binding. The bytes of an open binding do not change while it is
  * open; its pages are its own (keep_cache) unless bindings_open says to
@@ -667,6 +719,10 @@ static void open_echo(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 			/* A bad image: the kernel looks the path up again
 			 * (ESTALE), and that lookup takes from the pool. */
 			r = -ESTALE;
+		} else if (retire_now(fs)) {
+			fuse_reply_err(req,
+				       ENOSYS); /* see the top of this file */
+			return;
 		} else {
 			fi->keep_cache = 1;
 			fi->noflush = 1;

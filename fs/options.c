@@ -28,7 +28,7 @@ struct raw_opts {
 	char *read_timeout, *min_rate, *stall_timeout;
 	char *zerocopy, *layout;
 	char *endpoint, *region, *profile, *path_style, *requester_pays, *no_sign;
-	char *rank, *world, *repartition, *exact_first;
+	char *rank, *world, *repartition, *exact_first, *exact_when_local;
 	char *positional[3];
 	int npositional;
 	int foreground, debug, help, version, check;
@@ -83,6 +83,7 @@ static const struct fuse_opt opt_spec[] = {
 	RAW("world", world),
 	RAW("repartition", repartition),
 	RAW("exact_first", exact_first),
+	RAW("exact_when_local", exact_when_local),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -195,6 +196,7 @@ static void raw_free(struct raw_opts *r)
 	free(r->world);
 	free(r->repartition);
 	free(r->exact_first);
+	free(r->exact_when_local);
 	free(r->zerocopy);
 	for (int i = 0; i < 3; i++)
 		free(r->positional[i]);
@@ -490,27 +492,30 @@ static int rank_world(const char *name, const char *opt, const char *env,
 	return 0;
 }
 
-/* rank, world, repartition (and exact_first, another flag of echo
- * mounts); rank < world checked here, world <= shards once the index is
+/* rank, world, repartition (and exact_first and exact_when_local, flags
+ * of echo mounts); rank < world checked here, world <= shards once the index is
  * loaded. */
 static int convert_nodes(struct raw_opts *r, struct fs_options *o, char *err,
 			 size_t errlen)
 {
 	uint64_t rank, world;
-	int exact_first = -1;
+	int exact_first = -1, when_local = 1;
 
 	if (rank_world("rank", r->rank, "ECHOFS_RANK", 0, &rank, err, errlen) ||
 	    rank_world("world", r->world, "ECHOFS_WORLD", 1, &world, err,
 		       errlen) ||
 	    flag01("repartition", r->repartition, &o->echo.repartition, err,
 		   errlen) ||
-	    flag01("exact_first", r->exact_first, &exact_first, err, errlen))
+	    flag01("exact_first", r->exact_first, &exact_first, err, errlen) ||
+	    flag01("exact_when_local", r->exact_when_local, &when_local, err,
+		   errlen))
 		return -EINVAL;
 	/* repartition=1 exists to bring other parts' samples in; serving the
 	 * own part first would keep them out, so it defaults exact_first to 0 */
 	if (exact_first < 0)
 		exact_first = !o->echo.repartition;
 	o->echo.no_exact_first = !exact_first;
+	o->echo.no_exact_when_local = !when_local;
 	if (world == 0) {
 		snprintf(err, errlen, "bad world 0 (at least 1)");
 		return -EINVAL;
@@ -837,17 +842,38 @@ void options_usage(FILE *f, const char *prog)
 "  -o seed=N            seed of the stream order and echo choices (default 0)\n",
 	      f);
 	/* In parts: C99 compilers need to take only 4095-byte strings. */
-	fputs(
-"  -o exact_first=0     adaptive mode: echo even paths whose own sample is\n"
-"                       on local disk (default 1: such a path is served its\n"
-"                       own sample, as an exact mount would, and echoes\n"
-"                       fill only opens that would wait for the network;\n"
-"                       not with augment=; repartition=1 makes it 0)\n"
-"  -o rank=R            this node's rank, 0 to W-1 (default $ECHOFS_RANK, else\n"
-"                       0): the mount shows rank R's part of the dataset\n"
-"  -o world=W           number of nodes sharing the dataset (default\n"
-"                       $ECHOFS_WORLD, else 1); each shard goes to one rank\n"
-"  -o repartition=1     echo mounts: a new partition every pass (default 0)\n",
+	fputs("  -o exact_first=0     adaptive mode: echo even paths whose own "
+	      "sample is\n"
+	      "                       on local disk (default 1: such a path is "
+	      "served its\n"
+	      "                       own sample, as an exact mount would, and "
+	      "echoes\n"
+	      "                       fill only opens that would wait for the "
+	      "network;\n"
+	      "                       not with augment=; repartition=1 makes "
+	      "it 0)\n"
+	      "  -o exact_when_local=0 adaptive mode with exact first: keep "
+	      "asking for\n"
+	      "                       opens when every shard is on local disk "
+	      "(default\n"
+	      "                       1: after a pass's worth of fresh samples "
+	      "the\n"
+	      "                       mount then serves every path its own "
+	      "sample for\n"
+	      "                       good, with no OPEN or RELEASE, as an "
+	      "exact mount;\n"
+	      "                       .echofs/config can no longer change "
+	      "echo)\n"
+	      "  -o rank=R            this node's rank, 0 to W-1 (default "
+	      "$ECHOFS_RANK, else\n"
+	      "                       0): the mount shows rank R's part of the "
+	      "dataset\n"
+	      "  -o world=W           number of nodes sharing the dataset "
+	      "(default\n"
+	      "                       $ECHOFS_WORLD, else 1); each shard goes "
+	      "to one rank\n"
+	      "  -o repartition=1     echo mounts: a new partition every pass "
+	      "(default 0)\n",
 	      f);
 	fputs(
 "  -o size=S            preprocess: resize so the shorter side is S\n"

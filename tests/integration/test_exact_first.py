@@ -5,10 +5,13 @@ keeps from one epoch to the next; counted as fresh serves (own_served). The
 pool serves the opens that would wait for the network, and every open with
 exact_first=0 or augment=1."""
 
+import errno
 import os
 import random
 import threading
 import time
+
+import pytest
 
 from test_preprocess import make_bad_shard
 
@@ -126,8 +129,10 @@ def test_every_open_over_a_warm_cache_is_served_its_own(mounter, fault_server, t
     pool while the kernel keeps the entry)."""
     cache = str(tmp_path / "cache")
     warm(mounter, fault_server, cache)
+    # exact_when_local=0: every open must reach the daemon to be counted.
     m = mounter(fault_server.source, cache_dir=cache, name="echo",
-                opts=dict(PREP, index=fault_server.index, echo=4, seed=7))
+                opts=dict(PREP, index=fault_server.index, echo=4, seed=7,
+                          exact_when_local=0))
     paths = [m.path(c, n) for c in sorted(os.listdir(m.mnt))
              for n in sorted(os.listdir(m.path(c)))]
     random.Random(5).shuffle(paths)
@@ -159,8 +164,11 @@ def test_a_path_echoed_while_remote_is_its_own_once_local(mounter, fault_server)
     the kernel keeps that entry (a fixed-size output binds at open): once
     the shard is on disk, its next open is handed back to the tree's own
     inode (ESTALE, the kernel looks it up again), not echoed for good."""
+    # exact_when_local=0: the opens after every shard is cached are the
+    # point here (exact when local would stop them reaching the daemon).
     m = mounter(fault_server.source, opts=dict(PREP, index=fault_server.index,
-                                               echo=4, seed=7))
+                                               echo=4, seed=7,
+                                               exact_when_local=0))
     names = sorted(os.listdir(m.path("3")))[:5]
     for n in names:
         read(m.path("3", n))
@@ -206,3 +214,51 @@ def test_echo_1_serves_each_sample_once_a_pass(mounter, fault_server):
     assert not twice, ("%d of %d samples served twice in one pass, e.g. %r; %r"
                        % (len(twice), len(paths), next(iter(twice.items())), st))
     assert st["echoes_served"] == 0, st
+
+def all_paths(m):
+    return [(c, n) for c in sorted(os.listdir(m.mnt))
+            for n in sorted(os.listdir(m.path(c)))]
+
+
+def test_a_local_mount_becomes_exact_for_good(mounter, fault_server, tmp_path):
+    """Exact when local: every shard on disk and a pass served, an adaptive
+    echo mount answers an OPEN with ENOSYS, after which the kernel opens
+    files itself as on an exact mount: later passes send no OPEN at all
+    (and no RELEASE), their bytes are the exact mount's, the reason says
+    "retired", and an echo setting written is refused with EBUSY. With
+    exact_when_local=0 every open still reaches the daemon."""
+    cache = str(tmp_path / "cache")
+    warm(mounter, fault_server, cache)
+    opts = dict(PREP, index=fault_server.index)
+    exact = mounter(fault_server.source, cache_dir=cache, opts=opts, name="exact")
+    echo = mounter(fault_server.source, cache_dir=cache, name="echo",
+                   opts=dict(opts, echo=4, seed=7))
+    keep = mounter(fault_server.source, cache_dir=cache, name="keep",
+                   opts=dict(opts, echo=4, seed=7, exact_when_local=0))
+    paths = all_paths(echo)
+    want = {p: read(exact.path(*p))[0] for p in paths}
+    # The mount asks at most once a second: passes until it says yes (a
+    # hang guard, not a time bound).
+    deadline = time.monotonic() + 120
+    while echo.stats()["echo_reason"] != "retired":
+        assert time.monotonic() < deadline, echo.stats()
+        for p in paths:
+            assert read(echo.path(*p))[0] == want[p], p
+    opens = echo.stats()["opens"]
+    for p in random.Random(3).sample(paths, len(paths)):
+        assert read(echo.path(*p))[0] == want[p], p
+    st = echo.stats()
+    assert st["opens"] == opens, ("an OPEN reached the daemon", st)
+    assert st["echoes_served"] == 0, st
+    with pytest.raises(OSError) as e:
+        with open(echo.path(".echofs", "config"), "w") as f:
+            f.write("echo_mode=fixed\n")
+    assert e.value.errno == errno.EBUSY, e.value
+    assert echo.stats()["echo_mode"] == "adaptive"
+    # The same passes over exact_when_local=0: every open is counted.
+    for _ in range(3):
+        for p in paths:
+            assert read(keep.path(*p))[0] == want[p], p
+    st = keep.stats()
+    assert st["echo_reason"] != "retired", st
+    assert st["opens"] >= 3 * len(paths), st
