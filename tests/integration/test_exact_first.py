@@ -41,13 +41,20 @@ def read(path):
             return data, None
 
 
-def test_local_paths_are_served_their_own_bytes(mounter, fault_server, tmp_path):
+def exact_and_echo(mounter, fault_server, tmp_path):
+    """An exact and an echo=4 mount over one warm cache; also the cache
+    and the options they share."""
     cache = str(tmp_path / "cache")
     warm(mounter, fault_server, cache)
     opts = dict(PREP, index=fault_server.index)
     exact = mounter(fault_server.source, cache_dir=cache, opts=opts, name="exact")
     echo = mounter(fault_server.source, cache_dir=cache, name="echo",
                    opts=dict(opts, echo=4, seed=7))
+    return exact, echo, cache, opts
+
+
+def test_local_paths_are_served_their_own_bytes(mounter, fault_server, tmp_path):
+    exact, echo, _, _ = exact_and_echo(mounter, fault_server, tmp_path)
     names = sorted(os.listdir(echo.path("3")))[:60]
     for n in names:
         want, _ = read(exact.path("3", n))
@@ -227,12 +234,7 @@ def test_a_local_mount_becomes_exact_for_good(mounter, fault_server, tmp_path):
     (and no RELEASE), their bytes are the exact mount's, the reason says
     "retired", and an echo setting written is refused with EBUSY. With
     exact_when_local=0 every open still reaches the daemon."""
-    cache = str(tmp_path / "cache")
-    warm(mounter, fault_server, cache)
-    opts = dict(PREP, index=fault_server.index)
-    exact = mounter(fault_server.source, cache_dir=cache, opts=opts, name="exact")
-    echo = mounter(fault_server.source, cache_dir=cache, name="echo",
-                   opts=dict(opts, echo=4, seed=7))
+    exact, echo, cache, opts = exact_and_echo(mounter, fault_server, tmp_path)
     keep = mounter(fault_server.source, cache_dir=cache, name="keep",
                    opts=dict(opts, echo=4, seed=7, exact_when_local=0))
     paths = all_paths(echo)

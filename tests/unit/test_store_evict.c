@@ -266,6 +266,33 @@ static uint64_t unit_of(uint64_t size)
 static const char *const abc[] = {"http://h/A.tar", "http://h/B.tar",
 				  "http://h/C.tar"};
 
+/* Closes s and ix, and leaves a new empty store directory for the next
+ * case. */
+static void close_fresh(struct store *s, struct index *ix)
+{
+	store_close(s);
+	index_free(ix);
+	store_fx_teardown();
+	store_fx_setup();
+}
+
+/* A shards layer over ix and s, with its HTTP client in *h (nothing is
+ * fetched: every shard asked about is in s or answered from it). */
+static struct shards *shards_over(struct index *ix, struct store *s,
+				  struct http **h)
+{
+	char err[256] = "";
+	struct http_opts ho = {.connections = 1};
+	struct shards_opts so = {.workers = 1};
+	struct shards *sh;
+
+	cr_assert_eq(http_open(&ho, h, err, sizeof(err)), 0, "http_open: %s",
+		     err);
+	cr_assert_eq(shards_open(ix, *h, s, &so, &sh), 0);
+	cr_assert_not_null(sh);
+	return sh;
+}
+
 /* Which of A, B, C is gone after D is added to a store that holds three,
  * A being the most recently used. With `stats`, the shard statistics are
  * read first, the way .echofs/stats renders them (shards_is_cached). */
@@ -281,15 +308,8 @@ static char victim_after(bool stats, uint64_t unit)
 	}
 	store_put(store_get(s, abc[0], "\"e\"", 1000));
 	if (stats) {
-		char err[256] = "";
-		struct http_opts ho = {.connections = 1};
 		struct http *h;
-		struct shards_opts so = {.workers = 1};
-		struct shards *sh;
-		cr_assert_eq(http_open(&ho, &h, err, sizeof(err)), 0,
-			     "http_open: %s", err);
-		cr_assert_eq(shards_open(ix, h, s, &so, &sh), 0);
-		cr_assert_not_null(sh);
+		struct shards *sh = shards_over(ix, s, &h);
 		for (uint32_t i = 0; i < 3; i++)
 			cr_assert_eq(shards_is_cached(sh, i), 1);
 		shards_free(sh);
@@ -302,10 +322,7 @@ static char victim_after(bool stats, uint64_t unit)
 			gone = (char)('A' + i);
 		store_put(e);
 	}
-	store_close(s);
-	index_free(ix);
-	store_fx_teardown();
-	store_fx_setup();
+	close_fresh(s, ix);
 	return gone;
 }
 
@@ -741,10 +758,7 @@ static int all_local(uint64_t cap, int put)
 {
 	struct store *s = open_store(cap);
 	struct index *ix = index_new();
-	char err[256] = "";
-	struct http_opts ho = {.connections = 1};
 	struct http *h;
-	struct shards_opts so = {.workers = 1};
 	struct shards *sh;
 	int r;
 
@@ -753,16 +767,11 @@ static int all_local(uint64_t cap, int put)
 		if (i < put)
 			add_put(s, abc[i], 1000, (unsigned)i);
 	}
-	cr_assert_eq(http_open(&ho, &h, err, sizeof(err)), 0, "http_open: %s",
-		     err);
-	cr_assert_eq(shards_open(ix, h, s, &so, &sh), 0);
+	sh = shards_over(ix, s, &h);
 	r = shards_all_local(sh);
 	shards_free(sh);
 	http_free(h);
-	store_close(s);
-	index_free(ix);
-	store_fx_teardown();
-	store_fx_setup();
+	close_fresh(s, ix);
 	return r;
 }
 
