@@ -661,10 +661,15 @@ static void open_binding(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 	reply_binding_open(req, fs, fi, r, h);
 }
 
+/* How often exact when local asks the dataset. Its shard scan stops at the
+ * first shard not on disk, so it costs little until nearly all are; 0.2 s
+ * leaves a pass at 2,500 files/s (BENCHMARKS §24) about 500 opens. */
+#define RETIRE_EVERY_S 0.2
+
 /* Exact when local (see the top of this file): 1 when this open of a path
- * served its own sample may be answered ENOSYS. Asked at most once a
- * second until it says yes; then always yes (OPENs already on their way
- * when the kernel set no_open). */
+ * served its own sample may be answered ENOSYS. Asked at most every
+ * RETIRE_EVERY_S until it says yes; then always yes (OPENs already on
+ * their way when the kernel set no_open). */
 static int retire_now(struct fs_ctx *fs)
 {
 	struct bindings_stats bs;
@@ -674,7 +679,7 @@ static int retire_now(struct fs_ctx *fs)
 		return 1;
 	if (now < atomic_load(&fs->retire_next))
 		return 0;
-	atomic_store(&fs->retire_next, now + 1.0);
+	atomic_store(&fs->retire_next, now + RETIRE_EVERY_S);
 	if (!dataset_echo_may_retire(fs->ds))
 		return 0;
 	atomic_store(&fs->exact_now, 1);

@@ -239,8 +239,8 @@ def test_a_local_mount_becomes_exact_for_good(mounter, fault_server, tmp_path):
                    opts=dict(opts, echo=4, seed=7, exact_when_local=0))
     paths = all_paths(echo)
     want = {p: read(exact.path(*p))[0] for p in paths}
-    # The mount asks at most once a second: passes until it says yes (a
-    # hang guard, not a time bound).
+    # The mount asks at most five times a second: passes until it says
+    # yes (a hang guard, not a time bound).
     deadline = time.monotonic() + 120
     while echo.stats()["echo_reason"] != "retired":
         assert time.monotonic() < deadline, echo.stats()
