@@ -668,31 +668,41 @@ static void open_binding(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 
 /* Exact when local (see the top of this file): 1 when this open of a path
  * served its own sample may be answered ENOSYS. Asked at most every
- * RETIRE_EVERY_S until it says yes; then always yes (OPENs already on
- * their way when the kernel set no_open). */
+ * RETIRE_EVERY_S, by one open at a time, until it says yes; then always
+ * yes (OPENs already on their way when the kernel set no_open). Only
+ * `retired` says yes to other opens: exact_now is set while an open asks
+ * and cleared when the answer is no, so an open that saw it set must not
+ * conclude anything. */
 static int retire_now(struct fs_ctx *fs)
 {
 	struct bindings_stats bs;
 	double now = now_mono();
+	int yes = 0;
 
-	if (atomic_load(&fs->exact_now))
+	if (atomic_load(&fs->retired))
 		return 1;
-	if (now < atomic_load(&fs->retire_next))
+	if (now < atomic_load(&fs->retire_next) ||
+	    atomic_exchange(&fs->asking, 1))
 		return 0;
 	atomic_store(&fs->retire_next, now + RETIRE_EVERY_S);
-	if (!dataset_echo_may_retire(fs->ds))
-		return 0;
-	atomic_store(&fs->exact_now, 1);
-	bindings_get_stats(fs->bind, &bs);
-	if (atomic_load(&fs->binders) == 0 && bs.live == 0 && bs.open == 0) {
-		dataset_echo_retire(fs->ds);
-		log_info("every shard is on local disk and a pass was served: "
-			 "the mount serves every path its own sample from now "
-			 "on, as an exact mount (exact_when_local)");
-		return 1;
+	if (dataset_echo_may_retire(fs->ds)) {
+		atomic_store(&fs->exact_now, 1);
+		bindings_get_stats(fs->bind, &bs);
+		yes = atomic_load(&fs->binders) == 0 && bs.live == 0 &&
+		      bs.open == 0;
+		if (yes) {
+			dataset_echo_retire(fs->ds);
+			atomic_store(&fs->retired, 1);
+			log_info("every shard is on local disk and a pass was "
+				 "served: the mount serves every path its own "
+				 "sample from now on, as an exact mount "
+				 "(exact_when_local)");
+		} else {
+			atomic_store(&fs->exact_now, 0);
+		}
 	}
-	atomic_store(&fs->exact_now, 0);
-	return 0;
+	atomic_store(&fs->asking, 0);
+	return yes;
 }
 
 /* Echo mounts open files for real: control files here, bindings in

@@ -34,10 +34,14 @@ struct fs_ctx {
 	_Atomic unsigned char *read_failed;
 	int zerocopy; /* cold reads spliced from cache files (-o zerocopy) */
 	atomic_bool no_store; /* the kernel refused a notify_store */
-	/* Echo mounts, exact when local (see ops.c): exact_now once an OPEN
-	 * was answered ENOSYS; binders counts lookups that may bind a path
-	 * (until answered); retire_next: when to ask again (now_mono). */
+	/* Echo mounts, exact when local (see ops.c): retired once an OPEN
+	 * was answered ENOSYS; exact_now while an open asks and from then
+	 * on (lookups bind nothing); asking: an open is asking (one at a
+	 * time); binders counts lookups that may bind a path (until
+	 * answered); retire_next: when to ask again (now_mono). */
+	atomic_bool retired;
 	atomic_bool exact_now;
+	atomic_bool asking;
 	atomic_int binders;
 	_Atomic double retire_next;
 	double timeout;       /* entry and attribute cache timeout, seconds */
