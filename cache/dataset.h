@@ -393,7 +393,6 @@ int dataset_echo_may_retire(struct dataset *ds);
  * the statistics says "retired", and dataset_echo_set refuses with
  * -EBUSY (the mount can no longer see its opens). */
 void dataset_echo_retire(struct dataset *ds);
-int dataset_echo_retired(struct dataset *ds);
 /* 1 if every shard is in the disk cache (shards_all_local). */
 int dataset_all_local(struct dataset *ds);
 

@@ -458,11 +458,6 @@ void dataset_echo_retire(struct dataset *ds)
 	atomic_store(&ds->echo_retired, true);
 }
 
-int dataset_echo_retired(struct dataset *ds)
-{
-	return atomic_load(&ds->echo_retired);
-}
-
 int dataset_echo_own(struct dataset *ds, uint32_t sample)
 {
 	if (!ds->pool || !ds->own_state || sample >= dataset_nsamples(ds) ||
