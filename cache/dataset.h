@@ -382,12 +382,12 @@ uint64_t dataset_echo_ready(struct dataset *ds, uint32_t cls);
 /* Exact when local (issue 29): 1 when an adaptive mount with exact first
  * has nothing left to echo for. Every shard is on local disk, so no open
  * will wait for the network (unless another mount sharing the cache
- * directory evicts one), and exact first
- * serves every path its own sample; the pool has served a pass's worth of
- * fresh samples (every path was opened about once, so the first pass's
- * bad images were found and echoed) and has no parked request. The mount
- * (fs/) may then stop asking for opens and serve exactly for good
- * (dataset_echo_retire). Scans every shard: call it seldom. */
+ * directory evicts one), and exact first serves every path its own sample;
+ * the pool has no parked request. The mount (fs/) may then stop asking for
+ * opens and serve exactly for good (dataset_echo_retire), provided it
+ * checks each own path at its lookup (dataset_echo_check_own), so that a
+ * bad image is still found before the kernel reads it. Scans every shard:
+ * call it seldom. */
 int dataset_echo_may_retire(struct dataset *ds);
 /* The mount serves every path its own sample from now on: the reason in
  * the statistics says "retired", and dataset_echo_set refuses with
@@ -409,13 +409,17 @@ int dataset_all_local(struct dataset *ds);
  * the pool, never both, so echo=1 serves each once a pass. 0 on other
  * mounts. */
 int dataset_echo_own(struct dataset *ds, uint32_t sample);
-/* The open of a path served its own sample (dataset_echo_own): on a
- * converting mount its output is made at the first such open (kept for
- * the READs; later opens trust it), and one
+/* The lookup of a path served its own sample (dataset_echo_own, or any
+ * own path once retired): on a converting mount its output is made at the
+ * first such lookup (kept for the READs; later ones trust it), and one
  * that cannot be (a bad image) marks the sample, so that dataset_echo_own
  * says no from now on and the path is echoed instead (the pool skips bad
- * samples). 0, counted as a fresh serve for the governor and the
- * statistics, or -errno. */
+ * samples). 0 (also on mounts that do not convert) or -errno (-EIO for a
+ * sample marked bad before). */
+MUST_CHECK
+int dataset_echo_check_own(struct dataset *ds, uint32_t sample);
+/* The open of a path served its own sample: dataset_echo_check_own, and 0
+ * is counted as a fresh serve for the governor and the statistics. */
 MUST_CHECK
 int dataset_echo_open_own(struct dataset *ds, uint32_t sample);
 /* The sample's own output could not be made at a lookup: as above. */

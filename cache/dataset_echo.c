@@ -436,7 +436,6 @@ int dataset_echo_set(struct dataset *ds, double echo,
 int dataset_echo_may_retire(struct dataset *ds)
 {
 	struct pool_stats ps;
-	struct dataset_part part;
 	double echo;
 	enum dataset_echo_mode mode;
 
@@ -447,8 +446,7 @@ int dataset_echo_may_retire(struct dataset *ds)
 	if (mode != DATASET_ECHO_ADAPTIVE)
 		return 0;
 	pool_get_stats(ds->pool, &ps);
-	dataset_get_part(ds, &part);
-	if (ps.parked || ps.fresh_served < part.samples)
+	if (ps.parked)
 		return 0;
 	return dataset_all_local(ds);
 }
@@ -479,27 +477,42 @@ void dataset_echo_own_failed(struct dataset *ds, uint32_t sample)
 	pool_mark_bad(ds->pool, sample);
 }
 
-/* The first open of a sample makes its output (the read after it finds it
- * in ds->outputs), so that a bad image fails here, where the pool can
- * stand in, rather than at a read; later opens trust that. */
-int dataset_echo_open_own(struct dataset *ds, uint32_t sample)
+/* The first look at a sample's own path makes its output (the read after
+ * it finds it in ds->outputs), so that a bad image fails here, where the
+ * pool can stand in, rather than at a read; later looks trust that. */
+int dataset_echo_check_own(struct dataset *ds, uint32_t sample)
 {
 	struct dataset_output *o;
 	int r;
 
-	if (ds->outputs && sample < dataset_nsamples(ds) &&
-	    atomic_load_explicit(&ds->own_state[sample],
-				 memory_order_relaxed) != OWN_OK) {
-		r = dataset_output_get(ds, sample, &o);
-		if (r) {
-			dataset_echo_own_failed(ds, sample);
-			return r;
-		}
-		dataset_output_put(ds, o);
-		own_set(ds, sample, OWN_OK);
+	if (!ds->outputs || !ds->own_state || sample >= dataset_nsamples(ds))
+		return 0;
+	switch (atomic_load_explicit(&ds->own_state[sample],
+				     memory_order_relaxed)) {
+	case OWN_OK:
+		return 0;
+	case OWN_BAD:
+		return -EIO; /* its reason was counted and logged once */
+	default:
+		break;
 	}
-	pool_count_own(ds->pool);
+	r = dataset_output_get(ds, sample, &o);
+	if (r) {
+		dataset_echo_own_failed(ds, sample);
+		return r;
+	}
+	dataset_output_put(ds, o);
+	own_set(ds, sample, OWN_OK);
 	return 0;
+}
+
+int dataset_echo_open_own(struct dataset *ds, uint32_t sample)
+{
+	int r = dataset_echo_check_own(ds, sample);
+
+	if (r == 0)
+		pool_count_own(ds->pool);
+	return r;
 }
 
 uint64_t dataset_echo_ready(struct dataset *ds, uint32_t cls)

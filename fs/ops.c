@@ -30,15 +30,18 @@
  * OPEN is what may be parked.
  *
  * Exact when local: once an adaptive echo mount has nothing left to echo
- * for (dataset_echo_may_retire: every shard on local disk, a pass served)
- * and no binding is left in the kernel, an OPEN of a path served its own
- * sample is answered ENOSYS. The kernel then opens files itself, as on an
+ * for (dataset_echo_may_retire: every shard on local disk) and no binding
+ * is left in the kernel, an OPEN of a path served its own sample is
+ * answered ENOSYS. The kernel then opens files itself, as on an
  * exact mount, for the rest of the mount's life (no_open is per
  * connection and never cleared): no OPEN, FLUSH or RELEASE per file, and
  * a file's pages stay cached from one pass to the next. Lookups bind
  * nothing from then on. A lookup that may bind holds fs.binders while it
  * decides, and retire_now sets exact_now before it looks at binders, so
- * either the lookup sees exact_now or retire_now sees the lookup. */
+ * either the lookup sees exact_now or retire_now sees the lookup. Every
+ * own path's lookup makes its output (dataset_echo_check_own), so a bad
+ * image is found before the kernel can read its path unopened, and is
+ * answered with a good file of its class (stand_in). */
 #include "fs/ops.h"
 
 #include <errno.h>
@@ -369,6 +372,36 @@ static void lookup_echo(fuse_req_t req, struct fs_ctx *fs, uint32_t num)
 	reply_echo_entry(req, fs, r, &ba);
 }
 
+/* A retired mount (exact when local) binds nothing, and the kernel opens
+ * files itself: the path of a bad image is answered with the entry of the
+ * next good file of its class, as a hard link would be, so that a reader
+ * gets a sample of the same label, the same one at every read, instead of
+ * EIO. Returns 0 or err when the class has no good file. */
+static int stand_in(struct fs_ctx *fs, uint32_t num, struct fuse_entry_param *e,
+		    int err)
+{
+	const struct ns_file *f = &fs->ns->files[num];
+	const struct ns_class *c;
+
+	if (f->cls == NS_NO_CLASS)
+		return err;
+	c = &fs->ns->classes[f->cls];
+	for (uint32_t k = 1; k < c->count; k++) {
+		uint32_t g = c->first + (num - c->first + k) % c->count;
+
+		if (dataset_echo_check_own(fs->ds, fs->ns->files[g].sample) ==
+			    0 &&
+		    fill_entry(fs, (fuse_ino_t)ns_file_ino(fs->ns, g), e, 1) ==
+			    0) {
+			log_debug("%s/%s is a bad image: answered with %s",
+				  ns_dir_name(fs->ns, f->cls), f->name,
+				  fs->ns->files[g].name);
+			return 0;
+		}
+	}
+	return err;
+}
+
 static void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fs_ctx *fs = ctx_of(req);
@@ -397,7 +430,13 @@ static void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		if (atomic_load(&fs->exact_now) ||
 		    (!bindings_is_bound(fs->bind, num) &&
 		     dataset_echo_own(fs->ds, sample))) {
-			r = fill_entry(fs, ino, &e, 1);
+			/* A bad image is found here, before the kernel may
+			 * read the path (it opens files itself once retired).
+			 */
+			int bad = dataset_echo_check_own(fs->ds, sample);
+			r = bad ? bad : fill_entry(fs, ino, &e, 1);
+			if (r && atomic_load(&fs->exact_now))
+				r = stand_in(fs, num, &e, r);
 			if (r == 0 || atomic_load(&fs->exact_now)) {
 				atomic_fetch_sub(&fs->binders, 1);
 				if (r)
@@ -410,7 +449,8 @@ static void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 			}
 			/* Its output could not be made (a bad image): the
 			 * pool skips those. */
-			dataset_echo_own_failed(fs->ds, sample);
+			if (!bad)
+				dataset_echo_own_failed(fs->ds, sample);
 		}
 		lookup_echo(req, fs, num);
 		return;
@@ -693,10 +733,10 @@ static int retire_now(struct fs_ctx *fs)
 		if (yes) {
 			dataset_echo_retire(fs->ds);
 			atomic_store(&fs->retired, 1);
-			log_info("every shard is on local disk and a pass was "
-				 "served: the mount serves every path its own "
-				 "sample from now on, as an exact mount "
-				 "(exact_when_local)");
+			log_info(
+				"every shard is on local disk: the mount "
+				"serves every path its own sample from now on, "
+				"as an exact mount (exact_when_local)");
 		} else {
 			atomic_store(&fs->exact_now, 0);
 		}

@@ -6,8 +6,10 @@ pool serves the opens that would wait for the network, and every open with
 exact_first=0 or augment=1."""
 
 import errno
+import io
 import os
 import random
+import tarfile
 import threading
 import time
 
@@ -54,7 +56,11 @@ def exact_and_echo(mounter, fault_server, tmp_path):
 
 
 def test_local_paths_are_served_their_own_bytes(mounter, fault_server, tmp_path):
-    exact, echo, _, _ = exact_and_echo(mounter, fault_server, tmp_path)
+    exact, _, cache, opts = exact_and_echo(mounter, fault_server, tmp_path)
+    # exact_when_local=0: own_served counts opens, which a mount gone
+    # exact no longer gets.
+    echo = mounter(fault_server.source, cache_dir=cache, name="counting",
+                   opts=dict(opts, echo=4, seed=7, exact_when_local=0))
     names = sorted(os.listdir(echo.path("3")))[:60]
     for n in names:
         want, _ = read(exact.path("3", n))
@@ -228,9 +234,9 @@ def all_paths(m):
 
 
 def test_a_local_mount_becomes_exact_for_good(mounter, fault_server, tmp_path):
-    """Exact when local: every shard on disk and a pass served, an adaptive
-    echo mount answers an OPEN with ENOSYS, after which the kernel opens
-    files itself as on an exact mount: later passes send no OPEN at all
+    """Exact when local: every shard on disk, an adaptive echo mount answers
+    its first OPEN with ENOSYS, after which the kernel opens files itself as
+    on an exact mount: the first pass sends one OPEN and later passes none
     (and no RELEASE), their bytes are the exact mount's, the reason says
     "retired", and an echo setting written is refused with EBUSY. With
     exact_when_local=0 every open still reaches the daemon."""
@@ -239,14 +245,16 @@ def test_a_local_mount_becomes_exact_for_good(mounter, fault_server, tmp_path):
                    opts=dict(opts, echo=4, seed=7, exact_when_local=0))
     paths = all_paths(echo)
     want = {p: read(exact.path(*p))[0] for p in paths}
-    # The mount asks at most five times a second: passes until it says
-    # yes (a hang guard, not a time bound).
-    deadline = time.monotonic() + 120
-    while echo.stats()["echo_reason"] != "retired":
-        assert time.monotonic() < deadline, echo.stats()
-        for p in paths:
-            assert read(echo.path(*p))[0] == want[p], p
-    opens = echo.stats()["opens"]
+    opens0 = echo.stats()["opens"]
+    for p in paths:
+        assert read(echo.path(*p))[0] == want[p], p
+    st = echo.stats()
+    assert st["echo_reason"] == "retired", st
+    # Two OPENs: the stats file's for opens0 (control files are opened
+    # for real until the mount goes exact) and the first file's, answered
+    # ENOSYS. One reader: no other open was on its way then.
+    assert st["opens"] - opens0 == 2, ("OPENs reached the daemon", st)
+    opens = st["opens"]
     for p in random.Random(3).sample(paths, len(paths)):
         assert read(echo.path(*p))[0] == want[p], p
     st = echo.stats()
@@ -264,3 +272,62 @@ def test_a_local_mount_becomes_exact_for_good(mounter, fault_server, tmp_path):
     st = keep.stats()
     assert st["echo_reason"] != "retired", st
     assert st["opens"] >= 3 * len(paths), st
+
+
+def make_distinct_bad_shard(path):
+    """make_bad_shard's layout (ok0-ok2, trunc and junk, all of class 1),
+    with three good images that differ, so a stand-in's bytes name it."""
+    from PIL import Image
+    members = []
+    for i, colour in enumerate(((200, 30, 30), (30, 200, 30), (30, 30, 200))):
+        buf = io.BytesIO()
+        Image.new("RGB", (80, 60), colour).save(buf, "JPEG", quality=90)
+        members.append(("ok%d.jpg" % i, buf.getvalue()))
+    good = members[0][1]
+    members += [("trunc.jpg", good[: len(good) // 3]),
+                ("junk.jpg", b"\xff\xd8" + os.urandom(500))]
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as t:
+        for name, data in members:
+            for n, b in ((name, data), (name.split(".")[0] + ".cls", b"1")):
+                info = tarfile.TarInfo(n)
+                info.size = len(b)
+                t.addfile(info, io.BytesIO(b))
+
+
+def test_a_bad_image_on_a_mount_gone_exact_reads_a_good_one(
+        mounter, private_nginx, dataset, tmp_path):
+    """A mount gone exact (every shard local) gets no OPEN to echo a bad
+    image at: the lookup finds it (its output cannot be made) and answers
+    with the next good file of its class, whose bytes every read of the
+    path then gets, never EIO. Without the check at the lookup the kernel
+    would read the bad path itself and fail (an exact mount's EIO)."""
+    d = os.path.join(dataset.www, "badimg3")
+    os.makedirs(d, exist_ok=True)
+    make_distinct_bad_shard(os.path.join(d, "bad-000000.tar"))
+    src = "%s/badimg3/bad-{000000..000000}.tar" % private_nginx.url
+    cache = str(tmp_path / "cache")
+    opts = {"size": 64, "crop": 32, "format": "ppm"}
+    exact = mounter(src, cache_dir=cache, opts=opts, name="exact")
+    names = sorted(os.listdir(exact.path("1")))
+    good = {}
+    for n in names:
+        try:
+            good[read(exact.path("1", n))[0]] = n
+        except OSError as e:
+            assert e.errno == errno.EIO, (n, e)
+    assert len(good) == 3, good.values()  # two bad images: EIO there
+    m = mounter(src, cache_dir=cache, name="echo",
+                opts=dict(opts, echo=4, seed=7))
+    # ok0 first: its open makes the mount exact, before any bad path.
+    order = sorted(names, key=lambda n: (not n.startswith("ok"), n))
+    for _ in range(2):
+        for n in order:
+            got, _ = read(m.path("1", n))
+            assert got in good, n
+            if n.startswith("ok"):
+                assert good[got] == n, n
+    st = m.stats()
+    assert st["echo_reason"] == "retired", st
+    assert st["opens"] == 1, st
+    assert st["errors"]["image"] == 2, st["errors"]
+    assert st["errors"]["read"] == 0, st["errors"]

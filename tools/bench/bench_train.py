@@ -182,6 +182,14 @@ class Run:
     def since_start(self, key, st):
         return st.get(key, 0) - self.s0.get(key, 0)
 
+    def fresh(self, st):
+        """fresh_served since the start; on an echo mount gone exact
+        (echo_reason "retired") the daemon no longer sees opens, and every
+        image read from then on is its own path's: seen less the echoes."""
+        if st.get("echo_reason") == "retired":
+            return self.seen - self.since_start("echoes_served", st)
+        return self.since_start("fresh_served", st)
+
     def due(self):
         if self.a.eval_steps:
             return self.steps % self.a.eval_steps == 0
@@ -195,7 +203,7 @@ class Run:
         if final or sub >= self.a.target:
             full = accuracy(model, self.x, self.y)
         rec = {"label": self.a.label, "repeat": self.a.repeat, "time_s": round(t, 2), "step": self.steps,
-               "seen": self.seen, "fresh": self.since_start("fresh_served", st),
+               "seen": self.seen, "fresh": self.fresh(st),
                "echoes": self.since_start("echoes_served", st),
                "stall_s": round(self.since_start("stall_s", st), 2),
                "wait_s": round(self.wait_s, 2),

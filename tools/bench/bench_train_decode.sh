@@ -29,7 +29,8 @@
 # seconds (--eval-steps N: evaluated every N steps instead of every
 # --eval-seconds, so runs that see the same images cross at the same
 # step); the case "exact" is the exact preprocessing mount trained the
-# same way. A case with the suffix "+tier" (say "exact+tier", "4:adaptive+tier")
+# same way, and "exact-again" a second one, a control: how far two
+# identical runs of one repeat differ. A case with the suffix "+tier" (say "exact+tier", "4:adaptive+tier")
 # mounts with the prepared-sample tier on (prepared=1) over a tier made
 # before any timing by one exact pass over the training split on the same
 # cache_dir (issue 30: a warm tier from an earlier job); the others keep
@@ -73,7 +74,7 @@ PREPARED=0
 CMDLINE="tools/bench/bench_train_decode.sh $*"
 # shellcheck source=tools/bench/common.sh
 . tools/bench/common.sh
-bench_args 2,48 --count=COUNT --test-count=TEST_COUNT --target=TARGET \
+bench_args 2,49 --count=COUNT --test-count=TEST_COUNT --target=TARGET \
 	--budget=BUDGET --repeats=REPEATS --cases=CASES --size=SIZE --crop=CROP \
 	--threads=THREADS --workers=WORKERS --eval-seconds=EVAL_S --eval-steps=EVAL_STEPS \
 	--ceiling-seconds=CEIL_S --seed=SEED --out=OUT --total=TOTAL \
@@ -250,8 +251,8 @@ for ((REP = 1; REP <= REPEATS; REP++)); do
 					[ "$(basename "$f")" = prepared ] || cp -al "$f" "$CACHE/"
 				done
 			fi
-			if [ "$c" = exact ]; then
-				train_on "$pl exact$tag" "$opts"
+			if [ "$c" = exact ] || [ "$c" = exact-again ]; then
+				train_on "$pl ${c/-/ }$tag" "$opts"
 				continue
 			fi
 			e=${c%%:*} m=${c#*:}
