@@ -17,19 +17,22 @@
 # OPEN has a RELEASE too), the daemon's and the whole machine's CPU ms per
 # file. Medians and echo/exact ratios, as a Markdown table.
 #   tools/bench/bench_echo_cost.sh [--count N] [--repeats R] [--data DIR]
+#                                  [--prepared 0]
 # --count: photos (default 4000); --repeats: default 3; --data DIR: keep
-# the packed shards for later runs. Say in any report whether the machine
-# was shared.
+# the packed shards for later runs; --prepared 0: no tier, both mounts
+# decode each file at its first serve (bench_train_decode.sh's setting).
+# Say in any report whether the machine was shared.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 COUNT=4000
 REPEATS=3
 DATA=
+PREPARED=1
 CMDLINE="tools/bench/bench_echo_cost.sh $*"
 # shellcheck source=tools/bench/common.sh
 . tools/bench/common.sh
-bench_args 2,21 --count=COUNT --repeats=REPEATS --data=DATA -- "$@"
+bench_args 2,23 --count=COUNT --repeats=REPEATS --data=DATA --prepared=PREPARED -- "$@"
 $PY -c 'import PIL' 2>/dev/null ||
 	{ echo "bench_echo_cost.sh: needs python3-pil" >&2; exit 2; }
 
@@ -38,19 +41,21 @@ bench_start echo-cost
 RESULTS=$TMP/results.jsonl
 bench_photos "$COUNT" 500 375 "$DATA"
 
-PREP="size=256,crop=224,format=ppm,prepared=1"
+PREP="size=256,crop=224,format=ppm,prepared=$PREPARED"
 mount_echofs warm "format=same,prepared=0"
 $PY $READER read "$MNT" --passes 1 >/dev/null
 unmount "$MNT" "$DPID"
-mount_echofs tier "$PREP"
-$PY $READER read "$MNT" --passes 1 >/dev/null
-unmount "$MNT" "$DPID"
-log "disk cache and tier warm: $(du -sh "$TMP/cache/prepared" | cut -f1) of prepared samples"
+if [ "$PREPARED" = 1 ]; then
+	mount_echofs tier "$PREP"
+	$PY $READER read "$MNT" --passes 1 >/dev/null
+	unmount "$MNT" "$DPID"
+	log "disk cache and tier warm: $(du -sh "$TMP/cache/prepared" | cut -f1) of prepared samples"
+fi
 
-# run REPEAT CASE OPTS: a new mount, the tier's files read into the page
-# cache first, 2 passes; one JSON line
+# run REPEAT CASE OPTS: a new mount, the tier's files (if any) read into
+# the page cache first, 2 passes; one JSON line
 run() {
-	find "$TMP/cache/prepared" -type f -exec cat {} + >/dev/null
+	[ "$PREPARED" = 1 ] && find "$TMP/cache/prepared" -type f -exec cat {} + >/dev/null
 	mount_echofs "$2" "$3"
 	out=$($PY $READER read "$MNT" --passes 2 --seed "$1" --pid "$DPID" --work gray16) ||
 		log "reader reported errors ($2)"
@@ -108,5 +113,5 @@ for case, v in per.items():
     print(f"- {case}, files/s per repeat (pass 1, pass 2): " + "; ".join(v))
 EOF
 echo
-echo "- medians of $REPEATS repeats, cases alternating; $COUNT photos 500x375, 2 readers with --work gray16; load average $LOAD0 before, $LOAD1 after"
+echo "- medians of $REPEATS repeats, cases alternating; $COUNT photos 500x375, 2 readers with --work gray16; prepared=$PREPARED; load average $LOAD0 before, $LOAD1 after"
 echo "- command: \`$CMDLINE\` ($("$B"/echofs --version 2>/dev/null | head -1), $(git rev-parse --short HEAD), $(date -u +%Y-%m-%dT%H:%MZ))"

@@ -144,8 +144,8 @@ warm() {
 }
 
 # trainer LABEL TRAIN_ROOT [extra args]: one run with this placement's
-# INPUT (and --pin when PLACE is pinned); appends its summary and the load
-# average to runs.jsonl
+# INPUT (and --pin when PLACE is pinned); appends its summary, the load
+# average and (on a train_on mount) the daemon's CPU seconds to runs.jsonl
 trainer() {
 	local label=$1 root=$2 out pin=()
 	shift 2
@@ -157,8 +157,14 @@ trainer() {
 		--seed "$((SEED + REP - 1))" --repeat "$REP" "${pin[@]}" "$@" 2>>"$RES/trainer.log") ||
 		blog "$label: trainer failed (see $RES/trainer.log)"
 	[ -n "$out" ] || { blog "$label: no result"; return 0; }
+	# The daemon's CPU seconds over its life (mount to here; the mount
+	# serves nothing before the trainer starts).
+	local cpu=null
+	[ -n "${DAEMON_PID:-}" ] && cpu=$(awk -v hz="$(getconf CLK_TCK)" \
+		'{printf "%.2f", ($14 + $15) / hz}' "/proc/$DAEMON_PID/stat" 2>/dev/null || echo null)
 	out=$(echo "$out" | $PY -c 'import json,os,sys
-d=json.loads(sys.stdin.read()); d["load1"]=round(os.getloadavg()[0], 1); print(json.dumps(d))')
+d=json.loads(sys.stdin.read()); d["load1"]=round(os.getloadavg()[0], 1)
+d["daemon_cpu_s"]=json.loads(sys.argv[1]); print(json.dumps(d))' "$cpu")
 	echo "$out" >>"$RES/runs.jsonl"
 	blog "$label: $out"
 }
@@ -167,8 +173,10 @@ d=json.loads(sys.stdin.read()); d["load1"]=round(os.getloadavg()[0], 1); print(j
 # cache; pinned: the daemon's threads on core 0
 train_on() {
 	bench_mount HOST "${CACHE:-$BTMP/cache-train}" "$BTMP/train" "$SRC_train" "index=$BTMP/train.idx,$2"
-	[ "$PLACE" = pinned ] && taskset -a -p -c 0 "$(mount_pid "$BTMP/train")" >/dev/null
+	DAEMON_PID=$(mount_pid "$BTMP/train")
+	[ "$PLACE" = pinned ] && taskset -a -p -c 0 "$DAEMON_PID" >/dev/null
 	trainer "$1" "$BTMP/train" "${@:3}"
+	DAEMON_PID=
 	bench_unmount "$BTMP/train"
 }
 
