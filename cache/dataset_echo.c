@@ -255,6 +255,11 @@ static int echo_start(struct dataset *ds, const uint32_t *class_of,
 		.interrupted = eo->interrupted,
 		.members = members,
 		.number_base = members ? base : 0,
+		/* Exact first over a warm cache serves every path its own
+		 * sample: a stream started now would decode a buffer's worth
+		 * of samples nobody takes (BENCHMARKS §26). */
+		.lazy_start = !members && exact_first(eo, &ds->image_opts) &&
+			      dataset_all_local(ds),
 	};
 	int r;
 

@@ -68,6 +68,11 @@ struct pool_opts {
 	double wait_s;           /* longest a take waits; 0 means 30 s */
 	unsigned ingest_threads; /* threads running the ingest hook; 0 means 1 */
 	bool fresh_first;        /* echo_policy_opts.fresh_first */
+	/* The first walk waits for demand (a take, or a reader waiting), as
+	 * every later walk does; else it starts at once, so that the first
+	 * fetches overlap the readers' start. For a mount whose paths are
+	 * served outside the pool first (exact first over a warm cache). */
+	bool lazy_start;
 	/* Optional: what the pool keeps of a sample, made from its bytes by
 	 * the streamer without the pool lock (a decoded and resized image,
 	 * or the final preprocessed bytes). Returns 0 with a malloc'd *out,

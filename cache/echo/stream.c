@@ -480,6 +480,12 @@ void *stream_main(void *arg)
 	struct pool *p = arg;
 	bool more = true;
 
+	if (p->o.lazy_start) {
+		pthread_mutex_lock(&p->lock);
+		wait_for_demand(p);
+		more = !p->stop;
+		pool_unlock(p);
+	}
 	while (more) {
 		int64_t added = 0;
 		p->walk_new = 0;

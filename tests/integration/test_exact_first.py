@@ -331,3 +331,20 @@ def test_a_bad_image_on_a_mount_gone_exact_reads_a_good_one(
     assert st["opens"] == 1, st
     assert st["errors"]["image"] == 2, st["errors"]
     assert st["errors"]["read"] == 0, st["errors"]
+
+
+def test_a_warm_mount_decodes_nothing_for_the_pool(mounter, fault_server, tmp_path):
+    """Every shard on disk at mount time: exact first serves every path its
+    own sample, so the pool is never taken from, and its stream must not
+    read and decode a buffer's worth of samples ahead of readers that will
+    never take them (it did: 1,000 or more decodes on the input core a
+    decode-bound trainer needed, BENCHMARKS §26)."""
+    _, echo, _, _ = exact_and_echo(mounter, fault_server, tmp_path)
+    paths = all_paths(echo)[:50]
+    time.sleep(1.5)  # the stream started at mount time before
+    for p in paths:
+        read(echo.path(*p))
+    time.sleep(0.5)
+    st = echo.stats()
+    assert st["fresh_in_pass"] == 0, st
+    assert st["pool_samples"] == 0, st
