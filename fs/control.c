@@ -210,6 +210,13 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 	  "samples in this rank's part, before the trim");
 	M("trimmed", 'g', s->part.trimmed,
 	  "samples of the part left out so every rank shows the same count");
+	if (dataset_converts(c->src.ds)) {
+		M("outputs_made", 'c', s->out.misses,
+		  "files preprocessed for their own paths (decoded, resized, "
+		  "encoded)");
+		M("outputs_hits", 'c', s->out.hits,
+		  "lookups and reads that found their file's output made");
+	}
 	if (s->prep.on) {
 		M("prepared_hits", 'c', s->prep.hits,
 		  "samples served from the prepared tier (no decode)");

@@ -348,3 +348,10 @@ def test_a_warm_mount_decodes_nothing_for_the_pool(mounter, fault_server, tmp_pa
     st = echo.stats()
     assert st["fresh_in_pass"] == 0, st
     assert st["pool_samples"] == 0, st
+    # The only decodes are the 50 files' own outputs, made once each.
+    assert st["outputs_made"] == len(paths), st
+    for p in paths:
+        read(echo.path(*p))
+    st = echo.stats()
+    assert st["outputs_made"] == len(paths), st
+    assert st["outputs_hits"] >= len(paths), st

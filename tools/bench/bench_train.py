@@ -21,7 +21,8 @@ at the target (unless --keep-going) or after --budget seconds of training.
 Wall time includes evaluation (it is small and paid equally per second by
 every run); fresh examples are fresh_served from MNT/.echofs/stats since the
 first batch was asked for. One JSON line per evaluation goes to --log, and a
-summary line (label, reached, time_s, fresh, served, accuracy) is printed.
+summary line (label, reached, time_s, fresh, served, accuracy, and the mount's
+requests and decodes under "mount") is printed.
 --input gray28 (default) trains on Fashion-MNIST's 28x28 JPEGs; rgb64 on
 64x64 colour images (tools/bench/bench_train_decode.sh: photo-sized JPEGs
 that an echofs mount decodes, resizes and crops to 64x64 PPMs) with a
@@ -294,6 +295,13 @@ def main():
                 "effective_echo": st.get("effective_echo"),
                 "served": run.since_start("fresh_served", st) +
                 run.since_start("echoes_served", st)})
+    # What the mount did for it (since the first batch): requests and the
+    # files it decoded for their own paths; the pool's stream at the end.
+    res["mount"] = {k: run.since_start(k, st) for k in
+                    ("lookups", "opens", "reads", "outputs_made")
+                    if k in st}
+    res["mount"].update({k: st[k] for k in ("fresh_in_pass", "pool_samples")
+                         if k in st})
     print(json.dumps(res))
     return 0
 
