@@ -22,7 +22,8 @@
  * every lookup of a file goes to bindings.c (entry timeout 0), which binds
  * the path to a pool sample under an inode of its own; files are opened
  * for real, and READDIRPLUS returns their names without attributes so that
- * listing a directory binds nothing. .echofs/config can be written there.
+ * listing a directory binds nothing (except for paths served their own
+ * sample, below). .echofs/config can be written there.
  * An echo lookup that must wait for data is parked in the pool (no FUSE
  * thread waits) and answered from the thread that makes a sample ready;
  * an INTERRUPT answers it EINTR at once. When every served file has one
@@ -41,7 +42,11 @@
  * either the lookup sees exact_now or retire_now sees the lookup. Every
  * own path's lookup makes its output (dataset_echo_check_own), so a bad
  * image is found before the kernel can read its path unopened, and is
- * answered with a good file of its class (stand_in). */
+ * answered with a good file of its class (stand_in). A path that its
+ * listing already answered with its own inode (listed_with_entry, as an
+ * exact mount's listing does, so the first pass costs no LOOKUP a file
+ * either) is not looked up: its bad image is found at its READ, which
+ * then returns the bytes of that good file (read_output). */
 #include "fs/ops.h"
 
 #include <errno.h>
@@ -372,34 +377,45 @@ static void lookup_echo(fuse_req_t req, struct fs_ctx *fs, uint32_t num)
 	reply_echo_entry(req, fs, r, &ba);
 }
 
-/* A retired mount (exact when local) binds nothing, and the kernel opens
- * files itself: the path of a bad image is answered with the entry of the
- * next good file of its class, as a hard link would be, so that a reader
- * gets a sample of the same label, the same one at every read, instead of
- * EIO. Returns 0 or err when the class has no good file. */
-static int stand_in(struct fs_ctx *fs, uint32_t num, struct fuse_entry_param *e,
-		    int err)
+/* The file that stands in for file num, a bad image, on an echo mount
+ * that serves it as its own: the next good file of its class, the same one
+ * every time, so that a reader gets a sample of the right label instead of
+ * EIO. UINT32_MAX when the class has no good file. */
+static uint32_t good_neighbour(struct fs_ctx *fs, uint32_t num)
 {
 	const struct ns_file *f = &fs->ns->files[num];
 	const struct ns_class *c;
 
 	if (f->cls == NS_NO_CLASS)
-		return err;
+		return UINT32_MAX;
 	c = &fs->ns->classes[f->cls];
 	for (uint32_t k = 1; k < c->count; k++) {
 		uint32_t g = c->first + (num - c->first + k) % c->count;
 
 		if (dataset_echo_check_own(fs->ds, fs->ns->files[g].sample) ==
-			    0 &&
-		    fill_entry(fs, (fuse_ino_t)ns_file_ino(fs->ns, g), e, 1) ==
-			    0) {
+		    0) {
 			log_debug("%s/%s is a bad image: answered with %s",
 				  ns_dir_name(fs->ns, f->cls), f->name,
 				  fs->ns->files[g].name);
-			return 0;
+			return g;
 		}
 	}
-	return err;
+	return UINT32_MAX;
+}
+
+/* A retired mount (exact when local) binds nothing, and the kernel opens
+ * files itself: the path of a bad image is answered with the entry of its
+ * good_neighbour, as a hard link would be. Returns 0 or err when there is
+ * none. */
+static int stand_in(struct fs_ctx *fs, uint32_t num, struct fuse_entry_param *e,
+		    int err)
+{
+	uint32_t g = good_neighbour(fs, num);
+
+	if (g == UINT32_MAX ||
+	    fill_entry(fs, (fuse_ino_t)ns_file_ino(fs->ns, g), e, 1) != 0)
+		return err;
+	return 0;
 }
 
 static void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -493,6 +509,29 @@ static void fs_op_opendir(fuse_req_t req, fuse_ino_t ino,
 	fuse_reply_open(req, fi);
 }
 
+/* Whether a READDIRPLUS record of file ino carries its entry, so that the
+ * kernel does not look the path up: on an exact mount always; on an echo
+ * mount once it is exact, or when it is about to be (own: every shard
+ * local, exact when local on, dataset_echo_may_retire; its first OPEN
+ * retires it) for a path not bound now. Such a path is served its own
+ * sample, as its lookup would answer, but claims nothing in the pool
+ * (dataset_echo_own): its open counts it. Listing binds nothing, and a bad
+ * image is found at its OPEN (ESTALE: the lookup that follows echoes) or,
+ * once the kernel opens files itself, at its READ (read_output). Not for
+ * files whose converted size is not known in advance: a listing converts
+ * nothing. */
+static int listed_with_entry(struct fs_ctx *fs, fuse_ino_t ino, int own)
+{
+	uint32_t num;
+
+	if (dataset_converts(fs->ds) && dataset_output_fixed_size(fs->ds) < 0)
+		return 0;
+	if (!fs->bind || atomic_load(&fs->exact_now))
+		return 1;
+	return own && ns_kind_of(fs->ns, ino, &num) == NS_FILE &&
+	       !bindings_is_bound(fs->bind, num);
+}
+
 /* Fill buf with entries starting at off (0 ".", 1 "..", then the listing),
  * plain or "plus" (with attributes, counted as lookups by the kernel; the
  * static tree keeps no per-inode state, so its forgets are ignored).
@@ -501,6 +540,10 @@ static size_t fill_dir(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 		       off_t off, char *buf, size_t size, int plus)
 {
 	size_t used = 0;
+	/* Scans every shard: once a request. */
+	int own = plus && fs->bind && !atomic_load(&fs->exact_now) &&
+		  dataset_echo_may_retire(fs->ds);
+
 	for (size_t j = (size_t)off;; j++) {
 		struct fuse_entry_param e = {0};
 		const char *name;
@@ -516,13 +559,9 @@ static size_t fill_dir(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 				break;
 		}
 		e.attr.st_mode = is_dir ? S_IFDIR : S_IFREG;
-		/* Echo files: a name only (ino 0), nothing is bound; files whose
-		 * converted size is not known in advance: a name only too, so a
-		 * listing converts nothing. */
+		/* Other files: a name only (ino 0). */
 		if (plus && j >= 2 &&
-		    (is_dir || ((!fs->bind || atomic_load(&fs->exact_now)) &&
-				!(dataset_converts(fs->ds) &&
-				  dataset_output_fixed_size(fs->ds) < 0))))
+		    (is_dir || listed_with_entry(fs, e.attr.st_ino, own)))
 			fill_entry(fs, e.attr.st_ino, &e, 0);
 		need = plus ? fuse_add_direntry_plus(req, buf + used, size - used,
 						     name, &e, (off_t)(j + 1))
@@ -1029,12 +1068,24 @@ static void fs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		fuse_reply_buf(req, names, len);
 }
 
-/* A READ of a preprocessed file: a slice of its output. */
+/* A READ of a preprocessed file: a slice of its output. On an echo mount
+ * that serves a bad image as its own, unopened (listed_with_entry, the
+ * kernel opening files itself), its good_neighbour's: every output has one
+ * size there, so the bytes fit the attributes the kernel holds. */
 static void read_output(fuse_req_t req, struct fs_ctx *fs, uint32_t file,
 			size_t size, off_t off)
 {
 	struct dataset_output *o;
-	int r = dataset_output_get(fs->ds, fs->ns->files[file].sample, &o);
+	uint32_t sample = fs->ns->files[file].sample;
+	int r;
+
+	if (fs->bind && dataset_output_fixed_size(fs->ds) >= 0 &&
+	    dataset_echo_check_own(fs->ds, sample) != 0) {
+		uint32_t g = good_neighbour(fs, file);
+		if (g != UINT32_MAX)
+			sample = fs->ns->files[g].sample;
+	}
+	r = dataset_output_get(fs->ds, sample, &o);
 
 	if (r) {
 		count_read_error(fs, file, -r);
