@@ -509,6 +509,27 @@ static void fs_op_opendir(fuse_req_t req, fuse_ino_t ino,
 	fuse_reply_open(req, fi);
 }
 
+/* How often exact when local asks the dataset. Its shard scan stops at the
+ * first shard not on disk, so it costs little until nearly all are; 0.2 s
+ * leaves a pass at 2,500 files/s (BENCHMARKS §24) about 500 opens. */
+#define RETIRE_EVERY_S 0.2
+
+/* Whether listings may give own paths their entries (listed_with_entry):
+ * dataset_echo_may_retire, asked at most every RETIRE_EVERY_S and the last
+ * answer used in between, as it scans every shard and a listing of a
+ * million files sends some 30,000 READDIRPLUS requests. */
+static int listing_owns(struct fs_ctx *fs)
+{
+	double now = now_mono();
+
+	if (now >= atomic_load(&fs->listing_next)) {
+		atomic_store(&fs->listing_next, now + RETIRE_EVERY_S);
+		atomic_store(&fs->listing_own,
+			     dataset_echo_may_retire(fs->ds) != 0);
+	}
+	return atomic_load(&fs->listing_own);
+}
+
 /* Whether a READDIRPLUS record of file ino carries its entry, so that the
  * kernel does not look the path up: on an exact mount always; on an echo
  * mount once it is exact, or when it is about to be (own: every shard
@@ -540,9 +561,8 @@ static size_t fill_dir(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 		       off_t off, char *buf, size_t size, int plus)
 {
 	size_t used = 0;
-	/* Scans every shard: once a request. */
 	int own = plus && fs->bind && !atomic_load(&fs->exact_now) &&
-		  dataset_echo_may_retire(fs->ds);
+		  listing_owns(fs);
 
 	for (size_t j = (size_t)off;; j++) {
 		struct fuse_entry_param e = {0};
@@ -739,11 +759,6 @@ static void open_binding(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 	free(eo);
 	reply_binding_open(req, fs, fi, r, h);
 }
-
-/* How often exact when local asks the dataset. Its shard scan stops at the
- * first shard not on disk, so it costs little until nearly all are; 0.2 s
- * leaves a pass at 2,500 files/s (BENCHMARKS §24) about 500 opens. */
-#define RETIRE_EVERY_S 0.2
 
 /* Exact when local (see the top of this file): 1 when this open of a path
  * served its own sample may be answered ENOSYS. Asked at most every

@@ -38,12 +38,16 @@ struct fs_ctx {
 	 * was answered ENOSYS; exact_now while an open asks and from then
 	 * on (lookups bind nothing); asking: an open is asking (one at a
 	 * time); binders counts lookups that may bind a path (until
-	 * answered); retire_next: when to ask again (now_mono). */
+	 * answered); retire_next: when to ask again (now_mono);
+	 * listing_own: the last answer for listings (listing_owns), asked
+	 * again from listing_next. */
 	atomic_bool retired;
 	atomic_bool exact_now;
 	atomic_bool asking;
 	atomic_int binders;
 	_Atomic double retire_next;
+	atomic_bool listing_own;
+	_Atomic double listing_next;
 	double timeout;       /* entry and attribute cache timeout, seconds */
 	struct timespec mtime; /* of every inode: the mount time */
 	uid_t uid;
