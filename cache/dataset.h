@@ -424,6 +424,9 @@ MUST_CHECK
 int dataset_echo_open_own(struct dataset *ds, uint32_t sample);
 /* The sample's own output could not be made at a lookup: as above. */
 void dataset_echo_own_failed(struct dataset *ds, uint32_t sample);
+/* 1 when exact first knows the sample for a bad image: its output could
+ * not be made at a lookup, or the pool's ingest failed it. */
+int dataset_echo_known_bad(struct dataset *ds, uint32_t sample);
 /* "adaptive" / "fixed" / "greedy" <-> mode: 0 or -EINVAL; the name is
  * static. */
 MUST_CHECK

@@ -482,6 +482,13 @@ void dataset_echo_own_failed(struct dataset *ds, uint32_t sample)
 	pool_mark_bad(ds->pool, sample);
 }
 
+int dataset_echo_known_bad(struct dataset *ds, uint32_t sample)
+{
+	return ds->own_state && sample < dataset_nsamples(ds) &&
+	       atomic_load_explicit(&ds->own_state[sample],
+				    memory_order_relaxed) == OWN_BAD;
+}
+
 /* The first look at a sample's own path makes its output (the read after
  * it finds it in ds->outputs), so that a bad image fails here, where the
  * pool can stand in, rather than at a read; later looks trust that. */

@@ -42,7 +42,9 @@
  * either the lookup sees exact_now or retire_now sees the lookup. Every
  * own path's lookup makes its output (dataset_echo_check_own), so a bad
  * image is found before the kernel can read its path unopened, and is
- * answered with a good file of its class (stand_in). A path that its
+ * answered with a good file of its class (stand_in; before the mount is
+ * exact too, when that file is local, as the pool may have none of the
+ * class to give this pass). A path that its
  * listing already answered with its own inode (listed_with_entry, as an
  * exact mount's listing does, so the first pass costs no LOOKUP a file
  * either) is not looked up: its bad image is found at its READ, which
@@ -380,8 +382,10 @@ static void lookup_echo(fuse_req_t req, struct fs_ctx *fs, uint32_t num)
 /* The file that stands in for file num, a bad image, on an echo mount
  * that serves it as its own: the next good file of its class, the same one
  * every time, so that a reader gets a sample of the right label instead of
- * EIO. UINT32_MAX when the class has no good file. */
-static uint32_t good_neighbour(struct fs_ctx *fs, uint32_t num)
+ * EIO. local: only files whose shard is on local disk (their check makes
+ * an output, which must not wait for a fetch on a FUSE thread). UINT32_MAX
+ * when the class has no such file. */
+static uint32_t good_neighbour(struct fs_ctx *fs, uint32_t num, int local)
 {
 	const struct ns_file *f = &fs->ns->files[num];
 	const struct ns_class *c;
@@ -391,9 +395,12 @@ static uint32_t good_neighbour(struct fs_ctx *fs, uint32_t num)
 	c = &fs->ns->classes[f->cls];
 	for (uint32_t k = 1; k < c->count; k++) {
 		uint32_t g = c->first + (num - c->first + k) % c->count;
+		uint32_t s = fs->ns->files[g].sample;
 
-		if (dataset_echo_check_own(fs->ds, fs->ns->files[g].sample) ==
-		    0) {
+		if (local &&
+		    !dataset_is_cached(fs->ds, dataset_group(fs->ds, s)))
+			continue;
+		if (dataset_echo_check_own(fs->ds, s) == 0) {
 			log_debug("%s/%s is a bad image: answered with %s",
 				  ns_dir_name(fs->ns, f->cls), f->name,
 				  fs->ns->files[g].name);
@@ -403,19 +410,56 @@ static uint32_t good_neighbour(struct fs_ctx *fs, uint32_t num)
 	return UINT32_MAX;
 }
 
-/* A retired mount (exact when local) binds nothing, and the kernel opens
- * files itself: the path of a bad image is answered with the entry of its
- * good_neighbour, as a hard link would be. Returns 0 or err when there is
- * none. */
+/* The path of a bad image is answered with the entry of its
+ * good_neighbour, as a hard link would be: on a retired mount (exact when
+ * local), which binds nothing and whose kernel opens files itself, and on
+ * any echo mount whose neighbour is local, as the pool may have no sample
+ * of the class to give until its next pass (every good one served by its
+ * own path this pass). Returns 0 or err when there is none. */
 static int stand_in(struct fs_ctx *fs, uint32_t num, struct fuse_entry_param *e,
-		    int err)
+		    int err, int local)
 {
-	uint32_t g = good_neighbour(fs, num);
+	uint32_t g = good_neighbour(fs, num, local);
 
 	if (g == UINT32_MAX ||
 	    fill_entry(fs, (fuse_ino_t)ns_file_ino(fs->ns, g), e, 1) != 0)
 		return err;
 	return 0;
+}
+
+/* The entry an echo mount's lookup of file num (inode ino) answers without
+ * the pool: its own (exact first, dataset_echo_own, or any path once the
+ * mount is exact), or its stand_in when its image is bad. 0 with e filled,
+ * -errno to answer, or 1: the pool serves the path. */
+static int own_entry(struct fs_ctx *fs, fuse_ino_t ino, uint32_t num,
+		     struct fuse_entry_param *e)
+{
+	uint32_t sample = fs->ns->files[num].sample;
+	int exact = atomic_load(&fs->exact_now);
+	int r = -EIO;
+
+	/* A path bound and not yet opened keeps its binding: a stat and the
+	 * open after it (cp) see one inode. */
+	if (!exact && bindings_is_bound(fs->bind, num))
+		return 1;
+	if (exact || dataset_echo_own(fs->ds, sample)) {
+		/* A bad image is found here, before the kernel may read the
+		 * path (it opens files itself once retired). */
+		r = dataset_echo_check_own(fs->ds, sample);
+		if (r == 0) {
+			r = fill_entry(fs, ino, e, 1);
+			if (r && !exact)
+				dataset_echo_own_failed(fs->ds, sample);
+		}
+		if (r == 0)
+			return 0;
+	} else if (!dataset_echo_known_bad(fs->ds, sample)) {
+		return 1;
+	}
+	r = stand_in(fs, num, e, r, !exact);
+	if (r && !exact)
+		return 1; /* no local good file of its class: the pool echoes */
+	return r;
 }
 
 static void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -439,34 +483,16 @@ static void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	 * dataset_echo_own): the tree's own inode, as on an exact mount, whose
 	 * pages the kernel keeps from one epoch to the next. */
 	if (fs->bind && ns_kind_of(fs->ns, ino, &num) == NS_FILE) {
-		uint32_t sample = fs->ns->files[num].sample;
 		atomic_fetch_add(&fs->binders, 1);
-		/* A path bound and not yet opened keeps its binding: a stat
-		 * and the open after it (cp) see one inode. */
-		if (atomic_load(&fs->exact_now) ||
-		    (!bindings_is_bound(fs->bind, num) &&
-		     dataset_echo_own(fs->ds, sample))) {
-			/* A bad image is found here, before the kernel may
-			 * read the path (it opens files itself once retired).
-			 */
-			int bad = dataset_echo_check_own(fs->ds, sample);
-			r = bad ? bad : fill_entry(fs, ino, &e, 1);
-			if (r && atomic_load(&fs->exact_now))
-				r = stand_in(fs, num, &e, r);
-			if (r == 0 || atomic_load(&fs->exact_now)) {
-				atomic_fetch_sub(&fs->binders, 1);
-				if (r)
-					fuse_reply_err(
-						req,
-						errmap_reply(ERRMAP_LOOKUP, r));
-				else
-					fuse_reply_entry(req, &e);
-				return;
-			}
-			/* Its output could not be made (a bad image): the
-			 * pool skips those. */
-			if (!bad)
-				dataset_echo_own_failed(fs->ds, sample);
+		r = own_entry(fs, ino, num, &e);
+		if (r <= 0) {
+			atomic_fetch_sub(&fs->binders, 1);
+			if (r)
+				fuse_reply_err(req,
+					       errmap_reply(ERRMAP_LOOKUP, r));
+			else
+				fuse_reply_entry(req, &e);
+			return;
 		}
 		lookup_echo(req, fs, num);
 		return;
@@ -1026,8 +1052,24 @@ static void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 
 #define XATTR_SOURCE "user.echofs.source"
 
+/* The sample the tree's own inode of file num serves on an echo mount:
+ * its own, or when its image is bad (found at a READ of a path listed
+ * with its entry, listed_with_entry) its good_neighbour's: every output
+ * has one size there, so those bytes fit the attributes the kernel holds. */
+static uint32_t own_inode_sample(struct fs_ctx *fs, uint32_t num)
+{
+	uint32_t sample = fs->ns->files[num].sample;
+	uint32_t g;
+
+	if (!fs->bind || dataset_output_fixed_size(fs->ds) < 0 ||
+	    dataset_echo_check_own(fs->ds, sample) == 0)
+		return sample;
+	g = good_neighbour(fs, num, 0);
+	return g == UINT32_MAX ? sample : fs->ns->files[g].sample;
+}
+
 /* The sample an echo mount's file ino serves: its binding's, or its own
- * (a path served exactly: exact first). 0 or -ENODATA. */
+ * inode's (own_inode_sample). 0 or -ENODATA. */
 static int echo_source(struct fs_ctx *fs, fuse_ino_t ino, uint32_t *sample)
 {
 	uint32_t num;
@@ -1035,7 +1077,7 @@ static int echo_source(struct fs_ctx *fs, fuse_ino_t ino, uint32_t *sample)
 	if (!fs->bind)
 		return -ENODATA;
 	if (ns_kind_of(fs->ns, ino, &num) == NS_FILE) {
-		*sample = fs->ns->files[num].sample;
+		*sample = own_inode_sample(fs, num);
 		return 0;
 	}
 	if (!bindings_owns(fs->bind, ino) ||
@@ -1083,23 +1125,15 @@ static void fs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		fuse_reply_buf(req, names, len);
 }
 
-/* A READ of a preprocessed file: a slice of its output. On an echo mount
- * that serves a bad image as its own, unopened (listed_with_entry, the
- * kernel opening files itself), its good_neighbour's: every output has one
- * size there, so the bytes fit the attributes the kernel holds. */
+/* A READ of a preprocessed file: a slice of its output, or on an echo
+ * mount its own_inode_sample's. */
 static void read_output(fuse_req_t req, struct fs_ctx *fs, uint32_t file,
 			size_t size, off_t off)
 {
 	struct dataset_output *o;
-	uint32_t sample = fs->ns->files[file].sample;
+	uint32_t sample = own_inode_sample(fs, file);
 	int r;
 
-	if (fs->bind && dataset_output_fixed_size(fs->ds) >= 0 &&
-	    dataset_echo_check_own(fs->ds, sample) != 0) {
-		uint32_t g = good_neighbour(fs, file);
-		if (g != UINT32_MAX)
-			sample = fs->ns->files[g].sample;
-	}
 	r = dataset_output_get(fs->ds, sample, &o);
 
 	if (r) {

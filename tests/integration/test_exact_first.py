@@ -114,10 +114,11 @@ def test_a_cold_path_is_echoed(mounter, fault_server):
 
 
 def test_a_bad_own_image_is_echoed_and_counted_once(mounter, private_nginx, dataset):
-    """With a fixed-size output the lookup decodes nothing: the open finds
-    the bad image, answers ESTALE, and the kernel's second lookup takes a
-    good sample from the pool. Without exact first's marks the bad
-    samples would fail every open (EIO) or be counted again by the pool."""
+    """The shard is local from the start (building the index fetched it):
+    a bad image's path is answered with a good file of its class, by its
+    lookup, or by its READ when the listing gave its entry, and
+    user.echofs.source names that file. Without exact first's marks the bad
+    samples would fail every open (EIO) or be counted again."""
     d = os.path.join(dataset.www, "badimg")
     os.makedirs(d, exist_ok=True)
     make_bad_shard(os.path.join(d, "bad-000000.tar"))
@@ -328,8 +329,10 @@ def test_a_bad_image_on_a_mount_gone_exact_reads_a_good_one(
     order = sorted(names, key=lambda n: (not n.startswith("ok"), n))
     for _ in range(2):
         for n in order:
-            got, _ = read(m.path("1", n))
+            got, src_key = read(m.path("1", n))
             assert got in good, n
+            # The source named is the file whose bytes were read.
+            assert src_key == good[got].split(".")[0].encode(), (n, src_key)
             if n.startswith("ok"):
                 assert good[got] == n, n
     st = m.stats()
@@ -392,3 +395,37 @@ def test_a_warm_mount_decodes_nothing_for_the_pool(mounter, fault_server, tmp_pa
     st = echo.stats()
     assert st["outputs_made"] == len(paths), st
     assert st["outputs_hits"] >= len(paths), st
+
+
+def test_a_bad_own_image_after_its_class_is_served(mounter, private_nginx,
+                                                   dataset, tmp_path):
+    """Every good file of the bad image's class already served its own
+    sample this pass (a sorted reader on a warm mount that keeps its opens):
+    the pool has no sample of that class to give and will get none before
+    the next pass. The bad path must still read a good file of its class
+    at once, not wait out read_timeout (ETIMEDOUT)."""
+    d = os.path.join(dataset.www, "badimg4")
+    os.makedirs(d, exist_ok=True)
+    make_distinct_bad_shard(os.path.join(d, "bad-000000.tar"))
+    src = "%s/badimg4/bad-{000000..000000}.tar" % private_nginx.url
+    cache = str(tmp_path / "cache")
+    opts = {"size": 64, "crop": 32, "format": "ppm"}
+    exact = mounter(src, cache_dir=cache, opts=opts, name="exact")
+    good = {}
+    for n in ("ok0.ppm", "ok1.ppm", "ok2.ppm"):
+        good[read(exact.path("1", n))[0]] = n
+    exact.umount()
+    m = mounter(src, cache_dir=cache, name="echo",
+                opts=dict(opts, echo=4, seed=7, exact_when_local=0,
+                          read_timeout=5))
+    for n in ("ok0.ppm", "ok1.ppm", "ok2.ppm"):
+        got, src_key = read(m.path("1", n))
+        assert good.get(got) == n, n
+    t0 = time.monotonic()
+    for n in ("trunc.ppm", "junk.ppm"):
+        got, _ = read(m.path("1", n))
+        assert got in good, n
+    assert time.monotonic() - t0 < 2.5, "a bad path waited for the pool"
+    st = m.stats()
+    assert st["errors"]["image"] == 2, st["errors"]
+    assert st["errors"].get("timeout", 0) == 0, st["errors"]

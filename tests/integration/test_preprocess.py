@@ -180,12 +180,15 @@ def test_encoded_echo_mount_skips_bad_images(mounter, private_nginx, dataset, cr
     """echo_stage=encoded decodes at the serve, not at ingest: a bad JPEG
     found then is discarded from the pool and the open (crop: bound at
     open) or lookup (no crop) takes another sample, so readers see only
-    good ones, and each bad one is counted once."""
+    good ones, and each bad one is counted once. exact_first=0: the pool
+    serves every open (the shard is local once indexed, so exact first
+    would answer bad paths with a good neighbour, test_exact_first.py)."""
     d = os.path.join(dataset.www, "badimg")
     os.makedirs(d, exist_ok=True)
     make_bad_shard(os.path.join(d, "bad-000000.tar"))
     src = "%s/badimg/bad-{000000..000000}.tar" % private_nginx.url
-    opts = {"size": 64, "format": "ppm", "echo": 2, "echo_stage": "encoded"}
+    opts = {"size": 64, "format": "ppm", "echo": 2, "echo_stage": "encoded",
+            "exact_first": 0}
     if crop:
         opts.update(crop=crop, augment=1)
     e = mounter(src, opts=opts, name="echo%d" % crop)
