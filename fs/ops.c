@@ -383,13 +383,17 @@ static void lookup_echo(fuse_req_t req, struct fs_ctx *fs, uint32_t num)
  * that serves it as its own: the next good file of its class, the same one
  * every time, so that a reader gets a sample of the right label instead of
  * EIO. local: only files whose shard is on local disk (their check makes
- * an output, which must not wait for a fetch on a FUSE thread). UINT32_MAX
- * when the class has no such file. */
-static uint32_t good_neighbour(struct fs_ctx *fs, uint32_t num, int local)
+ * an output, which must not wait for a fetch on a FUSE thread); *skipped
+ * (if not NULL) counts the others. UINT32_MAX when the class has no such
+ * file. */
+static uint32_t good_neighbour(struct fs_ctx *fs, uint32_t num, int local,
+			       uint32_t *skipped)
 {
 	const struct ns_file *f = &fs->ns->files[num];
 	const struct ns_class *c;
 
+	if (skipped)
+		*skipped = 0;
 	if (f->cls == NS_NO_CLASS)
 		return UINT32_MAX;
 	c = &fs->ns->classes[f->cls];
@@ -398,8 +402,11 @@ static uint32_t good_neighbour(struct fs_ctx *fs, uint32_t num, int local)
 		uint32_t s = fs->ns->files[g].sample;
 
 		if (local &&
-		    !dataset_is_cached(fs->ds, dataset_group(fs->ds, s)))
+		    !dataset_is_cached(fs->ds, dataset_group(fs->ds, s))) {
+			if (skipped)
+				++*skipped;
 			continue;
+		}
 		if (dataset_echo_check_own(fs->ds, s) == 0) {
 			log_debug("%s/%s is a bad image: answered with %s",
 				  ns_dir_name(fs->ns, f->cls), f->name,
@@ -415,11 +422,12 @@ static uint32_t good_neighbour(struct fs_ctx *fs, uint32_t num, int local)
  * local), which binds nothing and whose kernel opens files itself, and on
  * any echo mount whose neighbour is local, as the pool may have no sample
  * of the class to give until its next pass (every good one served by its
- * own path this pass). Returns 0 or err when there is none. */
+ * own path this pass). Returns 0 or err when there is none (*skipped:
+ * good_neighbour's). */
 static int stand_in(struct fs_ctx *fs, uint32_t num, struct fuse_entry_param *e,
-		    int err, int local)
+		    int err, int local, uint32_t *skipped)
 {
-	uint32_t g = good_neighbour(fs, num, local);
+	uint32_t g = good_neighbour(fs, num, local, skipped);
 
 	if (g == UINT32_MAX ||
 	    fill_entry(fs, (fuse_ino_t)ns_file_ino(fs->ns, g), e, 1) != 0)
@@ -436,6 +444,7 @@ static int own_entry(struct fs_ctx *fs, fuse_ino_t ino, uint32_t num,
 {
 	uint32_t sample = fs->ns->files[num].sample;
 	int exact = atomic_load(&fs->exact_now);
+	uint32_t skipped;
 	int r = -EIO;
 
 	/* A path bound and not yet opened keeps its binding: a stat and the
@@ -456,9 +465,12 @@ static int own_entry(struct fs_ctx *fs, fuse_ino_t ino, uint32_t num,
 	} else if (!dataset_echo_known_bad(fs->ds, sample)) {
 		return 1;
 	}
-	r = stand_in(fs, num, e, r, !exact);
-	if (r && !exact)
-		return 1; /* no local good file of its class: the pool echoes */
+	r = stand_in(fs, num, e, r, !exact, &skipped);
+	/* No local good file of its class: the pool echoes one of the remote
+	 * files; a class whose every file is a bad image fails here, as on an
+	 * exact mount, instead of waiting for a pool that has none. */
+	if (r && !exact && skipped)
+		return 1;
 	return r;
 }
 
@@ -1064,7 +1076,7 @@ static uint32_t own_inode_sample(struct fs_ctx *fs, uint32_t num)
 	if (!fs->bind || dataset_output_fixed_size(fs->ds) < 0 ||
 	    dataset_echo_check_own(fs->ds, sample) == 0)
 		return sample;
-	g = good_neighbour(fs, num, 0);
+	g = good_neighbour(fs, num, 0, NULL);
 	return g == UINT32_MAX ? sample : fs->ns->files[g].sample;
 }
 

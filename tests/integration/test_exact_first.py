@@ -429,3 +429,39 @@ def test_a_bad_own_image_after_its_class_is_served(mounter, private_nginx,
     st = m.stats()
     assert st["errors"]["image"] == 2, st["errors"]
     assert st["errors"].get("timeout", 0) == 0, st["errors"]
+
+
+def test_a_class_of_bad_images_fails_at_once(mounter, private_nginx, dataset,
+                                             tmp_path):
+    """A class whose every image is bad has nothing to echo or stand in:
+    its paths fail with EIO at once, as on an exact mount, instead of
+    waiting for a pool that can never give a sample of it."""
+    from PIL import Image
+    d = os.path.join(dataset.www, "badclass")
+    os.makedirs(d, exist_ok=True)
+    buf = io.BytesIO()
+    Image.new("RGB", (80, 60), (10, 120, 240)).save(buf, "JPEG")
+    good = buf.getvalue()
+    members = [("g%d" % i, good, b"0") for i in range(3)]
+    members += [("trunc", good[: len(good) // 3], b"1"),
+                ("junk", b"\xff\xd8" + os.urandom(500), b"1")]
+    with tarfile.open(os.path.join(d, "bad-000000.tar"), "w",
+                      format=tarfile.USTAR_FORMAT) as t:
+        for key, img, cls in members:
+            for n, b in ((key + ".jpg", img), (key + ".cls", cls)):
+                info = tarfile.TarInfo(n)
+                info.size = len(b)
+                t.addfile(info, io.BytesIO(b))
+    src = "%s/badclass/bad-{000000..000000}.tar" % private_nginx.url
+    opts = {"size": 64, "crop": 32, "format": "ppm"}
+    for name, extra in (("keep", {"exact_when_local": 0}), ("default", {})):
+        m = mounter(src, cache_dir=str(tmp_path / "cache"), name=name,
+                    opts=dict(opts, echo=4, seed=7, **extra))
+        assert read(m.path("0", "g0.ppm"))[0].startswith(b"P6")
+        t0 = time.monotonic()
+        for n in ("junk.ppm", "trunc.ppm"):
+            with pytest.raises(OSError) as e:
+                read(m.path("1", n))
+            assert e.value.errno == errno.EIO, (name, n, e.value)
+        assert time.monotonic() - t0 < 2.5, (name, "waited for the pool")
+        m.umount()
