@@ -338,12 +338,13 @@ void dataset_echo_end(struct dataset *ds);
 
 /* Reserve a sample of class cls for one binding: fresh if the policy can,
  * else an echo; blocks up to the pool's wait. 0 with a reference in *out,
- * or -ETIMEDOUT, -EINVAL (bad class), -ESHUTDOWN (stopping), -ENXIO. */
+ * or -ETIMEDOUT, -EIO (every sample of the class is bad), -EINVAL (bad
+ * class), -ESHUTDOWN (stopping), -ENXIO. */
 MUST_CHECK
 int dataset_echo_take(struct dataset *ds, uint32_t cls,
 		      struct dataset_sample **out);
 /* Completion of a parked take: err 0 with a reference in s, or
- * -ETIMEDOUT, -EINTR or -ESHUTDOWN with s NULL; called exactly once,
+ * -ETIMEDOUT, -EIO, -EINTR or -ESHUTDOWN with s NULL; called exactly once,
  * from another thread. */
 typedef void (*dataset_echo_done_fn)(void *ud, int err,
 				     struct dataset_sample *s);

@@ -59,12 +59,14 @@ void pool_notify(struct pool *p, uint32_t cls)
 	pthread_cond_broadcast(&p->cls_cv[cls]);
 	for (; w; w = n) {
 		struct echo_take t;
+		int r;
 		n = w->next;
 		if (w->cls != cls)
 			continue;
-		if (pool_try_take(p, cls, &t) != 0)
+		r = pool_try_take(p, cls, &t);
+		if (r == -EAGAIN)
 			return;
-		parked_answer(p, w, 0, pool_hand_out(p, &t));
+		parked_answer(p, w, r, r ? NULL : pool_hand_out(p, &t));
 		n = p->whead; /* the list changed; start over */
 	}
 }

@@ -331,6 +331,7 @@ static int group_samples(struct pool *p, const uint32_t *class_of)
 	p->debt_pass = xcalloc(n + 1, sizeof(uint32_t));
 	p->held = xcalloc(n + 1, 1);
 	p->bad = xcalloc(n + 1, 1);
+	p->class_good = xcalloc(p->ncls + 1, sizeof(uint32_t));
 	p->own = xcalloc(n + 1, 1);
 	p->taken = xcalloc(n + 1, 1);
 	p->shard_first = xcalloc(ix->nshards + 1, sizeof(uint32_t));
@@ -343,6 +344,8 @@ static int group_samples(struct pool *p, const uint32_t *class_of)
 		if (u[i].shard >= ix->nshards)
 			return -EINVAL;
 		p->class_of[i] = c;
+		if (c != POOL_NO_CLASS)
+			p->class_good[c]++;
 		if (c != POOL_NO_CLASS)
 			p->shard_first[u[i].shard + 1]++;
 	}
@@ -421,6 +424,7 @@ static void destroy(struct pool *p)
 	free(p->debt_pass);
 	free(p->held);
 	free(p->bad);
+	free(p->class_good);
 	free(p->own);
 	free(p->taken);
 	echo_gov_free(p->gov);
@@ -605,6 +609,8 @@ int pool_try_take(struct pool *p, uint32_t cls, struct echo_take *t)
 	ASSERT_HELD(&p->lock);
 	int r;
 
+	if (p->class_good[cls] == 0)
+		return -EIO; /* no pass will give one */
 	buffer_pull(p, cls);
 	while ((r = echo_policy_take(p->ep, cls, t)) == 0 && t->fresh) {
 		struct entry *e = (struct entry *)t->item;
@@ -795,8 +801,19 @@ void pool_mark_bad(struct pool *p, uint32_t sample)
 		return;
 	pthread_mutex_lock(&p->lock);
 	if (sample < p->nunits && !p->bad[sample])
-		p->bad[sample] = 2;
+		pool_set_bad(p, sample, 2);
 	pool_unlock(p);
+}
+
+void pool_set_bad(struct pool *p, uint32_t sample, uint8_t how)
+{
+	uint32_t c = p->class_of[sample];
+	bool first = !p->bad[sample];
+
+	ASSERT_HELD(&p->lock);
+	p->bad[sample] = how;
+	if (first && c != POOL_NO_CLASS && --p->class_good[c] == 0)
+		pool_notify(p, c);
 }
 
 bool pool_claim_own(struct pool *p, uint32_t sample, bool local)
@@ -873,7 +890,7 @@ void pool_discard(struct pool *p, struct pool_sample *s)
 		 * streamed again (stream_sample skips bad samples). */
 		if (!p->bad[e->sample])
 			p->rejected++;
-		p->bad[e->sample] = 1;
+		pool_set_bad(p, e->sample, 1);
 		if (!rf->lead->ended)
 			echo_policy_discard(p->ep, &rf->lead->t);
 		rf->lead->ended = true;

@@ -27,7 +27,8 @@
  * - pool_take_async asks the policy for a sample of the class; when the
  *   policy says "wait", the request is parked (no thread waits for it) and
  *   answered by whichever thread makes a sample of its class ready, by a
- *   timer thread after wait_s (-ETIMEDOUT), or by pool_cancel (-EINTR).
+ *   timer thread after wait_s (-ETIMEDOUT), or by pool_cancel (-EINTR);
+ *   a class whose every sample was refused (bad) answers -EIO at once.
  *   The time parked counts as stall time. pool_take is the blocking form.
  * - Over one pass every sample of the index whose class is not NO_CLASS
  *   enters exactly once, so it is served fresh exactly once; a given-back
@@ -170,13 +171,14 @@ void pool_stop(struct pool *p);
  * if the policy can, else an echo. The policy's state (uses, window) moves
  * as if it were served, but the serve is not counted in the statistics
  * until pool_commit. Blocks up to wait_s. On success *out holds a reference
- * (release it with pool_release). Returns 0, -ETIMEDOUT, -EINVAL (bad
- * class) or -ESHUTDOWN (pool stopping). */
+ * (release it with pool_release). Returns 0, -ETIMEDOUT, -EIO (every
+ * sample of the class is bad), -EINVAL (bad class) or -ESHUTDOWN (pool
+ * stopping). */
 MUST_CHECK
 int pool_take(struct pool *p, uint32_t cls, struct pool_sample **out);
 
 /* Completion of a parked take: err 0 with a reference in s (as from
- * pool_take), or -ETIMEDOUT, -EINTR (pool_cancel) or -ESHUTDOWN with s
+ * pool_take), or -ETIMEDOUT, -EIO, -EINTR (pool_cancel) or -ESHUTDOWN with s
  * NULL. Called exactly once, without the pool lock, from the thread that
  * made the sample ready, the timer or the canceller. */
 typedef void (*pool_done_fn)(void *ud, int err, struct pool_sample *s);

@@ -164,6 +164,9 @@ struct pool {
 	/* Per sample: 1 its ingest or serve failed (counted in rejected), 2
 	 * marked by pool_mark_bad (counted elsewhere); not read again. */
 	uint8_t *bad;
+	/* Per class: its samples not marked bad (pool_set_bad). A class with
+	 * none left answers its takes -EIO: no pass can give it a sample. */
+	uint32_t *class_good;
 	/* Per sample: 1 claimed by its own path (pool_claim_own), which
 	 * serves it fresh every pass: the pool holds it only as an echo
 	 * candidate (policy_join), and does not read it when E allows no
@@ -194,7 +197,12 @@ void pool_buffer_flush(struct pool *p);
  * 0, or -ESHUTDOWN. */
 MUST_CHECK
 int pool_make_room(struct pool *p, uint64_t len);
-/* One take of class cls if one is possible now: 0 or -EAGAIN/-EINVAL. */
+/* Mark sample bad for the rest of the mount (how: see struct pool's bad;
+ * p->lock held); the first mark counts it out of its class_good, and a
+ * class left with none answers its parked takes -EIO. */
+void pool_set_bad(struct pool *p, uint32_t sample, uint8_t how);
+/* One take of class cls if one is possible now: 0 or -EAGAIN/-EINVAL, or
+ * -EIO when every sample of the class is bad. */
 MUST_CHECK
 int pool_try_take(struct pool *p, uint32_t cls, struct echo_take *t);
 /* A reader's reference to what t took. */

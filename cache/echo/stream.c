@@ -133,7 +133,7 @@ static void drop_failed(struct pool *p, struct entry *e, uint64_t reserved,
 	if (rejected && !p->bad[sample]) {
 		/* Failed for the rest of the mount: a bad JPEG is decoded,
 		 * counted and logged once, not once a pass (issue 32). */
-		p->bad[sample] = 1;
+		pool_set_bad(p, sample, 1);
 		p->rejected++;
 	} else if (!rejected) {
 		p->read_errors++;

@@ -818,3 +818,53 @@ Test(pool, own_serves_count_fresh_and_marked_bad_samples_are_skipped)
 	cr_assert_eq(ps.rejected, 0, "counted again by the pool");
 	stack_close(&k);
 }
+
+/* An ingest hook that refuses every sample of class 2 (bad images) and
+ * keeps the others as they are. */
+static int reject_class_2(void *ud, uint32_t sample, const uint8_t *in,
+			  size_t len, uint8_t **out, size_t *outlen)
+{
+	(void)ud;
+	if (class_of[sample] == 2)
+		return -EIO;
+	*out = malloc(len ? len : 1);
+	cr_assert_not_null(*out);
+	memcpy(*out, in, len);
+	*outlen = len;
+	return 0;
+}
+
+/* A class whose every sample is bad has nothing any pass can give: its
+ * takes, parked or blocking, fail with -EIO once its last sample is
+ * refused, instead of waiting out wait_s (-ETIMEDOUT, here 60 s, longer
+ * than parked_wait's 20); the other classes are served as before. */
+Test(pool, a_class_of_bad_samples_fails_its_takes_with_eio)
+{
+	struct pool_opts po = {
+		.echo = 2, .seed = 3, .wait_s = 60, .ingest = reject_class_2};
+	struct parked_take w;
+	struct pool_sample *s = NULL;
+	struct pool_stats ps;
+	struct stack k;
+	double t0;
+	int r;
+
+	parked_init(&w);
+	stack_open(&k, NULL, &po, NULL);
+	r = pool_take_async(k.p, 2, &w, parked_done, &w, &s);
+	if (r == -EINPROGRESS) {
+		cr_assert_eq(parked_wait(&w), 1, "still parked after 20 s");
+		r = w.err;
+	}
+	cr_assert_eq(r, -EIO, "parked take: %s", strerror(-r));
+	t0 = now_mono();
+	cr_assert_eq(pool_take(k.p, 2, &s), -EIO);
+	cr_assert_lt(now_mono() - t0, 5.0, "the blocking take waited");
+	s = take_ok(k.p, 0);
+	pool_release(k.p, s);
+	pool_get_stats(k.p, &ps);
+	cr_assert_eq(ps.rejected, per_class[2]);
+	cr_assert_eq(ps.timeouts, 0);
+	cr_assert_eq(ps.parked, 0);
+	stack_close(&k);
+}
