@@ -297,6 +297,15 @@ def make_distinct_bad_shard(path):
                 t.addfile(info, io.BytesIO(b))
 
 
+def serve_distinct_bad_shard(dataset, private_nginx, name):
+    """make_distinct_bad_shard's shard served by private_nginx under
+    www/name/: its source."""
+    d = os.path.join(dataset.www, name)
+    os.makedirs(d, exist_ok=True)
+    make_distinct_bad_shard(os.path.join(d, "bad-000000.tar"))
+    return "%s/%s/bad-{000000..000000}.tar" % (private_nginx.url, name)
+
+
 @pytest.mark.parametrize("listed", [False, True], ids=["looked-up", "listed"])
 def test_a_bad_image_on_a_mount_gone_exact_reads_a_good_one(
         mounter, private_nginx, dataset, tmp_path, listed):
@@ -307,10 +316,7 @@ def test_a_bad_image_on_a_mount_gone_exact_reads_a_good_one(
     the kernel the path's own entry (no lookup follows), so its READ finds
     it and returns that good file's bytes. Without either the kernel would
     read the bad path itself and fail (an exact mount's EIO)."""
-    d = os.path.join(dataset.www, "badimg3")
-    os.makedirs(d, exist_ok=True)
-    make_distinct_bad_shard(os.path.join(d, "bad-000000.tar"))
-    src = "%s/badimg3/bad-{000000..000000}.tar" % private_nginx.url
+    src = serve_distinct_bad_shard(dataset, private_nginx, "badimg3")
     cache = str(tmp_path / "cache")
     opts = {"size": 64, "crop": 32, "format": "ppm"}
     exact = mounter(src, cache_dir=cache, opts=opts, name="exact")
@@ -405,11 +411,8 @@ def test_a_bad_own_image_after_its_class_is_served(mounter, private_nginx,
     sample this pass (a sorted reader on a warm mount that keeps its opens):
     the pool has no sample of that class to give and will get none before
     the next pass. The bad path must still read a good file of its class
-    at once, not wait out read_timeout (ETIMEDOUT)."""
-    d = os.path.join(dataset.www, "badimg4")
-    os.makedirs(d, exist_ok=True)
-    make_distinct_bad_shard(os.path.join(d, "bad-000000.tar"))
-    src = "%s/badimg4/bad-{000000..000000}.tar" % private_nginx.url
+    at once, not wait out the pool's 30 s (ETIMEDOUT)."""
+    src = serve_distinct_bad_shard(dataset, private_nginx, "badimg4")
     cache = str(tmp_path / "cache")
     opts = {"size": 64, "crop": 32, "format": "ppm"}
     exact = mounter(src, cache_dir=cache, opts=opts, name="exact")
@@ -418,8 +421,7 @@ def test_a_bad_own_image_after_its_class_is_served(mounter, private_nginx,
         good[read(exact.path("1", n))[0]] = n
     exact.umount()
     m = mounter(src, cache_dir=cache, name="echo",
-                opts=dict(opts, echo=4, seed=7, exact_when_local=0,
-                          read_timeout=5))
+                opts=dict(opts, echo=4, seed=7, exact_when_local=0))
     for n in ("ok0.ppm", "ok1.ppm", "ok2.ppm"):
         got, src_key = read(m.path("1", n))
         assert good.get(got) == n, n
