@@ -39,7 +39,11 @@
 # run, the last one moved aside):
 # the first epoch decodes and fills it. --ceiling-seconds 0 skips the ceilings. Cases of one repeat run back
 # to back, so they share the machine's load; the load average is recorded
-# with every run. --placements lists PLACE:INPUT pairs, each run with every
+# with every run. Their order turns by one each repeat (repeat 2 starts
+# with the second case, and so on), so that no case always runs first: in
+# a fixed order the shared placement's first case was the fastest in each
+# of 3 repeats and an identical exact mount run third took 1.02-1.41x its
+# time (BENCHMARKS §27). --placements lists PLACE:INPUT pairs, each run with every
 # case in every repeat (interleaved): PLACE shared (everything on both cores)
 # or pinned (issue 29: the model on core 1, the accelerator's stand-in; the
 # echofs daemon and the DataLoader workers on core 0); INPUT is
@@ -239,7 +243,10 @@ for ((REP = 1; REP <= REPEATS; REP++)); do
 			train_on "$pl exact-prep" "$PREP" --keep-going
 			BUDGET=$BUDGET_SAVED
 		fi
-		for c in $CASES; do
+		read -ra order <<<"$CASES"
+		turn=$(((REP - 1) % ${#order[@]}))
+		order=("${order[@]:turn}" "${order[@]:0:turn}")
+		for c in "${order[@]}"; do
 			opts=$PREP tag= CACHE=
 			if [ "${c%+tier}" != "$c" ]; then
 				c=${c%+tier} tag=" tier"
