@@ -344,10 +344,10 @@ static int group_samples(struct pool *p, const uint32_t *class_of)
 		if (u[i].shard >= ix->nshards)
 			return -EINVAL;
 		p->class_of[i] = c;
-		if (c != POOL_NO_CLASS)
+		if (c != POOL_NO_CLASS) {
 			p->class_good[c]++;
-		if (c != POOL_NO_CLASS)
 			p->shard_first[u[i].shard + 1]++;
+		}
 	}
 	for (size_t s = 0; s < ix->nshards; s++) {
 		p->shard_first[s + 1] += p->shard_first[s];
