@@ -451,7 +451,10 @@ int dataset_echo_may_retire(struct dataset *ds)
 	if (mode != DATASET_ECHO_ADAPTIVE)
 		return 0;
 	pool_get_stats(ds->pool, &ps);
-	if (ps.parked)
+	/* Retired, every path serves its own sample: not while the pool has
+	 * served some of them through other paths this pass or the last
+	 * (pool_claim_own), or echo=1 would serve those twice in a pass. */
+	if (ps.parked || ps.taken_recently)
 		return 0;
 	return dataset_all_local(ds);
 }

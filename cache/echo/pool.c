@@ -624,6 +624,7 @@ int pool_try_take(struct pool *p, uint32_t cls, struct echo_take *t)
 	if (r == 0 && t->fresh) {
 		p->taken[((struct entry *)t->item)->sample] = pass_tag(p->pass);
 		p->takes++;
+		p->takes_in_pass++;
 		if (p->pacing) /* the streamer waits for readers to take */
 			pthread_cond_signal(&p->room_cv);
 	}
@@ -972,6 +973,7 @@ void pool_get_stats(struct pool *p, struct pool_stats *out)
 	*out = (struct pool_stats){
 		.pass = p->pass,
 		.fresh_in_pass = p->fresh_in_pass,
+		.taken_recently = p->takes_in_pass + p->takes_last_pass,
 		.fresh_served = fresh,
 		.own_served = p->served_own,
 		.echoes_served = p->served_echo,

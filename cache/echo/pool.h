@@ -104,6 +104,7 @@ struct pool_opts {
 struct pool_stats {
 	uint64_t pass;          /* current pass, from 1 */
 	uint64_t fresh_in_pass; /* samples that entered the pool this pass */
+	uint64_t taken_recently; /* fresh takes this pass and the last */
 	uint64_t fresh_served;  /* over the pool's life (own_served included) */
 	uint64_t own_served;    /* of those, paths served their own sample
 				 * outside the pool (pool_count_own) */

@@ -160,6 +160,10 @@ struct pool {
 	/* Fresh takes so far, and at the start of the streamer's walk: a
 	 * walk starts only after readers took something (demand). */
 	uint64_t takes, takes_at_walk;
+	/* Fresh takes in the current and the previous pass (pool_claim_own's
+	 * window): while either is non-zero some path's own sample was the
+	 * pool's this pass. */
+	uint64_t takes_in_pass, takes_last_pass;
 	bool pacing;	 /* the streamer waits for readers to take */
 	/* Per sample: 1 its ingest or serve failed (counted in rejected), 2
 	 * marked by pool_mark_bad (counted elsewhere); not read again. */

@@ -78,6 +78,8 @@ void stream_begin_pass(struct pool *p)
 	}
 	p->pass++;
 	p->fresh_in_pass = 0;
+	p->takes_last_pass = p->takes_in_pass;
+	p->takes_in_pass = 0;
 	if (p->o.fresh_first)
 		drop_served(p);
 }
