@@ -17,7 +17,6 @@
 #include "fs/visits.h"
 
 #define REAP_EVERY_MS 250
-#define REPLY_WAIT_MS 200 /* wait_last_reply's bound */
 #define REAP_BATCH 256
 
 static size_t slot(const struct bindings *b, uint64_t ino)
@@ -131,7 +130,7 @@ static struct binding *live(const struct bindings *b, uint32_t file)
 {
 	ASSERT_HELD(&b->lock);
 	struct binding *x = b->cur[file];
-	return x && x->s && !x->spent ? x : NULL;
+	return x && x->s && !x->spent && !x->expired ? x : NULL;
 }
 
 int bindings_is_bound(struct bindings *b, uint32_t file)
@@ -199,52 +198,6 @@ static void load(struct bindings *b, struct binding *x,
 	else
 		b->uhead = x;
 	b->utail = x;
-}
-
-/* Whether spent binding x may take the path's next sample under its node
- * id. The kernel applies the attributes of a lookup reply only if no other
- * reply for the inode was applied since the request was sent (its
- * attr_version), so a reply about the old sample applied late could hide
- * the new size and mtime, and with them the dropping of the old pages.
- * That cannot happen when the old sample was answered to exactly one
- * lookup (or getattr) and then opened: every open is preceded by its
- * task's own lookup of the binding it opens, so the one looker is the one
- * opener, whose reply was applied before it opened. A reply the kernel
- * threw away is forgotten at once and never applied: when a new inode
- * replaces a path's old one, the kernel's revalidating lookup finds
- * another node id, forgets it and looks the path up again, so such a
- * binding is answered twice and forgotten once. Bindings that were
- * looked at more than that, or expired unopened, or still sending a reply
- * when the path was looked up again, are replaced by a new inode. Caller
- * holds the lock. */
-static int rebindable(const struct binding *x)
-{
-	return x && !x->s && x->committed && x->nlookup && !x->opens &&
-	       !x->reading && x->forgot < x->looked &&
-	       x->looked - x->forgot == 1;
-}
-
-/* The reader closed the path's file, but the thread that sent its last
- * READ reply has not yet let go of the old bytes (on 2 cores the woken
- * reader often runs first and opens again). That takes microseconds: wait
- * for it, at most REPLY_WAIT_MS, so the path keeps its inode (one LOOKUP)
- * instead of taking a new one (two LOOKUPs and a FORGET). b->cur[file] is
- * read anew after each wait: a FORGET meanwhile may have freed it. Caller
- * holds the lock. */
-static void wait_last_reply(struct bindings *b, uint32_t file)
-{
-	ASSERT_HELD(&b->lock);
-	struct deadline d = deadline_in(REPLY_WAIT_MS / 1000.0);
-	struct binding *x;
-
-	while ((x = b->cur[file]) && x->spent && !x->opens && x->reading &&
-	       !b->stop) {
-		b->reply_waiters++;
-		int r = cond_wait_until(&b->replied, &b->lock, &d);
-		b->reply_waiters--;
-		if (r == -ETIMEDOUT)
-			break;
-	}
 }
 
 /* A new draw for the make or render hook. Caller holds the lock. */
@@ -343,7 +296,6 @@ static int bind_sample(struct bindings *b, uint32_t file,
 		return 0;
 	}
 	pthread_mutex_lock(&b->lock);
-	wait_last_reply(b, file);
 	x = b->cur[file];
 	if (live(b, file)) {
 		/* Bound meanwhile (between current() and here). */
@@ -355,18 +307,13 @@ static int bind_sample(struct bindings *b, uint32_t file,
 		dataset_echo_untake(b->ds, s);
 		return 0;
 	}
-	if (rebindable(x)) {
-		/* The kernel still holds the path's spent inode: bind the new
-		 * sample to it (see bindings.h, Rebinding). */
-		b->rebound++;
-		x->rebound = 1;
-	} else {
-		x = xcalloc(1, sizeof(*x));
-		x->ino = b->next_ino++;
-		x->file = file;
-		insert(b, x);
-		b->cur[file] = x;
-	}
+	/* Always a new inode: a node id the kernel was told about keeps its
+	 * sample, size and bytes until it is forgotten (see bindings.h). */
+	x = xcalloc(1, sizeof(*x));
+	x->ino = b->next_ino++;
+	x->file = file;
+	insert(b, x);
+	b->cur[file] = x;
 	load(b, x, s, made, outlen, rand);
 	if (member != VISITS_HELD) {
 		x->by_member = 1;
@@ -491,15 +438,16 @@ int bindings_getattr(struct bindings *b, uint64_t ino, struct binding_attr *out)
 int bindings_open(struct bindings *b, uint64_t ino, struct binding **out)
 {
 	struct binding *x;
-	int commit = 0, drop;
+	int commit = 0;
 
 	pthread_mutex_lock(&b->lock);
 	x = bindings_find(b, ino);
-	if (!x || !x->s || x->spent) {
+	if (!x || !x->s) {
 		pthread_mutex_unlock(&b->lock);
-		/* Expired or finished: the kernel will look the path up again. */
-		return x ? -ESTALE : -ENOENT;
+		return -ENOENT; /* forgotten: the kernel cannot send this */
 	}
+	/* Spent, expired or open: the inode keeps its sample until it is
+	 * forgotten, so this open serves what the kernel was told. */
 	if (!x->committed) {
 		x->committed = 1;
 		commit = 1;
@@ -507,15 +455,11 @@ int bindings_open(struct bindings *b, uint64_t ino, struct binding **out)
 	}
 	x->opens++;
 	b->open_handles++;
-	/* A rebound sample looked up more than once: another looker's reply
-	 * may have been applied first, and the pages of the old sample may
-	 * still be being dropped by it. This open drops them itself. */
-	drop = x->rebound && x->looked > 1;
 	pthread_mutex_unlock(&b->lock);
 	if (commit)
 		dataset_echo_commit(b->ds, x->s);
 	*out = x;
-	return drop;
+	return 0;
 }
 
 int bindings_cancel(struct bindings *b, const void *tag)
@@ -676,6 +620,31 @@ struct dataset_sample *bindings_finish(struct binding *h, int *untake)
 	return detach(h, untake);
 }
 
+/* After h's last handle. Bound at open, the sample goes (after the last
+ * reply) and the inode takes the next one at its next OPEN. Bound at a
+ * lookup, the path's next lookup binds anew while this inode keeps its
+ * sample until the kernel forgets it; 1 is returned when the path's entry
+ * should be dropped (inval hook) so that it does so soon. Caller holds the
+ * lock; *s is the sample to drop unlocked, or NULL. */
+static int spend(struct bindings *b, struct binding *h,
+		 struct dataset_sample **s, int *untake)
+{
+	*s = NULL;
+	if (b->fixed) {
+		*s = bindings_finish(h, untake);
+		return 0;
+	}
+	if (h->opens || h->spent)
+		return 0;
+	h->spent = 1;
+	return b->cur[h->file] == h && b->inval != NULL;
+}
+
+static void inval(struct bindings *b, uint32_t file)
+{
+	b->inval(b->inval_ud, file);
+}
+
 void bindings_read_done(struct bindings *b, struct binding *h)
 {
 	struct dataset_sample *s;
@@ -686,15 +655,14 @@ void bindings_read_done(struct bindings *b, struct binding *h)
 	h->reading--;
 	/* The kernel may send RELEASE while a READ is still being answered:
 	 * only the later of the two lets the bytes go. */
-	s = h->committed && !h->opens && !h->storing ? bindings_finish(h, &untake)
-						     : NULL;
+	s = b->fixed && h->committed && !h->opens && !h->storing
+		    ? bindings_finish(h, &untake)
+		    : NULL;
 	if (h->deferred && !h->s) {
 		/* An OPEN waited for this reply to bind the next sample. */
 		h->deferred = 0;
 		taker = h->taker;
 	}
-	if (!h->reading && b->reply_waiters)
-		pthread_cond_broadcast(&b->replied);
 	gone = bindings_maybe_unlink(b, h);
 	pthread_mutex_unlock(&b->lock);
 	bindings_drop_sample(b, s, untake);
@@ -707,17 +675,18 @@ void bindings_read_done(struct bindings *b, struct binding *h)
 void bindings_release(struct bindings *b, struct binding *h)
 {
 	struct dataset_sample *s = NULL;
-	int untake = 0, gone;
+	uint32_t file = h->file;
+	int untake = 0, gone, drop_entry;
 
 	pthread_mutex_lock(&b->lock);
 	h->opens--;
 	b->open_handles--;
-	s = bindings_finish(h, &untake);
-	if (!h->reading && b->reply_waiters)
-		pthread_cond_broadcast(&b->replied);
+	drop_entry = spend(b, h, &s, &untake);
 	gone = bindings_maybe_unlink(b, h);
 	pthread_mutex_unlock(&b->lock);
 	bindings_drop_sample(b, s, untake);
+	if (drop_entry)
+		inval(b, file);
 	if (gone)
 		free(h);
 }
@@ -769,21 +738,23 @@ void bindings_get_stats(struct bindings *b, struct bindings_stats *out)
 	pthread_mutex_unlock(&b->lock);
 }
 
-/* Give back bindings nobody opened within expire_s. */
-static size_t reap(struct bindings *b, struct dataset_sample **out, size_t max)
+/* Bindings nobody opened within expire_s: no longer the path's, and
+ * their entries are dropped so that the kernel forgets them and they give
+ * their samples back (bindings_forget); one opened meanwhile still serves
+ * its sample. Bound at open, a lookup takes none: nothing expires. Their
+ * files go to out (at most max) for the inval hook. */
+static size_t reap(struct bindings *b, uint32_t *out, size_t max)
 {
 	double limit = now_mono() - b->expire_s;
 	size_t n = 0;
-	int untake = 0;
 
 	while (n < max && b->uhead && b->uhead->created < limit) {
 		struct binding *x = b->uhead;
 		unlist(b, x);
 		x->expired = 1;
-		out[n] = detach(x, &untake);
-		if (out[n])
-			n++;
 		b->expired++;
+		if (b->cur[x->file] == x && b->inval)
+			out[n++] = x->file;
 	}
 	return n;
 }
@@ -791,7 +762,7 @@ static size_t reap(struct bindings *b, struct dataset_sample **out, size_t max)
 static void *reaper_main(void *arg)
 {
 	struct bindings *b = arg;
-	struct dataset_sample *batch[REAP_BATCH];
+	uint32_t batch[REAP_BATCH];
 
 	pthread_mutex_lock(&b->lock);
 	while (!b->stop) {
@@ -800,7 +771,7 @@ static void *reaper_main(void *arg)
 		size_t n = reap(b, batch, REAP_BATCH);
 		pthread_mutex_unlock(&b->lock);
 		for (size_t i = 0; i < n; i++)
-			dataset_echo_untake(b->ds, batch[i]);
+			inval(b, batch[i]);
 		pthread_mutex_lock(&b->lock);
 	}
 	pthread_mutex_unlock(&b->lock);
@@ -827,16 +798,9 @@ int bindings_start(struct dataset *ds, const struct namespace *ns,
 	pthread_mutex_init(&b->lock, NULL);
 	r = cond_init_monotonic(&b->cond);
 	if (r == 0) {
-		r = cond_init_monotonic(&b->replied);
+		r = -pthread_create(&b->reaper, NULL, reaper_main, b);
 		if (r)
 			pthread_cond_destroy(&b->cond);
-	}
-	if (r == 0) {
-		r = -pthread_create(&b->reaper, NULL, reaper_main, b);
-		if (r) {
-			pthread_cond_destroy(&b->replied);
-			pthread_cond_destroy(&b->cond);
-		}
 	}
 	if (r) {
 		pthread_mutex_destroy(&b->lock);
@@ -857,6 +821,12 @@ void bindings_set_decode(struct bindings *b)
 void bindings_set_render(struct bindings *b, const struct bindings_render *r)
 {
 	b->render = *r;
+}
+
+void bindings_set_inval(struct bindings *b, bindings_inval_fn fn, void *ud)
+{
+	b->inval = fn;
+	b->inval_ud = ud;
 }
 
 void bindings_set_visits(struct bindings *b, struct visits *v)
@@ -887,7 +857,6 @@ void bindings_free(struct bindings *b)
 	pthread_mutex_lock(&b->lock);
 	b->stop = 1;
 	pthread_cond_broadcast(&b->cond);
-	pthread_cond_broadcast(&b->replied);
 	pthread_mutex_unlock(&b->lock);
 	pthread_join(b->reaper, NULL);
 	for (size_t i = 0; i < b->tsize; i++) {
@@ -900,7 +869,6 @@ void bindings_free(struct bindings *b)
 		}
 	}
 	visits_free(b->visits); /* after the bindings' shares of its takes */
-	pthread_cond_destroy(&b->replied);
 	pthread_cond_destroy(&b->cond);
 	pthread_mutex_destroy(&b->lock);
 	free(b->table);

@@ -5,39 +5,40 @@
  * another sample.
  *
  * DESIGN
- * - A lookup of a path returns its current binding, making one
- *   (dataset_echo_take) when there is none. bindings_lookup_async never waits: when the pool
- *   has no sample yet the lookup is parked in the pool and finished (bound,
- *   then the caller's done callback) by the thread that makes a sample
- *   ready, or failed by the pool's timer or bindings_cancel. The binding stays current
- *   until it has been opened and every handle released (or it expired);
- *   the next lookup then binds a new sample. Lookups are not cached by the
- *   kernel (entry timeout 0), attributes are: they change only with the
- *   sample bound. (Binding at open, below, differs.)
- * - Rebinding: while the kernel still holds the path's inode (nlookup > 0)
- *   and it is spent (no handle, no reply in progress, no sample), the next
- *   sample is bound to the same node id, with its new size and a new mtime
- *   (gen). The kernel's lookup of the path is then a revalidation that
- *   finds the same node id: the dentry stays valid (one LOOKUP per open,
- *   not two and a FORGET), and the changed size or mtime makes it drop the
- *   old sample's pages (fuse_change_attributes with auto_inval_data). The
- *   old bytes cannot be in use: RELEASE comes only after the last
- *   descriptor and the last mapping are gone. A node id the kernel has
- *   forgotten is never used again. Only a binding looked up once (and
- *   then opened) is rebound; see rebindable() in bindings.c for why. A
- *   lookup that finds the path's last READ reply still being sent after
- *   its RELEASE waits for it (at most 200 ms) rather than take a new inode.
+ * - The rule (docs/ARCHITECTURE.md, "What a path serves"): a node id that
+ *   the kernel was told about serves one sample, with one size, one mtime
+ *   and the same bytes, from the LOOKUP that made it until the kernel
+ *   forgets it. Nothing an open, a release or the reaper does changes a
+ *   known inode's sample, so every open file description reads one sample
+ *   whose size, bytes and user.echofs.source agree, and an OPEN never
+ *   fails for a binding the kernel holds (no ESTALE): the kernel's
+ *   attributes, pages and node ids can never be out of step with it.
+ * - A lookup of a path returns its current binding, making one (a new node
+ *   id, dataset_echo_take) when there is none. bindings_lookup_async never
+ *   waits: when the pool has no sample yet the lookup is parked in the
+ *   pool and finished (bound, then the caller's done callback) by the
+ *   thread that makes a sample ready, or failed by the pool's timer or
+ *   bindings_cancel. The binding stays the path's until it has been opened
+ *   and every handle released (spent) or nobody opened it within expire_s
+ *   (expired); the next lookup then binds a new sample under a new node
+ *   id. Lookups are not cached by the kernel (entry timeout 0), attributes
+ *   are: they never change.
+ * - A spent or expired binding keeps its sample until the kernel forgets
+ *   its inode, so that an OPEN from a reader that looked the path up before
+ *   the release still serves it. To bound what that holds, the path's
+ *   entry is dropped then (the inval hook, fs/inval.h): the kernel forgets
+ *   the inode as soon as nobody uses it, and the next walk of the path
+ *   sends one LOOKUP, not a revalidation and a second LOOKUP.
  * - A binding counts as served (dataset_echo_commit) when first opened.
- *   Bindings that nobody opens within expire_s (ls -l, stat) are given back
- *   to the pool by a reaper thread (dataset_echo_untake): looking at files
- *   consumes no sample. Opening such an expired binding fails with ESTALE, which makes
- *   the kernel look the path up again.
+ *   Bindings that nobody opens are given back to the pool
+ *   (dataset_echo_untake) when the kernel forgets them: looking at files
+ *   (ls -l, stat) consumes no sample.
  * - The kernel may send RELEASE while a READ of the same handle is still
  *   being answered (seen on Linux 6.18), so a read pins the bytes
  *   (bindings_read ... bindings_read_done) and the later of the last release
  *   and the last reply gives them back.
- * - A binding is freed when the kernel has forgotten it (nlookup 0), no
- *   handle is open and no reply is being sent.
+ * - A binding is freed, and its sample dropped, when the kernel has
+ *   forgotten it (nlookup 0), no handle is open and no reply is being sent.
  * - Binding at open (bindings_bind_at_open: every rendering has one size,
  *   known before any sample is taken, e.g. PPM with a crop): a lookup binds
  *   nothing. It returns the path's one inode with that size and a fixed
@@ -52,7 +53,10 @@
  *   A spent inode whose last READ reply is still being sent takes its next
  *   sample when that reply is done. The taking OPEN's request is the
  *   pool's tag: an INTERRUPT cancels it there, and the OPENs waiting on it
- *   take anew; an INTERRUPT of a waiting OPEN answers it at once.
+ *   take anew; an INTERRUPT of a waiting OPEN answers it at once. Bound at
+ *   open, every sample has the inode's one size and the store replaces
+ *   all of its pages before an open is answered, so the rule above holds
+ *   for what a reader sees, although the inode's sample changes.
  * - Locking: one mutex guards the table, the per-path current bindings and
  *   every binding's counters; takes, renders and stores run without it. A
  *   binding's bytes are immutable, so a pinned reply is copied out without
@@ -72,7 +76,7 @@ struct namespace;
 struct binding_attr {
 	uint64_t ino;
 	uint64_t size;
-	uint64_t gen; /* serial of the sample bound (changes at each rebind) */
+	uint64_t gen; /* serial of the sample bound: the mtime */
 	int stable;   /* bound at open: entry and attributes may be cached */
 };
 
@@ -80,7 +84,7 @@ struct bindings_stats {
 	uint64_t live;    /* bindings the kernel still knows */
 	uint64_t open;    /* open handles */
 	uint64_t expired; /* bindings given back unopened */
-	uint64_t rebound; /* samples bound to a path's inode the kernel kept */
+	uint64_t rebound; /* bound at open: later samples in an inode */
 };
 
 struct bindings;
@@ -118,6 +122,13 @@ void bindings_set_render(struct bindings *b, const struct bindings_render *r);
  * never see a bad sample, as with a pool that decodes at ingest. Call
  * before the mount serves. */
 void bindings_set_decode(struct bindings *b);
+
+/* Ask the kernel to drop namespace file `file`'s entry (fs/inval.h):
+ * called without the lock when the path's binding is spent or expires.
+ * Without it the kernel forgets such inodes in its own time. Call before
+ * the mount serves. */
+typedef void (*bindings_inval_fn)(void *ud, uint32_t file);
+void bindings_set_inval(struct bindings *b, bindings_inval_fn fn, void *ud);
 
 /* The samples layout's whole-sample echo: takes go through v (owned
  * from now on, freed by bindings_free), and a binding serves the member
@@ -188,8 +199,9 @@ int bindings_getattr(struct bindings *b, uint64_t ino, struct binding_attr *out)
 
 /* Open a binding: *out set (a handle for bindings_read/release) and 0, or
  * 1 when the kernel's cached pages of ino must be dropped at this open
- * (keep_cache off; see Rebinding above); or -ESTALE (expired, spent),
- * -ENOENT. */
+ * (bound at open: keep_cache off when the store failed); or -ENOENT (not
+ * a binding the kernel holds). A spent or expired binding opens and
+ * serves its sample. */
 MUST_CHECK
 int bindings_open(struct bindings *b, uint64_t ino, struct binding **out);
 /* Completion of an open: r 0 (keep the pages) or 1 (drop them) with h,

@@ -22,7 +22,8 @@ struct namespace;
 struct binding {
 	uint64_t ino;
 	uint32_t file;          /* the path: namespace file number */
-	struct dataset_sample *s;  /* NULL once given back (expired or done) */
+	struct dataset_sample *s;  /* bound at a lookup: kept until forgotten;
+				    * bound at open: NULL between samples */
 	uint8_t *out;           /* bytes made by the make hook, or NULL */
 	uint64_t size;
 	uint64_t rand;          /* the render hook's draw for this binding */
@@ -34,9 +35,9 @@ struct binding {
 	uint32_t looked;        /* lookups and getattrs answered with this sample */
 	uint64_t forgot;        /* references the kernel dropped meanwhile */
 	unsigned committed : 1; /* opened at least once: counted as served */
-	unsigned expired : 1;   /* given back unopened */
+	unsigned expired : 1;   /* unopened within expire_s: not the path's */
 	unsigned stored : 1;    /* bindings_take_store said yes once */
-	unsigned rebound : 1;   /* the sample was bound to an inode the kernel kept */
+	unsigned rebound : 1;   /* bound at open: a later sample in this inode */
 	unsigned spent : 1;     /* released: the path binds anew (the bytes stay
 				 * while a reply is being sent) */
 	/* Binding at open only: */
@@ -66,12 +67,12 @@ struct bindings {
 	uint64_t fixed;         /* binding at open: every binding's size, or 0 */
 	bindings_store_fn store; /* with fixed: the page-cache store */
 	void *store_ud;
+	bindings_inval_fn inval; /* set before serving; read-only then */
+	void *inval_ud;
 	pthread_t reaper;
 
 	pthread_mutex_t lock; /* guards everything below and every binding */
 	pthread_cond_t cond;    /* the reaper's timed wait */
-	pthread_cond_t replied; /* a spent binding's last READ reply was sent */
-	unsigned reply_waiters; /* lookups waiting on replied */
 	int stop;
 	uint64_t next_ino;
 	uint64_t gens;          /* samples bound so far: each binding's gen */

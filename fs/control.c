@@ -14,6 +14,7 @@
 #include "common/util.h"
 #include "fs/bindings.h"
 #include "fs/escape.h"
+#include "fs/inval.h"
 #include "fs/namespace.h"
 #include "fs/push.h"
 
@@ -74,6 +75,7 @@ struct snapshot {
 	struct push_stats push;
 	struct dataset_echo_stats pool;
 	struct bindings_stats bind;
+	struct inval_stats inval;
 	struct dataset_output_stats out;
 	struct dataset_prepared_stats prep;
 	double echo;
@@ -101,6 +103,7 @@ static void take_snapshot(struct control *c, struct snapshot *s)
 	push_get_stats(c->src.push, &s->push);
 	dataset_echo_get(c->src.ds, &s->echo, &s->mode);
 	bindings_get_stats(c->src.bind, &s->bind);
+	inval_get_stats(c->src.inval, &s->inval);
 	s->uptime = now - c->start;
 
 	pthread_mutex_lock(&c->lock);
@@ -277,7 +280,10 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 		M("bindings_expired", 'c', s->bind.expired,
 		  "bindings given back unopened (stat only)");
 		M("bindings_rebound", 'c', s->bind.rebound,
-		  "samples bound to a path's inode the kernel kept (one lookup per open)");
+		  "samples bound at open to an inode the kernel kept");
+		M("bindings_entries_dropped", 'c',
+		  s->inval.sent + s->inval.absent,
+		  "entries of done bindings the kernel was asked to drop");
 	}
 #undef M
 	return n;

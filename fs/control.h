@@ -32,6 +32,7 @@ struct control_sources {
 	const struct fs_counters *fc;
 	struct push *push; /* may be NULL */
 	struct bindings *bind; /* echo mounts only, else NULL */
+	struct inval *inval;   /* echo mounts binding at lookup, else NULL */
 	uint64_t tar_skipped; /* members skipped when the index was built */
 	uint64_t bad_label;   /* samples with a bad .cls, idem */
 };

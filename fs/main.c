@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "fs/bindings.h"
+#include "fs/inval.h"
 #include "fs/control.h"
 #include "fs/daemon.h"
 #include "fs/metrics.h"
@@ -48,6 +49,7 @@ struct app {
 	struct control *ctl;
 	struct push *push;
 	struct bindings *bind;   /* echo mounts only */
+	struct inval *inval;     /* echo mounts binding at lookup only */
 	struct metrics *metrics; /* -o metrics= only */
 	struct fs_ctx fs;
 	struct fuse_session *se;
@@ -265,7 +267,7 @@ static void init_ctx(struct app *a)
 	struct control_sources cs = {
 		.ns = a->ns, .ds = a->ds,
 		.fc = &a->fs.counters, .push = a->push,
-		.bind = a->bind,
+		.bind = a->bind, .inval = a->inval,
 		.tar_skipped = dataset_tar_skipped(a->ds),
 		.bad_label = dataset_bad_label(a->ds),
 	};
@@ -329,6 +331,16 @@ static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 		log_warn("no page-cache pusher: %s", strerror(-r));
 	if (!a->bind && !a->o.image.on)
 		track_pass(a);
+	/* Done bindings let their samples go when the kernel forgets them:
+	 * their entries are dropped so that it does so soon (fs/inval.h). */
+	if (a->bind && !bindings_binds_at_open(a->bind)) {
+		r = inval_open(a->se, a->ns, &a->inval);
+		if (r == 0)
+			bindings_set_inval(a->bind, inval_path, a->inval);
+		else
+			log_warn("done echo bindings wait for the kernel to "
+				 "forget them: %s", strerror(-r));
+	}
 	a->fs.push = a->push;
 	init_ctx(a);
 	if (a->o.metrics &&
@@ -393,6 +405,7 @@ static void app_free(struct app *a)
 {
 	metrics_stop(a->metrics); /* it renders from the control */
 	push_free(a->push); /* it sends to the session */
+	inval_stop(a->inval); /* so does it */
 	/* parked lookups reply to the session */
 	dataset_echo_cancel_all(a->ds);
 	if (a->se)
@@ -400,6 +413,7 @@ static void app_free(struct app *a)
 	if (a->ctl)
 		fs_ctx_destroy(&a->fs);
 	bindings_free(a->bind);
+	inval_free(a->inval); /* after the reaper, which queues to it */
 	control_free(a->ctl);
 	ns_free(a->ns);
 	/* the echo pool, decode workers, outputs, then the fetch threads */

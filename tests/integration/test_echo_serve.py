@@ -6,6 +6,7 @@ often the kernel asks for them."""
 import hashlib
 import mmap
 import os
+import time
 
 import pytest
 
@@ -134,7 +135,6 @@ def test_stored_echo_bytes_are_the_samples(mounter, fault_server, dataset):
 
 def wait_released(m, timeout=10.0):
     """Until no echo file is open (RELEASE is sent after close returns)."""
-    import time
     until = time.monotonic() + timeout
     while m.stats()["open_handles"] != 0:
         assert time.monotonic() < until, "a handle stays open"
@@ -147,12 +147,23 @@ def lookups_per_stats(m):
     return m.stats()["lookups"] - a
 
 
-def reopen_rows(m, names, opens, check):
+def wait_dropped(m, before):
+    """Wait until the daemon has asked the kernel to drop one more done
+    binding's entry than `before` (fs/inval.h)."""
+    until = time.monotonic() + 10
+    while m.stats()["bindings_entries_dropped"] <= before:
+        assert time.monotonic() < until, "no entry dropped"
+        time.sleep(0.005)
+
+
+def reopen_rows(m, names, opens, check, dropped=False):
     """Open each of names `opens` times, one open at a time: read the file
     whole, drop its pages and read it again through READs (rendered anew
     for PPM), which must agree, then once more so that the next open
     starts with this one's pages cached. check(bytes) judges the bytes.
-    Returns (open number, LOOKUPs, rebound) per open and the sizes seen."""
+    With dropped, each close waits for the done binding's entry to be
+    dropped. Returns (open number, LOOKUPs, rebound) per open and the sizes
+    seen."""
     per_stats = lookups_per_stats(m)
     rows, sizes = [], set()
     for p in names:
@@ -176,6 +187,8 @@ def reopen_rows(m, names, opens, check):
             s1 = m.stats()
             rows.append((k, s1["lookups"] - s0["lookups"] - per_stats,
                          s1["bindings_rebound"] - s0["bindings_rebound"]))
+            if dropped:
+                wait_dropped(m, s0["bindings_entries_dropped"])
             sizes.add(size)
     return rows, sizes
 
@@ -184,16 +197,16 @@ def reopen_rows(m, names, opens, check):
 def test_reopening_a_path_costs_one_lookup_and_serves_its_new_sample(
         mounter, fault_server, dataset, case):
     """A path opened again after its last close is bound to a new sample
-    under the inode the kernel kept: its revalidating LOOKUP finds the
-    same node id, so an open costs one LOOKUP (before: two, and a FORGET,
-    since the kernel saw a new inode and looked the path up again). What a
-    reader gets is the new sample's bytes, not the pages of the old one
-    (reopen_rows). 'ppm-unstored' is larger than the open-time store
-    (FS_READAHEAD), so it binds at lookup and only the kernel dropping the
-    old pages keeps them from being read; PPM renderings all have one
-    size. Fails on bytes of the previous binding, on an open that served
-    no new sample, or on reopens that cost two LOOKUPs (on a51bda7 every
-    one did). Smaller PPM renderings bind at open: the next test."""
+    under a new inode (an inode the kernel knows never changes its sample:
+    fs/bindings.h). The daemon asks the kernel to drop the done binding's
+    entry, so the next open's walk sends one plain LOOKUP (without the
+    drop: a revalidating LOOKUP that finds another node id, then a second
+    LOOKUP). What a reader gets is the new sample's bytes, not the pages of
+    the old one (reopen_rows). 'ppm-unstored' is larger than the open-time
+    store (FS_READAHEAD), so it binds at lookup; PPM renderings all have
+    one size. Fails on bytes of the previous binding, on an open that
+    served no new sample, or on reopens that cost two LOOKUPs. Smaller PPM
+    renderings bind at open: the next test."""
     if case == "plain":
         opts = {"index": fault_server.index, "echo": 4, "echo_mode": "fixed",
                 "seed": 3}
@@ -212,23 +225,13 @@ def test_reopening_a_path_costs_one_lookup_and_serves_its_new_sample(
             assert by_hash.get(hashlib.sha256(whole).hexdigest()) == "3"
         else:
             assert whole.startswith(b"P6\n")
-    rows, sizes = reopen_rows(m, names, opens, check)
+    rows, sizes = reopen_rows(m, names, opens, check, dropped=True)
     st = m.stats()
     assert st["errors"]["image"] == 0
     assert st["fresh_served"] + st["echoes_served"] == len(names) * opens, \
         "an open served no new sample"
-    # (open, LOOKUPs, rebound): a first open is one plain lookup; a reopen
-    # rebinds with one LOOKUP. The path may be looked up again while the
-    # daemon thread that sent the last READ's reply has not yet let go of
-    # the old bytes (on 2 cores the woken reader often runs first; files
-    # stored at open have no READs, but this test drops pages to make
-    # some): the lookup waits for that thread, up to 200 ms, and only past
-    # that takes a new inode with two LOOKUPs. Before the wait, 6 of 15
-    # reopens rebound in one CI run; with it, 15 of 15 in every run here.
-    for k, lookups, rebound in rows:
-        assert lookups == (1 if k == 0 or rebound else 2), rows
-    reopens = len(names) * (opens - 1)
-    assert sum(r for _, _, r in rows) >= reopens - 2, rows
+    # (open, LOOKUPs, rebound): every open one plain lookup, none rebound.
+    assert rows == [(k, 1, 0) for _ in names for k in range(opens)], rows
     if case == "plain":
         assert len(sizes) > 1, "plain samples of one size: no size change tried"
 

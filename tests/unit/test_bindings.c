@@ -2,7 +2,6 @@
  * pool: tar shards served by tests/fault_server.py, http, shard manager
  * (no disk cache), and a namespace made by hand. */
 #include "fs/bindings.h"
-#include "fs/bindings_int.h" /* reply_waiters */
 
 #include "cache/dataset_parts.h"
 #include "cache/echo/pool.h"
@@ -214,29 +213,73 @@ Test(bindings, bytes_stay_pinned_while_a_read_outlives_its_release)
 	bindings_free(b);
 }
 
-Test(bindings, unopened_bindings_expire_and_open_then_says_estale)
+/* The inval hook: the files whose entries the bindings asked to drop. */
+static uint32_t inval_files[64];
+static int inval_n;
+static pthread_mutex_t inval_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void inval_hook(void *ud, uint32_t file)
 {
-	struct bindings *b = open_bindings(0.2, NULL);
+	(void)ud;
+	pthread_mutex_lock(&inval_lock);
+	if (inval_n < 64)
+		inval_files[inval_n] = file;
+	inval_n++;
+	pthread_mutex_unlock(&inval_lock);
+}
+
+static int invals(void)
+{
+	pthread_mutex_lock(&inval_lock);
+	int n = inval_n;
+	pthread_mutex_unlock(&inval_lock);
+	return n;
+}
+
+static struct bindings *open_bindings_inval(double expire_s)
+{
+	struct bindings *b = open_bindings(expire_s, NULL);
+	pthread_mutex_lock(&inval_lock);
+	inval_n = 0;
+	pthread_mutex_unlock(&inval_lock);
+	bindings_set_inval(b, inval_hook, NULL);
+	return b;
+}
+
+Test(bindings, an_expired_binding_still_opens_with_its_sample)
+{
+	struct bindings *b = open_bindings_inval(0.2);
 	struct binding_attr a, a2;
 	struct bindings_stats st;
-	struct binding *hd;
+	struct pool_stats p0, p1;
+	uint32_t src, src2;
 	double until = now_mono() + 10;
 
 	cr_assert_eq(bindings_lookup(b, 5, &a), 0);
+	cr_assert_eq(bindings_source(b, a.ino, &src), 0);
 	do {
 		usleep(50 * 1000);
 		bindings_get_stats(b, &st);
 	} while (st.expired == 0 && now_mono() < until);
-	cr_assert_eq(st.expired, 1, "the reaper never gave it back");
-	cr_assert_eq(bindings_open(b, a.ino, &hd), -ESTALE);
-	cr_assert_eq(bindings_getattr(b, a.ino, &a2), 0, "attrs stay known");
+	cr_assert_eq(st.expired, 1, "the reaper never expired it");
+	cr_assert_eq(invals(), 1, "its entry is dropped");
+	cr_assert_eq(inval_files[0], 5);
 	cr_assert_eq(bindings_lookup(b, 5, &a2), 0);
-	cr_assert_neq(a2.ino, a.ino,
-		      "an expired binding is not current, nor rebound: a reply "
-		      "about it may be applied late");
-	bindings_forget(b, a.ino, 1);
+	cr_assert_neq(a2.ino, a.ino, "an expired binding is no longer the path's");
+	/* A reader that looked the path up before the expiry opens it now:
+	 * the sample the kernel was told about, not ESTALE. */
+	pool_get_stats(pool, &p0);
+	read_whole(b, a.ino, a.size, src);
+	pool_get_stats(pool, &p1);
+	cr_assert_eq(p1.fresh_served + p1.echoes_served,
+		     p0.fresh_served + p0.echoes_served + 1, "served once");
+	/* Forgotten unopened, the second binding's sample goes back. */
+	cr_assert_eq(bindings_source(b, a2.ino, &src2), 0);
 	bindings_forget(b, a2.ino, 1);
-	cr_assert_eq(bindings_open(b, 999999, &hd), -ENOENT);
+	bindings_forget(b, a.ino, 1);
+	bindings_get_stats(b, &st);
+	cr_assert_eq(st.live, 0);
+	cr_assert_eq(bindings_open(b, a.ino, &(struct binding *){NULL}), -ENOENT);
 	bindings_free(b);
 }
 
@@ -324,7 +367,7 @@ Test(bindings, take_store_says_yes_once_per_binding_within_the_cap)
 	bindings_release(b, h2);
 
 	cr_assert_eq(bindings_lookup(b, 5, &a2), 0); /* a new binding */
-	cr_assert_eq(a2.ino, a.ino, "looked up once, opened: rebound");
+	cr_assert_gt(a2.ino, a.ino, "a new sample, a new inode");
 	cr_assert_gt(a2.gen, a.gen);
 	cr_assert_eq(bindings_source(b, a2.ino, &src), 0);
 	cr_assert_eq(bindings_open(b, a2.ino, &h1), 0);
@@ -339,22 +382,14 @@ Test(bindings, take_store_says_yes_once_per_binding_within_the_cap)
 	bindings_read_done(b, h1);
 	bindings_release(b, h1);
 	bindings_release(b, h2);
-	bindings_forget(b, a.ino, 2); /* both lookups */
+	bindings_forget(b, a.ino, 1);
+	bindings_forget(b, a2.ino, 1);
 	bindings_free(b);
 }
 
-/* Open, read whole and release the path's binding a, looked up once. */
-static uint32_t serve_once(struct bindings *b, const struct binding_attr *a)
+Test(bindings, a_path_opened_again_gets_a_new_inode_and_drops_its_entry)
 {
-	uint32_t src;
-	cr_assert_eq(bindings_source(b, a->ino, &src), 0);
-	read_whole(b, a->ino, a->size, src);
-	return src;
-}
-
-Test(bindings, a_path_opened_again_keeps_its_inode_with_the_next_sample)
-{
-	struct bindings *b = open_bindings(60, NULL);
+	struct bindings *b = open_bindings_inval(60);
 	struct binding_attr a[8];
 	struct bindings_stats st;
 
@@ -366,77 +401,73 @@ Test(bindings, a_path_opened_again_keeps_its_inode_with_the_next_sample)
 		cr_assert_eq(class_of[src], class_of[2], "a sample of the class");
 		cr_assert_eq(a[n].size, size_of[src], "the new sample's size");
 		if (n > 0) {
-			cr_assert_eq(a[n].ino, a[0].ino, "the kernel's inode kept");
+			cr_assert_gt(a[n].ino, a[n - 1].ino, "a new inode");
 			cr_assert_gt(a[n].gen, a[n - 1].gen, "a new mtime");
 		}
 		read_whole(b, a[n].ino, a[n].size, src);
+		cr_assert_eq(invals(), n + 1, "the spent path's entry dropped");
+		cr_assert_eq(inval_files[n], 2);
 	}
 	bindings_get_stats(b, &st);
-	cr_assert_eq(st.live, 1);
-	cr_assert_eq(st.rebound, 7);
-	/* Every lookup was counted for the kernel: 7 forgets keep it. */
-	bindings_forget(b, a[0].ino, 7);
-	bindings_get_stats(b, &st);
-	cr_assert_eq(st.live, 1);
-	bindings_forget(b, a[0].ino, 1);
+	cr_assert_eq(st.live, 8, "each inode kept until the kernel forgets it");
+	cr_assert_eq(st.rebound, 0);
+	for (int n = 0; n < 8; n++)
+		bindings_forget(b, a[n].ino, 1);
 	bindings_get_stats(b, &st);
 	cr_assert_eq(st.live, 0);
 	bindings_free(b);
 }
 
-Test(bindings, a_rebound_inode_looked_up_twice_drops_its_pages_at_open)
+/* Readers meeting on one path (issue 45): one looked the path up, another
+ * opened, read and closed it before the first opened. The first still
+ * opens what it was told about (same sample, same size), however many
+ * opens and releases came between, and no inode the kernel knows ever
+ * changes size. */
+Test(bindings, an_open_after_another_readers_release_serves_its_lookup)
 {
-	struct bindings *b = open_bindings(60, NULL);
-	struct binding_attr a, a2, a3;
+	struct bindings *b = open_bindings_inval(60);
+	struct binding_attr a, a2, g;
 	struct binding *h1, *h2;
-	uint64_t size;
+	const void *data;
+	uint32_t src, src2;
 
-	cr_assert_eq(bindings_lookup(b, 4, &a), 0);
-	serve_once(b, &a);
-	cr_assert_eq(bindings_lookup(b, 4, &a2), 0); /* rebound */
-	cr_assert_eq(a2.ino, a.ino);
-	cr_assert_eq(bindings_lookup(b, 4, &a3), 0); /* a second reader */
-	cr_assert_eq(a3.ino, a.ino);
-	cr_assert_eq(a3.gen, a2.gen, "the same sample for both");
-	/* Either reader's reply may have been applied first: each open drops
-	 * the old sample's pages itself, and none stores. */
-	cr_assert_eq(bindings_open(b, a.ino, &h1), 1);
-	cr_assert_eq(bindings_open(b, a.ino, &h2), 1);
+	cr_assert_eq(bindings_lookup(b, 7, &a), 0);  /* reader 1 */
+	cr_assert_eq(bindings_lookup(b, 7, &a2), 0); /* reader 2 */
+	cr_assert_eq(a2.ino, a.ino, "one binding while unopened");
+	cr_assert_eq(bindings_source(b, a.ino, &src), 0);
+	read_whole(b, a.ino, a.size, src); /* reader 2 opens, reads, closes */
+	/* Reader 3 looks up: a new inode with the next sample. */
+	cr_assert_eq(bindings_lookup(b, 7, &a2), 0);
+	cr_assert_gt(a2.ino, a.ino);
+	cr_assert_eq(bindings_source(b, a2.ino, &src2), 0);
+	read_whole(b, a2.ino, a2.size, src2);
+	/* Reader 1 opens the inode it looked up: its sample, its size. */
+	cr_assert_eq(bindings_open(b, a.ino, &h1), 0);
+	cr_assert_eq(bindings_open(b, a.ino, &h2), 0);
+	cr_assert_eq(bindings_getattr(b, a.ino, &g), 0);
+	cr_assert_eq(g.size, a.size, "the size the kernel was told");
+	cr_assert_eq(g.gen, a.gen);
+	cr_assert_eq(bindings_read(b, h1, 0, a.size + 10, &data), (ssize_t)a.size);
+	cr_assert(memcmp(data, source(src), a.size) == 0);
+	bindings_read_done(b, h1);
+	cr_assert_eq(bindings_source(b, a.ino, &src2), 0);
+	cr_assert_eq(src2, src, "user.echofs.source agrees");
 	bindings_release(b, h1);
 	bindings_release(b, h2);
-	/* Looked up twice: the next sample gets a new inode. */
-	cr_assert_eq(bindings_lookup(b, 4, &a2), 0);
-	cr_assert_gt(a2.ino, a.ino);
-	cr_assert_eq(bindings_open(b, a2.ino, &h1), 0, "a new inode has no old pages");
-	cr_assert_eq(bindings_take_store(b, h1, a2.size, &size), 1);
-	bindings_release(b, h1);
-	bindings_forget(b, a.ino, 3);
+	bindings_forget(b, a.ino, 2);
 	bindings_forget(b, a2.ino, 1);
+	struct bindings_stats st;
+	bindings_get_stats(b, &st);
+	cr_assert_eq(st.live, 0);
 	bindings_free(b);
 }
 
-Test(bindings, a_getattr_stops_the_inode_from_being_rebound)
+Test(bindings, a_path_closed_while_a_reply_is_sent_keeps_the_bytes)
 {
 	struct bindings *b = open_bindings(60, NULL);
-	struct binding_attr a, a2, g;
-
-	cr_assert_eq(bindings_lookup(b, 6, &a), 0);
-	cr_assert_eq(bindings_getattr(b, a.ino, &g), 0); /* fstat, sent */
-	serve_once(b, &a);
-	cr_assert_eq(bindings_lookup(b, 6, &a2), 0);
-	cr_assert_gt(a2.ino, a.ino, "a getattr reply could be applied late");
-	bindings_forget(b, a.ino, 1);
-	bindings_forget(b, a2.ino, 1);
-	bindings_free(b);
-}
-
-Test(bindings, a_path_closed_while_a_reply_is_sent_binds_a_new_inode)
-{
-	struct bindings *b = open_bindings(60, NULL);
-	struct binding_attr a, a2, a3;
-	struct binding *hd;
+	struct binding_attr a, a2;
+	struct binding *hd, *h2;
 	const void *data;
-	struct pool_stats p0, p1;
 	uint32_t src;
 
 	cr_assert_eq(bindings_lookup(b, 7, &a), 0);
@@ -444,77 +475,14 @@ Test(bindings, a_path_closed_while_a_reply_is_sent_binds_a_new_inode)
 	cr_assert_eq(bindings_open(b, a.ino, &hd), 0);
 	cr_assert_eq(bindings_read(b, hd, 0, 64, &data), 64);
 	bindings_release(b, hd); /* the reader closed; the reply is not done */
-	pool_get_stats(pool, &p0);
-	/* The path moves on at once: a new sample, not the closed one again.
-	 * The old bytes are still pinned, so not under the same inode. */
 	cr_assert_eq(bindings_lookup(b, 7, &a2), 0);
-	cr_assert_gt(a2.ino, a.ino);
-	cr_assert_eq(bindings_open(b, a.ino, &hd), -ESTALE, "the closed one");
+	cr_assert_gt(a2.ino, a.ino, "the path moves on at once");
+	cr_assert_eq(bindings_open(b, a.ino, &h2), 0, "the closed one opens");
 	cr_assert(memcmp(data, source(src), 64) == 0, "still pinned");
 	bindings_read_done(b, hd);
-	/* The kernel's revalidation found another node id: it looks the path
-	 * up again and forgets the reply it threw away. Answered twice,
-	 * forgotten once, opened once: the next sample may take the inode. */
-	cr_assert_eq(bindings_lookup(b, 7, &a3), 0);
-	cr_assert_eq(a3.ino, a2.ino);
-	bindings_forget(b, a2.ino, 1);
-	serve_once(b, &a3);
-	pool_get_stats(pool, &p1);
-	cr_assert_eq(p1.fresh_served + p1.echoes_served,
-		     p0.fresh_served + p0.echoes_served + 1);
-	cr_assert_eq(bindings_lookup(b, 7, &a3), 0);
-	cr_assert_eq(a3.ino, a2.ino, "rebound");
+	bindings_release(b, h2);
 	bindings_forget(b, a.ino, 1);
-	bindings_forget(b, a2.ino, 2);
-	bindings_free(b);
-}
-
-struct late_reply {
-	struct bindings *b;
-	struct binding *h;
-};
-
-/* Finish the reply once a lookup waits for it (or after 5 s: a lookup
- * that never waits has taken a new inode by then). */
-static void *finish_reply_late(void *arg)
-{
-	struct late_reply *l = arg;
-	for (int i = 0; i < 5000; i++) {
-		pthread_mutex_lock(&l->b->lock);
-		unsigned waiting = l->b->reply_waiters;
-		pthread_mutex_unlock(&l->b->lock);
-		if (waiting)
-			break;
-		usleep(1000);
-	}
-	bindings_read_done(l->b, l->h);
-	return NULL;
-}
-
-Test(bindings, a_lookup_waits_for_the_last_reply_and_keeps_the_inode)
-{
-	struct bindings *b = open_bindings(60, NULL);
-	struct binding_attr a, a2;
-	struct bindings_stats st;
-	struct binding *hd;
-	const void *data;
-	pthread_t t;
-
-	cr_assert_eq(bindings_lookup(b, 8, &a), 0);
-	cr_assert_eq(bindings_open(b, a.ino, &hd), 0);
-	cr_assert_eq(bindings_read(b, hd, 0, 64, &data), 64);
-	bindings_release(b, hd); /* closed; the reply thread has yet to finish */
-	struct late_reply l = {b, hd};
-	cr_assert_eq(pthread_create(&t, NULL, finish_reply_late, &l), 0);
-	/* Without the wait this lookup saw the old bytes still pinned and
-	 * took a new inode: two LOOKUPs and a FORGET in the kernel. */
-	cr_assert_eq(bindings_lookup(b, 8, &a2), 0);
-	pthread_join(t, NULL);
-	cr_assert_eq(a2.ino, a.ino, "the inode kept");
-	cr_assert_gt(a2.gen, a.gen);
-	bindings_get_stats(b, &st);
-	cr_assert_eq(st.rebound, 1);
-	bindings_forget(b, a.ino, 2);
+	bindings_forget(b, a2.ino, 1);
 	bindings_free(b);
 }
 
