@@ -46,6 +46,7 @@ struct opts {
 	const char *imagefolder, *samples, *files, *base, *base_url;
 	uint64_t shards, shard_size, threads, seed;
 	int per_shard_set, fashion_set; /* given on the command line */
+	int follow_links;		/* --follow-symlinks */
 };
 
 struct dataset {
@@ -103,7 +104,16 @@ static void usage(FILE *f)
 		   "cores)\n"
 		   "  --base-url URL      index URLs URL/<shard> (default: the "
 		   "shards' paths)\n"
-		   "  --out, --prefix     as above (prefix default: data)\n");
+		   "  --follow-symlinks   follow a symlink whose target is "
+		   "inside the input tree\n"
+		   "                      (default: skip every symlink; one "
+		   "leading out of the\n"
+		   "                      tree is always skipped, a directory "
+		   "loop too)\n"
+		   "  --out, --prefix     as above (prefix default: data)\n"
+		   "A symlink not followed, a FIFO, socket or device, an "
+		   "unreadable file: each is\nskipped with a line on stderr "
+		   "and counted, and the rest packed (exit 0).\n");
 }
 
 /* Print one "echofs-pack: ..." line on stderr; returns 1 (the exit code). */
@@ -207,6 +217,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{"shard-size", required_argument, NULL, 'z'},
 		{"threads", required_argument, NULL, 'T'},
 		{"seed", required_argument, NULL, 'e'},
+		{"follow-symlinks", no_argument, NULL, 'Y'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -220,6 +231,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		if (c == 'h') {
 			usage(stdout);
 			exit(0);
+		}
+		if (c == 'Y') {
+			o->follow_links = 1;
+			continue;
 		}
 		if (strchr("siltLq", c))
 			o->fashion_set = 1;
@@ -611,6 +626,66 @@ static int pack_all(const struct opts *o, const struct dataset *ds)
 	return rc ? 1 : 0;
 }
 
+/* s on f, its control bytes (a newline could forge a line) as \xNN. */
+static void put_escaped(FILE *f, const char *s)
+{
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c < 0x20 || c == 0x7f || c == '\\')
+			fprintf(f, "\\x%02x", c);
+		else
+			fputc(c, f);
+	}
+}
+
+/* One line for each entry left out of the pack (pack_input.h). */
+static void print_skip(void *arg, enum pack_skip reason, const char *path,
+		       const char *why)
+{
+	(void)arg;
+	(void)reason;
+	fputs("echofs-pack: skipped ", stderr);
+	put_escaped(stderr, path);
+	fputs(": ", stderr);
+	put_escaped(stderr, why);
+	fputc('\n', stderr);
+}
+
+/* "N skipped: 1 hidden or ignored, 2 symlinks out of the tree, ..." into
+ * buf: the total, then each reason met. */
+static void skip_summary(const struct pack_input *in, char *buf, size_t len)
+{
+	static const char *const what[PACK_SKIP_NREASONS][2] = {
+		[PACK_SKIP_IGNORED] = {"hidden or ignored", NULL},
+		[PACK_SKIP_LINK_OUT] = {"symlink out of the tree",
+					"symlinks out of the tree"},
+		[PACK_SKIP_LINK] = {"symlink not followed",
+				    "symlinks not followed"},
+		[PACK_SKIP_LINK_BROKEN] = {"broken symlink", "broken symlinks"},
+		[PACK_SKIP_LOOP] = {"directory loop", "directory loops"},
+		[PACK_SKIP_SPECIAL] = {"special file", "special files"},
+		[PACK_SKIP_UNREADABLE] = {"unreadable", NULL},
+	};
+	const char *sep = ":";
+	uint64_t total = 0;
+	size_t used;
+
+	for (int r = 0; r < PACK_SKIP_NREASONS; r++)
+		total += in->skipped[r];
+	used = (size_t)snprintf(buf, len, "%llu skipped",
+				(unsigned long long)total);
+	for (int r = 0; r < PACK_SKIP_NREASONS && used < len; r++) {
+		uint64_t n = in->skipped[r];
+		if (n == 0)
+			continue;
+		used += (size_t)snprintf(buf + used, len - used, "%s %llu %s",
+					 sep, (unsigned long long)n,
+					 n > 1 && what[r][1] ? what[r][1]
+							     : what[r][0]);
+		sep = ",";
+	}
+}
+
 /* --imagefolder, --samples or --files: the user's own files. */
 static int own_input(const struct opts *o, struct pack_input *in)
 {
@@ -623,6 +698,8 @@ static int own_input(const struct opts *o, struct pack_input *in)
 			    "and --tree are for Fashion-MNIST, not for your "
 			    "own files");
 	in->threads = (unsigned)o->threads;
+	in->follow_links = o->follow_links;
+	in->on_skip = print_skip;
 	if (!in->threads) {
 		long n = sysconf(_SC_NPROCESSORS_ONLN);
 		in->threads = n > 0 ? (unsigned)n : 1;
@@ -646,7 +723,7 @@ static int pack_own(const struct opts *o)
 		.per_shard = o->per_shard_set ? o->per_shard : 0};
 	struct pack_write_result res;
 	struct pack_input in = {0};
-	char err[640];
+	char err[640], skips[400];
 	int rc = own_input(o, &in);
 
 	if (!w.shards && !w.per_shard && !w.shard_size)
@@ -663,13 +740,13 @@ static int pack_own(const struct opts *o)
 		rc = 1;
 	if (rc == 0 && pack_write(&in, &w, &res, err, sizeof(err)))
 		rc = fail("%s", err);
+	skip_summary(&in, skips, sizeof(skips));
 	if (rc == 0)
-		printf("echofs-pack: %llu samples (%llu members, %llu skipped) "
+		printf("echofs-pack: %llu samples (%llu members, %s) "
 		       "in %zu shards, %.1f MB, under %s; index %s/%s.echofs-"
 		       "index\n",
 		       (unsigned long long)res.samples,
-		       (unsigned long long)res.files,
-		       (unsigned long long)in.skipped, res.shards,
+		       (unsigned long long)res.files, skips, res.shards,
 		       (double)res.bytes / 1e6, o->out, o->out, w.prefix);
 	pack_input_free(&in);
 	return rc;
@@ -685,9 +762,10 @@ int main(int argc, char **argv)
 	if (rc == 0 && (o.imagefolder || o.samples || o.files))
 		return pack_own(&o);
 	if (rc == 0 && (o.shards || o.shard_size || o.base || o.base_url ||
-			o.threads || o.seed))
-		rc = fail("--shards, --shard-size, --threads, --seed, --base "
-			  "and --base-url are for your own files "
+			o.threads || o.seed || o.follow_links))
+		rc = fail("--shards, --shard-size, --threads, --seed, --base, "
+			  "--base-url and --follow-symlinks are for your own "
+			  "files "
 			  "(--imagefolder, --samples or --files)");
 	if (rc == 0)
 		rc = resolve_split(&o, img, lab, sizeof(img));

@@ -219,12 +219,26 @@ static int put(struct writer *w, struct sink *k, const void *buf, size_t len)
 static int copy_file(struct writer *w, struct sink *k,
 		     const struct pack_member *m)
 {
-	int fd = openat(w->rootfd, m->path + m->rel, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	int fd = pack_input_open(w->rootfd, m->path + m->rel, O_RDONLY, &st);
 	uint64_t left = m->size;
 	int rc = 0;
 
+	/* Opened beneath the root following no symlink, and checked once
+	 * open: a file swapped for a link, a FIFO or another file after it
+	 * was listed is refused, never read. */
 	if (fd < 0)
-		return fail(w, "%s: %s", m->path, strerror(errno));
+		return fail(w, "%s: %s", m->path, strerror(-fd));
+	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != m->size) {
+		close(fd);
+		return fail(w,
+			    "%s: changed since it was listed (now %s, %llu "
+			    "bytes)",
+			    m->path,
+			    S_ISREG(st.st_mode) ? "a file"
+						: "not a regular file",
+			    (unsigned long long)st.st_size);
+	}
 	while (rc == 0 && left > 0) {
 		if (k->used == CHUNK_BYTES && (rc = flush_sink(w, k)) != 0)
 			break;
