@@ -542,7 +542,18 @@ static int read_sample(struct shards *sh, const struct req *q, size_t i,
 		pthread_mutex_unlock(&sh->lock);
 		return 0;
 	}
-	if (size > SIZE_MAX - 1 || !(buf = malloc(size + 1)))
+	if (size > SHARDS_PART_SAMPLE_MAX) {
+		/* The index says how big; a part of it still costs the whole
+		 * member in memory (it is checked whole), so not any size. */
+		log_counted("read",
+			    "sample %s: a part of %zu bytes asked, but the "
+			    "sample (%zu bytes) is over the %llu MiB checked "
+			    "for a partial read; EFBIG",
+			    index_key(sh->ix, &sh->ix->samples[i]), len, size,
+			    (unsigned long long)(SHARDS_PART_SAMPLE_MAX >> 20));
+		return -EFBIG;
+	}
+	if (!(buf = malloc(size + 1)))
 		return -ENOMEM;
 	r = read_member(sh, q, i, buf);
 	if (r) {

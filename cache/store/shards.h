@@ -133,10 +133,17 @@ void shards_free(struct shards *sh);
  * (cancel the http handle too, so a stalled one ends). Accepts NULL. */
 void shards_cancel(struct shards *sh);
 
+/* A read of part of a sample's member (with checksums) holds the whole
+ * member in memory to check it: members over this size are refused for
+ * such reads (-EFBIG, logged); a read of the whole member never is. The
+ * same bound as the pool's and the converted outputs'. */
+#define SHARDS_PART_SAMPLE_MAX ((size_t)256 << 20)
+
 /* Read up to len bytes at off of shard `shard` into buf, blocking until they
  * are available. Returns the byte count (len unless past the shard's end) or
  * -EIO (shard failed; the reason is logged once per failure), -ETIMEDOUT,
- * -EINVAL (bad shard number). */
+ * -EINVAL (bad shard number), -EFBIG (part of a member over
+ * SHARDS_PART_SAMPLE_MAX). */
 MUST_CHECK
 ssize_t shards_read(struct shards *sh, uint32_t shard, uint64_t off,
 		    size_t len, void *buf);

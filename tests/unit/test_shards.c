@@ -608,6 +608,32 @@ Test(shards, checksums_pass_in_pieces)
 	index_free(ix);
 }
 
+/* A part of a sample read on an exact mount is checked against the whole
+ * member, held in memory: an index that says a member is huge (up to
+ * 4 GiB) must not make a 100-byte read allocate all of it. */
+Test(shards, a_part_of_a_huge_sample_is_refused_not_allocated)
+{
+	struct index *ix;
+	struct store *st;
+	struct shards *sh;
+	uint8_t buf[100];
+	const struct sample *m = &samples[0][1];
+
+	fx_server_start(&srv, root, tdir, NULL);
+	ix = make_index_v2(-1, -1, -1);
+	/* Sample 1 of shard 0, as the index now tells it. */
+	ix->samples[1].size = (uint32_t)SHARDS_PART_SAMPLE_MAX + 1;
+	st = open_store(1ULL << 30);
+	cr_assert_eq(shards_open(ix, h, st, NULL, &sh), 0);
+	cr_assert_eq(shards_read(sh, 0, m->off + 10, sizeof(buf), buf), -EFBIG);
+	/* Other shards' samples are served as before (the size told
+	 * covers the rest of shard 0). */
+	check_sample(sh, 1, 2);
+	shards_free(sh);
+	store_close(st);
+	index_free(ix);
+}
+
 /* A sample whose bytes do not match: EIO after one more copy, counted;
  * the shard's other samples are still served. */
 Test(shards, sample_mismatch_is_eio_after_one_refetch)
