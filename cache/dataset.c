@@ -131,8 +131,14 @@ int dataset_open(const struct dataset_opts *o, struct dataset **out, char *err,
 		      errlen);
 	if (r)
 		goto fail;
-	if (store_open(o->cache_dir, o->cache_size, &ds->store, serr,
-		       sizeof(serr)))
+	r = store_open(o->cache_dir, o->cache_size, &ds->store, serr,
+		       sizeof(serr));
+	if (r == -ELOOP || r == -EPERM) {
+		/* A cache directory others could steer: refuse the mount. */
+		snprintf(err, errlen, "%s", serr);
+		goto fail;
+	}
+	if (r)
 		log_warn("serving without a disk cache: %s", serr);
 	r = open_index(ds, o, &ix, err, errlen);
 	ds->ix = ix;

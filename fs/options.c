@@ -146,8 +146,9 @@ static char *default_cache_dir(void)
 		snprintf(buf, sizeof(buf), "%s/echofs", xdg);
 	else if (home && home[0] == '/')
 		snprintf(buf, sizeof(buf), "%s/.cache/echofs", home);
-	else
-		return xstrdup("/tmp/echofs-cache");
+	else /* per user: the store refuses a directory not the user's */
+		snprintf(buf, sizeof(buf), "/tmp/echofs-cache-%u",
+			 (unsigned)geteuid());
 	return xstrdup(buf);
 }
 

@@ -257,11 +257,98 @@ static int rescan(struct store *s, bool sweep, uint64_t *tmp_bytes)
 
 /* ---- open and close ---- */
 
-static int make_dir(const char *path)
+/* Another store's directory beside "shards" under the same root (the
+ * prepared tier's, cache/image/prepared.h): checked here as well, so that a
+ * mount refuses a planted link there at start rather than only logging
+ * that the tier is off. */
+static const char *const SIBLINGS[] = {"prepared"};
+
+/* The directory `name` under `at` (created 0700 if missing and `create`),
+ * opened without following a symlink, and refused unless it is ours
+ * (owner: the effective uid) and nobody else may write in it: whoever can
+ * put files or links in a cache directory chooses what mounts serve and
+ * where they write. A `root` may be sticky and writable by all (a tmpfs's
+ * root): others cannot replace what we make there, and what we read lies
+ * in subdirectories checked here without that exception. Returns 0 with *out
+ * set (-1 when absent and not `create`), or -errno with one line in err naming
+ * the directory `shown`: -ELOOP (a symlink), -EPERM (owner or mode), or why it
+ * cannot be used. */
+static int open_own_dir(int at, const char *name, const char *shown,
+			bool create, bool root, int *out, char *err,
+			size_t errlen)
 {
-	if (mkdir(path, 0700) == 0 || errno == EEXIST)
-		return 0;
-	return -errno;
+	struct stat sb;
+	int fd, r = 0;
+
+	*out = -1;
+	if (create && mkdirat(at, name, 0700) != 0 && errno != EEXIST)
+		r = -errno;
+	fd = r ? -1
+	       : openat(at, name,
+			O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 && !r) {
+		r = -errno;
+		if (fstatat(at, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISLNK(sb.st_mode)) {
+			snprintf(err, errlen,
+				 "cache dir %s is a symlink: refused (name the "
+				 "directory it points to instead)",
+				 shown);
+			return -ELOOP;
+		}
+		if (r == -ENOENT && !create)
+			return 0;
+	}
+	if (fd >= 0 && fstat(fd, &sb) != 0)
+		r = -errno;
+	if (r) {
+		snprintf(err, errlen, "cache dir %s: %s", shown, strerror(-r));
+	} else if (sb.st_uid != geteuid()) {
+		snprintf(err, errlen,
+			 "cache dir %s is owned by uid %u, not by this mount's "
+			 "uid %u: refused",
+			 shown, (unsigned)sb.st_uid, (unsigned)geteuid());
+		r = -EPERM;
+	} else if ((sb.st_mode & (S_IWGRP | S_IWOTH)) &&
+		   !(root && (sb.st_mode & S_ISVTX))) {
+		snprintf(err, errlen,
+			 "cache dir %s is writable by group or others (mode "
+			 "%03o): refused (chmod go-w it)",
+			 shown, (unsigned)(sb.st_mode & 0777));
+		r = -EPERM;
+	}
+	if (r) {
+		if (fd >= 0)
+			close(fd);
+		return r;
+	}
+	*out = fd;
+	return 0;
+}
+
+/* The root (dir) and its "shards", both checked (open_own_dir), and the
+ * siblings' directories if present; s->dirfd set to "shards". */
+static int open_dirs(struct store *s, const char *dir, char *err, size_t errlen)
+{
+	char shown[4096];
+	int root, fd, r;
+
+	r = open_own_dir(AT_FDCWD, dir, dir, true, true, &root, err, errlen);
+	if (r)
+		return r;
+	for (size_t i = 0; r == 0 && i < sizeof(SIBLINGS) / sizeof(*SIBLINGS);
+	     i++) {
+		snprintf(shown, sizeof(shown), "%s/%s", dir, SIBLINGS[i]);
+		r = open_own_dir(root, SIBLINGS[i], shown, false, false, &fd,
+				 err, errlen);
+		if (fd >= 0)
+			close(fd);
+	}
+	if (r == 0)
+		r = open_own_dir(root, "shards", s->shards_dir, true, false,
+				 &s->dirfd, err, errlen);
+	close(root);
+	return r;
 }
 
 /* Sweep, load every entry and evict down to the cap, under the directory
@@ -276,8 +363,8 @@ static int open_scan(struct store *s)
 	r = rescan(s, true, &tmp_bytes);
 	if (r == 0) {
 		pthread_mutex_lock(&s->lock);
-		/* Best effort: over the cap with nothing evictable now, the next
-		 * admission evicts again and fails there if it must. */
+		/* Best effort: over the cap with nothing evictable now, the
+		 * next admission evicts again and fails there if it must. */
 		IGNORE_RESULT(store_evict_for(s, tmp_bytes, 0));
 		pthread_mutex_unlock(&s->lock);
 	}
@@ -304,16 +391,9 @@ int store_open(const char *dir, uint64_t cap, struct store **out, char *err,
 	pthread_mutex_lock(&s->lock);
 	store_tab_grow(s);
 	pthread_mutex_unlock(&s->lock);
-	if ((r = make_dir(dir)) != 0 || (r = make_dir(s->shards_dir)) != 0) {
-		snprintf(err, errlen, "cache dir %s: %s", dir, strerror(-r));
+	if ((r = open_dirs(s, dir, err, errlen)) != 0)
 		goto fail;
-	}
-	s->dirfd = open(s->shards_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (s->dirfd < 0)
-		r = -errno;
-	else
-		r = open_scan(s);
-	if (r) {
+	if ((r = open_scan(s)) != 0) {
 		snprintf(err, errlen, "cache dir %s: %s", s->shards_dir,
 			 strerror(-r));
 		goto fail;
@@ -540,10 +620,10 @@ static void count_write_error(struct store *s, int err)
 static int create_tmp(struct store_writer *w)
 {
 	struct store *s = w->s;
-	size_t n = strlen(s->shards_dir) + 80;
+	size_t n = 80;
 	int fl;
 
-	w->tmp_path = xmalloc(n);
+	w->tmp_name = xmalloc(n);
 	for (int i = 0; i < 16; i++) {
 		uint64_t c =
 			__atomic_add_fetch(&s->counter, 1, __ATOMIC_RELAXED);
@@ -552,23 +632,27 @@ static int create_tmp(struct store_writer *w)
 		    (ssize_t)sizeof(rnd))
 			rnd = (uint32_t)hash64(&c, sizeof(c),
 					       (uint64_t)time(NULL));
-		/* The entry's hash first: store_peer_open finds it by that. */
-		snprintf(w->tmp_path, n,
-			 "%s/" STORE_TMP_PREFIX "%016" PRIx64 "-%ld-%" PRIu64
-			 "-%08" PRIx32,
-			 s->shards_dir, w->hash, (long)getpid(), c, rnd);
-		w->fd = open(w->tmp_path,
-			     O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
-			     0600);
+		/* The entry's hash first: store_peer_open checks it. */
+		snprintf(w->tmp_name, n,
+			 STORE_TMP_PREFIX "%016" PRIx64 "-%ld-%" PRIu64
+					  "-%08" PRIx32,
+			 w->hash, (long)getpid(), c, rnd);
+		w->fd = openat(s->dirfd, w->tmp_name,
+			       O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC |
+				       O_NOFOLLOW,
+			       0600);
 		if (w->fd >= 0 || errno != EEXIST)
 			break;
 	}
 	if (w->fd < 0) {
 		int r = -errno;
-		free(w->tmp_path);
-		w->tmp_path = NULL;
+		free(w->tmp_name);
+		w->tmp_name = NULL;
 		return r;
 	}
+	/* Peers waiting for this entry find the temp file by the name in
+	 * the lock file, without reading the directory. */
+	store_entry_note_tmp(w->lockfd, w->tmp_name);
 	/* Nobody else can hold it: it was just made under the directory lock.
 	 * O_NOATIME: reading our own bytes back must not move the atime that
 	 * will record when the entry was written. */
@@ -582,42 +666,6 @@ static int create_tmp(struct store_writer *w)
 		return -errno;
 	/* No fallocate here: at least show the full size to other mounts. */
 	return ftruncate(w->fd, (off_t)w->file_bytes) == 0 ? 0 : -errno;
-}
-
-int store_peer_open(struct store *s, const char *url, const char *etag,
-		    uint64_t size)
-{
-	char *key, want[64];
-	struct dirent *d;
-	DIR *dir;
-	int fd = -ENOENT, dfd;
-
-	if (!s)
-		return -EINVAL;
-	key = store_fmt_key(url, etag, size);
-	snprintf(want, sizeof(want), STORE_TMP_PREFIX "%016" PRIx64 "-",
-		 hash64(key, strlen(key), 0));
-	free(key);
-	dfd = openat(s->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0 || !(dir = fdopendir(dfd))) {
-		if (dfd >= 0)
-			close(dfd);
-		return -errno;
-	}
-	while (fd < 0 && (d = readdir(dir)) != NULL) {
-		if (strncmp(d->d_name, want, strlen(want)) != 0)
-			continue;
-		fd = openat(s->dirfd, d->d_name,
-			    O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-		if (fd >= 0 && !store_writer_alive(fd)) {
-			close(fd);
-			fd = -ENOENT;
-		} else if (fd < 0) {
-			fd = -ENOENT; /* renamed or removed meanwhile */
-		}
-	}
-	closedir(dir);
-	return fd;
 }
 
 /* Room under the cap, counted over everything in the directory, then the
@@ -665,10 +713,10 @@ static void writer_free(struct store_writer *w)
 {
 	if (w->fd >= 0)
 		close(w->fd);
-	if (w->tmp_path)
-		unlink(w->tmp_path);
+	if (w->tmp_name)
+		unlinkat(w->s->dirfd, w->tmp_name, 0);
 	store_entry_unlock(w->s, w->name, w->lockfd);
-	free(w->tmp_path);
+	free(w->tmp_name);
 	free(w->key);
 	free(w->sums);
 	XXH3_freeState(w->xs);
@@ -868,13 +916,13 @@ static int publish(struct store_writer *w, struct store_entry *e)
 	t[0] = t[1] = now_real();
 	if (futimens(w->fd, t) != 0 || fstat(w->fd, &sb) != 0 ||
 	    (r = pin_shared(w->fd)) != 0 ||
-	    renameat(AT_FDCWD, w->tmp_path, s->dirfd, w->name) != 0) {
+	    renameat(s->dirfd, w->tmp_name, s->dirfd, w->name) != 0) {
 		r = r ? r : -errno;
 		store_dir_unlock(lk);
 		return r;
 	}
-	free(w->tmp_path);
-	w->tmp_path = NULL;
+	free(w->tmp_name);
+	w->tmp_name = NULL;
 	e->fd = w->fd; /* opened O_RDWR; now only read */
 	w->fd = -1;
 	e->ins = e->use = t[0];

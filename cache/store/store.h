@@ -63,8 +63,13 @@ struct store_writer;
 
 /* Creates dir (and dir/shards) with mode 0700 if missing, removes temp files
  * whose writer is gone, loads the existing entries and evicts down to cap.
- * Returns 0 with *out set, or -errno with a reason in err if the directory
- * can't be created or used. */
+ * dir, dir/shards and dir/prepared (if there) must each be a real
+ * directory (not a symlink: -ELOOP) owned by the effective uid and not
+ * writable by group or others (-EPERM): another local user must not be
+ * able to plant entries, or links that send writes elsewhere. Every later
+ * call goes through the descriptor of dir/shards opened here, so a
+ * directory recreated under that path meanwhile is not used. Returns 0
+ * with *out set, or -errno with one line naming the directory in err. */
 MUST_CHECK
 int store_open(const char *dir, uint64_t cap, struct store **out, char *err,
 	       size_t errlen);

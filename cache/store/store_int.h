@@ -44,7 +44,7 @@ struct store_writer {
 	struct store *s;
 	char *key;
 	char name[STORE_FMT_NAME_LEN + 1];
-	char *tmp_path;
+	char *tmp_name; /* in s->dirfd, until renamed into place */
 	uint64_t hash;
 	uint64_t size, file_bytes;
 	uint64_t written; /* atomic: read by store_writer_pread callers */
@@ -58,7 +58,7 @@ struct store_writer {
 
 struct store {
 	pthread_mutex_t lock;
-	char *shards_dir;
+	char *shards_dir; /* for messages only: every call goes through dirfd */
 	int dirfd;
 	double wait_s;	    /* longest wait for another writer of an entry */
 	double reuse_gap_s; /* see DEFAULT_REUSE_GAP_S, store.c */

@@ -3,12 +3,15 @@
  * DESIGN note in store.c for who holds what, and the lock order). */
 #include "cache/store/store_lock.h"
 
+#include "cache/store/store_format.h"
 #include "cache/store/store_int.h"
 #include "common/util.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -20,7 +23,9 @@
 /* Returns a descriptor holding the lock, or -errno. */
 int store_dir_lock(struct store *s)
 {
-	int fd = open(s->shards_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	/* Through the directory's descriptor, never its path: a directory
+	 * recreated under that path while we run is another directory. */
+	int fd = openat(s->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
 	while (flock(fd, LOCK_EX) != 0) {
@@ -45,13 +50,20 @@ bool store_is_lock_name(const char *n)
 	       strcmp(n + 16, STORE_LOCK_SUFFIX) == 0;
 }
 
-/* Remove a temp or lock file whose owner is gone: nobody holds its flock. */
+/* Remove a temp or lock file whose owner is gone: nobody holds its flock.
+ * The lock taken may be on a file that is no longer under that name: a
+ * writer unlinks its lock file before letting go, and the next writer of
+ * the entry creates and locks a new one there. Unlink only if the name
+ * still holds the file we locked. */
 void store_remove_if_unlocked(struct store *s, const char *name)
 {
+	struct stat a, b;
 	int fd = openat(s->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return;
-	if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+	if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &a) == 0 &&
+	    fstatat(s->dirfd, name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    a.st_dev == b.st_dev && a.st_ino == b.st_ino)
 		unlinkat(s->dirfd, name, 0);
 	close(fd);
 }
@@ -119,6 +131,65 @@ void store_entry_unlock(struct store *s, const char *name, int fd)
 	lock_name(name, ln, sizeof(ln));
 	unlinkat(s->dirfd, ln, 0);
 	close(fd);
+}
+
+void store_entry_note_tmp(int lockfd, const char *tmp_name)
+{
+	size_t n = strlen(tmp_name);
+
+	/* Best effort: without it peers wait for the commit instead. */
+	if (lockfd >= 0 && pwrite(lockfd, tmp_name, n, 0) == (ssize_t)n)
+		IGNORE_RESULT(ftruncate(lockfd, (off_t)n));
+}
+
+/* A temp file name read from a lock file: one of ours for hash h (no
+ * slash, the prefix and hash that create_tmp writes). */
+static bool tmp_name_ok(const char *name, uint64_t h)
+{
+	char want[64];
+	int n = snprintf(want, sizeof(want), STORE_TMP_PREFIX "%016" PRIx64 "-",
+			 h);
+	return strncmp(name, want, (size_t)n) == 0 && !strchr(name, '/');
+}
+
+int store_peer_open(struct store *s, const char *url, const char *etag,
+		    uint64_t size)
+{
+	char name[STORE_FMT_NAME_LEN + 1], ln[32], tmp[128];
+	struct stat sb;
+	char *key;
+	uint64_t h;
+	ssize_t n;
+	int fd;
+
+	if (!s)
+		return -EINVAL;
+	key = store_fmt_key(url, etag, size);
+	h = hash64(key, strlen(key), 0);
+	free(key);
+	store_fmt_name(h, name);
+	lock_name(name, ln, sizeof(ln));
+	/* One open and read, whatever the size of the directory: a reader
+	 * looks here every little while as long as the peer's fetch lasts. */
+	fd = openat(s->dirfd, ln, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -ENOENT;
+	n = pread(fd, tmp, sizeof(tmp) - 1, 0);
+	close(fd);
+	if (n <= 0)
+		return -ENOENT;
+	tmp[n] = '\0';
+	if (!tmp_name_ok(tmp, h))
+		return -ENOENT;
+	fd = openat(s->dirfd, tmp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -ENOENT; /* renamed or removed meanwhile */
+	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) ||
+	    !store_writer_alive(fd)) {
+		close(fd);
+		return -ENOENT;
+	}
+	return fd;
 }
 
 /* fd of a temp file in the directory: is its writer still there (holding

@@ -24,6 +24,9 @@ void store_dir_unlock(int fd);
  * it, or -EBUSY (waited too long), -ECANCELED (store_interrupt), -errno. */
 MUST_CHECK
 int store_entry_lock(struct store *s, const char *name, bool *waited);
+/* Write the writer's temp file name into its held lock file, for
+ * store_peer_open (best effort). */
+void store_entry_note_tmp(int lockfd, const char *tmp_name);
 /* Unlink "<name>.lock" and let go of it (fd < 0: nothing). */
 void store_entry_unlock(struct store *s, const char *name, int fd);
 /* Is n named like an entry's lock file? */

@@ -372,3 +372,59 @@ def test_stats_escape_hostile_class_names(mounter, fault_server, dataset):
         if not ln.startswith("#"):
             assert line.match(ln), "bad Prometheus line: %r" % ln
     assert prom.count("echofs_ready{") == len(HOSTILE_LABELS)
+
+
+@pytest.mark.parametrize("sub", ["shards", "prepared"])
+def test_a_symlinked_cache_subdirectory_fails_the_mount(mounter, nginx, tmp_path, sub):
+    """A link put in place of cache_dir/shards or cache_dir/prepared would
+    send the next mount's entries wherever it points (issue 50): the mount
+    refuses, with one line naming the directory, and writes nothing
+    there."""
+    cache = tmp_path / "c"
+    elsewhere = tmp_path / "elsewhere"
+    cache.mkdir()
+    elsewhere.mkdir()
+    os.symlink(elsewhere, cache / sub)
+    err = helpers.failed_mount(
+        lambda src, opts, check, timeout: mounter(
+            src, cache_dir=str(cache), opts=opts, check=check, timeout=timeout),
+        helpers.source_of(nginx.url, "test"),
+        {"index": nginx.test_index, "size": 32, "format": "ppm"})
+    assert "cache dir %s/%s is a symlink" % (cache, sub) in err, err
+    assert os.listdir(elsewhere) == []
+
+
+def test_default_cache_dir_is_the_users_own(nginx, tmp_path):
+    """Without HOME or XDG_CACHE_HOME, a plain user's default cache_dir is
+    /tmp/echofs-cache-UID (made 0700, theirs); one that another user made
+    first is refused with one line, not used (issue 50)."""
+    uid, gid = plain_user()
+    d = "/tmp/echofs-cache-%d" % uid
+    top = tempfile.mkdtemp(prefix="echofs-sec-", dir="/tmp")
+    os.chmod(top, 0o755)
+    mnt = os.path.join(top, "mnt")
+    os.mkdir(mnt)
+    os.chown(mnt, uid, gid)
+    index = os.path.join(top, "test.echofs-index")
+    shutil.copy(nginx.test_index, index)
+    os.chmod(index, 0o644)
+    cmd = "env -i PATH=/usr/bin:/bin %s -o index=%s %s %s" % (
+        helpers.ECHOFS, index, helpers.source_of(nginx.url, "test"), mnt)
+    try:
+        shutil.rmtree(d, ignore_errors=True)
+        as_user(uid, gid, cmd)  # mounted or not: the store opened first
+        st = os.lstat(d)
+        assert st.st_uid == uid and st.st_mode & 0o777 == 0o700, (
+            st.st_uid, oct(st.st_mode))
+        subprocess.run(["fusermount3", "-u", mnt], capture_output=True)
+        shutil.rmtree(d)
+        os.mkdir(d, 0o755)  # planted by root, before the user's mount
+        r = as_user(uid, gid, cmd)
+        assert r.returncode != 0, "mounted on a cache dir another user made"
+        err = r.stderr.strip()
+        assert len(err.splitlines()) == 1, err
+        assert "cache dir %s is owned by uid 0" % d in err, err
+    finally:
+        subprocess.run(["fusermount3", "-u", mnt], capture_output=True)
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.rmtree(top, ignore_errors=True)

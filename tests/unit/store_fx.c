@@ -132,12 +132,17 @@ struct store *open_store(uint64_t cap)
 
 size_t count_files(const char *prefix)
 {
+	return count_files_in("shards", prefix);
+}
+
+size_t count_files_in(const char *sub, const char *prefix)
+{
 	char p[128];
 	size_t n = 0;
 	struct dirent *d;
 	DIR *dir;
 
-	snprintf(p, sizeof(p), "%s/shards", tdir);
+	snprintf(p, sizeof(p), "%s/%s", tdir, sub);
 	dir = opendir(p);
 	cr_assert_not_null(dir);
 	while ((d = readdir(dir)) != NULL)

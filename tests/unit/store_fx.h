@@ -35,6 +35,8 @@ void check_range(struct store_entry *e, uint64_t off, size_t len, unsigned seed,
 struct store *open_store(uint64_t cap);
 /* How many files in tdir/shards start with prefix. */
 size_t count_files(const char *prefix);
+/* How many files in tdir/sub start with prefix. */
+size_t count_files_in(const char *sub, const char *prefix);
 /* The path of the only entry file in the store. */
 void only_entry_path(char *out, size_t outlen);
 

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/inotify.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -53,8 +54,17 @@ int __real_flock(int fd, int op);
 int __wrap_flock(int fd, int op);
 static int flock_eintr, flock_enolck;
 
+/* Set by a test: runs once, at the next flock(LOCK_EX | LOCK_NB), before
+ * it (the start-up sweep's probe of a lock file). */
+static void (*before_nb_lock)(int fd);
+
 int __wrap_flock(int fd, int op)
 {
+	if (op == (LOCK_EX | LOCK_NB) && before_nb_lock) {
+		void (*fn)(int) = before_nb_lock;
+		before_nb_lock = NULL;
+		fn(fd);
+	}
 	if (op == LOCK_SH && (flock_eintr > 0 || flock_enolck)) {
 		__real_flock(fd, LOCK_UN);
 		errno = flock_enolck ? ENOLCK : EINTR;
@@ -1035,4 +1045,129 @@ Test(store, a_lazy_store_keeps_its_cap)
 	cr_assert_leq(st.bytes, st.cap, "%" PRIu64 " > %" PRIu64, st.bytes,
 		      st.cap);
 	cr_assert_geq(st.evictions, 20);
+}
+
+/* ---- the cache's directories (issue 50) ---- */
+
+/* A lock file's holder unlinks it before letting go, and the next writer
+ * of the entry makes and locks a new one under the name. The start-up
+ * sweep that opened the old file and then gets its lock must not unlink
+ * the name: it is the live writer's lock now. */
+static char sweep_lock[256];
+static int live_lock = -1;
+
+static void new_writer_takes_the_name(int fd)
+{
+	char tmp[300];
+	(void)fd;
+	snprintf(tmp, sizeof(tmp), "%s.new", sweep_lock);
+	live_lock = open(tmp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	cr_assert_geq(live_lock, 0);
+	cr_assert_eq(__real_flock(live_lock, LOCK_EX | LOCK_NB), 0);
+	cr_assert_eq(rename(tmp, sweep_lock), 0);
+}
+
+Test(store, sweep_keeps_a_lock_file_a_new_writer_holds)
+{
+	struct store *s = open_store(1ULL << 30);
+	int fd;
+
+	store_close(s);
+	snprintf(sweep_lock, sizeof(sweep_lock),
+		 "%s/shards/0123456789abcdef.lock", tdir);
+	fd = open(sweep_lock, O_RDWR | O_CREAT, 0600); /* a dead writer's */
+	cr_assert_geq(fd, 0);
+	close(fd);
+	before_nb_lock = new_writer_takes_the_name;
+	s = open_store(1ULL << 30);
+	cr_assert_geq(live_lock, 0, "the sweep never probed the lock file");
+	cr_assert_eq(access(sweep_lock, F_OK), 0,
+		     "the sweep unlinked a live writer's lock file");
+	close(live_lock);
+	store_close(s);
+}
+
+/* The cache directory recreated under its path while a store is open: the
+ * store keeps using the directory it opened, for temp and lock files as
+ * for entries. */
+Test(store, a_recreated_directory_is_not_used)
+{
+	struct store *s = open_store(1ULL << 30);
+	char path[256], moved[256];
+	struct store_writer *w;
+	struct store_entry *e;
+	uint8_t buf[3000];
+
+	snprintf(path, sizeof(path), "%s/shards", tdir);
+	snprintf(moved, sizeof(moved), "%s/moved", tdir);
+	cr_assert_eq(rename(path, moved), 0);
+	cr_assert_eq(mkdir(path, 0700), 0);
+	cr_assert_eq(store_begin(s, "http://h/D.tar", "", 3000, &w), 0);
+	cr_assert_eq(count_files_in("moved", ".tmp-"), 1,
+		     "the temp file is not beside the entries");
+	cr_assert_eq(count_files_in("shards", ""), 0,
+		     "a file went to the new directory");
+	fill(buf, sizeof(buf), 3, 0);
+	cr_assert_eq(store_write(w, buf, sizeof(buf)), 0);
+	cr_assert_eq(store_commit(w, &e), 0);
+	store_put(e);
+	cr_assert_eq(count_files_in("moved", ""), 1);
+	cr_assert_eq(count_files_in("shards", ""), 0);
+	store_close(s);
+}
+
+/* Directory reads of tdir/shards itself (IN_ACCESS events without a
+ * name) queued on the inotify descriptor in. */
+static int dir_reads(int in)
+{
+	char ev[4096] __attribute__((aligned(8)));
+	int n = 0;
+	ssize_t len;
+
+	while ((len = read(in, ev, sizeof(ev))) > 0)
+		for (char *p = ev; p < ev + len;) {
+			struct inotify_event *e = (struct inotify_event *)p;
+			n += e->len == 0 && (e->mask & IN_ACCESS);
+			p += sizeof(*e) + e->len;
+		}
+	return n;
+}
+
+/* A reader waiting for another mount's fetch looks for its temp file every
+ * 50 ms: each look must cost the same however big the cache is, so it
+ * must not read the directory. */
+Test(store, peer_open_does_not_read_the_directory)
+{
+	struct store *s = open_store(1ULL << 30);
+	char path[256];
+	struct store_writer *w;
+	int in, fd, reads;
+
+	for (unsigned i = 0; i < 20; i++) {
+		char url[64];
+		snprintf(url, sizeof(url), "http://h/%u.tar", i);
+		add_put(s, url, 1000, i);
+	}
+	cr_assert_eq(store_begin(s, "http://h/P.tar", "", 3000, &w), 0);
+	snprintf(path, sizeof(path), "%s/shards", tdir);
+	in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	cr_assert_geq(in, 0);
+	cr_assert_geq(inotify_add_watch(in, path, IN_ACCESS), 0);
+	DIR *d = opendir(path); /* the watch sees directory reads */
+	while (readdir(d))
+		;
+	closedir(d);
+	cr_assert_gt(dir_reads(in), 0, "no IN_ACCESS for a readdir here");
+	for (int i = 0; i < 10; i++) {
+		fd = store_peer_open(s, "http://h/P.tar", "", 3000);
+		cr_assert_geq(fd, 0, "live writer not found: %s",
+			      strerror(-fd));
+		close(fd);
+	}
+	reads = dir_reads(in);
+	cr_assert_eq(reads, 0, "10 looks read the directory (%d events)",
+		     reads);
+	close(in);
+	store_abort(w);
+	store_close(s);
 }

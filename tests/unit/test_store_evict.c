@@ -784,3 +784,56 @@ Test(store_evict, all_local_needs_every_shard)
 	/* Room for two: the third put evicted one. */
 	cr_assert_eq(all_local(2 * unit + unit / 2, 3), 0, "one evicted");
 }
+
+/* ---- the cache's own directories (issue 50; here for test_store.c's
+ * length) ---- */
+
+/* A directory of the cache that is a symlink, not ours, or writable by
+ * others is refused, with one line naming it. */
+static void refused(const char *dir, int want, const char *says)
+{
+	char err[512] = "";
+	struct store *s = (struct store *)1;
+	int r = store_open(dir, 1 << 20, &s, err, sizeof(err));
+	cr_assert_eq(r, want, "store_open: %d (%s)", r, err);
+	cr_assert_null(s);
+	cr_assert(strstr(err, says) && !strchr(err, '\n'), "err: %s", err);
+}
+
+Test(store_evict, a_symlinked_subdirectory_is_refused)
+{
+	char dir[256], elsewhere[256], link[256];
+
+	snprintf(elsewhere, sizeof(elsewhere), "%s/elsewhere", tdir);
+	cr_assert_eq(mkdir(elsewhere, 0700), 0);
+	snprintf(dir, sizeof(dir), "%s/c", tdir);
+	cr_assert_eq(mkdir(dir, 0700), 0);
+	snprintf(link, sizeof(link), "%s/c/shards", tdir);
+	cr_assert_eq(symlink(elsewhere, link), 0);
+	refused(dir, -ELOOP, "c/shards is a symlink");
+	cr_assert_eq(unlink(link), 0);
+	snprintf(link, sizeof(link), "%s/c/prepared", tdir);
+	cr_assert_eq(symlink(elsewhere, link), 0);
+	refused(dir, -ELOOP, "c/prepared is a symlink");
+	refused(link, -ELOOP, "c/prepared is a symlink"); /* its own store */
+	cr_assert_eq(count_files_in("elsewhere", ""), 0,
+		     "a file was written through the link");
+}
+
+Test(store_evict, a_cache_root_others_can_steer_is_refused)
+{
+	char dir[256], link[256];
+
+	snprintf(dir, sizeof(dir), "%s/c", tdir);
+	cr_assert_eq(mkdir(dir, 0700), 0);
+	cr_assert_eq(chmod(dir, 0770), 0);
+	refused(dir, -EPERM, "writable by group or others (mode 770)");
+	cr_assert_eq(chmod(dir, 0700), 0);
+	snprintf(link, sizeof(link), "%s/l", tdir);
+	cr_assert_eq(symlink(dir, link), 0);
+	refused(link, -ELOOP, "/l is a symlink");
+	if (geteuid() != 0)
+		cr_skip_test("needs root to give the directory away");
+	cr_assert_eq(chown(dir, 12345, 0), 0);
+	refused(dir, -EPERM, "owned by uid 12345, not by this mount's uid 0");
+}
