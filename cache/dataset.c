@@ -10,6 +10,7 @@
 
 #include "cache/dataset_int.h"
 #include "cache/dataset_parts.h"
+#include "cache/image/prepared.h"
 #include "cache/index/partition.h"
 #include "cache/index/resolve.h"
 #include "cache/store/shards.h"
@@ -549,6 +550,13 @@ void dataset_get_stats(struct dataset *ds, struct dataset_stats *out)
 		read_stats(ds->sh, &out->reads);
 	if (ds->store)
 		store_stats(ds->store, &out->store);
+	if (ds->prepared) {
+		/* The prepared tier is the cache too: a write it could not do
+		 * (disk full) is logged as cache_write and counted there. */
+		struct prepared_stats ps;
+		prepared_get_stats(ds->prepared, &ps);
+		out->store.write_errors += ps.write_errors;
+	}
 	dataset_echo_fill_stats(ds, out);
 	net_stats(ds->http, &out->net);
 	for (size_t i = 0; i < ds->ix->nshards; i++)

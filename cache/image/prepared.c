@@ -143,11 +143,14 @@ static void etag_of(const void *in, size_t len, char *etag, size_t n)
 }
 
 /* The entry's bytes into a new buffer: 1 read and intact, 0 absent, -1
- * corrupt (dropped). */
-static int lookup(struct prepared *p, const char *etag, size_t n,
-		  uint8_t **out)
+ * corrupt (dropped, with one rate-limited line naming the sample `key`,
+ * or its encoded bytes' etag when the caller did not say, and what was
+ * wrong). */
+static int lookup(struct prepared *p, const char *key, const char *etag,
+		  size_t n, uint8_t **out)
 {
 	struct store_entry *e = store_get(p->st, p->url, etag, n);
+	char what[512];
 	if (!e)
 		return 0;
 	uint8_t *b = malloc(n);
@@ -159,7 +162,13 @@ static int lookup(struct prepared *p, const char *etag, size_t n,
 	}
 	free(b);
 	if (r == -EBADMSG || r >= 0) {
-		store_drop(e);
+		snprintf(what, sizeof(what),
+			 "prepared sample %s (encoded bytes %s): %s; dropped, "
+			 "made again",
+			 key ? key : "?", etag,
+			 r == -EBADMSG ? "a block failed its checksum"
+				       : "the file is shorter than its entry");
+		store_drop_said(e, what);
 		store_put(e);
 		return -1;
 	}
@@ -230,8 +239,8 @@ static void *writer_main(void *arg)
 
 /* Queues buf (copied) for the writer; a full queue skips it (counted):
  * the sample is decoded again when next read, and queued again. */
-static void queue_save(struct prepared *p, const char *etag,
-		       const uint8_t *buf, size_t n)
+static void queue_save(struct prepared *p, const char *etag, const uint8_t *buf,
+		       size_t n)
 {
 	struct job *j = NULL;
 
@@ -258,9 +267,9 @@ static void queue_save(struct prepared *p, const char *etag,
 	pthread_mutex_unlock(&p->lock);
 }
 
-int prepared_make(struct prepared *p, struct prep *prep, const void *in,
-		  size_t len, uint8_t **out, size_t *outlen, char *why,
-		  size_t whylen)
+int prepared_make_named(struct prepared *p, struct prep *prep, const char *key,
+			const void *in, size_t len, uint8_t **out,
+			size_t *outlen, char *why, size_t whylen)
 {
 	char etag[64];
 	ssize_t n = prep_prepared_len(prep, in, len);
@@ -268,21 +277,27 @@ int prepared_make(struct prepared *p, struct prep *prep, const void *in,
 	if (n < 0) /* unusable header: prep_prepare says why */
 		return prep_prepare(prep, in, len, out, outlen, why, whylen);
 	etag_of(in, len, etag, sizeof(etag));
-	int hit = lookup(p, etag, (size_t)n, out);
+	int hit = lookup(p, key, etag, (size_t)n, out);
 	if (hit > 0) {
 		__atomic_add_fetch(&p->hits, 1, __ATOMIC_RELAXED);
 		*outlen = (size_t)n;
 		return 0;
 	}
-	if (hit < 0) {
+	if (hit < 0) /* logged with the drop */
 		__atomic_add_fetch(&p->corrupt, 1, __ATOMIC_RELAXED);
-		log_warn("a prepared sample was corrupt: dropped, made again");
-	}
 	__atomic_add_fetch(&p->misses, 1, __ATOMIC_RELAXED);
 	int r = prep_prepare(prep, in, len, out, outlen, why, whylen);
 	if (r == 0 && *outlen == (size_t)n)
 		queue_save(p, etag, *out, *outlen);
 	return r;
+}
+
+int prepared_make(struct prepared *p, struct prep *prep, const void *in,
+		  size_t len, uint8_t **out, size_t *outlen, char *why,
+		  size_t whylen)
+{
+	return prepared_make_named(p, prep, NULL, in, len, out, outlen, why,
+				   whylen);
 }
 
 void prepared_get_stats(struct prepared *p, struct prepared_stats *out)
@@ -304,4 +319,5 @@ void prepared_get_stats(struct prepared *p, struct prepared_stats *out)
 	out->bytes = s.bytes;
 	out->entries = s.entries;
 	out->evictions = s.evictions;
+	out->write_errors = s.write_errors;
 }

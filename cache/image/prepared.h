@@ -54,6 +54,8 @@ struct prepared_stats {
 	uint64_t bytes;	       /* on disk now (the store's count) */
 	uint64_t entries;      /* on disk now */
 	uint64_t evictions;    /* entries evicted for the cap */
+	uint64_t write_errors; /* entries not written: disk errors (the
+				* store's count; logged as "cache_write") */
 };
 
 /* Whether a mount with opts would use the tier: a resize (size=) and an
@@ -81,6 +83,14 @@ MUST_CHECK
 int prepared_make(struct prepared *p, struct prep *prep, const void *in,
 		  size_t len, uint8_t **out, size_t *outlen, char *why,
 		  size_t whylen);
+/* prepared_make for the sample `key` (borrowed; NULL: unknown), which the
+ * log names when its entry is found corrupt. Corrupt entries are logged
+ * with log_counted("cache_corrupt"), naming the sample and what was
+ * wrong (a block's checksum, a short file). */
+MUST_CHECK
+int prepared_make_named(struct prepared *p, struct prep *prep, const char *key,
+			const void *in, size_t len, uint8_t **out,
+			size_t *outlen, char *why, size_t whylen);
 
 void prepared_get_stats(struct prepared *p, struct prepared_stats *out);
 

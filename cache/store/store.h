@@ -157,6 +157,10 @@ int store_entry_fd(const struct store_entry *e, uint64_t *size);
 /* Mark a pinned entry corrupt: it is unlinked once unpinned and never
  * returned again. Does not release the caller's pin. */
 void store_drop(struct store_entry *e);
+/* store_drop for a caller that says what was wrong: `what` (borrowed)
+ * ends the one line logged (log_counted "cache_corrupt", rate-limited)
+ * after the entry's name, instead of the shard layer's words. */
+void store_drop_said(struct store_entry *e, const char *what);
 
 /* Start writing an entry. If another writer (in any process) is writing the
  * same entry, first waits for it to finish (see store_set_wait). Evicts

@@ -284,6 +284,11 @@ void store_put(struct store_entry *e)
 
 void store_drop(struct store_entry *e)
 {
+	store_drop_said(e, NULL);
+}
+
+void store_drop_said(struct store_entry *e, const char *what)
+{
 	if (!e)
 		return;
 	bool first;
@@ -291,7 +296,10 @@ void store_drop(struct store_entry *e)
 	pthread_mutex_lock(&e->s->lock);
 	first = store_acct_drop(e->s, e);
 	pthread_mutex_unlock(&e->s->lock);
-	if (first)
+	if (first && what)
+		log_counted("cache_corrupt", "cache: entry %s: %s", e->name,
+			    what);
+	else if (first)
 		log_counted("cache_corrupt",
 			    "cache: entry %s failed its "
 			    "checksum; dropped, the shard is fetched again",
