@@ -82,14 +82,25 @@ int file_read_fd(int fd, size_t cap, char **out, size_t *len)
 	return 0;
 }
 
+/* O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever
+ * (and a device may block too); a regular file ignores the flag. The type
+ * is judged on what was opened, not on a stat of the path beforehand. */
 int file_read_all(const char *path, size_t cap, char **out, size_t *len)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	int r;
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	struct stat st;
+	int r = 0;
 
 	if (fd < 0)
 		return -errno;
-	r = file_read_fd(fd, cap, out, len);
+	if (fstat(fd, &st) != 0)
+		r = -errno;
+	else if (S_ISDIR(st.st_mode))
+		r = -EISDIR;
+	else if (!S_ISREG(st.st_mode))
+		r = -EINVAL;
+	if (r == 0)
+		r = file_read_fd(fd, cap, out, len);
 	close(fd);
 	return r;
 }

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cache/dataset.h"
@@ -582,6 +583,46 @@ static int convert(struct raw_opts *r, struct fs_options *o, char *err,
 	return ret ? ret : convert_prep(r, o, err, errlen);
 }
 
+static const char *kind_of(mode_t m)
+{
+	return S_ISFIFO(m)   ? "a FIFO"
+	       : S_ISSOCK(m) ? "a socket"
+	       : S_ISCHR(m)  ? "a character device"
+	       : S_ISBLK(m)  ? "a block device"
+	       : S_ISDIR(m)  ? "a directory"
+			     : "a special file";
+}
+
+/* A user-named input read whole at mount (a shard list, index=,
+ * header_file=) must be a regular file: reading a FIFO would wait for a
+ * writer, a device may never end. Refused here, where the message can
+ * name the option; the readers refuse them too (file_read_all opens
+ * without blocking), which covers a file swapped after this check. A
+ * missing file is left to the reader's own message. */
+static int check_input(const char *what, const char *path, char *err,
+		       size_t errlen)
+{
+	struct stat st;
+
+	if (!path || strstr(path, "://") || stat(path, &st) != 0 ||
+	    S_ISREG(st.st_mode))
+		return 0;
+	snprintf(err, errlen, "%s%s: %s, not a regular file", what, path,
+		 kind_of(st.st_mode));
+	return -EINVAL;
+}
+
+static int check_inputs(const struct raw_opts *r, char *err, size_t errlen)
+{
+	int ret = check_input("SOURCE ", r->positional[0], err, errlen);
+
+	if (!ret)
+		ret = check_input("index=", r->index, err, errlen);
+	if (!ret)
+		ret = check_input("header_file=", r->header_file, err, errlen);
+	return ret;
+}
+
 /* The forced mount options, with the source (credentials and query
  * removed) as fsname, so /proc/mounts and df name what is mounted as sshfs
  * and rclone do. fuse_opt splits on ',' and reads '\\' as an escape. */
@@ -714,6 +755,8 @@ int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 	ret = convert(&r, o, err, errlen);
 	if (!ret)
 		ret = convert_layout(&r, o, err, errlen);
+	if (!ret)
+		ret = check_inputs(&r, err, errlen);
 	if (ret)
 		goto out;
 	take(&o->source, &r.positional[0]);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/file.h"
@@ -104,6 +105,52 @@ Test(file, errors_come_back_as_negative_errno)
 	cr_assert_eq(file_read_all(path, 100, &buf, &len), -ENOENT);
 	cr_assert_eq(file_read_all(dir, 100, &buf, &len), -EISDIR);
 	cr_assert_null(buf);
+}
+
+/* Issue 50: a FIFO named as an input (index=, a list file, header_file=)
+ * hung the mount in open(2), waiting for a writer that never came. Every
+ * file that is not regular fails at once, reached directly or through a
+ * symlink; the timeout turns the old hang into a failure. */
+Test(file, special_files_fail_at_once_and_never_block, .timeout = 20)
+{
+	char fifo[128], link[128], reg[128], *buf = NULL;
+	size_t len;
+
+	snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+	cr_assert_eq(mkfifo(fifo, 0600), 0);
+	cr_assert_eq(file_read_all(fifo, 100, &buf, &len), -EINVAL);
+	snprintf(link, sizeof(link), "%s/to-fifo", dir);
+	cr_assert_eq(symlink(fifo, link), 0);
+	cr_assert_eq(file_read_all(link, 100, &buf, &len), -EINVAL);
+	cr_assert_eq(file_read_all("/dev/null", 100, &buf, &len), -EINVAL);
+	cr_assert_eq(file_read_all("/dev/zero", 100, &buf, &len), -EINVAL);
+	cr_assert_null(buf);
+
+	/* a regular file behind a symlink is still read */
+	make("reg", 10, reg, sizeof(reg));
+	snprintf(link, sizeof(link), "%s/to-reg", dir);
+	cr_assert_eq(symlink(reg, link), 0);
+	cr_assert_eq(file_read_all(link, 100, &buf, &len), 0);
+	cr_assert_eq(len, 10);
+	free(buf);
+}
+
+/* A FIFO with a writer that keeps it open and never writes: not read
+ * either (reading it would wait for that writer's EOF). */
+Test(file, a_fifo_with_a_silent_writer_is_refused, .timeout = 20)
+{
+	char fifo[128], *buf = NULL;
+	size_t len;
+	int w;
+
+	snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+	cr_assert_eq(mkfifo(fifo, 0600), 0);
+	/* O_RDWR on a FIFO opens without waiting (Linux) and is a writer */
+	w = open(fifo, O_RDWR);
+	cr_assert_geq(w, 0);
+	cr_assert_eq(file_read_all(fifo, 100, &buf, &len), -EINVAL);
+	cr_assert_null(buf);
+	close(w);
 }
 
 Test(file, read_exact_fills_or_says_eio)

@@ -4,8 +4,11 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fuse_lowlevel.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "fs/options.h"
 
@@ -344,4 +347,64 @@ Test(options, layout_default_and_samples)
 	cr_expect_eq(o.layout, FS_LAYOUT_IMAGEFOLDER);
 	options_free(&o);
 	fuse_opt_free_args(&a);
+}
+
+/* Issue 50: a FIFO named as SOURCE (a shard list), index= or header_file=
+ * hung the mount: nothing was printed and echofs never returned. Inputs
+ * that are not regular files now fail at once, naming the option. */
+Test(options, inputs_that_are_not_regular_files_name_their_option,
+     .timeout = 30)
+{
+	char dir[] = "/tmp/echofs-test-opt.XXXXXX", fifo[64], reg[64], opt[128],
+	     err[256];
+	struct {
+		const char *name; /* NULL: SOURCE */
+		const char *path;
+		const char *says;
+	} cases[] = {
+		{NULL, fifo, "SOURCE "},
+		{"index", fifo, "index="},
+		{"header_file", fifo, "header_file="},
+		{"index", "/dev/null", "index="},
+		{"header_file", "/tmp", "header_file="},
+	};
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+	snprintf(reg, sizeof(reg), "%s/reg", dir);
+	cr_assert_eq(mkfifo(fifo, 0600), 0);
+	FILE *f = fopen(reg, "w");
+	cr_assert_not_null(f);
+	fclose(f);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *argv[] = {
+			"echofs", "-o",
+			opt,	  cases[i].name ? reg : cases[i].path,
+			"/mnt",	  NULL};
+		struct fs_options o;
+		struct fuse_args a;
+		snprintf(opt, sizeof(opt), "%s=%s",
+			 cases[i].name ? cases[i].name : "index",
+			 cases[i].name ? cases[i].path : reg);
+		cr_assert_eq(parse(5, argv, &o, &a, err), -EINVAL, "case %zu",
+			     i);
+		cr_assert(strstr(err, cases[i].says) &&
+				  strstr(err, cases[i].path) &&
+				  strstr(err, "not a regular file"),
+			  "case %zu: %s", i, err);
+		options_free(&o);
+		fuse_opt_free_args(&a);
+	}
+	/* regular files, and a path that does not exist (the reader's own
+	 * message says so), parse */
+	const char *argv[] = {"echofs", "-o",	"index=/nonexistent/ix",
+			      reg,	"/mnt", NULL};
+	struct fs_options o;
+	struct fuse_args a;
+	cr_assert_eq(parse(5, argv, &o, &a, err), 0, "%s", err);
+	options_free(&o);
+	fuse_opt_free_args(&a);
+	unlink(fifo);
+	unlink(reg);
+	rmdir(dir);
 }
