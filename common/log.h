@@ -17,12 +17,24 @@ int log_parse_level(const char *s, enum log_level *out);
 void log_set_level(enum log_level level);
 enum log_level log_get_level(void);
 
-/* Send messages to a file (appended, opened once; path borrowed) or, with
- * NULL, to syslog. Until called, messages go to stderr. Returns 0 or -errno. */
+/* Send messages to the file at path (appended; path borrowed), which must
+ * be the effective user's own regular file with one link, not reached
+ * through a symlink at its last component; created 0644 when missing.
+ * Until called, messages go to stderr. Called again (a reopen after a log
+ * rotation), the new file takes over once open and the old one is closed
+ * when its last line in flight is written. Returns 0, -ELOOP (a symlink),
+ * -EPERM (another user's file, or hard-linked), -EINVAL (not a regular
+ * file), or the open error; on error the current sink stays. */
 MUST_CHECK
 int log_set_file(const char *path);
+/* Why log_set_file refused (its negative errno), for a one-line error. */
+const char *log_file_strerror(int r);
+
+/* Send messages to syslog, unless a file was set. */
 void log_use_syslog(void);
 
+/* One line, written whole with one write(2) and without holding a lock,
+ * so that a slow log device does not stall other threads (see log.c). */
 void log_msg(enum log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 

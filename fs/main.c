@@ -546,7 +546,7 @@ static int setup(struct app *a, char *err, size_t errlen)
 			      : LOG_LEVEL_WARN);
 	if (a->o.log_file && (r = log_set_file(a->o.log_file)) != 0) {
 		snprintf(err, errlen, "cannot open log_file %s: %s",
-			 a->o.log_file, strerror(-r));
+			 a->o.log_file, log_file_strerror(r));
 		return r;
 	}
 	return 0;

@@ -87,3 +87,51 @@ def test_a_fifo_credentials_file_fails_at_once(tmp_path, which):
              % (tmp_path / "c"), "%s://bucket/x-{0..1}.tar" % scheme], env=env)
     assert r.returncode != 0, r.stdout
     assert says.format(fifo=fifo) in r.stderr, r.stderr
+
+
+def test_log_file_symlink_is_refused_at_mount(nginx, mounter, tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    link = tmp_path / "echofs.log"
+    link.symlink_to(victim)
+    m = mounter(source_of(nginx.url, "test"), opts={"log_file": str(link)},
+                check=False)
+    fail_one_line(m, "log_file %s" % link, "symlink")
+    assert victim.read_text() == "precious\n"
+
+
+def test_log_file_of_another_user_is_refused_at_mount(nginx, mounter, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("chown to another user needs root")
+    theirs = tmp_path / "theirs.log"
+    theirs.write_text("theirs\n")
+    os.chown(theirs, 65534, 65534)
+    m = mounter(source_of(nginx.url, "test"), opts={"log_file": str(theirs)},
+                check=False)
+    fail_one_line(m, "log_file %s" % theirs, "not this user's own file")
+    assert theirs.read_text() == "theirs\n"
+
+
+def test_a_reopen_onto_a_symlink_keeps_the_old_file(nginx, mounter, tmp_path):
+    """logrotate's rename, then a symlink planted where the log was, then
+    SIGUSR1: the daemon keeps writing the file it has open."""
+    m = mounter(source_of(nginx.url, "test"))
+    pids = helpers.echofs_pids(m.mnt)
+    assert len(pids) == 1, pids
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    rotated = m.log_file + ".1"
+    os.rename(m.log_file, rotated)
+    os.symlink(victim, m.log_file)
+    os.kill(pids[0], signal.SIGUSR1)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with open(rotated) as f:
+            if "cannot reopen log_file" in f.read():
+                break
+        time.sleep(0.1)
+    with open(rotated) as f:
+        text = f.read()
+    assert "cannot reopen log_file" in text, text[-2000:]
+    assert victim.read_text() == "precious\n"
+    assert helpers.echofs_pids(m.mnt) == pids
