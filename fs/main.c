@@ -53,6 +53,7 @@ struct app {
 	struct metrics *metrics; /* -o metrics= only */
 	struct fs_ctx fs;
 	struct fuse_session *se;
+	struct fuse_loop_config *loop_cfg; /* made before the mount */
 };
 
 /* libfuse writes one line in several calls: the pieces are gathered here
@@ -324,6 +325,16 @@ static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 			 fuse_last_error[0] ? fuse_last_error : "see the log");
 		return -EINVAL;
 	}
+	/* Made before the mount, so that failing is a failed start with its
+	 * one-line error, not a crash of a mounted daemon. */
+	a->loop_cfg = fuse_loop_cfg_create();
+	if (!a->loop_cfg) {
+		snprintf(err, errlen,
+			 "out of memory for libfuse's loop settings");
+		return -ENOMEM;
+	}
+	fuse_loop_cfg_set_idle_threads(a->loop_cfg, 16);
+	fuse_loop_cfg_set_max_threads(a->loop_cfg, 64);
 	/* Before any request can arrive: handlers read fs.push unlocked.
 	 * Echo files are served from the pool, not pushed. */
 	if (!a->bind && !a->o.image.on &&
@@ -377,14 +388,10 @@ static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 
 static int loop(struct app *a)
 {
-	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
 	char type[64];
 	int r, sig, id;
 
-	fuse_loop_cfg_set_idle_threads(cfg, 16);
-	fuse_loop_cfg_set_max_threads(cfg, 64);
-	r = fuse_session_loop_mt(a->se, cfg);
-	fuse_loop_cfg_destroy(cfg);
+	r = fuse_session_loop_mt(a->se, a->loop_cfg);
 	/* No new requests now; whatever ended the loop, work still blocked
 	 * (the pusher, the echo streamer) ends before anything is freed. */
 	app_cancel(a);
@@ -410,6 +417,8 @@ static void app_free(struct app *a)
 	dataset_echo_cancel_all(a->ds);
 	if (a->se)
 		fuse_session_destroy(a->se);
+	if (a->loop_cfg)
+		fuse_loop_cfg_destroy(a->loop_cfg);
 	if (a->ctl)
 		fs_ctx_destroy(&a->fs);
 	bindings_free(a->bind);

@@ -135,3 +135,35 @@ def test_a_reopen_onto_a_symlink_keeps_the_old_file(nginx, mounter, tmp_path):
     assert "cannot reopen log_file" in text, text[-2000:]
     assert victim.read_text() == "precious\n"
     assert helpers.echofs_pids(m.mnt) == pids
+
+
+SHIM = r"""
+#include <stddef.h>
+struct fuse_loop_config;
+struct fuse_loop_config *fuse_loop_cfg_create(void) { return NULL; }
+"""
+
+
+def test_no_loop_config_is_a_failed_start_not_a_crash(nginx, tmp_path):
+    """fuse_loop_cfg_create returning NULL (its out-of-memory answer),
+    through an LD_PRELOAD stand-in: echofs used the NULL and crashed with
+    the file system mounted."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler to build the LD_PRELOAD stand-in")
+    src = tmp_path / "shim.c"
+    src.write_text(SHIM)
+    lib = tmp_path / "shim.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)],
+                   check=True, timeout=60)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    env = dict(os.environ, LD_PRELOAD=str(lib))
+    try:
+        r = run(["-f", "-o", "cache_dir=%s" % (tmp_path / "c"),
+                 source_of(nginx.url, "test"), str(mnt)], env=env)
+    finally:
+        if helpers.mount_entry(str(mnt)) is not None:
+            subprocess.run(["fusermount3", "-uz", str(mnt)])
+    assert r.returncode == 1, "rc %d: %s" % (r.returncode, r.stderr[-2000:])
+    assert "out of memory for libfuse's loop settings" in r.stderr, r.stderr
