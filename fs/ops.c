@@ -867,8 +867,8 @@ static void open_echo(fuse_req_t req, struct fs_ctx *fs, fuse_ino_t ino,
 			 * (ESTALE), and that lookup takes from the pool. */
 			r = -ESTALE;
 		} else if (retire_now(fs)) {
-			fuse_reply_err(req,
-				       ENOSYS); /* see the top of this file */
+			/* see the top of this file */
+			fuse_reply_err(req, ENOSYS);
 			return;
 		} else {
 			fi->keep_cache = 1;
