@@ -129,7 +129,36 @@ def fixed_clock():
         @classmethod
         def utcnow(cls):
             return cls.strptime(STAMP, "%Y%m%dT%H%M%SZ")
+
+        @classmethod
+        def now(cls, tz=None):
+            t = cls.utcnow()
+            return t.replace(tzinfo=datetime.timezone.utc).astimezone(tz) \
+                if tz else t
     return types.SimpleNamespace(datetime=Fixed, timezone=datetime.timezone)
+
+
+@pytest.fixture
+def fixed_signers(monkeypatch):
+    """Fix the clock of every signer a botocore client may use: its own
+    (botocore.auth) and, when python3-awscrt is installed, AWS's C signer
+    through botocore.crt.auth, which the client then prefers. Each reads
+    datetime from its own module."""
+    monkeypatch.setattr(botocore.auth, "datetime", fixed_clock())
+    try:
+        import botocore.crt.auth as crt_auth
+    except ImportError:
+        return
+    monkeypatch.setattr(crt_auth, "datetime", fixed_clock())
+
+
+def signed_at_stamp(auth):
+    """A reference signature made at STAMP, not at today's date: a signer
+    whose clock is not fixed fails here, saying so."""
+    day = "/%s/" % STAMP[:8]
+    assert day in auth, "the reference signer used its own clock, not " \
+        "STAMP (a signer fixed_signers does not know?): %s" % auth
+    return auth
 
 
 def gen_client(rng):
@@ -183,6 +212,7 @@ def gen_client(rng):
         auth = req.headers["Authorization"].decode() \
             if isinstance(req.headers["Authorization"], bytes) \
             else req.headers["Authorization"]
+        signed_at_stamp(auth)
         signed = auth.split("SignedHeaders=")[1].split(",")[0].split(";")
         own = {"host", "x-amz-date", "x-amz-content-sha256", "x-amz-security-token"}
         hdrs = []
@@ -212,15 +242,7 @@ def test_direct_requests_match_botocore(cli):
     assert len({g for g in got}) == len(cases)  # no constant output
 
 
-def test_botocore_client_requests_match(cli, monkeypatch):
-    # with awscrt installed the client signs through botocore.crt.auth
-    # (AWS's C signer), another peer: fix its clock too
-    monkeypatch.setattr(botocore.auth, "datetime", fixed_clock())
-    try:
-        import botocore.crt.auth as crt_auth
-        monkeypatch.setattr(crt_auth, "datetime", fixed_clock())
-    except ImportError:
-        pass
+def test_botocore_client_requests_match(cli, fixed_signers):
     rng = random.Random(80)
     cases = gen_client(rng)
     got = sign_c([c[:7] for c in cases])
@@ -240,10 +262,9 @@ DOT_KEYS = ["ds/../../otherbucket/secret.tar", "./a.tar", "ds/./../x.tar",
             "../..", "ds//../x.tar", "a/../b/./c.tar"]
 
 
-def test_dot_segment_keys_match_botocore(cli, monkeypatch):
+def test_dot_segment_keys_match_botocore(cli, fixed_signers):
     """S3 keys are opaque: echofs sends them unnormalised (CURLOPT_PATH_AS_IS)
     and must sign that very path as botocore's client does."""
-    monkeypatch.setattr(botocore.auth, "datetime", fixed_clock())
     sent = []
 
     def capture(request, **kw):
@@ -265,7 +286,8 @@ def test_dot_segment_keys_match_botocore(cli, monkeypatch):
             pass
         req = sent[-1]
         auth = req.headers["Authorization"]
-        auth = auth.decode() if isinstance(auth, bytes) else auth
+        auth = signed_at_stamp(auth.decode() if isinstance(auth, bytes)
+                               else auth)
         assert "/escape/" + quote(key, safe="/~") in req.url, req.url
         cases.append(("GET", req.url, "us-east-1", "AKIDEXAMPLE", "s" * 40,
                       None, [], auth))
