@@ -72,7 +72,9 @@ def test_every_open_serves_a_sample_of_its_class(mounter, fault_server, refs):
     assert st["fresh_served"] + st["echoes_served"] == 3000
     assert st["echoes_served"] > 0, "throttled upstream but no echo: %s" % st
     assert st["effective_echo"] <= 3.0 + 1e-9
-    assert st["stall_s"] >= 0
+    # throttled upstream: the first opens waited for their class's first
+    # sample, and that wait is counted (">= 0" could not fail)
+    assert st["stall_s"] > 0, st
 
 
 def test_readers_see_consistent_files(mounter, fault_server, refs, tmp_path):

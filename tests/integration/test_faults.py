@@ -2,6 +2,8 @@
 truncated bodies, ignored ranges, custom headers. Faults are switched on after
 the mount so they hit the shard fetches, not the mount itself."""
 
+import os
+
 import helpers
 
 
@@ -37,7 +39,16 @@ def test_server_ignoring_range(fault_server, dataset, mounter):
     m = mounter(fault_server.source, opts={"index": fault_server.index})
     fault_server.set_faults("/test/*.tar=truncate:300000,count=2",
                             "/test/*.tar=ignore-range")
+    fault_server.reset_stats()
     read_all_correct(m, dataset.ref_hashes("test"))
+    # The faults were injected: two bodies were cut and resumed, and a
+    # resume answered with the whole body fetched its first 300000 bytes
+    # again (without ignore-range, 8 KiB more than the shards).
+    s = m.stats()
+    shards = sum(os.path.getsize(p) for p in dataset.shards("test"))
+    assert s["resumes"] >= 2, s
+    assert fault_server.stats()["ranges"] >= 2, fault_server.stats()
+    assert s["bytes_fetched"] >= shards + 300000, (s["bytes_fetched"], shards)
 
 
 def test_ignore_range_uncached(fault_server, dataset, mounter, tmpfs):
@@ -46,7 +57,15 @@ def test_ignore_range_uncached(fault_server, dataset, mounter, tmpfs):
     m = mounter(fault_server.source, cache_dir=cache,
                 opts={"index": fault_server.index})
     fault_server.set_faults("/test/*.tar=ignore-range")
+    fault_server.reset_stats()
     read_all_correct(m, dataset.ref_hashes("test"), step=487)
+    # The fault was injected: the files were read with range GETs, each
+    # answered with its whole shard (25 MB fetched for 16 KB served;
+    # without the fault, the two are equal).
+    s = m.stats()
+    assert s["range_reads"] >= 1, s
+    assert fault_server.stats()["ranges"] >= 1, fault_server.stats()
+    assert s["bytes_fetched"] > 10 * s["bytes_served"], s
 
 
 def test_header_file_reaches_server(fault_server, dataset, mounter, tmp_path):
