@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,18 +16,34 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/deadline.h"
 #include "common/util.h"
 #include "fs/control.h"
-
-struct metrics {
-	struct MHD_Daemon *d;
-	struct control *ctl;
-};
 
 union addr {
 	struct sockaddr sa;
 	struct sockaddr_in in4;
 	struct sockaddr_in6 in6;
+};
+
+/* One open connection, as the guard sees it (see metrics.h). */
+struct guarded {
+	struct MHD_Connection *conn; /* NULL: the entry is free */
+	int fd;			     /* valid until the CLOSED notice */
+	union addr peer;	     /* its port zeroed: the address only */
+	double since;		     /* accept, or the end of its last request */
+	int complete;		     /* a whole request arrived since `since` */
+	int cut;		     /* shut down; libmicrohttpd closes it next */
+};
+
+struct metrics {
+	struct MHD_Daemon *d;
+	struct control *ctl;
+	pthread_t reaper;
+	pthread_mutex_t lock; /* guards conns and stopping; a leaf lock */
+	pthread_cond_t wake;  /* the reaper's sleep; signalled at stop */
+	int stopping;
+	struct guarded conns[METRICS_MAX_CONNECTIONS];
 };
 
 /* spec -> a socket address; 0 or -EINVAL with a reason. */
@@ -176,6 +194,171 @@ static char *process_text(size_t *len)
 	return buf;
 }
 
+/* ---- the guard: a deadline per request, slots per address -------------- */
+
+static int same_peer(const union addr *a, const union addr *b)
+{
+	if (a->sa.sa_family != b->sa.sa_family)
+		return 0;
+	if (a->sa.sa_family == AF_INET)
+		return a->in4.sin_addr.s_addr == b->in4.sin_addr.s_addr;
+	return memcmp(&a->in6.sin6_addr, &b->in6.sin6_addr,
+		      sizeof(a->in6.sin6_addr)) == 0;
+}
+
+/* Ends e's connection: shutdown makes libmicrohttpd's next read see the end
+ * and close it (and send CLOSED), in its own thread. Holds m->lock, so the
+ * descriptor cannot be closed and reused meanwhile: CLOSED comes before
+ * libmicrohttpd closes it, and takes the lock. */
+static void cut(struct guarded *e)
+{
+	if (e->cut)
+		return;
+	e->cut = 1;
+	shutdown(e->fd, SHUT_RDWR);
+}
+
+/* A connection just accepted (entry me) from an address already holding
+ * METRICS_PER_IP: it takes the slot of that address's oldest connection
+ * without a whole request, if one has had METRICS_GRACE_S to send it, else
+ * it is refused. Slow clients then cannot keep a scraper from their own
+ * address out, and one that keeps reconnecting only replaces itself.
+ * Holds m->lock. */
+static void admit(struct metrics *m, struct guarded *me)
+{
+	struct guarded *old = NULL;
+	unsigned same = 0;
+
+	for (size_t i = 0; i < METRICS_MAX_CONNECTIONS; i++) {
+		struct guarded *e = &m->conns[i];
+
+		if (!e->conn || e->cut || !same_peer(&e->peer, &me->peer))
+			continue;
+		same++;
+		if (e == me || e->complete ||
+		    me->since - e->since < METRICS_GRACE_S)
+			continue;
+		if (!old || e->since < old->since)
+			old = e;
+	}
+	if (same > METRICS_PER_IP)
+		cut(old ? old : me);
+}
+
+static void track(struct metrics *m, struct MHD_Connection *conn, void **ctx)
+{
+	const union MHD_ConnectionInfo *fd, *peer;
+	struct guarded *e = NULL;
+
+	fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	peer = MHD_get_connection_info(conn,
+				       MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	if (!fd)
+		return;
+	pthread_mutex_lock(&m->lock);
+	for (size_t i = 0; i < METRICS_MAX_CONNECTIONS && !e; i++)
+		if (!m->conns[i].conn)
+			e = &m->conns[i];
+	if (!e) {
+		/* cannot happen under MHD_OPTION_CONNECTION_LIMIT; unwatched
+		 * connections are not served */
+		shutdown(fd->connect_fd, SHUT_RDWR);
+		pthread_mutex_unlock(&m->lock);
+		return;
+	}
+	memset(e, 0, sizeof(*e));
+	e->conn = conn;
+	e->fd = fd->connect_fd;
+	if (peer && peer->client_addr->sa_family == AF_INET6)
+		memcpy(&e->peer.in6, peer->client_addr, sizeof(e->peer.in6));
+	else if (peer && peer->client_addr->sa_family == AF_INET)
+		memcpy(&e->peer.in4, peer->client_addr, sizeof(e->peer.in4));
+	e->peer.in4.sin_port = 0; /* at the same place in both */
+	e->since = now_mono();
+	*ctx = e;
+	admit(m, e);
+	pthread_mutex_unlock(&m->lock);
+}
+
+/* MHD_OPTION_NOTIFY_CONNECTION: watch a connection from accept to close. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **ctx,
+			  enum MHD_ConnectionNotificationCode code)
+{
+	struct metrics *m = cls;
+	struct guarded *e = *ctx;
+
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		*ctx = NULL;
+		track(m, conn, ctx);
+		return;
+	}
+	if (!e)
+		return;
+	pthread_mutex_lock(&m->lock);
+	e->conn = NULL;
+	pthread_mutex_unlock(&m->lock);
+	*ctx = NULL;
+}
+
+/* A whole request arrived (first > 0) or its exchange ended (first 0, the
+ * next request's deadline starts), on conn. */
+static void mark(struct metrics *m, struct MHD_Connection *conn, int first)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	struct guarded *e = ci ? ci->socket_context : NULL;
+
+	if (!e)
+		return;
+	pthread_mutex_lock(&m->lock);
+	if (first)
+		e->complete = 1;
+	else
+		e->complete = 0, e->since = now_mono();
+	pthread_mutex_unlock(&m->lock);
+}
+
+/* MHD_OPTION_NOTIFY_COMPLETED */
+static void on_completed(void *cls, struct MHD_Connection *conn, void **state,
+			 enum MHD_RequestTerminationCode code)
+{
+	(void)state, (void)code;
+	mark(cls, conn, 0);
+}
+
+/* Whether e has outlived its deadline: METRICS_REQUEST_S to send a whole
+ * request, METRICS_EXCHANGE_S for the request and its answer. */
+static int overdue(const struct guarded *e, double now)
+{
+	double age = now - e->since;
+
+	return age > (e->complete ? METRICS_EXCHANGE_S : METRICS_REQUEST_S);
+}
+
+/* The reaper thread: cuts connections past their deadline. */
+static void *reap(void *arg)
+{
+	struct metrics *m = arg;
+
+	pthread_mutex_lock(&m->lock);
+	while (!m->stopping) {
+		struct deadline d = deadline_in(METRICS_REAP_S);
+		double now = now_mono();
+
+		for (size_t i = 0; i < METRICS_MAX_CONNECTIONS; i++) {
+			struct guarded *e = &m->conns[i];
+
+			if (e->conn && !e->cut && overdue(e, now))
+				cut(e);
+		}
+		while (!m->stopping &&
+		       cond_wait_until(&m->wake, &m->lock, &d) == 0)
+			;
+	}
+	pthread_mutex_unlock(&m->lock);
+	return NULL;
+}
+
 static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status,
 			     char *body, size_t len, const char *type)
 {
@@ -203,6 +386,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 	size_t tlen, plen;
 	(void)version, (void)upload, (void)state;
 
+	mark(m, conn, 1); /* the headers are all in: its deadline is met */
 	if (*upload_len)
 		return MHD_NO; /* a scrape has no body */
 	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
@@ -223,40 +407,67 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 		     "text/plain; version=0.0.4; charset=utf-8");
 }
 
+/* The daemon on a, its callbacks on m. */
+static struct MHD_Daemon *start_daemon(struct metrics *m, const union addr *a)
+{
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+
+	if (a->sa.sa_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	/* No MHD_OPTION_PER_IP_CONNECTION_LIMIT: admit() keeps that limit,
+	 * making room for a newcomer where libmicrohttpd would refuse it. */
+	return MHD_start_daemon(
+		flags, 0, NULL, NULL, on_request, m, MHD_OPTION_SOCK_ADDR,
+		&a->sa, MHD_OPTION_CONNECTION_LIMIT,
+		(unsigned)METRICS_MAX_CONNECTIONS,
+		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_TIMEOUT_S,
+		MHD_OPTION_NOTIFY_CONNECTION, on_connection, m,
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, m, MHD_OPTION_END);
+}
+
 int metrics_open(const char *spec, struct control *ctl, struct metrics **out,
 		 char *err, size_t errlen)
 {
 	struct metrics *m;
 	union addr a;
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+	int rc;
 
 	*out = NULL;
 	if (parse_addr(spec, &a, err, errlen) != 0)
 		return -EINVAL;
-	if (a.sa.sa_family == AF_INET6)
-		flags |= MHD_USE_IPv6;
 	m = xcalloc(1, sizeof(*m));
 	m->ctl = ctl;
+	pthread_mutex_init(&m->lock, NULL);
+	rc = cond_init_monotonic(&m->wake);
+	if (rc) {
+		snprintf(err, errlen, "cannot serve metrics: %s",
+			 strerror(-rc));
+		goto fail_lock;
+	}
 	errno = 0;
-	m->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, m,
-				MHD_OPTION_SOCK_ADDR, &a.sa,
-				MHD_OPTION_CONNECTION_LIMIT,
-				(unsigned)METRICS_MAX_CONNECTIONS,
-				MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-				(unsigned)METRICS_PER_IP,
-				MHD_OPTION_CONNECTION_TIMEOUT,
-				(unsigned)METRICS_TIMEOUT_S, MHD_OPTION_END);
+	m->d = start_daemon(m, &a);
 	if (!m->d) {
 		/* libmicrohttpd leaves bind's errno when that is what failed. */
-		int e = errno ? errno : EADDRINUSE;
-
+		rc = errno ? -errno : -EADDRINUSE;
 		snprintf(err, errlen, "cannot serve metrics on %s (address in "
 			 "use or not local?)", spec);
-		free(m);
-		return -e;
+		goto fail_cond;
+	}
+	rc = -pthread_create(&m->reaper, NULL, reap, m);
+	if (rc) {
+		snprintf(err, errlen, "cannot serve metrics: %s",
+			 strerror(-rc));
+		MHD_stop_daemon(m->d);
+		goto fail_cond;
 	}
 	*out = m;
 	return 0;
+fail_cond:
+	pthread_cond_destroy(&m->wake);
+fail_lock:
+	pthread_mutex_destroy(&m->lock);
+	free(m);
+	return rc;
 }
 
 const char *metrics_version(void)
@@ -268,6 +479,13 @@ void metrics_stop(struct metrics *m)
 {
 	if (!m)
 		return;
-	MHD_stop_daemon(m->d);
+	pthread_mutex_lock(&m->lock);
+	m->stopping = 1;
+	pthread_cond_signal(&m->wake);
+	pthread_mutex_unlock(&m->lock);
+	pthread_join(m->reaper, NULL);
+	MHD_stop_daemon(m->d); /* its CLOSED notices still take m->lock */
+	pthread_cond_destroy(&m->wake);
+	pthread_mutex_destroy(&m->lock);
 	free(m);
 }

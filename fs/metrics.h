@@ -7,14 +7,26 @@
  *   its own; a scrape renders a fresh snapshot through control_render
  *   (no lock of ours is held while the reply is sent).
  * - At most METRICS_MAX_CONNECTIONS connections at a time and
- *   METRICS_PER_IP of them from one address, each closed after
- *   METRICS_TIMEOUT_S of silence. Slow clients (a header line every few
- *   seconds, 200 of them) then hold only their address's few slots: a
- *   scraper from any other address is answered, and one from the same
- *   address once the idle timeout reclaims a slot. A scrape is one short
- *   request, so the short timeout costs Prometheus at most a reconnect.
- *   Requests other than GET/HEAD of /metrics (or /) are answered 404 or
- *   405 without touching the stats. */
+ *   METRICS_PER_IP of them from one address. A request must be whole
+ *   within METRICS_REQUEST_S of its accept (or of the end of the previous
+ *   request on a kept-alive connection), and answered within
+ *   METRICS_EXCHANGE_S: a client that sends a header line every second is
+ *   cut off like a silent one (METRICS_TIMEOUT_S of silence), since the
+ *   idle timeout alone restarts at every line.
+ * - An address at its limit still gets a newcomer in: the newcomer takes
+ *   the slot of that address's oldest connection without a whole request
+ *   (once it has had METRICS_GRACE_S to send one), else it is refused. So
+ *   slow clients cannot keep a scraper from their own address out, and a
+ *   scraper from any other address is answered beside them. A scrape is
+ *   one short request, so the short limits cost Prometheus at most a
+ *   reconnect. Requests other than GET/HEAD of /metrics (or /) are
+ *   answered 404 or 405 without touching the stats.
+ * - Threads: libmicrohttpd's one polling thread runs every callback
+ *   (accept, request, completion, close); the reaper thread wakes every
+ *   METRICS_REAP_S and shuts down overdue sockets, which libmicrohttpd then
+ *   closes. struct metrics.lock guards the connection table (a leaf lock,
+ *   held across shutdown(2) only: libmicrohttpd's CLOSED notice, which
+ *   takes it, comes before it closes the descriptor). */
 #ifndef ECHOFS_METRICS_H
 #define ECHOFS_METRICS_H
 
@@ -27,6 +39,10 @@ struct metrics;
 #define METRICS_MAX_CONNECTIONS 64
 #define METRICS_PER_IP 4
 #define METRICS_TIMEOUT_S 3
+#define METRICS_REQUEST_S 3.0
+#define METRICS_EXCHANGE_S 10.0
+#define METRICS_GRACE_S 0.5
+#define METRICS_REAP_S 0.25
 
 /* Check an address as given to -o metrics=: "PORT" (loopback),
  * "HOST:PORT" with a numeric IPv4 host, or "[IPv6]:PORT". Returns 0 or
