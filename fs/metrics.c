@@ -31,9 +31,9 @@ struct guarded {
 	struct MHD_Connection *conn; /* NULL: the entry is free */
 	int fd;			     /* valid until the CLOSED notice */
 	union addr peer;	     /* its port zeroed: the address only */
-	double since;		     /* accept, or the end of its last request */
-	int complete;		     /* a whole request arrived since `since` */
-	int cut;		     /* shut down; libmicrohttpd closes it next */
+	double since; /* accept, or the end of its last request */
+	int complete; /* a whole request arrived since `since` */
+	int cut;      /* shut down; libmicrohttpd closes it next */
 };
 
 struct metrics {
@@ -304,8 +304,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **ctx,
  * next request's deadline starts), on conn. */
 static void mark(struct metrics *m, struct MHD_Connection *conn, int first)
 {
-	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+		conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 	struct guarded *e = ci ? ci->socket_context : NULL;
 
 	if (!e)
