@@ -503,6 +503,7 @@ static void net_stats(struct http *h, struct dataset_net_stats *out)
 		.bytes = hs.bytes,
 		.retries = hs.retries,
 		.resumes = hs.resumes,
+		.stalls = hs.stalls,
 		.errors_4xx = hs.errors_4xx,
 		.errors_5xx = hs.errors_5xx,
 		.errors_conn = hs.errors_conn,

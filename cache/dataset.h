@@ -27,7 +27,7 @@
 
 /* Network figures (what the HTTP client counted). */
 struct dataset_net_stats {
-	uint64_t requests, bytes, retries, resumes;
+	uint64_t requests, bytes, retries, resumes, stalls;
 	uint64_t errors_4xx, errors_5xx, errors_conn, errors_verify;
 };
 

@@ -176,6 +176,8 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 	  "passes over the tree the daemon saw complete (exact mounts)");
 	M("retries", 'c', s->http.retries, "HTTP attempts repeated");
 	M("resumes", 'c', s->http.resumes, "broken bodies resumed");
+	M("stalls", 'c', s->http.stalls,
+	  "transfers broken off for a stalled or too slow body");
 	M("http_requests", 'c', s->http.requests, "HTTP transfers started");
 	M("shards_fetched", 'c', s->sh.fetched_shards, "whole shards fetched");
 	M("fetches_queued", 'g', s->sh.queued, "shards waiting for a connection");

@@ -26,6 +26,8 @@ Fault rules: GLOB=MODE[,count=N][,retry_after=S]
     ignore-range    answer Range requests with 200 and the full body
     slow:BPS        throttle the body to BPS bytes per second
     stall:SECONDS   send headers, then nothing for SECONDS, then close
+    stall-at:BYTES  send headers and BYTES of the body, then nothing until
+                    the client goes away (an hour at most), then close
     reset           close the connection (RST) without any response
     etag:VALUE      report VALUE (sent as is, give the quotes) as the ETag;
                     If-Range / If-Match are compared against it
@@ -63,6 +65,7 @@ import email.utils
 import fnmatch
 import json
 import os
+import select
 import socket
 import ssl
 import struct
@@ -101,7 +104,7 @@ class Rule:
 
     def check(self):
         numeric = {"status": int, "truncate": int, "slow": float, "stall": float,
-                   "long-length": int}
+                   "long-length": int, "stall-at": int}
         if self.kind in numeric:
             numeric[self.kind](self.arg)
             if self.kind == "slow" and float(self.arg) <= 0:
@@ -381,7 +384,7 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         limit = length
-        if kind == "truncate":
+        if kind in ("truncate", "stall-at"):
             limit = min(length, int(rule.arg))
             self.close_connection = True
         bps = float(rule.arg) if kind == "slow" else None
@@ -402,6 +405,21 @@ class Handler(BaseHTTPRequestHandler):
                     time.sleep(len(data) / bps)
         except OSError:
             self.close_connection = True
+            return
+        if kind == "stall-at":
+            self.wait_for_hangup(3600)
+
+    def wait_for_hangup(self, seconds):
+        """Sends nothing until the client closes (or seconds pass)."""
+        self.wfile.flush()
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            r, _, _ = select.select([self.connection], [], [], 0.2)
+            try:
+                if r and not self.connection.recv(1, socket.MSG_PEEK):
+                    return
+            except (OSError, ValueError):  # ValueError: TLS has no peek
+                return
 
 
 def parse_range(header, size):

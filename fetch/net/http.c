@@ -220,6 +220,7 @@ void http_get_stats(struct http *h, struct http_stats *out)
 	out->bytes = atomic_load(&h->st.bytes);
 	out->retries = atomic_load(&h->st.retries);
 	out->resumes = atomic_load(&h->st.resumes);
+	out->stalls = atomic_load(&h->st.stalls);
 	out->errors_4xx = atomic_load(&h->st.errors_4xx);
 	out->errors_5xx = atomic_load(&h->st.errors_5xx);
 	out->errors_conn = atomic_load(&h->st.errors_conn);

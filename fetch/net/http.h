@@ -125,6 +125,10 @@ struct http_stats {
 	uint64_t bytes;	   /* body bytes received */
 	uint64_t retries;  /* attempts repeated after a retryable failure */
 	uint64_t resumes;  /* broken bodies resumed with Range */
+	/* attempts broken off for a stalled body: no byte for
+	 * low_speed_time_s, or under min_rate over a window; not in
+	 * errors_conn */
+	uint64_t stalls;
 	uint64_t errors_4xx;
 	uint64_t errors_5xx;
 	uint64_t errors_conn;	/* connect / DNS / TLS / reset / timeout */

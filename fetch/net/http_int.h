@@ -41,10 +41,18 @@ struct http {
 	double rate_window_s;
 	_Atomic int stopping; /* http_cancel was called */
 	struct {
-		_Atomic uint64_t requests, bytes, retries, resumes;
+		_Atomic uint64_t requests, bytes, retries, resumes, stalls;
 		_Atomic uint64_t errors_4xx, errors_5xx, errors_conn,
 			errors_verify;
 	} st;
+};
+
+/* Why an attempt was broken off as stalled (struct xfer.stall): a stall is
+ * counted in stalls and logged in these words, not as a connection error. */
+enum http_stall {
+	HTTP_STALL_NONE = 0,
+	HTTP_STALL_SILENT, /* no byte for low_speed_time_s (curl's limit) */
+	HTTP_STALL_SLOW,   /* under min_rate over a rate window */
 };
 
 /* What a call still needs from the object; survives across attempts. */
@@ -87,10 +95,12 @@ struct xfer {
 	uint64_t pos0;		      /* w->pos when the call started */
 	double win_start; /* current rate window: start and dlnow then */
 	curl_off_t win_bytes;
-	int stop_err;	/* why on_progress stopped the transfer */
-	int stop_retry; /* ... and whether another attempt may help */
-	int sign;	/* the URL came from auth.map_url: sign its requests */
-	int auth_again; /* auth.failed asked for another attempt */
+	int stop_err;	 /* why on_progress stopped the transfer */
+	int stop_retry;	 /* ... and whether another attempt may help */
+	int stall;	 /* enum http_stall of the last attempt, until logged */
+	double slow_bps; /* HTTP_STALL_SLOW: the window's rate */
+	int sign;	 /* the URL came from auth.map_url: sign its requests */
+	int auth_again;	 /* auth.failed asked for another attempt */
 	int auth_retried; /* ... and it was granted (once per call) */
 	size_t errlen;	  /* start of a non-2xx body, for auth.failed */
 	char errbody[ERROR_BODY_MAX + 1];
@@ -137,6 +147,14 @@ int http_sleep(struct http *h, double s);
  * h's stats; *retry says whether another attempt may help. */
 MUST_CHECK
 int http_xlate(struct http *h, CURL *c, CURLcode cc, long status, int *retry);
+/* http_xlate.c: an attempt http_on_progress or the slot wait stopped
+ * (x->stop_err set) as 0 or -errno, a stall counted as such. */
+MUST_CHECK
+int http_xlate_stop(struct xfer *x, int *retry);
+/* http_xlate.c: whether curl's verdict cc on c is its low-speed limit (no
+ * byte for low_speed_time_s once the request went out), not a failure to
+ * connect. */
+int http_is_silent_stall(CURL *c, CURLcode cc);
 /* http_xlate.c: records why (for http_reason) this thread's call failed with
  * err; returns err. http_why_clear forgets it when a call starts. */
 int http_note_why(int err, const char *why);

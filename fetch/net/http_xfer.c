@@ -107,7 +107,8 @@ int http_on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow,
 	if (el < x->h->rate_window_s)
 		return 0;
 	if ((double)(dlnow - x->win_bytes) < x->h->min_rate * el) {
-		STAT_ADD(x->h, errors_conn, 1);
+		x->stall = HTTP_STALL_SLOW; /* counted by http_xlate_stop */
+		x->slow_bps = (double)(dlnow - x->win_bytes) / el;
 		x->stop_err = -ETIMEDOUT;
 		x->stop_retry = 1; /* resumed from the next byte */
 		return 1;
@@ -251,14 +252,14 @@ static int attempt(struct xfer *x, const char *url, int *retry, long *ra)
 
 	*retry = 0;
 	*ra = -1;
+	x->stall = HTTP_STALL_NONE;
 	for (int hop = 0; hop <= MAX_REDIRECTS; hop++) {
 		cc = perform(x, cur, same_origin(cur, url));
 		*ra = x->r.retry_after;
 		x->w->status = x->r.status;
 		if (cc == CURLE_ABORTED_BY_CALLBACK && x->stop_err) {
-			rc = x->stop_err; /* http_on_progress or http_slot_take
-					   */
-			*retry = x->stop_retry;
+			/* http_on_progress or http_slot_take */
+			rc = http_xlate_stop(x, retry);
 			break;
 		}
 		x->auth_again = 0;
@@ -284,7 +285,9 @@ static int attempt(struct xfer *x, const char *url, int *retry, long *ra)
 			continue;
 		}
 		rc = http_xlate(x->h, x->c, cc, x->r.status, retry);
-		if (rc)
+		if (http_is_silent_stall(x->c, cc))
+			x->stall = HTTP_STALL_SILENT;
+		else if (rc)
 			note_verdict(x, cc, rc);
 		if (rc == 0)
 			rc = http_check_complete(x->h, x->w);
@@ -344,6 +347,31 @@ static void note_stall(const struct xfer *x)
 	http_note_why(-ETIMEDOUT, why);
 }
 
+/* A stalled attempt in words a user acts on (not libcurl's "Operation was
+ * aborted by an application callback" or "Timeout was reached"), and
+ * whether the call goes on from where the body stopped. Rate-limited: a
+ * congested link stalls often, and each one is also in stats.stalls. */
+static void log_stall(struct xfer *x, const char *url, int resuming)
+{
+	const struct http *h = x->h;
+	char red[256], how[128];
+
+	if (!x->stall)
+		return;
+	if (x->stall == HTTP_STALL_SILENT)
+		snprintf(how, sizeof(how), "no data for %g s (stall_timeout)",
+			 h->low_speed_time_s);
+	else
+		snprintf(how, sizeof(how),
+			 "%.0f B/s over %g s, under min_rate (%.0f B/s)",
+			 x->slow_bps, h->rate_window_s, h->min_rate);
+	log_counted("stalls", "http: %s: %s, %s at byte %llu",
+		    http_redact(url, red, sizeof(red)), how,
+		    resuming ? "resuming" : "giving up",
+		    (unsigned long long)x->w->pos);
+	x->stall = HTTP_STALL_NONE;
+}
+
 /* auth.map_url's URL for url (caller frees), or NULL: url as it is */
 static int map_url(struct http *h, const char *url, char **mapped)
 {
@@ -387,6 +415,7 @@ int http_run(struct http *h, const char *given, struct want *w)
 			rc = -ECANCELED;
 			break;
 		}
+		log_stall(&x, url, 1); /* the last attempt's, if it stalled */
 		rc = attempt(&x, url, &retry, &ra);
 		if (rc == 0 || !retry)
 			break;
@@ -418,6 +447,7 @@ int http_run(struct http *h, const char *given, struct want *w)
 			break;
 		}
 	}
+	log_stall(&x, url, 0);
 	if (rc == -ETIMEDOUT)
 		note_stall(&x);
 	curl_easy_cleanup(x.c);

@@ -67,6 +67,11 @@ int http_xlate(struct http *h, CURL *c, CURLcode cc, long status, int *retry)
 	default:
 		break;
 	}
+	if (http_is_silent_stall(c, cc)) {
+		STAT_ADD(h, stalls, 1);
+		*retry = 1;
+		return -ETIMEDOUT;
+	}
 	STAT_ADD(h, errors_conn, 1);
 	switch (cc) {
 	case CURLE_COULDNT_RESOLVE_HOST:
@@ -99,6 +104,24 @@ int http_xlate(struct http *h, CURL *c, CURLcode cc, long status, int *retry)
 	default:
 		return -EIO;
 	}
+}
+
+int http_is_silent_stall(CURL *c, CURLcode cc)
+{
+	long sent = 0;
+
+	/* The same code means the connect timeout: nothing was sent then. */
+	return cc == CURLE_OPERATION_TIMEDOUT &&
+	       curl_easy_getinfo(c, CURLINFO_REQUEST_SIZE, &sent) == CURLE_OK &&
+	       sent > 0;
+}
+
+int http_xlate_stop(struct xfer *x, int *retry)
+{
+	*retry = x->stop_retry;
+	if (x->stall)
+		STAT_ADD(x->h, stalls, 1);
+	return x->stop_err;
 }
 
 int http_is_tls_failure(CURLcode cc)
@@ -141,12 +164,18 @@ void http_note_failure(const struct xfer *x, const char *url, CURLcode cc,
 	long st = x->r.status;
 	char red[256];
 
-	if (rc == 0)
-		return;
+	if (rc == 0 || x->stall || rc == -ECANCELED)
+		return; /* a stall: http_run says whether it resumes */
 	if (http_is_tls_failure(cc))
 		http_note_tls(cc, rc, x->errbuf);
 	http_redact(url, red, sizeof(red));
-	if (x->r.err && (rc == -EPROTO || rc == -ESTALE))
+	if (cc == CURLE_ABORTED_BY_CALLBACK && x->stop_err)
+		log_counted(
+			"connection",
+			"http: %s: %s at byte %llu (the call's deadline, or "
+			"the reader's read_timeout)",
+			red, http_reason(rc), (unsigned long long)x->w->pos);
+	else if (x->r.err && (rc == -EPROTO || rc == -ESTALE))
 		log_counted("verify", "http: %s: %s", red, http_reason(rc));
 	else if (cc == CURLE_OK && st >= 400)
 		log_counted(st < 500 ? "http_4xx" : "http_5xx",

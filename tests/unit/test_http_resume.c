@@ -3,6 +3,8 @@
  * Content-Range, ETag and length checks, the overlap a resume compares. */
 #include "fetch/net/http.h"
 
+#include "common/file.h"
+#include "common/log.h"
 #include "common/util.h"
 #include "fixtures.h"
 #include "http_fx.h"
@@ -302,5 +304,102 @@ Test(http_resume, range_total_and_identity_encoding)
 	cr_assert_eq(ctl("GET", "/_last_headers", "", out, sizeof(out)), 200);
 	cr_expect_not_null(strstr(out, "\"Accept-Encoding\": \"identity\""),
 			   "%s", out);
+	http_free(h);
+}
+
+/* ---- stalls ------------------------------------------------------------- */
+
+/* The log of this test (Criterion runs each in its own process) in a file
+ * of g_dir named after tag. */
+static void log_to(const char *tag, char *path, size_t n)
+{
+	snprintf(path, n, "%s/%s.log", g_dir, tag);
+	unlink(path);
+	cr_assert_eq(log_set_file(path), 0);
+}
+
+static char *log_text(const char *path)
+{
+	char *text = NULL;
+	size_t len;
+
+	cr_assert_eq(file_read_all(path, 1 << 20, &text, &len), 0);
+	return text;
+}
+
+/* A body that goes silent after 100000 bytes: curl's low-speed limit
+ * (stall_timeout, 1 s) breaks it off and the call resumes there. Counted as
+ * a stall and a resume, not a connection error, and logged in those words,
+ * not libcurl's ("Timeout was reached"). */
+Test(http_resume, silent_body_is_a_stall_not_a_connection_error)
+{
+	NEED_SERVER();
+	struct http_opts o = {.connections = 4,
+			      .retry_budget_s = 5,
+			      .connect_timeout_s = 1,
+			      .low_speed_time_s = 1,
+			      .backoff_base_s = 0.01,
+			      .rate_window_s = 3600};
+	char err[256] = "", path[256];
+	struct http *h = NULL;
+	struct collect *c = collect_new();
+	char *text;
+
+	log_to("silent", path, sizeof(path));
+	cr_assert_eq(http_open(&o, &h, err, sizeof(err)), 0, "%s", err);
+	set_faults("/big.bin=stall-at:100000,count=1");
+	cr_assert_eq(
+		http_stream(h, url("/big.bin"), NULL, BIG_LEN, collect_sink, c),
+		0);
+	expect_big(c);
+	cr_expect_eq(stats_of(h).errors_conn, 0);
+	cr_expect_eq(stats_of(h).stalls, 1);
+	cr_expect_eq(stats_of(h).resumes, 1);
+	text = log_text(path);
+	cr_expect(strstr(text, "no data for 1 s (stall_timeout), resuming at "
+			       "byte 100000") != NULL,
+		  "log: %s", text);
+	cr_expect(strstr(text, "Timeout was reached") == NULL, "log: %s", text);
+	free(text);
+	collect_free(c);
+	http_free(h);
+}
+
+/* A body at 20 KB/s on a link that should give 64 KiB/s (min_rate, over a
+ * 1 s window): broken off by the rate floor and resumed at full speed.
+ * Counted as a stall and a resume, not a connection error, and logged in
+ * those words, not libcurl's ("Operation was aborted by an application
+ * callback"). */
+Test(http_resume, slow_body_is_a_stall_not_a_connection_error)
+{
+	NEED_SERVER();
+	struct http_opts o = {.connections = 4,
+			      .retry_budget_s = 5,
+			      .connect_timeout_s = 1,
+			      .backoff_base_s = 0.01,
+			      .min_rate = 64 * 1024,
+			      .rate_window_s = 1};
+	char err[256] = "", path[256];
+	struct http *h = NULL;
+	struct collect *c = collect_new();
+	char *text;
+
+	log_to("slow", path, sizeof(path));
+	cr_assert_eq(http_open(&o, &h, err, sizeof(err)), 0, "%s", err);
+	set_faults("/big.bin=slow:20000,count=1");
+	cr_assert_eq(
+		http_stream(h, url("/big.bin"), NULL, BIG_LEN, collect_sink, c),
+		0);
+	expect_big(c);
+	cr_expect_eq(stats_of(h).errors_conn, 0);
+	cr_expect_eq(stats_of(h).stalls, 1);
+	cr_expect_eq(stats_of(h).resumes, 1);
+	text = log_text(path);
+	cr_expect(strstr(text, "under min_rate") != NULL, "log: %s", text);
+	cr_expect(strstr(text, ", resuming at byte ") != NULL, "log: %s", text);
+	cr_expect(strstr(text, "aborted by an application callback") == NULL,
+		  "log: %s", text);
+	free(text);
+	collect_free(c);
 	http_free(h);
 }
