@@ -72,3 +72,40 @@ def test_resume_from_offset_zero_fails_the_mount(lying, dataset, mounter):
     assert "resume" in err and "offset" in err, err
     assert "timed out" not in err, err
     assert "resumed body" in m.log(), m.log()[-2000:]
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_stalled_body_is_counted_and_logged_as_a_stall(fault_server, dataset,
+                                                        mounter):
+    """A shard body that goes silent midway (twice) is broken off after
+    stall_timeout and resumed from where it stopped: every file reads
+    right, the stall is counted in `stalls` (also on /metrics), not as a
+    connection error, and the log says so in echofs's words, not libcurl's
+    (issue 50)."""
+    port = free_port()
+    m = mounter(fault_server.source,
+                opts={"index": fault_server.index, "stall_timeout": 1,
+                      "metrics": "127.0.0.1:%d" % port})
+    fault_server.set_faults("/test/*.tar=stall-at:300000,count=2")
+    ref = dataset.ref_hashes("test")
+    bad = [p for p in sorted(ref)[::5]
+           if helpers.read_errno(m.path(p))
+           or helpers.sha256_file(m.path(p)) != ref[p]]
+    assert bad == [], "%d bad files, first %r" % (len(bad), bad[:5])
+    s = m.stats()
+    assert s["stalls"] >= 1 and s["resumes"] >= 1, s
+    assert s["errors"]["connection"] == 0, s["errors"]
+    log = m.log()
+    assert "no data for 1 s (stall_timeout), resuming at byte 300000" in log, \
+        log[-3000:]
+    for words in ("Timeout was reached", "aborted by an application callback"):
+        assert words not in log, log[-3000:]
+    text = helpers.http_get("http://127.0.0.1:%d/metrics" % port).decode()
+    line = [l for l in text.splitlines() if l.startswith("echofs_stalls ")]
+    assert line and float(line[0].split()[1]) >= 1, line
