@@ -338,6 +338,8 @@ static size_t errors(const struct control *c, const struct snapshot *s,
 	  "images that could not be preprocessed (skipped or EIO)");
 	E("bad_label", c->src.ns->counts.skipped_bad_label + c->src.bad_label,
 	  "samples whose label can't be a directory name");
+	E("duplicate_key", c->src.ns->counts.duplicate_keys,
+	  "samples renamed whole: an earlier sample has their name");
 #undef E
 	return n;
 }

@@ -242,6 +242,25 @@ static int open_tree(struct app *a, char *err, size_t errlen)
 	return r;
 }
 
+/* One line for the samples renamed because an earlier one has their
+ * name, with the first pair's key and both shards (numbered from 1 in
+ * SOURCE's order, as the shard list's own messages number them). */
+static void warn_duplicates(const struct app *a)
+{
+	const struct ns_counts *c = &a->ns->counts;
+	unsigned long long n = c->duplicate_keys;
+
+	if (!n)
+		return;
+	log_warn("%llu sample%s renamed whole (\"_dup<n>\"): %s key of an "
+		 "earlier sample; the first: \"%s\" in shard %u and again in "
+		 "shard %u",
+		 n, n == 1 ? "" : "s", n == 1 ? "it has the" : "they have the",
+		 dataset_key(a->ds, c->dup_first),
+		 dataset_group(a->ds, c->dup_first) + 1,
+		 dataset_group(a->ds, c->dup_again) + 1);
+}
+
 static int prepare(struct app *a, char *err, size_t errlen)
 {
 	struct dataset_opts dopt = dataset_opts_of(&a->o);
@@ -258,6 +277,7 @@ static int prepare(struct app *a, char *err, size_t errlen)
 			 "name), %llu files renamed to keep names unique",
 			 (unsigned long long)a->ns->counts.skipped_bad_label,
 			 (unsigned long long)a->ns->counts.renamed_duplicates);
+	warn_duplicates(a);
 	if (a->o.echo.on)
 		return start_echo(a, err, errlen);
 	return 0;

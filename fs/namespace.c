@@ -45,10 +45,6 @@ static int label_ok(const char *l)
 	       strcmp(l, NS_CONTROL_DIR_NAME) != 0 && !strchr(l, '/');
 }
 
-#define SUFFIX_ROOM                                                            \
-	24		 /* "_dup" + 10 digits + "_" + 2 digits + NUL, rounded \
-			  */
-#define DUP_ROUNDS 8	 /* renaming passes before giving up on a clash */
 
 /* "<base><suffix>.<ext>" into p, which has room (name_len, renamed_name), at
  * most NAME_LEN_MAX bytes: a base too long for the suffix and extension is cut
@@ -80,7 +76,7 @@ size_t ns_write_name(char *p, const struct dataset *ds, uint32_t sample,
 struct build_class {
 	const char *label; /* the first sample's, borrowed */
 	uint64_t num;	   /* its value when labels are numeric */
-	size_t shown;	   /* samples in view */
+	size_t shown;	   /* samples, in view or not */
 	size_t next;	   /* the next free slot of its run in the order */
 	uint32_t rank;	   /* its class number: place in the sorted order */
 };
@@ -257,13 +253,13 @@ static uint32_t *find_classes(struct namespace *ns, const struct label_set *ls,
 	return cls;
 }
 
-/* Pass 2: class_of from label ids to class ids, the samples in view
- * counted per class. Returns how many are in view. */
+/* Pass 2: class_of from label ids to class ids, the samples counted per
+ * class: all of them, in view or not, so that a sample's name is decided
+ * by the index alone, the same on every rank. Returns how many. */
 static size_t count_shown(struct namespace *ns, const uint32_t *cls,
 			  struct class_table *t)
 {
-	const struct dataset *ds = ns->ds;
-	size_t n = dataset_nsamples(ds), shown = 0;
+	size_t n = dataset_nsamples(ns->ds), shown = 0;
 
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t c = cls[ns->class_of[i]];
@@ -272,8 +268,6 @@ static size_t count_shown(struct namespace *ns, const uint32_t *cls,
 			ns->counts.skipped_bad_label++;
 			continue;
 		}
-		if (!dataset_in_view(ds, i))
-			continue;
 		t->c[c].shown++;
 		shown++;
 	}
@@ -298,12 +292,11 @@ static void rank_classes(struct class_table *t)
 	free(order);
 }
 
-/* Pass 3: the samples in view by class (a counting sort of their numbers,
- * in sample order within a class); class_of becomes the class number. */
+/* Pass 3: the samples by class (a counting sort of their numbers, in
+ * sample order within a class); class_of becomes the class number. */
 static void bucket(struct namespace *ns, struct class_table *t, uint32_t *order)
 {
-	const struct dataset *ds = ns->ds;
-	size_t n = dataset_nsamples(ds);
+	size_t n = dataset_nsamples(ns->ds);
 
 	for (uint32_t i = 0; i < n; i++) {
 		struct build_class *c;
@@ -311,8 +304,7 @@ static void bucket(struct namespace *ns, struct class_table *t, uint32_t *order)
 			continue;
 		c = &t->c[ns->class_of[i]];
 		ns->class_of[i] = c->rank;
-		if (dataset_in_view(ds, i))
-			order[c->next++] = i;
+		order[c->next++] = i;
 	}
 }
 
@@ -331,8 +323,16 @@ static size_t mark_duplicates(const struct ns_file *f, size_t n,
 	return marked;
 }
 
-/* A renamed file's name, in a buffer of its own kept by the namespace. */
-static char *renamed_name(struct namespace *ns, uint32_t s, const char *suffix)
+/* "_dup" + 10 digits + "_" + 2 digits + NUL fits NS_SUFFIX_ROOM. */
+void ns_dup_suffix(char *buf, uint32_t n, unsigned round)
+{
+	if (round)
+		snprintf(buf, NS_SUFFIX_ROOM, "_dup%u_%u", n, round);
+	else
+		snprintf(buf, NS_SUFFIX_ROOM, "_dup%u", n);
+}
+
+char *ns_renamed_name(struct namespace *ns, uint32_t s, const char *suffix)
 {
 	const char *e = ns->ext ? ns->ext : dataset_ext(ns->ds, s);
 	size_t room = strlen(key_base(dataset_key(ns->ds, s))) +
@@ -349,34 +349,50 @@ static char *renamed_name(struct namespace *ns, uint32_t s, const char *suffix)
 	return name;
 }
 
+/* The first pair shown (in the rank's part) for the warning: f[i] is
+ * renamed, the file at the head of its run of marked ones keeps the name. */
+static void note_pair(struct namespace *ns, const struct ns_file *f, size_t i,
+		      const unsigned char *dup)
+{
+	size_t k = i;
+
+	if (ns->counts.dup_first != ns->counts.dup_again ||
+	    !dataset_in_part(ns->ds, f[i].sample))
+		return;
+	while (k > 0 && dup[k])
+		k--;
+	ns->counts.dup_first = f[k].sample;
+	ns->counts.dup_again = f[i].sample;
+}
+
 /* Give every file of one class's sorted run whose name repeats the one
  * before it a unique name: "_dup<sample>", unique among renamed files;
  * should that name be another file's own, a later round adds "_<round>".
- * Leaves the run sorted. seen marks samples renamed already. Returns how
- * many files were renamed for the first time. */
+ * The run is sorted by name, then sample number: the first in index order
+ * keeps the name, whatever the order shards arrive in. Leaves the run
+ * sorted. seen marks samples renamed already. Returns how many files were
+ * renamed for the first time. */
 size_t ns_rename_duplicates(struct namespace *ns, struct ns_file *f, size_t n,
 			    unsigned char *seen)
 {
-	char suffix[SUFFIX_ROOM];
+	char suffix[NS_SUFFIX_ROOM];
 	unsigned char *dup;
 	size_t renamed = 0;
 
 	if (n < 2)
 		return 0;
 	dup = xcalloc(n, 1);
-	for (unsigned round = 0; round < DUP_ROUNDS; round++) {
+	for (unsigned round = 0; round < NS_DUP_ROUNDS; round++) {
 		if (!mark_duplicates(f, n, dup))
 			break;
 		for (size_t i = 1; i < n; i++) {
 			uint32_t s = f[i].sample;
 			if (!dup[i])
 				continue;
-			if (round)
-				snprintf(suffix, sizeof(suffix), "_dup%u_%u", s,
-					 round);
-			else
-				snprintf(suffix, sizeof(suffix), "_dup%u", s);
-			f[i].name = renamed_name(ns, s, suffix);
+			if (!round)
+				note_pair(ns, f, i, dup);
+			ns_dup_suffix(suffix, s, round);
+			f[i].name = ns_renamed_name(ns, s, suffix);
 			renamed += !(seen[s / 8] & (1u << (s % 8)));
 			seen[s / 8] |= (unsigned char)(1u << (s % 8));
 		}
@@ -420,34 +436,56 @@ static void name_classes(struct namespace *ns, const struct class_table *t)
 
 #define PREFETCH_AHEAD 8
 
+/* One class's sorted, unique run f[0 .. n) cut to the rank's view, moved
+ * to ns->files[ns->nfiles ...] (never past what it reads); the renamed
+ * files kept are counted. */
+static void keep_view(struct namespace *ns, struct ns_class *c,
+		      const struct ns_file *f, size_t n,
+		      const unsigned char *seen)
+{
+	c->first = (uint32_t)ns->nfiles;
+	for (size_t k = 0; k < n; k++) {
+		uint32_t s = f[k].sample;
+		if (!dataset_in_view(ns->ds, s))
+			continue;
+		if (seen[s / 8] & (1u << (s % 8))) {
+			ns->counts.renamed_duplicates++;
+			ns->counts.duplicate_keys++;
+		}
+		ns->files[ns->nfiles++] = f[k];
+	}
+	c->count = (uint32_t)(ns->nfiles - c->first);
+}
+
 /* Pass 4, class by class: the files of its run in order, their names
- * written side by side, sorted by name and made unique. Returns the bytes
- * the names took. */
+ * written side by side, sorted by name and made unique, then cut to the
+ * view. Returns the bytes the names took. */
 static size_t fill_files(struct namespace *ns, const uint32_t *order)
 {
 	unsigned char *seen = xcalloc(dataset_nsamples(ns->ds) / 8 + 1, 1);
 	char *p = ns->names;
+	size_t at = 0;
 
 	for (size_t r = 0; r < ns->nclasses; r++) {
 		struct ns_class *c = &ns->classes[r];
-		struct ns_file *f = &ns->files[ns->nfiles];
-		c->first = (uint32_t)ns->nfiles;
-		for (uint32_t k = 0; k < c->count; k++) {
-			uint32_t s = order[c->first + k];
+		struct ns_file *f = &ns->files[at]; /* at or past ns->nfiles */
+		size_t n = c->count;
+		for (size_t k = 0; k < n; k++) {
+			uint32_t s = order[at + k];
 			/* The samples of a class lie far apart in the index:
 			 * ask for a later one's key now, so that its cache
 			 * miss overlaps this name's work. */
-			if (k + PREFETCH_AHEAD < c->count)
+			if (k + PREFETCH_AHEAD < n)
 				__builtin_prefetch(dataset_key(
 					ns->ds,
-					order[c->first + k + PREFETCH_AHEAD]));
+					order[at + k + PREFETCH_AHEAD]));
 			f[k] = (struct ns_file){p, s, (uint32_t)r};
 			p += ns_write_name(p, ns->ds, s, ns->ext, "") + 1;
 		}
-		qsort(f, c->count, sizeof(*f), ns_file_cmp);
-		ns->counts.renamed_duplicates +=
-			ns_rename_duplicates(ns, f, c->count, seen);
-		ns->nfiles += c->count;
+		qsort(f, n, sizeof(*f), ns_file_cmp);
+		IGNORE_RESULT(ns_rename_duplicates(ns, f, n, seen));
+		keep_view(ns, c, f, n, seen);
+		at += n;
 	}
 	free(seen);
 	return (size_t)(p - ns->names);
@@ -496,6 +534,7 @@ int ns_open(const struct dataset *ds, const char *ext, struct namespace **out)
 	bucket(ns, &t, order);
 	name_classes(ns, &t);
 	bigmap_trim(ns->names, fill_files(ns, order), &ns->map_names);
+	bigmap_trim(ns->files, ns->nfiles * sizeof(*ns->files), &ns->map_files);
 	ns->root_dirs = (uint32_t)ns->nclasses;
 	free_build(&ls, cls, &t, order, map_order);
 	*out = ns;

@@ -55,9 +55,16 @@ struct ns_file {
 
 struct ns_counts {
 	uint64_t skipped_bad_label;  /* labels that can't be a directory name */
-	uint64_t renamed_duplicates; /* names made unique within a class */
+	uint64_t renamed_duplicates; /* files renamed: names made unique */
 	uint64_t skipped_hidden;     /* samples layout: a hidden component */
 	uint64_t skipped_clash;	     /* samples layout: path under a file */
+	/* Samples shown renamed whole because an earlier sample (in index
+	 * order) has their name: imagefolder, one per renamed file; samples
+	 * layout, one per key met again, however many members it has. */
+	uint64_t duplicate_keys;
+	/* The first such pair shown, for the warning: the sample (or member)
+	 * that keeps the name and the one renamed; equal when none. */
+	uint32_t dup_first, dup_again;
 };
 
 struct namespace
@@ -83,8 +90,12 @@ struct namespace
 
 /* Build the tree. ds is borrowed and must outlive the namespace. ext, when
  * not NULL, replaces every file's extension (e.g. "ppm" when files are
- * served converted). Returns 0 with *out set, or -ENOMEM (the tables are
- * sized by the dataset) or -EOVERFLOW (past 2^32 files) with *out NULL. */
+ * served converted). Names are decided over the whole index, then the
+ * rank's view is kept: a sample has one name on every mount and rank.
+ * Files of one class with one name: the first in index order keeps it, the
+ * others become "<name>_dup<sample>" (duplicate_keys). Returns 0 with *out
+ * set, or -ENOMEM (the tables are sized by the dataset) or -EOVERFLOW (past
+ * 2^32 files) with *out NULL. */
 MUST_CHECK
 int ns_open(const struct dataset *ds, const char *ext, struct namespace **out);
 void ns_free(struct namespace *ns);
@@ -93,10 +104,13 @@ void ns_free(struct namespace *ns);
  * (dataset_has_members) in this rank's part, at <key>.<ext>, the key's
  * directory part becoming directories. A path with a hidden component
  * (".x") is left out and counted (skipped_hidden), as is one whose
- * directory would be a file's name (skipped_clash); files of one directory
- * with one name are renamed as in ns_open ("_dup<n>"). Returns 0 with *out
- * set, -ENOTSUP when the index lists no members (formats 1 and 2), or
- * -ENOMEM / -EOVERFLOW as ns_open. */
+ * directory would be a file's name (skipped_clash). A sample (a run of
+ * adjacent members of one key in one shard) whose key an earlier sample
+ * of the index has is renamed whole: every member gets "_dup<n>", n the
+ * number of its first member, so a reader never pairs one sample's image
+ * with another's text (duplicate_keys). Any name still repeated is renamed
+ * as in ns_open. Returns 0 with *out set, -ENOTSUP when the index lists no
+ * members (formats 1 and 2), or -ENOMEM / -EOVERFLOW as ns_open. */
 MUST_CHECK
 int ns_open_samples(const struct dataset *ds, struct namespace **out);
 

@@ -16,6 +16,14 @@
  * the length without the NUL. */
 size_t ns_write_name(char *p, const struct dataset *ds, uint32_t sample,
 		     const char *ext, const char *suffix);
+/* The suffix of a renamed duplicate: "_dup<n>", or "_dup<n>_<round>" when
+ * an earlier round's name was taken. buf has NS_SUFFIX_ROOM bytes. */
+#define NS_SUFFIX_ROOM 24
+#define NS_DUP_ROUNDS 8 /* renaming rounds before giving up on a clash */
+void ns_dup_suffix(char *buf, uint32_t n, unsigned round);
+/* "<key base><suffix>.<ext>" of sample (or member) s in a buffer of its
+ * own, kept by the namespace (a renamed name may not fit the shared one). */
+char *ns_renamed_name(struct namespace *ns, uint32_t s, const char *suffix);
 /* By name, then by sample number (qsort). */
 int ns_file_cmp(const void *a, const void *b);
 /* Rename the files of one directory's sorted run f[0..n) whose names

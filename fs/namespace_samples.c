@@ -256,30 +256,164 @@ static uint32_t read_number(const struct dataset *ds, uint32_t m,
 	return sample;
 }
 
+/* Keys met again (issue 45): a sample is a run of adjacent members of one
+ * key in one shard, as WebDataset reads it. When a later sample in index
+ * order has an earlier one's key, renaming its members one by one would
+ * leave "x_dup7.jpg" beside "x_dup8.txt", or "x.txt" of one sample beside
+ * "x.jpg" of another; so the whole sample is renamed, every member with
+ * one suffix. Decided over the whole index, never the rank's part, so that
+ * every mount and rank gives a member the same name. */
+struct dups {
+	uint32_t *head;	      /* per member: its sample's first member */
+	unsigned char *round; /* per head: 0 keeps its key, else 1 + round */
+};
+
+/* The members' numbers from 0 and the dataset they are keys of. */
+struct keyed {
+	const struct dataset *ds;
+	uint32_t base; /* member j is number base + j */
+};
+
+static const char *key_of(const struct keyed *k, uint32_t j)
+{
+	return dataset_key(k->ds, k->base + j);
+}
+
+static uint32_t *sample_heads(const struct keyed *k, size_t n)
+{
+	uint32_t *head = xmalloc((n + 1) * sizeof(*head));
+
+	for (uint32_t j = 0; j < n; j++) {
+		uint32_t m = k->base + j;
+		int same = j > 0 && dataset_group(k->ds, m) ==
+					    dataset_group(k->ds, m - 1);
+		same = same && strcmp(key_of(k, j), key_of(k, j - 1)) == 0;
+		head[j] = same ? head[j - 1] : j;
+	}
+	return head;
+}
+
+/* qsort_r: sample heads by key, then index order. */
+static int head_cmp(const void *a, const void *b, void *arg)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	int c = strcmp(key_of(arg, x), key_of(arg, y));
+
+	return c ? c : (x > y) - (x < y);
+}
+
+/* 1 if a sample of the sorted heads h[0 .. n) has key. */
+static int key_taken(const struct keyed *k, const uint32_t *h, size_t n,
+		     const char *key)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(key, key_of(k, h[mid]));
+		if (c == 0)
+			return 1;
+		if (c < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return 0;
+}
+
+/* 1 + the first round whose key for sample head j is no sample's (renamed
+ * keys differ from each other by their number), or 0 when all are taken:
+ * its files are then renamed one by one, as a last resort. */
+static unsigned char free_round(const struct keyed *k, const uint32_t *h,
+				size_t nh, uint32_t j)
+{
+	const char *key = key_of(k, j);
+	size_t len = strlen(key);
+	char *buf = xmalloc(len + NS_SUFFIX_ROOM);
+	unsigned char r = 0;
+
+	memcpy(buf, key, len);
+	for (unsigned round = 0; round < NS_DUP_ROUNDS && !r; round++) {
+		ns_dup_suffix(buf + len, k->base + j, round);
+		if (!key_taken(k, h, nh, buf))
+			r = (unsigned char)(round + 1);
+	}
+	free(buf);
+	return r;
+}
+
+/* A renamed sample this mount shows is counted; the first in index order
+ * is named in the warning. */
+static void count_dup(struct namespace *ns, uint32_t first, uint32_t again)
+{
+	struct ns_counts *c = &ns->counts;
+
+	if (!dataset_in_part(ns->ds, again))
+		return;
+	c->duplicate_keys++;
+	if (c->dup_first == c->dup_again || again < c->dup_again) {
+		c->dup_first = first;
+		c->dup_again = again;
+	}
+}
+
+static struct dups find_dups(struct namespace *ns)
+{
+	struct keyed k = {ns->ds, (uint32_t)dataset_nsamples(ns->ds)};
+	size_t n = dataset_nmembers(ns->ds), nh = 0, first = 0;
+	struct dups d = {sample_heads(&k, n), xcalloc(n + 1, 1)};
+	uint32_t *h = xmalloc((n + 1) * sizeof(*h));
+
+	for (uint32_t j = 0; j < n; j++)
+		if (d.head[j] == j && !hidden(key_of(&k, j)))
+			h[nh++] = j;
+	qsort_r(h, nh, sizeof(*h), head_cmp, &k);
+	for (size_t i = 1; i < nh; i++) {
+		if (strcmp(key_of(&k, h[i]), key_of(&k, h[first])) != 0) {
+			first = i;
+			continue;
+		}
+		d.round[h[i]] = free_round(&k, h, nh, h[i]);
+		count_dup(ns, k.base + h[first], k.base + h[i]);
+	}
+	free(h);
+	return d;
+}
+
 /* Every shown member into ns->files (directory ids for now) and its name
- * into ns->names; returns how many. */
+ * into ns->names (a renamed sample's into its own buffer); returns how
+ * many. */
 static size_t place_members(struct namespace *ns, struct dir_table *t)
 {
 	const struct dataset *ds = ns->ds;
 	uint32_t base = (uint32_t)dataset_nsamples(ds);
 	size_t n = dataset_nmembers(ds), shown = 0;
 	uint32_t *as = xmalloc((n + 1) * sizeof(*as));
-	char *p = ns->names;
+	struct dups d = find_dups(ns);
+	char *p = ns->names, suffix[NS_SUFFIX_ROOM];
 
 	dataset_member_samples(ds, as);
 	for (size_t j = 0; j < n; j++) {
-		uint32_t m = base + (uint32_t)j;
-		const char *key = dataset_key(ds, m);
+		uint32_t m = base + (uint32_t)j, h = d.head[j];
+		const char *key = dataset_key(ds, m), *name = p;
 		if (!dataset_in_part(ds, m))
 			continue;
 		if (hidden(key)) {
 			ns->counts.skipped_hidden++;
 			continue;
 		}
+		if (d.round[h]) {
+			ns_dup_suffix(suffix, base + h, d.round[h] - 1);
+			name = ns_renamed_name(ns, m, suffix);
+			ns->counts.renamed_duplicates++;
+		} else {
+			p += ns_write_name(p, ds, m, NULL, "") + 1;
+		}
 		ns->files[shown++] = (struct ns_file){
-			p, read_number(ds, m, as[j]), key_dir(t, key)};
-		p += ns_write_name(p, ds, m, NULL, "") + 1;
+			name, read_number(ds, m, as[j]), key_dir(t, key)};
 	}
+	free(d.head);
+	free(d.round);
 	free(as);
 	bigmap_trim(ns->names, (size_t)(p - ns->names), &ns->map_names);
 	return shown;

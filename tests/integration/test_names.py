@@ -64,3 +64,83 @@ def test_index_names_are_skipped_one_by_one(mounter, nginx, dataset, tmp_path):
         assert h == want, p
     assert os.path.join(os.path.dirname(next(iter(longs))),
                         LONG + ".jpg") in longs
+
+
+# ---- one key in two shards (issue 45) ----------------------------------
+
+def write_shard(path, members):
+    """A ustar file of (name, bytes) members, in order."""
+    import io
+    import tarfile
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as t:
+        for name, data in members:
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+
+
+def paired_shards(root, stem="dd"):
+    """Two shards holding the same keys c/x and c/y: each an image and a
+    caption holding the SHA-1 of its image. Returns SOURCE's tail."""
+    import random
+    rng = random.Random(45)
+    os.makedirs(os.path.join(root, stem))
+    for s in range(2):
+        members = []
+        for key in ("c/x", "c/y"):
+            img = rng.randbytes(rng.randrange(100, 5000))
+            members.append((key + ".jpg", img))
+            members.append((key + ".txt", hashlib.sha1(img).hexdigest()
+                            .encode()))
+        write_shard(os.path.join(root, stem, "%s-%06d.tar" % (stem, s)),
+                    members)
+    return "%s/%s-{000000..000001}.tar" % (stem, stem)
+
+
+def dup_warnings(log):
+    return [ln for ln in log.splitlines() if "renamed whole" in ln]
+
+
+def test_key_in_two_shards_is_renamed_whole(mounter, tmp_path):
+    """layout=samples: the second shard's x and y are renamed as whole
+    samples (one suffix for image and caption), so every caption still
+    holds its own image's SHA-1; one warning line names both shards; the
+    stats count the two samples. The default layout shows each image as a
+    distinct file with the same count."""
+    import nginx as nginx_mod
+    root = tmp_path / "www"
+    root.mkdir()
+    srv = nginx_mod.Nginx(str(root), str(tmp_path / "nginx"))
+    try:
+        src = "%s/%s" % (srv.url, paired_shards(str(root)))
+        m = mounter(src, opts={"layout": "samples"})
+        files = {}
+        for d, _, names in os.walk(m.mnt):
+            for n in names:
+                with open(os.path.join(d, n), "rb") as f:
+                    files[os.path.relpath(os.path.join(d, n), m.mnt)] = f.read()
+        stems = {}
+        for p, data in files.items():
+            stem, ext = p.rsplit(".", 1)
+            stems.setdefault(stem, {})[ext] = data
+        assert len(stems) == 4, sorted(files)
+        for stem, mem in stems.items():
+            assert set(mem) == {"jpg", "txt"}, (stem, sorted(files))
+            assert mem["txt"].decode() == hashlib.sha1(mem["jpg"]).hexdigest(), \
+                "%s: a caption of another sample" % stem
+        assert {"c/x", "c/y"} <= set(stems), sorted(stems)
+        assert m.stats()["errors"]["duplicate_key"] == 2
+        warn = dup_warnings(m.log())
+        assert len(warn) == 1, warn
+        assert "shard 1 and again in shard 2" in warn[0], warn
+
+        m2 = mounter(src)
+        got = helpers.walk(m2.mnt)
+        assert len(got) == 4 and len(set(got.values())) == 4, got
+        assert {"c/x.jpg", "c/y.jpg"} <= set(got), got
+        assert m2.stats()["errors"]["duplicate_key"] == 2
+        warn = dup_warnings(m2.log())
+        assert len(warn) == 1 and "shard 1 and again in shard 2" in warn[0], \
+            warn
+    finally:
+        srv.stop()

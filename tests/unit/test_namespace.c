@@ -306,37 +306,6 @@ Test(namespace, rank_view_keeps_every_class)
 	index_free(ix);
 }
 
-/* Names are made unique within what a mount shows: two "k.jpg" of one
- * class in shards of different ranks are each plain "k.jpg" on their rank
- * (a rank builds names only for its own samples). */
-Test(namespace, rank_names_are_unique_within_the_view)
-{
-	struct index *ix = index_new();
-	char err[128];
-
-	for (uint32_t s = 0; s < 2; s++) {
-		char url[32], key[16];
-		snprintf(url, sizeof(url), "http://h/%u.tar", s);
-		cr_assert_eq(index_add_shard(ix, url, 1 << 20, "\"e\""), s);
-		snprintf(key, sizeof(key), "d%u/k", s);
-		cr_assert_eq(index_add_sample(ix, s, 512, 10, "a", key, "jpg"),
-			     0);
-	}
-	for (uint32_t rank = 0; rank < 2; rank++) {
-		struct dataset *ds = dataset_wrap(ix, NULL);
-		cr_assert_eq(dataset_set_part(ds, rank, 2, 0, err, sizeof(err)),
-			     0, "%s", err);
-		struct namespace *ns = build(ds, NULL);
-		uint64_t d = ns_lookup(ns, NS_INO_ROOT, "a");
-		cr_assert_eq(ns->nfiles, 1, "rank %u", rank);
-		cr_expect_str_eq(list_name(ns, d, 0), "k.jpg", "rank %u", rank);
-		cr_expect_eq(ns->counts.renamed_duplicates, 0);
-		ns_free(ns);
-		dataset_close(ds);
-	}
-	index_free(ix);
-}
-
 /* ---- the samples layout ------------------------------------------------ */
 
 struct mspec {
@@ -453,4 +422,171 @@ Test(namespace, samples_layout_reads_images_as_samples)
 	cr_expect_eq(ns_file_size(ns, num), 4);
 	ns_free(ns);
 	unwrap(ix);
+}
+
+/* ---- duplicate keys (issue 45) ---------------------------------------- */
+
+struct sspec {
+	uint32_t shard;
+	const char *key, *ext;
+};
+
+/* Members over nshards shards (format 3, no samples). */
+static struct index *shard_members(const struct sspec *m, size_t n,
+				   uint32_t nshards)
+{
+	struct index *ix = index_new();
+	char url[32];
+
+	for (uint32_t s = 0; s < nshards; s++) {
+		snprintf(url, sizeof(url), "http://h/%u.tar", s);
+		cr_assert_eq(index_add_shard(ix, url, 1 << 20, ""), s);
+	}
+	for (size_t i = 0; i < n; i++)
+		cr_assert_eq(index_add_member(ix, m[i].shard, 512 * (i + 1),
+					      i + 1, m[i].key, m[i].ext),
+			     0);
+	ix->has_members = true;
+	return ix;
+}
+
+/* The member number (from 0 in the member list) a path reads, or -1. */
+static long member_at(const struct namespace *ns, const char *path)
+{
+	uint32_t num;
+
+	if (ns_kind_of(ns, walk_path(ns, path), &num) != NS_FILE)
+		return -1;
+	return (long)ns->files[num].sample -
+	       (long)dataset_nsamples(ns->ds);
+}
+
+/* A key met again in another shard is renamed as a whole sample: every
+ * member of it gets one suffix (the number of its first member), even a
+ * member whose own name is not repeated (z.txt); the first keeps its
+ * names. A suffix that is another key's name moves on. */
+Test(namespace, samples_layout_renames_whole_samples)
+{
+	const struct sspec m[] = {
+		{0, "d/x", "jpg"},	{0, "d/x", "json"}, {0, "d/y", "jpg"},
+		{0, "d/y", "txt"},	{0, "d/x_dup6", "jpg"},
+		{1, "d/x", "jpg"},	{1, "d/x", "json"}, {1, "d/x", "txt"},
+		{1, "d/y", "jpg"},	{1, "d/y", "txt"},
+	};
+	struct index *ix = shard_members(m, sizeof(m) / sizeof(m[0]), 2);
+	struct namespace *ns = (struct namespace *)1;
+
+	cr_assert_eq(ns_open_samples(wrap(ix), &ns), 0);
+	cr_expect_eq(member_at(ns, "d/x.jpg"), 0);
+	cr_expect_eq(member_at(ns, "d/x.json"), 1);
+	cr_expect_eq(member_at(ns, "d/y.txt"), 3);
+	cr_expect_eq(member_at(ns, "d/x_dup6.jpg"), 4, "a real key keeps");
+	/* shard 1's x: "_dup5" is free */
+	cr_expect_eq(member_at(ns, "d/x_dup5.jpg"), 5);
+	cr_expect_eq(member_at(ns, "d/x_dup5.json"), 6);
+	cr_expect_eq(member_at(ns, "d/x_dup5.txt"), 7);
+	cr_expect_eq(member_at(ns, "d/x.txt"), -1, "no mix of two samples");
+	/* shard 1's y starts at member 8: one suffix for both members */
+	cr_expect_eq(member_at(ns, "d/y_dup8.jpg"), 8);
+	cr_expect_eq(member_at(ns, "d/y_dup8.txt"), 9);
+	cr_expect_eq(ns->nfiles, 10);
+	cr_expect_eq(ns->counts.duplicate_keys, 2);
+	cr_expect_eq(ns->counts.dup_first, dataset_nsamples(ns->ds) + 0);
+	cr_expect_eq(ns->counts.dup_again, dataset_nsamples(ns->ds) + 5);
+	ns_free(ns);
+	unwrap(ix);
+}
+
+/* A renamed key must not take a real key's name: x's second sample
+ * starts at member 2, and "x_dup2" is a key of shard 0. */
+Test(namespace, samples_layout_suffix_skips_real_keys)
+{
+	const struct sspec m[] = {
+		{0, "x", "jpg"},      {0, "x_dup2", "jpg"}, {1, "x", "jpg"},
+		{1, "x", "txt"},
+	};
+	struct index *ix = shard_members(m, 4, 2);
+	struct namespace *ns = (struct namespace *)1;
+
+	cr_assert_eq(ns_open_samples(wrap(ix), &ns), 0);
+	cr_expect_eq(member_at(ns, "x_dup2.jpg"), 1);
+	cr_expect_eq(member_at(ns, "x_dup2_1.jpg"), 2);
+	cr_expect_eq(member_at(ns, "x_dup2_1.txt"), 3);
+	cr_expect_eq(ns->nfiles, 4);
+	ns_free(ns);
+	unwrap(ix);
+}
+
+/* The names are the index's, not the view's: a rank that shows only the
+ * second shard names its x as a single mount does. */
+Test(namespace, samples_layout_dup_names_agree_on_every_rank)
+{
+	const struct sspec m[] = {
+		{0, "x", "jpg"}, {0, "x", "txt"}, {1, "x", "jpg"}, {1, "x", "txt"},
+	};
+	struct index *ix = shard_members(m, 4, 2);
+	char err[128];
+	int found = 0;
+
+	/* a sample in each shard, for the partition's weights (at offsets no
+	 * member has: the members read as themselves) */
+	for (uint32_t s = 0; s < 2; s++)
+		cr_assert_eq(index_add_sample(ix, s, 1 << 19, 1, "c", "s", "jpg"),
+			     0);
+
+	for (uint32_t rank = 0; rank < 2; rank++) {
+		struct dataset *ds = dataset_wrap(ix, NULL);
+		struct namespace *ns = (struct namespace *)1;
+		cr_assert_eq(dataset_set_part(ds, rank, 2, 0, err, sizeof(err)),
+			     0, "%s", err);
+		cr_assert_eq(ns_open_samples(ds, &ns), 0);
+		cr_expect_eq(ns->nfiles, 2);
+		if (member_at(ns, "x_dup4.jpg") == 2) { /* 2 samples first */
+			cr_expect_eq(member_at(ns, "x_dup4.txt"), 3);
+			found++;
+		} else {
+			cr_expect_eq(member_at(ns, "x.jpg"), 0, "rank %u", rank);
+			cr_expect_eq(member_at(ns, "x.txt"), 1, "rank %u", rank);
+		}
+		ns_free(ns);
+		dataset_close(ds);
+	}
+	cr_expect_eq(found, 1);
+	index_free(ix);
+}
+
+/* The imagefolder layout: one file per sample, and the same name for a
+ * sample on every rank (decided over the index, not the view). */
+Test(namespace, dup_names_agree_on_every_rank)
+{
+	struct index *ix = index_new();
+	char err[128];
+	int renamed = 0;
+
+	for (uint32_t s = 0; s < 2; s++) {
+		char url[32];
+		snprintf(url, sizeof(url), "http://h/%u.tar", s);
+		cr_assert_eq(index_add_shard(ix, url, 1 << 20, "\"e\""), s);
+		cr_assert_eq(index_add_sample(ix, s, 512, 10, "a", "k", "jpg"),
+			     0);
+	}
+	for (uint32_t rank = 0; rank < 2; rank++) {
+		struct dataset *ds = dataset_wrap(ix, NULL);
+		cr_assert_eq(dataset_set_part(ds, rank, 2, 0, err, sizeof(err)),
+			     0, "%s", err);
+		struct namespace *ns = build(ds, NULL);
+		uint64_t d = ns_lookup(ns, NS_INO_ROOT, "a");
+		cr_assert_eq(ns->nfiles, 1, "rank %u", rank);
+		if (ns->files[0].sample == 1) {
+			cr_expect_str_eq(list_name(ns, d, 0), "k_dup1.jpg");
+			cr_expect_eq(ns->counts.duplicate_keys, 1);
+			renamed++;
+		} else {
+			cr_expect_str_eq(list_name(ns, d, 0), "k.jpg");
+		}
+		ns_free(ns);
+		dataset_close(ds);
+	}
+	cr_expect_eq(renamed, 1);
+	index_free(ix);
 }
