@@ -105,20 +105,54 @@ static int cmp_url_at(const void *a, const void *b)
 	return x->i < y->i ? -1 : x->i > y->i;
 }
 
-/* Two entries naming one shard (once their credentials are stripped: the
- * same object signed twice is one shard) fail the mount: a list that names
- * a shard twice is a mistake (lists concatenated, a glob overlapping
+/* The compared form of a list entry: normal (shardlist_normalise: "/./",
+ * "%30", "HTTP://H:80" are spellings of one shard), then without its
+ * credentials (the same object signed twice is one shard). */
+static char *compared_form(const char *url)
+{
+	char *n = shardlist_normalise(url), *s = http_strip_secrets(n);
+
+	explicit_bzero(n, strlen(n)); /* it holds url's credentials */
+	free(n);
+	return s;
+}
+
+/* Why entries a and b, of one compared form, differ as written. */
+static const char *how_alike(const char *a, const char *b, char *buf,
+			     size_t buflen)
+{
+	char *sa, *sb, red[512];
+	int creds;
+
+	if (strcmp(a, b) == 0)
+		return "";
+	sa = http_strip_secrets(a);
+	sb = http_strip_secrets(b);
+	creds = strcmp(sa, sb) == 0;
+	free(sa);
+	free(sb);
+	if (creds)
+		return ", the same once credentials are left out";
+	snprintf(buf, buflen, ", the second spelled %s",
+		 http_redact(b, red, sizeof(red)));
+	return buf;
+}
+
+/* Two entries naming one shard (compared_form) fail the mount: a list that
+ * names a shard twice is a mistake (lists concatenated, a glob overlapping
  * another), and quietly reading it once or twice would change the dataset
- * either way. */
+ * either way. Failing also keeps a false match of the normal form (a
+ * server that tells "a/./x" from "a/x") from dropping a shard unseen. */
 static int check_unique(const struct resolve_opts *o, const struct shardlist *l,
 			char *err, size_t errlen)
 {
 	struct url_at *at = xmalloc((l->n ? l->n : 1) * sizeof(*at));
 	char **s = xcalloc(l->n ? l->n : 1, sizeof(*s)), red[512], red2[512];
+	char how[600];
 	int r = 0;
 
 	for (size_t i = 0; i < l->n; i++) {
-		s[i] = http_strip_secrets(l->urls[i]);
+		s[i] = compared_form(l->urls[i]);
 		at[i] = (struct url_at){hash64(s[i], strlen(s[i]), 0), i};
 	}
 	qsort(at, l->n, sizeof(*at), cmp_url_at);
@@ -130,11 +164,9 @@ static int check_unique(const struct resolve_opts *o, const struct shardlist *l,
 			 "%s names shard %s twice (shards %zu and %zu%s): "
 			 "list it once",
 			 http_redact(o->source, red, sizeof(red)),
-			 http_redact(l->urls[b], red2, sizeof(red2)), a + 1,
+			 http_redact(l->urls[a], red2, sizeof(red2)), a + 1,
 			 b + 1,
-			 strcmp(l->urls[a], l->urls[b])
-				 ? ", the same once credentials are left out"
-				 : "");
+			 how_alike(l->urls[a], l->urls[b], how, sizeof(how)));
 		r = -EINVAL;
 	}
 	for (size_t i = 0; i < l->n; i++)

@@ -1,4 +1,5 @@
-/* shardlist.c - the list of shard URLs: brace expansion and list files. */
+/* shardlist.c - the list of shard URLs: brace expansion, list files, and
+ * the normal form that tells two spellings of one shard apart. */
 #include "fetch/net/shardlist.h"
 
 #include "common/file.h"
@@ -272,4 +273,163 @@ int shardlist_file_has(const char *path, const char *scheme)
 	}
 	free(text);
 	return hit;
+}
+
+/* ---- the normal form (RFC 3986 section 6.2.2) ---- */
+
+static int hex_val(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	c = (char)(c | 0x20);
+	return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+static int unreserved(int c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+	       (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' ||
+	       c == '~';
+}
+
+static char lower_c(char c)
+{
+	return c >= 'A' && c <= 'Z' ? (char)(c | 0x20) : c;
+}
+
+/* s[0 .. n) to out with its percent-encodings normal, every byte lower
+ * case when lower (a host); returns the bytes written (at most n). */
+static size_t pct_normal(const char *s, size_t n, char *out, int lower)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t o = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		int hi = i + 2 < n ? hex_val(s[i + 1]) : -1;
+		int lo = i + 2 < n ? hex_val(s[i + 2]) : -1;
+		char c = s[i];
+		if (c == '%' && hi >= 0 && lo >= 0) {
+			i += 2;
+			c = (char)(hi * 16 + lo);
+			if (!unreserved((unsigned char)c)) {
+				out[o++] = '%';
+				out[o++] = hex[hi];
+				out[o++] = hex[lo];
+				continue;
+			}
+		}
+		out[o++] = lower ? lower_c(c) : c;
+	}
+	return o;
+}
+
+/* RFC 3986 section 5.2.4 on the path p[0 .. n) (normal already), in place;
+ * returns its new length. Input and output share the buffer: the output
+ * never grows past what the input consumed. */
+static size_t remove_dots(char *p, size_t n)
+{
+	size_t in = 0, out = 0;
+
+	while (in < n) {
+		const char *s = p + in;
+		size_t left = n - in;
+		if (left >= 3 && memcmp(s, "../", 3) == 0) {
+			in += 3;
+		} else if (left >= 2 && memcmp(s, "./", 2) == 0) {
+			in += 2;
+		} else if (left >= 3 && memcmp(s, "/./", 3) == 0) {
+			in += 2;
+		} else if (left == 2 && memcmp(s, "/.", 2) == 0) {
+			p[++in] = '/'; /* "/." becomes "/" */
+		} else if ((left >= 4 && memcmp(s, "/../", 4) == 0) ||
+			   (left == 3 && memcmp(s, "/..", 3) == 0)) {
+			in += left == 3 ? 2 : 3; /* both become "/" */
+			p[in] = '/';
+			while (out > 0 && p[--out] != '/')
+				;
+		} else if ((left == 1 && s[0] == '.') ||
+			   (left == 2 && memcmp(s, "..", 2) == 0)) {
+			in = n;
+		} else {
+			const char *slash = memchr(s + 1, '/', left - 1);
+			size_t seg = slash ? (size_t)(slash - s) : left;
+			memmove(p + out, s, seg);
+			out += seg;
+			in += seg;
+		}
+	}
+	return out;
+}
+
+/* The port after host[:port] with its ':' when it is not the scheme's
+ * default (80 for http, 443 for https) nor empty; else "". */
+static size_t port_kept(const char *port, size_t n, int https)
+{
+	uint64_t v;
+
+	if (n <= 1 || parse_u64_n(port + 1, n - 1, &v))
+		return n <= 1 ? 0 : n;
+	return v == (https ? 443u : 80u) ? 0 : n;
+}
+
+/* "host[:port]" of an http(s) URL, normal, at out; returns its length. */
+static size_t authority(const char *a, size_t n, int https, char *out)
+{
+	const char *at = NULL, *colon;
+	size_t o = 0, host;
+
+	for (const char *q = a; q < a + n; q++)
+		if (*q == '@')
+			at = q; /* the last '@' ends the userinfo */
+	if (at) {
+		o = (size_t)(at - a) + 1;
+		memcpy(out, a, o);
+	}
+	a += o;
+	n -= o;
+	colon = memrchr(a, ':', n);
+	if (colon && memchr(colon, ']', (size_t)(a + n - colon)))
+		colon = NULL; /* inside an IPv6 literal */
+	host = colon ? (size_t)(colon - a) : n;
+	o += pct_normal(a, host, out + o, 1);
+	if (port_kept(a + host, n - host, https)) {
+		memcpy(out + o, a + host, n - host);
+		o += n - host;
+	}
+	return o;
+}
+
+char *shardlist_normalise(const char *url)
+{
+	const char *sep = strstr(url, "://"), *auth, *rest;
+	size_t slen, len = strlen(url), o, plen;
+	char *out = xmalloc(len + 2); /* + "/" for an empty path */
+	int https;
+
+	if (!sep || strcspn(url, "/?#") < (size_t)(sep - url)) {
+		memcpy(out, url, len + 1);
+		return out; /* a path, not a URL */
+	}
+	slen = (size_t)(sep - url);
+	for (o = 0; o < slen; o++)
+		out[o] = lower_c(url[o]);
+	https = slen == 5 && memcmp(out, "https", 5) == 0;
+	if (!https && !(slen == 4 && memcmp(out, "http", 4) == 0)) {
+		memcpy(out + o, sep, len - slen + 1);
+		return out;
+	}
+	memcpy(out + o, "://", 3);
+	o += 3;
+	auth = sep + 3;
+	rest = auth + strcspn(auth, "/?#");
+	o += authority(auth, (size_t)(rest - auth), https, out + o);
+	plen = pct_normal(rest, strcspn(rest, "?#"), out + o, 0);
+	plen = remove_dots(out + o, plen);
+	if (plen == 0)
+		out[o + plen++] = '/';
+	o += plen;
+	rest += strcspn(rest, "?#");
+	o += pct_normal(rest, strlen(rest), out + o, 0);
+	out[o] = '\0';
+	return out;
 }

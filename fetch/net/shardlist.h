@@ -36,6 +36,17 @@ int shardlist_parse(const char *text, size_t len, size_t max_urls,
 
 void shardlist_clear(struct shardlist *l);
 
+/* url in a form equal for two spellings of one http(s) resource (RFC 3986
+ * section 6.2.2 and 6.2.3), for comparing list entries, never for
+ * fetching: scheme and host lower case; percent-encoded unreserved
+ * characters decoded ("%30" is "0") and the other encodings' hex upper
+ * case; dot segments removed from the path ("/./", "/a/../"); an empty
+ * path "/"; a default port (80, 443) or an empty one dropped. Userinfo,
+ * query and fragment keep their case. Other schemes get a lower-case
+ * scheme only: an s3:// or gs:// path is an object key, whose "./" and
+ * "%30" are bytes of its name. Caller frees. */
+char *shardlist_normalise(const char *url);
+
 /* 1 if s looks like an http:// or https:// URL (case-insensitive scheme)
  * with something after the "//" that is not another '/', or a URL of a
  * registered bucket backend (s3://, gs://: fetch/net/bucket.h) with a valid

@@ -5,6 +5,8 @@ long names stay within 255 bytes and unique."""
 import hashlib
 import os
 
+import pytest
+
 import helpers
 from helpers import source_of
 
@@ -142,5 +144,39 @@ def test_key_in_two_shards_is_renamed_whole(mounter, tmp_path):
         warn = dup_warnings(m2.log())
         assert len(warn) == 1 and "shard 1 and again in shard 2" in warn[0], \
             warn
+    finally:
+        srv.stop()
+
+
+# ---- one shard spelled two ways (issue 50) ------------------------------
+
+@pytest.mark.parametrize("spelling", [
+    "{u}/dd/././dd-000000.tar", "{u}/dd/dd-00000%30.tar",
+    "{U}/x/../dd/dd-000000.tar"])
+def test_shard_spelled_two_ways_fails_the_mount(mounter, tmp_path, spelling):
+    """A list naming one shard twice, the second time in another spelling
+    (dot segments, a percent-encoded digit, an upper-case scheme and host
+    with the default port), fails the mount as the same spelling twice
+    does: one line naming both spellings. Before, it mounted the shard's
+    samples twice, as _dup files."""
+    import nginx as nginx_mod
+    root = tmp_path / "www"
+    root.mkdir()
+    srv = nginx_mod.Nginx(str(root), str(tmp_path / "nginx"))
+    try:
+        paired_shards(str(root))
+        host = srv.url.split("://", 1)[1]
+        second = spelling.format(u=srv.url, U="HTTP://" + host)
+        lst = tmp_path / "twice.txt"
+        lst.write_text("%s/dd/dd-000001.tar\n%s/dd/dd-000000.tar\n%s\n"
+                       % (srv.url, srv.url, second))
+        m = mounter(str(lst), check=False)
+        if m.result.returncode == 0:
+            dups = [p for p in helpers.list_paths(m.mnt) if "_dup" in p]
+            pytest.fail("mounted, with %d _dup files: %r" % (len(dups), dups))
+        err = m.result.stderr.strip()
+        assert len(err.splitlines()) == 1, err
+        assert "twice (shards 2 and 3, the second spelled " in err, err
+        assert "/dd/dd-000000.tar" in err and second in err, err
     finally:
         srv.stop()

@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Results joined with spaces, for compact expectations. */
@@ -212,4 +213,49 @@ Test(shardlist, is_url_table)
 		cr_expect_eq(shardlist_is_url(cases[i].s), cases[i].want, "%s",
 			     cases[i].s);
 	cr_expect_eq(shardlist_is_url(NULL), 0);
+}
+
+/* Two spellings of one shard normalise alike (RFC 3986 section 6.2.2,
+ * 6.2.3); object keys of bucket schemes are bytes, left alone. */
+Test(shardlist, normalise_table)
+{
+	static const struct {
+		const char *in, *want;
+	} cases[] = {
+		{"http://h/d/x.tar", "http://h/d/x.tar"},
+		{"HTTP://Host.Example/D/x.tar", "http://host.example/D/x.tar"},
+		{"http://h/././d/x.tar", "http://h/d/x.tar"},
+		{"http://h/d/./x.tar", "http://h/d/x.tar"},
+		{"http://h/a/../d/x.tar", "http://h/d/x.tar"},
+		{"http://h/a/b/../../d/./x.tar", "http://h/d/x.tar"},
+		{"http://h/../d/x.tar", "http://h/d/x.tar"},
+		{"http://h/d/x/..", "http://h/d/"},
+		{"http://h/d/x/.", "http://h/d/x/"},
+		{"http://h/d/x-00000%30.tar", "http://h/d/x-000000.tar"},
+		{"http://h/%7Eu/%2e/x%2Etar", "http://h/~u/x.tar"},
+		{"http://h/a%2fb/x%3a.tar", "http://h/a%2Fb/x%3A.tar"},
+		{"http://h/a%zz", "http://h/a%zz"},
+		{"http://h/a%4", "http://h/a%4"},
+		{"http://h:80/x.tar", "http://h/x.tar"},
+		{"https://h:443/x.tar", "https://h/x.tar"},
+		{"https://h:0443/x.tar", "https://h/x.tar"},
+		{"http://h:/x.tar", "http://h/x.tar"},
+		{"http://h:8080/x.tar", "http://h:8080/x.tar"},
+		{"https://h:80/x.tar", "https://h:80/x.tar"},
+		{"http://h", "http://h/"},
+		{"http://h?q=%41", "http://h/?q=A"},
+		{"http://U:P@H/x", "http://U:P@h/x"},
+		{"http://[::1]:80/./x", "http://[::1]/x"},
+		{"http://[FE80::1]:81/x", "http://[fe80::1]:81/x"},
+		{"http://h/x.tar?a=./b#./f", "http://h/x.tar?a=./b#./f"},
+		{"S3://bucket/a/./x%30.tar", "s3://bucket/a/./x%30.tar"},
+		{"gs://b/../x.tar", "gs://b/../x.tar"},
+		{"/data/./x.tar", "/data/./x.tar"},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *got = shardlist_normalise(cases[i].in);
+		cr_expect_str_eq(got, cases[i].want, "%s", cases[i].in);
+		free(got);
+	}
 }
