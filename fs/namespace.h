@@ -104,12 +104,11 @@ void ns_free(struct namespace *ns);
  * (dataset_has_members) in this rank's part, at <key>.<ext>, the key's
  * directory part becoming directories. A path with a hidden component
  * (".x") is left out and counted (skipped_hidden), as is one whose
- * directory would be a file's name (skipped_clash). A sample (a run of
- * adjacent members of one key in one shard) whose key an earlier sample
- * of the index has is renamed whole: every member gets "_dup<n>", n the
- * number of its first member, so a reader never pairs one sample's image
- * with another's text (duplicate_keys). Any name still repeated is renamed
- * as in ns_open. Returns 0 with *out set, -ENOTSUP when the index lists no
+ * directory would be a file's name (skipped_clash). A sample (the members
+ * of one key in one shard) whose key an earlier shard has is renamed
+ * whole: every member gets "_dup<n>", n the number of its first member, so
+ * a reader never pairs one sample's image with another's text
+ * (duplicate_keys). Any name still repeated is renamed as in ns_open. Returns 0 with *out set, -ENOTSUP when the index lists no
  * members (formats 1 and 2), or -ENOMEM / -EOVERFLOW as ns_open. */
 MUST_CHECK
 int ns_open_samples(const struct dataset *ds, struct namespace **out);

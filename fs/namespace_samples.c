@@ -256,12 +256,13 @@ static uint32_t read_number(const struct dataset *ds, uint32_t m,
 	return sample;
 }
 
-/* Keys met again (issue 45): a sample is a run of adjacent members of one
- * key in one shard, as WebDataset reads it. When a later sample in index
- * order has an earlier one's key, renaming its members one by one would
- * leave "x_dup7.jpg" beside "x_dup8.txt", or "x.txt" of one sample beside
- * "x.jpg" of another; so the whole sample is renamed, every member with
- * one suffix. Decided over the whole index, never the rank's part, so that
+/* Keys met again (issue 45): a sample here is the members of one key in
+ * one shard (the member list keeps no tar order: a format 3 index adds the
+ * images its M lines imply after every F line). When a later shard has an
+ * earlier one's key, renaming its members one by one would leave
+ * "x_dup7.jpg" beside "x_dup8.txt", or "x.txt" of one sample beside "x.jpg"
+ * of another; so the whole sample is renamed, every member with one
+ * suffix. Decided over the whole index, never the rank's part, so that
  * every mount and rank gives a member the same name. */
 struct dups {
 	uint32_t *head;	      /* per member: its sample's first member */
@@ -279,30 +280,23 @@ static const char *key_of(const struct keyed *k, uint32_t j)
 	return dataset_key(k->ds, k->base + j);
 }
 
-static uint32_t *sample_heads(const struct keyed *k, size_t n)
+/* qsort_r: members by key, then shard, then number (index order). */
+static int member_cmp(const void *a, const void *b, void *arg)
 {
-	uint32_t *head = xmalloc((n + 1) * sizeof(*head));
-
-	for (uint32_t j = 0; j < n; j++) {
-		uint32_t m = k->base + j;
-		int same = j > 0 && dataset_group(k->ds, m) ==
-					    dataset_group(k->ds, m - 1);
-		same = same && strcmp(key_of(k, j), key_of(k, j - 1)) == 0;
-		head[j] = same ? head[j - 1] : j;
-	}
-	return head;
-}
-
-/* qsort_r: sample heads by key, then index order. */
-static int head_cmp(const void *a, const void *b, void *arg)
-{
+	const struct keyed *k = arg;
 	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-	int c = strcmp(key_of(arg, x), key_of(arg, y));
+	uint32_t gx = dataset_group(k->ds, k->base + x);
+	uint32_t gy = dataset_group(k->ds, k->base + y);
+	int c = strcmp(key_of(k, x), key_of(k, y));
 
-	return c ? c : (x > y) - (x < y);
+	if (c)
+		return c;
+	if (gx != gy)
+		return gx < gy ? -1 : 1;
+	return (x > y) - (x < y);
 }
 
-/* 1 if a sample of the sorted heads h[0 .. n) has key. */
+/* 1 if a member of the sorted h[0 .. n) has key. */
 static int key_taken(const struct keyed *k, const uint32_t *h, size_t n,
 		     const char *key)
 {
@@ -321,9 +315,10 @@ static int key_taken(const struct keyed *k, const uint32_t *h, size_t n,
 	return 0;
 }
 
-/* 1 + the first round whose key for sample head j is no sample's (renamed
- * keys differ from each other by their number), or 0 when all are taken:
- * its files are then renamed one by one, as a last resort. */
+/* 1 + the first round whose key for the sample headed by member j is no
+ * member's (renamed keys differ from each other by their number), or 0
+ * when all are taken: its files are then renamed one by one, as a last
+ * resort. */
 static unsigned char free_round(const struct keyed *k, const uint32_t *h,
 				size_t nh, uint32_t j)
 {
@@ -357,24 +352,45 @@ static void count_dup(struct namespace *ns, uint32_t first, uint32_t again)
 	}
 }
 
+/* The run h[a .. b) of one key: each shard's members after the first
+ * shard's are one sample, renamed. */
+static void rename_key(struct namespace *ns, const struct keyed *k,
+		       struct dups *d, const uint32_t *h, size_t nh, size_t a,
+		       size_t b)
+{
+	uint32_t head = h[a];
+
+	for (size_t i = a; i < b; i++) {
+		if (dataset_group(k->ds, k->base + h[i]) !=
+		    dataset_group(k->ds, k->base + head)) {
+			head = h[i];
+			d->round[head] = free_round(k, h, nh, head);
+			count_dup(ns, k->base + h[a], k->base + head);
+		}
+		d->head[h[i]] = head;
+	}
+}
+
 static struct dups find_dups(struct namespace *ns)
 {
 	struct keyed k = {ns->ds, (uint32_t)dataset_nsamples(ns->ds)};
-	size_t n = dataset_nmembers(ns->ds), nh = 0, first = 0;
-	struct dups d = {sample_heads(&k, n), xcalloc(n + 1, 1)};
+	size_t n = dataset_nmembers(ns->ds), nh = 0;
+	struct dups d = {xmalloc((n + 1) * sizeof(uint32_t)),
+			 xcalloc(n + 1, 1)};
 	uint32_t *h = xmalloc((n + 1) * sizeof(*h));
 
-	for (uint32_t j = 0; j < n; j++)
-		if (d.head[j] == j && !hidden(key_of(&k, j)))
+	for (uint32_t j = 0; j < n; j++) {
+		d.head[j] = j;
+		if (!hidden(key_of(&k, j)))
 			h[nh++] = j;
-	qsort_r(h, nh, sizeof(*h), head_cmp, &k);
-	for (size_t i = 1; i < nh; i++) {
-		if (strcmp(key_of(&k, h[i]), key_of(&k, h[first])) != 0) {
-			first = i;
-			continue;
-		}
-		d.round[h[i]] = free_round(&k, h, nh, h[i]);
-		count_dup(ns, k.base + h[first], k.base + h[i]);
+	}
+	qsort_r(h, nh, sizeof(*h), member_cmp, &k);
+	for (size_t a = 0, b; a < nh; a = b) {
+		for (b = a + 1;
+		     b < nh && strcmp(key_of(&k, h[a]), key_of(&k, h[b])) == 0;
+		     b++)
+			;
+		rename_key(ns, &k, &d, h, nh, a, b);
 	}
 	free(h);
 	return d;

@@ -517,6 +517,27 @@ Test(namespace, samples_layout_suffix_skips_real_keys)
 	unwrap(ix);
 }
 
+/* A sample's members need not be adjacent in the member list (format 3
+ * appends the images its M lines imply after every F line): shard 1's x
+ * is still one sample, renamed with one suffix. */
+Test(namespace, samples_layout_sample_is_key_and_shard)
+{
+	const struct sspec m[] = {
+		{0, "x", "txt"}, {1, "x", "txt"}, {0, "x", "jpg"}, {1, "x", "jpg"},
+	};
+	struct index *ix = shard_members(m, 4, 2);
+	struct namespace *ns = (struct namespace *)1;
+
+	cr_assert_eq(ns_open_samples(wrap(ix), &ns), 0);
+	cr_expect_eq(member_at(ns, "x.txt"), 0);
+	cr_expect_eq(member_at(ns, "x.jpg"), 2);
+	cr_expect_eq(member_at(ns, "x_dup1.txt"), 1);
+	cr_expect_eq(member_at(ns, "x_dup1.jpg"), 3);
+	cr_expect_eq(ns->counts.duplicate_keys, 1);
+	ns_free(ns);
+	unwrap(ix);
+}
+
 /* The names are the index's, not the view's: a rank that shows only the
  * second shard names its x as a single mount does. */
 Test(namespace, samples_layout_dup_names_agree_on_every_rank)
