@@ -229,3 +229,28 @@ def test_dataloader_pair_reader_on_exact_and_echo(tmp_path, www, mounter):
         assert r.stdout.split() == ["1200", "0"], (name, r.stdout)
         if name == "echo":
             assert m.stats()["echoes_served"] > 0
+
+
+def test_echoed_pairs_of_a_key_in_two_shards(tmp_path, www, mounter):
+    """Issue 45: shards A and B both hold keys c/x and c/y. On an echo mount
+    over the samples layout, B's are renamed whole (one suffix for the
+    image and its caption), so for every stem the reader finds both files
+    and, over several epochs of echoes, each caption holds the SHA-1 of the
+    image served with it."""
+    from test_names import paired_shards
+    root, srv = www
+    src = "%s/%s" % (srv.url, paired_shards(root))
+    m = mounter(src, opts={"layout": "samples", "echo": 4,
+                           "echo_mode": "fixed"})
+    names = sorted(os.path.relpath(os.path.join(d, n), m.mnt)
+                   for d, _, ns in os.walk(m.mnt) for n in ns)
+    stems = sorted({p.rsplit(".", 1)[0] for p in names})
+    assert len(stems) == 4 and len(names) == 8, names
+    for _ in range(4):
+        for stem in stems:
+            with open(os.path.join(m.mnt, stem + ".jpg"), "rb") as f:
+                img = f.read()
+            with open(os.path.join(m.mnt, stem + ".txt"), "rb") as f:
+                cap = f.read().decode()
+            assert cap == hashlib.sha1(img).hexdigest(), stem
+    assert m.stats()["errors"]["duplicate_key"] == 2
