@@ -124,13 +124,22 @@ int bindings_owns(const struct bindings *b, uint64_t ino)
 	return ino >= b->first_ino;
 }
 
-/* The path's live binding (holding a sample), or NULL. Caller holds the
- * lock. */
+/* The path's live binding (holding a sample, not done), or NULL. Caller
+ * holds the lock. */
 static struct binding *live(const struct bindings *b, uint32_t file)
 {
 	ASSERT_HELD(&b->lock);
 	struct binding *x = b->cur[file];
 	return x && x->s && !x->spent && !x->expired ? x : NULL;
+}
+
+/* live() for reader: with visits, only the reader's own binding (another
+ * reader's serves another visit's substitute). Caller holds the lock. */
+static struct binding *live_for(const struct bindings *b, uint32_t file,
+				uint32_t reader)
+{
+	struct binding *x = live(b, file);
+	return x && (!b->visits || x->reader == reader) ? x : NULL;
 }
 
 int bindings_is_bound(struct bindings *b, uint32_t file)
@@ -145,12 +154,13 @@ int bindings_is_bound(struct bindings *b, uint32_t file)
 
 /* The path's current binding, counting one kernel lookup; 1 if there is
  * none. */
-static int current(struct bindings *b, uint32_t file, struct binding_attr *out)
+static int current(struct bindings *b, uint32_t file, uint32_t reader,
+		   struct binding_attr *out)
 {
 	struct binding *x;
 
 	pthread_mutex_lock(&b->lock);
-	x = live(b, file);
+	x = live_for(b, file, reader);
 	if (x) {
 		x->nlookup++;
 		x->looked++;
@@ -235,20 +245,22 @@ int bindings_make(struct bindings *b, struct dataset_sample *s, uint64_t rand,
 	return r;
 }
 
-/* A take for path `file`: of its class, or of its key's visit. */
-static int take(struct bindings *b, uint32_t file, struct dataset_sample **s)
+/* A take for path `file`: of its class, or of the reader's visit. */
+static int take(struct bindings *b, uint32_t file, uint32_t reader,
+		struct dataset_sample **s)
 {
 	if (b->visits)
-		return visits_take(b->visits, file, s);
+		return visits_take(b->visits, file, reader, s);
 	return dataset_echo_take(b->ds, b->ns->files[file].cls, s);
 }
 
-static int take_async(struct bindings *b, uint32_t file, const void *tag,
-		      dataset_echo_done_fn done, void *ud,
+static int take_async(struct bindings *b, uint32_t file, uint32_t reader,
+		      const void *tag, dataset_echo_done_fn done, void *ud,
 		      struct dataset_sample **s)
 {
 	if (b->visits)
-		return visits_take_async(b->visits, file, tag, done, ud, s);
+		return visits_take_async(b->visits, file, reader, tag, done,
+					 ud, s);
 	return dataset_echo_take_async(b->ds, b->ns->files[file].cls, tag,
 				       done, ud, s);
 }
@@ -256,7 +268,7 @@ static int take_async(struct bindings *b, uint32_t file, const void *tag,
 /* Bind path `file` to the taken sample s (made first). The sample is
  * given back on failure or when another lookup won the race; -EAGAIN: it
  * was bad (discarded), take another. */
-static int bind_sample(struct bindings *b, uint32_t file,
+static int bind_sample(struct bindings *b, uint32_t file, uint32_t reader,
 		       struct dataset_sample *s, struct binding_attr *out)
 {
 	uint8_t *made = NULL;
@@ -289,15 +301,15 @@ static int bind_sample(struct bindings *b, uint32_t file,
 	}
 	if (member != VISITS_HELD) /* no hooks with visits: nothing made */
 		outlen = (size_t)dataset_size(b->ds, member);
-	if (current(b, file, out) == 0) {
+	if (current(b, file, reader, out) == 0) {
 		/* Another lookup of this path won the race: use its binding. */
 		free(made);
 		dataset_echo_untake(b->ds, s);
 		return 0;
 	}
 	pthread_mutex_lock(&b->lock);
-	x = b->cur[file];
-	if (live(b, file)) {
+	x = live_for(b, file, reader);
+	if (x) {
 		/* Bound meanwhile (between current() and here). */
 		x->nlookup++;
 		x->looked++;
@@ -312,6 +324,7 @@ static int bind_sample(struct bindings *b, uint32_t file,
 	x = xcalloc(1, sizeof(*x));
 	x->ino = b->next_ino++;
 	x->file = file;
+	x->reader = reader;
 	insert(b, x);
 	b->cur[file] = x;
 	load(b, x, s, made, outlen, rand);
@@ -356,11 +369,11 @@ int bindings_lookup(struct bindings *b, uint32_t file, struct binding_attr *out)
 		return 0;
 	}
 	do {
-		if (current(b, file, out) == 0)
+		if (current(b, file, 0, out) == 0)
 			return 0;
-		r = take(b, file, &s);
+		r = take(b, file, 0, &s);
 		if (r == 0)
-			r = bind_sample(b, file, s, out);
+			r = bind_sample(b, file, 0, s, out);
 	} while (r == -EAGAIN); /* a bad sample, discarded: the next */
 	return r;
 }
@@ -368,7 +381,7 @@ int bindings_lookup(struct bindings *b, uint32_t file, struct binding_attr *out)
 /* A parked lookup. */
 struct parked {
 	struct bindings *b;
-	uint32_t file;
+	uint32_t file, reader;
 	const void *tag;
 	bindings_done_fn done;
 	void *ud;
@@ -380,22 +393,23 @@ static void parked_done(void *ud, int err, struct dataset_sample *s)
 	struct binding_attr attr = {0};
 
 	if (err == 0)
-		err = bind_sample(pk->b, pk->file, s, &attr);
+		err = bind_sample(pk->b, pk->file, pk->reader, s, &attr);
 	while (err == -EAGAIN) {
 		/* The sample was bad (discarded): take the class's next. */
-		err = take_async(pk->b, pk->file, pk->tag, parked_done, pk,
-				 &s);
+		err = take_async(pk->b, pk->file, pk->reader, pk->tag,
+				 parked_done, pk, &s);
 		if (err == -EINPROGRESS)
 			return; /* pk belongs to the pool again */
 		if (err == 0)
-			err = bind_sample(pk->b, pk->file, s, &attr);
+			err = bind_sample(pk->b, pk->file, pk->reader, s,
+					  &attr);
 	}
 	pk->done(pk->ud, err, err ? NULL : &attr);
 	free(pk);
 }
 
-int bindings_lookup_async(struct bindings *b, uint32_t file, const void *tag,
-			  bindings_done_fn done, void *ud,
+int bindings_lookup_async(struct bindings *b, uint32_t file, uint32_t reader,
+			  const void *tag, bindings_done_fn done, void *ud,
 			  struct binding_attr *out)
 {
 	struct dataset_sample *s;
@@ -407,17 +421,17 @@ int bindings_lookup_async(struct bindings *b, uint32_t file, const void *tag,
 		return 0;
 	}
 	do {
-		if (current(b, file, out) == 0)
+		if (current(b, file, reader, out) == 0)
 			return 0;
 		pk = xmalloc(sizeof(*pk));
-		*pk = (struct parked){.b = b, .file = file, .tag = tag,
-				      .done = done, .ud = ud};
-		r = take_async(b, file, tag, parked_done, pk, &s);
+		*pk = (struct parked){.b = b, .file = file, .reader = reader,
+				      .tag = tag, .done = done, .ud = ud};
+		r = take_async(b, file, reader, tag, parked_done, pk, &s);
 		if (r == -EINPROGRESS)
 			return r; /* pk belongs to the pool until parked_done */
 		free(pk);
 		if (r == 0)
-			r = bind_sample(b, file, s, out);
+			r = bind_sample(b, file, reader, s, out);
 	} while (r == -EAGAIN); /* a bad sample, discarded: the next */
 	return r;
 }

@@ -166,7 +166,8 @@ void bindings_free(struct bindings *b);
 int bindings_owns(const struct bindings *b, uint64_t ino);
 
 /* Current binding of namespace file `file`, made if needed; counts one
- * kernel lookup. Returns 0 or a negative errno from dataset_echo_take. */
+ * kernel lookup. Returns 0 or a negative errno from dataset_echo_take.
+ * Reader 0 (see bindings_lookup_async). */
 MUST_CHECK
 int bindings_lookup(struct bindings *b, uint32_t file, struct binding_attr *out);
 
@@ -178,10 +179,13 @@ typedef void (*bindings_done_fn)(void *ud, int err,
 /* bindings_lookup without waiting: 0 with *out set now, -EINPROGRESS when
  * parked (done(ud, ...) is then called exactly once, from another thread,
  * maybe before this returns), or -errno. tag names the lookup for
- * bindings_cancel. */
+ * bindings_cancel. reader names the requesting thread: with visits (the
+ * samples layout) a path's binding is the reader's own, taken through
+ * its visit (fs/visits.h), so one reader's members of a key are one
+ * sample; otherwise it is ignored. */
 MUST_CHECK
-int bindings_lookup_async(struct bindings *b, uint32_t file, const void *tag,
-			  bindings_done_fn done, void *ud,
+int bindings_lookup_async(struct bindings *b, uint32_t file, uint32_t reader,
+			  const void *tag, bindings_done_fn done, void *ud,
 			  struct binding_attr *out);
 
 /* 1 if namespace file `file` has a live binding now (holding a sample, not

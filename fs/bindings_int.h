@@ -22,6 +22,7 @@ struct namespace;
 struct binding {
 	uint64_t ino;
 	uint32_t file;          /* the path: namespace file number */
+	uint32_t reader;        /* with visits: the reader whose visit took */
 	struct dataset_sample *s;  /* bound at a lookup: kept until forgotten;
 				    * bound at open: NULL between samples */
 	uint8_t *out;           /* bytes made by the make hook, or NULL */

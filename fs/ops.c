@@ -373,7 +373,10 @@ static void lookup_echo(fuse_req_t req, struct fs_ctx *fs, uint32_t num)
 		reply_echo_entry(req, fs, -EINTR, NULL);
 		return;
 	}
-	r = bindings_lookup_async(fs->bind, num, req, lookup_echo_done, req, &ba);
+	/* The requesting thread names the reader (whole-sample visits). */
+	r = bindings_lookup_async(fs->bind, num,
+				  (uint32_t)fuse_req_ctx(req)->pid, req,
+				  lookup_echo_done, req, &ba);
 	if (r == -EINPROGRESS)
 		return; /* req now belongs to the pool: do not touch it */
 	reply_echo_entry(req, fs, r, &ba);

@@ -14,6 +14,8 @@
 
 #define NONE UINT32_MAX
 
+#define BUCKETS 1024 /* readers' hash table */
+
 /* A take waiting on a visit whose first take is parked in the pool. */
 struct waiter {
 	uint32_t file;
@@ -23,15 +25,15 @@ struct waiter {
 	struct waiter *next;
 };
 
-/* One key's current visit. */
+/* One reader's visit: the run of its takes for files of one key. */
 struct visit {
+	uint32_t reader, key;
 	struct dataset_sample *s; /* the visit's take (its files get shares) */
-	uint32_t gen;		  /* serial of the visit; 0: none */
-	uint32_t used;		  /* its files that took in it */
-	double started;
 	int taking;		  /* the first take is parked in the pool */
-	uint32_t prev, next;	  /* live visits, oldest first */
+	int current;		  /* in the readers' table (not left behind) */
 	struct waiter *waiters;
+	struct visit *hnext;	   /* readers' hash chain */
+	struct visit *prev, *next; /* every visit, least recently used first */
 };
 
 struct visits {
@@ -47,17 +49,16 @@ struct visits {
 	uint32_t *key_cls;   /* per key: its echo class */
 	uint32_t *unit_key;  /* per member: the key it is the unit of, or NONE */
 
-	pthread_mutex_t lock; /* guards what follows */
-	uint32_t *file_gen;   /* per file: the visit it last took in */
-	struct visit *vis;    /* per key */
-	uint32_t head, tail;  /* live visits */
-	uint32_t gens;
+	pthread_mutex_t lock;	   /* guards what follows */
+	struct visit *by_reader[BUCKETS]; /* each reader's current visit */
+	struct visit *head, *tail; /* every visit, least recently used first */
+	size_t count;		   /* visits in that list */
 };
 
 /* The initiator of a visit's first take. */
 struct first_take {
 	struct visits *v;
-	uint32_t key;
+	struct visit *x;
 	dataset_echo_done_fn done;
 	void *ud;
 };
@@ -242,14 +243,11 @@ int visits_start(struct dataset *ds, const struct namespace *ns,
 	v->ds = ds;
 	v->ns = ns;
 	v->nsamples = (uint32_t)dataset_nsamples(ds);
-	v->head = v->tail = NONE;
 	pthread_mutex_init(&v->lock, NULL);
 	group_keys(v);
 	v->key_unit = xmalloc((v->nkeys + 1) * sizeof(uint32_t));
 	v->key_cls = xmalloc((v->nkeys + 1) * sizeof(uint32_t));
 	v->unit_key = xmalloc((dataset_nmembers(ds) + 1) * sizeof(uint32_t));
-	v->file_gen = xcalloc(ns->nfiles + 1, sizeof(uint32_t));
-	v->vis = xcalloc(v->nkeys + 1, sizeof(*v->vis));
 	class_of = class_units(v, &ncls);
 	r = dataset_echo_start_members(ds, class_of, ncls ? ncls : 1, err,
 				       errlen);
@@ -266,49 +264,72 @@ int visits_start(struct dataset *ds, const struct namespace *ns,
 
 /* ---- visits ---- */
 
-static void unlink_visit(struct visits *v, uint32_t k)
+static size_t bucket(uint32_t reader)
 {
-	ASSERT_HELD(&v->lock);
-	struct visit *vi = &v->vis[k];
-
-	if (vi->prev != NONE)
-		v->vis[vi->prev].next = vi->next;
-	else
-		v->head = vi->next;
-	if (vi->next != NONE)
-		v->vis[vi->next].prev = vi->prev;
-	else
-		v->tail = vi->prev;
+	return (size_t)((reader * 0x9E3779B1u) >> 22) & (BUCKETS - 1);
 }
 
-/* End key k's visit (not taking): its take, for the caller to give back
- * unlocked (dataset_echo_untake: undone if none of its files was served
- * and no share is left). */
-static struct dataset_sample *end_visit(struct visits *v, uint32_t k)
+static struct visit *find(const struct visits *v, uint32_t reader)
+{
+	struct visit *x = v->by_reader[bucket(reader)];
+	while (x && x->reader != reader)
+		x = x->hnext;
+	return x;
+}
+
+/* Take x out of the readers' table (it stays in the list). */
+static void leave(struct visits *v, struct visit *x)
 {
 	ASSERT_HELD(&v->lock);
-	struct visit *vi = &v->vis[k];
-	struct dataset_sample *s = vi->s;
+	struct visit **pp = &v->by_reader[bucket(x->reader)];
 
-	unlink_visit(v, k);
-	vi->s = NULL;
-	vi->gen = 0;
+	while (*pp && *pp != x)
+		pp = &(*pp)->hnext;
+	if (*pp)
+		*pp = x->hnext;
+	x->hnext = NULL;
+	x->current = 0;
+}
+
+static void list_remove(struct visits *v, struct visit *x)
+{
+	if (x->prev)
+		x->prev->next = x->next;
+	else
+		v->head = x->next;
+	if (x->next)
+		x->next->prev = x->prev;
+	else
+		v->tail = x->prev;
+	x->prev = x->next = NULL;
+	v->count--;
+}
+
+static void list_append(struct visits *v, struct visit *x)
+{
+	x->next = NULL;
+	x->prev = v->tail;
+	if (v->tail)
+		v->tail->next = x;
+	else
+		v->head = x;
+	v->tail = x;
+	v->count++;
+}
+
+/* End visit x (not taking): freed, its take returned for the caller to
+ * give back unlocked (dataset_echo_untake: undone if none of its files was
+ * served and no share is left). */
+static struct dataset_sample *end_visit(struct visits *v, struct visit *x)
+{
+	ASSERT_HELD(&v->lock);
+	struct dataset_sample *s = x->s;
+
+	if (x->current)
+		leave(v, x);
+	list_remove(v, x);
+	free(x);
 	return s;
-}
-
-/* End the visits older than VISIT_S, oldest first, up to max of them; a
- * visit still taking stops the walk (the ones after it are younger).
- * Their takes go to drop[]; returns how many. */
-static size_t expire(struct visits *v, double now,
-		     struct dataset_sample **drop, size_t max)
-{
-	ASSERT_HELD(&v->lock);
-	size_t n = 0;
-
-	while (n < max && v->head != NONE && !v->vis[v->head].taking &&
-	       now - v->vis[v->head].started >= VISIT_S)
-		drop[n++] = end_visit(v, v->head);
-	return n;
 }
 
 static void drop_all(struct visits *v, struct dataset_sample **drop, size_t n)
@@ -318,62 +339,57 @@ static void drop_all(struct visits *v, struct dataset_sample **drop, size_t n)
 			dataset_echo_untake(v->ds, drop[i]);
 }
 
-/* A new visit of key k (lock held), file its first taker. */
-static void begin_visit(struct visits *v, uint32_t k, uint32_t file,
-			double now)
+/* Reader's visit of key k, begun (lock held): it is the reader's current
+ * one from now on. The least recently used visit beyond VISITS_MAX is
+ * ended (its take to *drop). */
+static struct visit *begin_visit(struct visits *v, uint32_t reader,
+				 uint32_t k, struct dataset_sample **drop)
 {
 	ASSERT_HELD(&v->lock);
-	struct visit *vi = &v->vis[k];
+	struct visit *x = xcalloc(1, sizeof(*x));
+	size_t b = bucket(reader);
 
-	if (++v->gens == 0)
-		v->gens = 1;
-	vi->gen = v->gens;
-	vi->used = 1;
-	vi->started = now;
-	vi->taking = 1;
-	vi->s = NULL;
-	vi->waiters = NULL;
-	v->file_gen[file] = vi->gen;
-	vi->next = NONE;
-	vi->prev = v->tail;
-	if (v->tail != NONE)
-		v->vis[v->tail].next = k;
-	else
-		v->head = k;
-	v->tail = k;
+	*drop = NULL;
+	if (v->count >= VISITS_MAX) {
+		struct visit *old = v->head;
+		while (old && old->taking)
+			old = old->next;
+		if (old)
+			*drop = end_visit(v, old);
+	}
+	x->reader = reader;
+	x->key = k;
+	x->taking = 1;
+	x->current = 1;
+	x->hnext = v->by_reader[b];
+	v->by_reader[b] = x;
+	list_append(v, x);
+	return x;
 }
 
-static uint32_t key_files(const struct visits *v, uint32_t k)
-{
-	return v->key_first[k + 1] - v->key_first[k];
-}
-
-/* The answer to key k's first take (err, s): the visit holds s, or ends
- * (err); returns its waiters, for the caller to answer unlocked, and in
- * *drop a take to give back. */
-static struct waiter *settle(struct visits *v, uint32_t k, int err,
+/* The answer to visit x's first take (err, s): x holds s, or ends (err);
+ * a visit its reader left meanwhile ends too (its take to *drop).
+ * Returns its waiters, for the caller to answer unlocked. */
+static struct waiter *settle(struct visits *v, struct visit *x, int err,
 			     struct dataset_sample *s,
 			     struct dataset_sample **drop)
 {
 	ASSERT_HELD(&v->lock);
-	struct visit *vi = &v->vis[k];
-	struct waiter *w = vi->waiters;
+	struct waiter *w = x->waiters;
 
-	vi->waiters = NULL;
-	vi->taking = 0;
+	x->waiters = NULL;
+	x->taking = 0;
+	x->s = err ? NULL : s;
 	*drop = NULL;
-	if (err) {
-		*drop = end_visit(v, k);
-		return w;
-	}
-	vi->s = s;
+	if (err || !x->current)
+		*drop = end_visit(v, x);
 	return w;
 }
 
-/* Answer waiters w of a visit whose first take ended with err; s is the
- * visit's take when err is 0 (shares are made of it under the lock). */
-static void answer(struct visits *v, struct waiter *w, int err,
-		   struct dataset_sample **shares)
+/* Answer waiters w of a visit whose first take ended with err, with the
+ * shares made for them (err 0). */
+static void answer(struct visits *v, struct waiter *w, uint32_t reader,
+		   int err, struct dataset_sample **shares)
 {
 	for (size_t i = 0; w; i++) {
 		struct waiter *n = w->next;
@@ -384,8 +400,8 @@ static void answer(struct visits *v, struct waiter *w, int err,
 		} else if (err == -EINTR) {
 			/* The first taker's request was interrupted, not
 			 * theirs: each takes anew. */
-			r = visits_take_async(v, w->file, w->tag, w->done,
-					      w->ud, &got);
+			r = visits_take_async(v, w->file, reader, w->tag,
+					      w->done, w->ud, &got);
 		}
 		if (r != -EINPROGRESS)
 			w->done(w->ud, r, r ? NULL : got);
@@ -394,29 +410,28 @@ static void answer(struct visits *v, struct waiter *w, int err,
 	}
 }
 
-/* Settle key k's first take; the initiator's share in *mine (err 0). Ends
- * the visit when every file has taken. Everything is answered unlocked. */
-static void finish_first(struct visits *v, uint32_t k, int err,
+/* Settle visit x's first take; the initiator's share in *mine (err 0).
+ * Everything is answered unlocked. */
+static void finish_first(struct visits *v, struct visit *x, int err,
 			 struct dataset_sample *s, struct dataset_sample **mine)
 {
 	struct dataset_sample *drop = NULL, **shares = NULL;
+	uint32_t reader = x->reader;
 	struct waiter *w;
 	size_t n = 0;
 
 	pthread_mutex_lock(&v->lock);
-	w = settle(v, k, err, s, &drop);
 	if (err == 0) {
-		for (struct waiter *x = w; x; x = x->next)
+		for (struct waiter *y = x->waiters; y; y = y->next)
 			n++;
 		shares = xmalloc((n + 1) * sizeof(*shares));
 		for (size_t i = 0; i < n; i++)
 			shares[i] = dataset_echo_share(v->ds, s);
 		*mine = dataset_echo_share(v->ds, s);
-		if (v->vis[k].used >= key_files(v, k))
-			drop = end_visit(v, k);
 	}
+	w = settle(v, x, err, s, &drop); /* may free x */
 	pthread_mutex_unlock(&v->lock);
-	answer(v, w, err, shares);
+	answer(v, w, reader, err, shares);
 	free(shares);
 	drop_all(v, &drop, 1);
 }
@@ -426,45 +441,38 @@ static void first_taken(void *ud, int err, struct dataset_sample *s)
 	struct first_take *ft = ud;
 	struct dataset_sample *mine = NULL;
 
-	finish_first(ft->v, ft->key, err, s, &mine);
+	finish_first(ft->v, ft->x, err, s, &mine);
 	ft->done(ft->ud, err, err ? NULL : mine);
 	free(ft);
 }
 
-/* Join key k's live visit (lock held; file has not taken in it): a share
- * now (0; *full when every file has now taken), or a waiter
- * (-EINPROGRESS). */
-static int join(struct visits *v, uint32_t k, uint32_t file, const void *tag,
-		dataset_echo_done_fn done, void *ud,
+/* Join visit x (lock held): a share now (0), or a waiter (-EINPROGRESS). */
+static int join(struct visits *v, struct visit *x, uint32_t file,
+		const void *tag, dataset_echo_done_fn done, void *ud,
 		struct dataset_sample **out)
 {
 	ASSERT_HELD(&v->lock);
-	struct visit *vi = &v->vis[k];
 	struct waiter *w;
 
-	if (v->file_gen[file] != vi->gen) {
-		v->file_gen[file] = vi->gen;
-		vi->used++;
-	}
-	if (vi->s) {
-		*out = dataset_echo_share(v->ds, vi->s);
+	list_remove(v, x); /* most recently used */
+	list_append(v, x);
+	if (x->s) {
+		*out = dataset_echo_share(v->ds, x->s);
 		return 0;
 	}
 	w = xmalloc(sizeof(*w));
-	*w = (struct waiter){file, tag, done, ud, vi->waiters};
-	vi->waiters = w;
+	*w = (struct waiter){file, tag, done, ud, x->waiters};
+	x->waiters = w;
 	return -EINPROGRESS;
 }
 
-int visits_take_async(struct visits *v, uint32_t file, const void *tag,
-		      dataset_echo_done_fn done, void *ud,
+int visits_take_async(struct visits *v, uint32_t file, uint32_t reader,
+		      const void *tag, dataset_echo_done_fn done, void *ud,
 		      struct dataset_sample **out)
 {
-	struct dataset_sample *drop[9] = {NULL}, *s = NULL;
-	double now = now_mono();
+	struct dataset_sample *drop[2] = {NULL, NULL}, *s = NULL;
 	struct first_take *ft;
-	struct visit *vi;
-	size_t nd;
+	struct visit *x;
 	uint32_t k;
 	int r;
 
@@ -472,32 +480,33 @@ int visits_take_async(struct visits *v, uint32_t file, const void *tag,
 	if (file >= v->ns->nfiles)
 		return -EINVAL;
 	k = v->file_key[file];
-	vi = &v->vis[k];
 	pthread_mutex_lock(&v->lock);
-	nd = expire(v, now, drop, 8);
-	/* A visit still taking is joined even by a file that took in it (two
-	 * lookups of one path racing): one substitute per visit. */
-	if (vi->gen && (vi->taking || v->file_gen[file] != vi->gen)) {
-		r = join(v, k, file, tag, done, ud, out);
-		if (r == 0 && vi->used >= key_files(v, k))
-			drop[nd++] = end_visit(v, k);
+	x = find(v, reader);
+	if (x && x->key == k) {
+		/* Another file of the key this reader is on, or the same one
+		 * again: the visit's substitute. */
+		r = join(v, x, file, tag, done, ud, out);
 		pthread_mutex_unlock(&v->lock);
-		drop_all(v, drop, nd);
 		return r;
 	}
-	if (vi->gen)
-		drop[nd++] = end_visit(v, k); /* this file took in it already */
-	begin_visit(v, k, file, now);
+	if (x) {
+		/* The reader moved on to another key: its visit ends (once
+		 * its first take is answered, if that is still parked). */
+		leave(v, x);
+		if (!x->taking)
+			drop[0] = end_visit(v, x);
+	}
+	x = begin_visit(v, reader, k, &drop[1]);
 	pthread_mutex_unlock(&v->lock);
-	drop_all(v, drop, nd);
+	drop_all(v, drop, 2);
 	ft = xmalloc(sizeof(*ft));
-	*ft = (struct first_take){v, k, done, ud};
+	*ft = (struct first_take){v, x, done, ud};
 	r = dataset_echo_take_async(v->ds, v->key_cls[k], tag, first_taken,
 				    ft, &s);
 	if (r == -EINPROGRESS)
 		return r; /* ft belongs to the pool until first_taken */
 	free(ft);
-	finish_first(v, k, r, s, out);
+	finish_first(v, x, r, s, out);
 	return r;
 }
 
@@ -522,11 +531,12 @@ static void sync_done(void *ud, int err, struct dataset_sample *s)
 	pthread_mutex_unlock(&st->m);
 }
 
-int visits_take(struct visits *v, uint32_t file, struct dataset_sample **out)
+int visits_take(struct visits *v, uint32_t file, uint32_t reader,
+		struct dataset_sample **out)
 {
 	struct sync_take st = {.m = PTHREAD_MUTEX_INITIALIZER,
 			       .c = PTHREAD_COND_INITIALIZER};
-	int r = visits_take_async(v, file, &st, sync_done, &st, out);
+	int r = visits_take_async(v, file, reader, &st, sync_done, &st, out);
 
 	if (r != -EINPROGRESS)
 		return r;
@@ -569,8 +579,8 @@ static struct waiter *unwait(struct visits *v, const void *tag)
 	struct waiter *out = NULL;
 
 	pthread_mutex_lock(&v->lock);
-	for (uint32_t k = v->head; k != NONE; k = v->vis[k].next) {
-		struct waiter **pw = &v->vis[k].waiters;
+	for (struct visit *x = v->head; x; x = x->next) {
+		struct waiter **pw = &x->waiters;
 		while (*pw) {
 			struct waiter *w = *pw;
 			if (tag && w->tag != tag) {
@@ -616,15 +626,20 @@ void visits_free(struct visits *v)
 	if (!v)
 		return;
 	/* A visit's first take parked in the pool holds v (first_taken):
-	 * answered now, it ends its visit and answers the visit's waiters,
-	 * rather than later, into freed memory. The pool serves the visits
-	 * only (visits_start started it). */
+	 * answered now, it ends its visit if its reader left it and answers
+	 * the visit's waiters, rather than later, into freed memory. The pool
+	 * serves the visits only (visits_start started it). */
 	dataset_echo_cancel_all(v->ds);
 	visits_cancel_all(v);
-	if (v->vis)
-		for (uint32_t k = 0; k < v->nkeys; k++)
-			if (v->vis[k].s)
-				dataset_echo_untake(v->ds, v->vis[k].s);
+	pthread_mutex_lock(&v->lock);
+	while (v->head) {
+		struct dataset_sample *s = end_visit(v, v->head);
+		pthread_mutex_unlock(&v->lock);
+		if (s)
+			dataset_echo_untake(v->ds, s);
+		pthread_mutex_lock(&v->lock);
+	}
+	pthread_mutex_unlock(&v->lock);
 	pthread_mutex_destroy(&v->lock);
 	free(v->file_key);
 	free(v->key_first);
@@ -632,7 +647,5 @@ void visits_free(struct visits *v)
 	free(v->key_unit);
 	free(v->key_cls);
 	free(v->unit_key);
-	free(v->file_gen);
-	free(v->vis);
 	free(v);
 }

@@ -12,21 +12,27 @@
  *   key keeps its label.
  * - The pool streams one member per key, the key's largest (usually its
  *   image; dataset_echo_start_members): a take is a key.
- * - A visit of key K starts with the first take for one of K's files and
- *   binds K to the key S that the pool gave. Each of K's files takes once
- *   per visit and is given a share of that take (dataset_echo_share): the
- *   file serves S's member of the same extension (visits_member). The take
- *   is one serve, however many of K's files are opened.
- * - A visit ends when every file of K has taken, when one of them takes a
- *   second time (the next epoch, or a path opened again after its binding
- *   was spent), or VISIT_S seconds after it started (a reader that opens
- *   only some members: the others are simply not served). Then the next
- *   take for a file of K starts a new visit with a new substitute.
+ * - Visits are per reader (the requesting thread: FUSE's pid of the
+ *   request), and a reader's visit is the run of its takes for files of
+ *   one key: reader r's first take for a file of key K starts r's visit of
+ *   K and binds it to the key S the pool gave; every later take by r for a
+ *   file of K (the caption after the image, the image again, a member
+ *   read twice) is given a share of that take (dataset_echo_share) and
+ *   serves S's member of the same extension (visits_member). The visit
+ *   ends when r takes for a file of another key. The take is one serve,
+ *   however many of K's files are opened. So what one reader reads of a
+ *   key, in any order and with any members left unread, is one sample,
+ *   whatever other readers, earlier passes or an image-only pass did: no
+ *   visit is shared between readers and none ends by a clock. Different
+ *   readers of one key get their own substitutes (that is echo).
+ * - Memory: one visit per reader; beyond VISITS_MAX the least recently
+ *   used visit not taking is ended (a reader gone idle, a worker process
+ *   that exited). Each visit holds one take.
  * - A take that has to wait: the visit's first take parks in the pool;
- *   takes for K's other files meanwhile wait on the visit (no thread
- *   waits) and are answered with shares when it is answered. If the first
- *   take was interrupted, each waiting take is started anew; other
- *   failures (-ETIMEDOUT, -ESHUTDOWN) are theirs too.
+ *   takes for the same visit meanwhile wait on it (no thread waits) and
+ *   are answered with shares when it is answered. If the first take was
+ *   interrupted, each waiting take is started anew; other failures
+ *   (-ETIMEDOUT, -ESHUTDOWN) are theirs too.
  * - Locking: one mutex guards the visits; it is never held while a done
  *   callback runs or the pool is asked to take. Lock order: visits, then
  *   the pool's lock (dataset_echo_share).
@@ -43,8 +49,8 @@
 struct namespace;
 struct visits;
 
-/* How long a visit lasts at most, in seconds. */
-#define VISIT_S 10.0
+/* Most visits (readers) kept at once. */
+#define VISITS_MAX 1024
 
 /* visits_member's answer for the file that is the taken member itself:
  * it serves the sample's held bytes. */
@@ -62,17 +68,19 @@ int visits_start(struct dataset *ds, const struct namespace *ns,
  * progress in another thread. Accepts NULL. */
 void visits_free(struct visits *v);
 
-/* dataset_echo_take_async for namespace file `file`: 0 with *out (a
- * reference of the file's visit's take) now, -EINPROGRESS when parked
- * (done(ud, ...) is called exactly once, maybe from another thread), or
- * -errno. tag names the take for visits_cancel. */
+/* dataset_echo_take_async for namespace file `file` on behalf of reader
+ * (an id of the requesting thread): 0 with *out (a reference of the
+ * reader's visit's take) now, -EINPROGRESS when parked (done(ud, ...) is
+ * called exactly once, maybe from another thread), or -errno. tag names
+ * the take for visits_cancel. */
 MUST_CHECK
-int visits_take_async(struct visits *v, uint32_t file, const void *tag,
-		      dataset_echo_done_fn done, void *ud,
+int visits_take_async(struct visits *v, uint32_t file, uint32_t reader,
+		      const void *tag, dataset_echo_done_fn done, void *ud,
 		      struct dataset_sample **out);
 /* The blocking form (waits up to the pool's wait). */
 MUST_CHECK
-int visits_take(struct visits *v, uint32_t file, struct dataset_sample **out);
+int visits_take(struct visits *v, uint32_t file, uint32_t reader,
+		struct dataset_sample **out);
 
 /* What file serves of s, a take of its visit: the dataset number of the
  * substitute's member with the file's extension (read with dataset_read),
