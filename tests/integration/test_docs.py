@@ -87,6 +87,22 @@ def test_echofs_options_agree():
             only(helped, guide), only(guide, helped))
 
 
+def test_cache_dir_rules_agree():
+    """--help, the man page and the guide give the same cache_dir default
+    without HOME and the same rule on who may own it, since the mount
+    refuses a directory that breaks it."""
+    with open(os.path.join(MAN, "echofs.1")) as f:
+        man = f.read().replace("\\-", "-")
+    with open(os.path.join(GUIDE, "caching.md")) as f:
+        guide = f.read()
+    places = {"--help": help_text(ECHOFS), "echofs.1": man, "caching.md": guide}
+    for name, text in places.items():
+        text = " ".join(text.split())
+        for words in ("/tmp/echofs-cache-UID", "writable by group or others",
+                      "sticky", "prepared"):
+            assert words in text, "%s does not say %r" % (name, words)
+
+
 def test_every_option_listed_once():
     """The man page is the one reference: each option has one entry there
     and one row in the guide (on the page of its topic)."""
