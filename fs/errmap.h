@@ -26,6 +26,13 @@
  *   EPERM ENODATA ERANGE ENOSYS
  *   anything else, or a positive value     EIO
  *
+ * EFBIG stays EIO although "File too large" reads clearly: below, it means
+ * a sample over one of echofs's caps (max_pixels, decode_mem, the converted
+ * outputs' cap, a partial read of a member over 256 MiB), and since this
+ * map goes by errno, not by origin, passing it on would also turn every
+ * over-cap image from the documented EIO into EFBIG; read(2) has no EFBIG
+ * either. The log line and errors.read or errors.image say which cap.
+ *
  * The same table is in README.md ("Errors a reader sees"). */
 #ifndef ECHOFS_ERRMAP_H
 #define ECHOFS_ERRMAP_H

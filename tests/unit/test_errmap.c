@@ -23,7 +23,7 @@ static const struct {
 	{-EIO, ALL(EIO)},
 	{-EBADMSG, ALL(EIO)},
 	{-EPROTO, ALL(EIO)},
-	{-EFBIG, ALL(EIO)},
+	{-EFBIG, ALL(EIO)}, /* an over-cap sample: see errmap.h */
 	{-ENOTSUP, ALL(EIO)},
 	{-ECONNREFUSED, ALL(EIO)},
 	{-EHOSTUNREACH, ALL(EIO)},
