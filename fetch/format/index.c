@@ -543,28 +543,28 @@ int index_load(const char *path, struct index **out, char *err, size_t errlen)
 	struct reader rd = {.fd = -1};
 	struct stat st;
 	int r = 0;
+	bool said = false; /* err already says why */
 
 	*out = NULL;
-	rd.fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* As file_read_all: never blocks on a FIFO; judged on what opened */
+	rd.fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
 	if (rd.fd < 0)
 		r = -errno;
 	else if (fstat(rd.fd, &st))
 		r = -errno;
 	else if (!S_ISREG(st.st_mode))
-		r = -EINVAL;
+		r = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
 	else if ((uint64_t)st.st_size >= INDEX_FILE_MAX)
 		r = -EFBIG;
 	if (!r) {
 		rd.size = (size_t)st.st_size;
 		r = load_fd(&rd, out, err, errlen);
-		if (r == -EBADMSG || r == -ENOMEM) {
-			close(rd.fd);
-			return r; /* err says why */
-		}
+		said = r == -EBADMSG || r == -ENOMEM;
 	}
 	if (rd.fd >= 0)
 		close(rd.fd);
-	if (r)
-		snprintf(err, errlen, "%s: %s", path, strerror(-r));
+	if (r && !said)
+		snprintf(err, errlen, "%s: %s", path,
+			 r == -EINVAL ? "not a regular file" : strerror(-r));
 	return r;
 }

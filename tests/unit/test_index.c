@@ -813,3 +813,26 @@ Test(index, save_reports_a_failed_directory_fsync_and_keeps_modes)
 	rmdir(dir);
 	index_free(ix);
 }
+
+/* Issue 50 follow-up: index_load opened its file blocking, so a FIFO put
+ * in place of the index after the options' check hung the mount in
+ * open(2). Like file_read_all, it opens without blocking and refuses what
+ * is not a regular file, saying so; the timeout turns a hang into a
+ * failure. */
+Test(index, load_refuses_a_fifo_or_directory_at_once, .timeout = 20)
+{
+	char dir[] = "/tmp/echofs-index-XXXXXX", fifo[256], err[256];
+	struct index *ix = NULL;
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(fifo, sizeof(fifo), "%s/train.index", dir);
+	cr_assert_eq(mkfifo(fifo, 0600), 0);
+	cr_expect_eq(index_load(fifo, &ix, err, sizeof(err)), -EINVAL);
+	cr_expect_null(ix);
+	cr_expect_neq(strstr(err, "not a regular file"), NULL, "%s", err);
+	cr_expect_neq(strstr(err, "train.index"), NULL, "%s", err);
+	cr_expect_eq(index_load(dir, &ix, err, sizeof(err)), -EISDIR);
+	cr_expect_null(ix);
+	unlink(fifo);
+	rmdir(dir);
+}
