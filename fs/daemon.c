@@ -198,8 +198,8 @@ static void reopen_log(int sig)
 	/* log_set_file swaps the stream only once the new one is open. */
 	if ((r = log_set_file(w.log_file)) != 0)
 		log_warn("signal %d: cannot reopen log_file %s: %s (still "
-			 "logging to the old one)", sig, w.log_file,
-			 strerror(-r));
+			 "logging to the old one)",
+			 sig, w.log_file, log_file_strerror(r));
 	else
 		log_info("signal %d: reopened log_file %s", sig, w.log_file);
 }

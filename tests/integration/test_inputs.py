@@ -137,6 +137,38 @@ def test_a_reopen_onto_a_symlink_keeps_the_old_file(nginx, mounter, tmp_path):
     assert helpers.echofs_pids(m.mnt) == pids
 
 
+@pytest.mark.parametrize("planted,why", [
+    ("symlink", "a symlink (refused: name the file itself)"),
+    ("foreign", "not this user's own file with one link (refused)"),
+])
+def test_a_refused_reopen_says_why(nginx, mounter, tmp_path, planted, why):
+    """A reopen refused by log_set_file says why in log_file_strerror's
+    words, not the raw errno ("Too many levels of symbolic links",
+    "Operation not permitted")."""
+    m = mounter(source_of(nginx.url, "test"))
+    pids = helpers.echofs_pids(m.mnt)
+    assert len(pids) == 1, pids
+    rotated = m.log_file + ".1"
+    os.rename(m.log_file, rotated)
+    if planted == "symlink":
+        os.symlink(tmp_path / "victim", m.log_file)
+    else:  # another user's file
+        with open(m.log_file, "w") as f:
+            f.write("theirs\n")
+        os.chown(m.log_file, 65534, 65534)
+    os.kill(pids[0], signal.SIGUSR1)
+    deadline = time.monotonic() + 30
+    text = ""
+    while time.monotonic() < deadline and "cannot reopen" not in text:
+        time.sleep(0.1)
+        with open(rotated) as f:
+            text = f.read()
+    line = [ln for ln in text.splitlines() if "cannot reopen log_file" in ln]
+    assert line, text[-2000:]
+    assert why in line[-1], line[-1]
+    assert helpers.echofs_pids(m.mnt) == pids
+
+
 SHIM = r"""
 #include <stddef.h>
 struct fuse_loop_config;
