@@ -86,6 +86,15 @@ int aws_secret_file_ok(const char *path, char *err, size_t errlen)
 	return 0;
 }
 
+/* Why file_read_all refused, in words: it says -EINVAL for a FIFO, a
+ * socket or a device, which strerror would call "Invalid argument". */
+static const char *read_error(int rc)
+{
+	if (rc == -EFBIG)
+		return "too large";
+	return rc == -EINVAL ? "not a regular file" : strerror(-rc);
+}
+
 /* Whole small file, NUL-terminated, after the permission check. */
 static int read_secret_file(const char *path, char **out, char *err,
 			    size_t errlen)
@@ -100,7 +109,7 @@ static int read_secret_file(const char *path, char **out, char *err,
 		return rc;
 	if (rc) {
 		snprintf(err, errlen, "cannot read %s: %s", path,
-			 rc == -EFBIG ? "too large" : strerror(-rc));
+			 read_error(rc));
 		return -EIO;
 	}
 	return 0;
@@ -430,7 +439,7 @@ static int read_token_file(const char *path, int check, char **out, char *err,
 	rc = file_read_all(path, BODY_MAX, out, &n);
 	if (rc) {
 		snprintf(err, errlen, "cannot read %s: %s", path,
-			 rc == -EFBIG ? "too large" : strerror(-rc));
+			 read_error(rc));
 		return rc;
 	}
 	while (n && strchr(" \t\r\n", (*out)[n - 1]))

@@ -62,7 +62,7 @@ CRED_FIFOS = {
     # hung here); the other two are also checked as secret files first
     "token": ("s3", {"AWS_ROLE_ARN": "arn:aws:iam::1:role/x",
                      "AWS_WEB_IDENTITY_TOKEN_FILE": "{fifo}"},
-              "cannot read {fifo}: "),
+              "cannot read {fifo}: not a regular file"),
     "aws_shared": ("s3", {"AWS_SHARED_CREDENTIALS_FILE": "{fifo}"},
                    "{fifo} is not a regular file"),
     "gcs_key": ("gs", {"GOOGLE_APPLICATION_CREDENTIALS": "{fifo}"},

@@ -252,3 +252,20 @@ Test(aws_creds, unencodable_web_identity_is_an_error)
 	escape_fails = 0;
 	cr_expect(strstr(err, "cannot encode the role ARN"), "%s", err);
 }
+
+/* A FIFO as the web identity token file fails at once (file_read_all never
+ * blocks) and says what is wrong: it read "cannot read PATH: Invalid
+ * argument". */
+Test(aws_creds, a_fifo_token_file_is_not_a_regular_file, .timeout = 20)
+{
+	char err[512] = "", path[128], want[256];
+
+	snprintf(path, sizeof(path), "%s/token", dir);
+	cr_assert_eq(mkfifo(path, 0600), 0);
+	setenv("AWS_WEB_IDENTITY_TOKEN_FILE", path, 1);
+	setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/r", 1);
+	cr_expect_null(open_creds(NULL, err, sizeof(err)));
+	snprintf(want, sizeof(want), "cannot read %s: not a regular file",
+		 path);
+	cr_expect(strstr(err, want), "%s", err);
+}
