@@ -37,7 +37,8 @@ TRAIN_SHARDS = 60
 TEST_SHARDS = 10
 
 ERROR_KEYS = ("http_4xx", "http_5xx", "connection", "verify", "shard_failed",
-              "read", "cache_corrupt", "cache_write", "tar_skipped")
+              "read", "cache_corrupt", "cache_write", "tar_skipped", "image",
+              "bad_label", "duplicate_key")
 
 
 def source_of(base_url, split):

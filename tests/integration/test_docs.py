@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from helpers import BUILD, ECHOFS, REPO
+from helpers import BUILD, ECHOFS, ERROR_KEYS, REPO
 
 MAN = os.path.join(REPO, "docs", "man")
 GUIDE = os.path.join(REPO, "docs", "guide")
@@ -101,6 +101,26 @@ def test_cache_dir_rules_agree():
         for words in ("/tmp/echofs-cache-UID", "writable by group or others",
                       "sticky", "prepared"):
             assert words in text, "%s does not say %r" % (name, words)
+
+
+def test_error_kinds_agree():
+    """The stats' error kinds (fs/control.c's errors()), the guide's list
+    of them and the tests' ERROR_KEYS name the same kinds: a new counter
+    must be documented where users look for it."""
+    with open(os.path.join(REPO, "fs", "control.c")) as f:
+        src = f.read()
+    body = src[src.index("static size_t errors("):]
+    kinds = set(re.findall(r'\bE\("(\w+)"', body[:body.index("#undef E")]))
+    assert len(kinds) > 10, kinds
+    with open(os.path.join(GUIDE, "operating.md")) as f:
+        guide = " ".join(f.read().split())
+    start = "`errors` by kind ("
+    listed = guide[guide.index(start) + len(start):]
+    listed = set(re.findall(r"`(\w+)`", listed[:listed.index("echo mounts add")]))
+    assert listed == kinds, "operating.md: missing %s, extra %s" % (
+        only(kinds, listed), only(listed, kinds))
+    assert set(ERROR_KEYS) == kinds, "ERROR_KEYS: missing %s, extra %s" % (
+        only(kinds, ERROR_KEYS), only(ERROR_KEYS, kinds))
 
 
 def test_every_option_listed_once():
