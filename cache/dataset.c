@@ -387,6 +387,16 @@ uint32_t dataset_group(const struct dataset *ds, uint32_t sample)
 	return s ? s->shard : 0;
 }
 
+const char *dataset_group_url(const struct dataset *ds, uint32_t g, char *buf,
+			      size_t buflen)
+{
+	if (g < ds->ix->nshards)
+		return http_redact(ds->ix->shards[g].url, buf, buflen);
+	if (buflen)
+		buf[0] = '\0';
+	return buf;
+}
+
 uint64_t dataset_total_bytes(const struct dataset *ds)
 {
 	return ds->total_bytes;

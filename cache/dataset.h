@@ -181,6 +181,11 @@ const char *dataset_label(const struct dataset *ds, uint32_t sample);
 const char *dataset_ext(const struct dataset *ds, uint32_t sample);
 uint64_t dataset_size(const struct dataset *ds, uint32_t sample);
 uint32_t dataset_group(const struct dataset *ds, uint32_t sample);
+/* Group g's URL (its shard's) redacted as dataset_redact does, for log
+ * lines: the index holds SOURCE's own URL, credentials and all. Into buf,
+ * truncated to fit; returns buf, "" for g out of range. */
+const char *dataset_group_url(const struct dataset *ds, uint32_t g, char *buf,
+			      size_t buflen);
 /* Bytes of every group together (the remote data's size). */
 uint64_t dataset_total_bytes(const struct dataset *ds);
 /* Where the index came from ("option", "cache", "beside", "built", or

@@ -244,21 +244,25 @@ static int open_tree(struct app *a, char *err, size_t errlen)
 
 /* One line for the samples renamed because an earlier one has their
  * name, with the first pair's key and both shards (numbered from 1 in
- * SOURCE's order, as the shard list's own messages number them). */
+ * SOURCE's order, as the shard list's own messages number them, and by
+ * their redacted URLs: which files to fix). */
 static void warn_duplicates(const struct app *a)
 {
 	const struct ns_counts *c = &a->ns->counts;
 	unsigned long long n = c->duplicate_keys;
+	uint32_t first = dataset_group(a->ds, c->dup_first);
+	uint32_t again = dataset_group(a->ds, c->dup_again);
+	char u1[384], u2[384];
 
 	if (!n)
 		return;
 	log_warn("%llu sample%s renamed whole (\"_dup<n>\"): %s key of an "
 		 "earlier sample; the first: \"%s\" in shard %u and again in "
-		 "shard %u",
+		 "shard %u (%s, %s)",
 		 n, n == 1 ? "" : "s", n == 1 ? "it has the" : "they have the",
-		 dataset_key(a->ds, c->dup_first),
-		 dataset_group(a->ds, c->dup_first) + 1,
-		 dataset_group(a->ds, c->dup_again) + 1);
+		 dataset_key(a->ds, c->dup_first), first + 1, again + 1,
+		 dataset_group_url(a->ds, first, u1, sizeof(u1)),
+		 dataset_group_url(a->ds, again, u2, sizeof(u2)));
 }
 
 static int prepare(struct app *a, char *err, size_t errlen)

@@ -135,6 +135,9 @@ def test_key_in_two_shards_is_renamed_whole(mounter, tmp_path):
         warn = dup_warnings(m.log())
         assert len(warn) == 1, warn
         assert "shard 1 and again in shard 2" in warn[0], warn
+        # and both shards' URLs, so the operator knows which files
+        urls = [src.replace("{000000..000001}", "%06d" % i) for i in (0, 1)]
+        assert "(%s, %s)" % tuple(urls) in warn[0], (urls, warn)
 
         m2 = mounter(src)
         got = helpers.walk(m2.mnt)

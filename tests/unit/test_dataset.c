@@ -307,6 +307,30 @@ Test(dataset, wrap_serves_the_table_without_readers)
 	index_free(ix);
 }
 
+/* A group's URL for log lines: the index holds SOURCE's own URL, which may
+ * carry a password or a presigned query; neither is given out. */
+Test(dataset, group_url_is_redacted)
+{
+	struct index *ix = index_new();
+	uint32_t a = index_add_shard(
+		ix, "https://u:pw@h/a-000.tar?X-Amz-Signature=feed", 4096, "");
+	uint32_t b = index_add_shard(ix, "http://h/b.tar", 8192, "");
+	struct dataset *ds = dataset_wrap(ix, NULL);
+	char buf[128], small[12];
+
+	cr_assert_not_null(ds);
+	cr_expect_str_eq(dataset_group_url(ds, a, buf, sizeof(buf)),
+			 "https://***@h/a-000.tar?***");
+	cr_expect_str_eq(dataset_group_url(ds, b, buf, sizeof(buf)),
+			 "http://h/b.tar");
+	cr_expect_str_eq(dataset_group_url(ds, 2, buf, sizeof(buf)), "");
+	/* truncated to fit, never past the buffer */
+	cr_expect_eq(strlen(dataset_group_url(ds, b, small, sizeof(small))),
+		     sizeof(small) - 1);
+	dataset_close(ds);
+	index_free(ix);
+}
+
 /* Cap this test process's address space at what it maps now plus extra:
  * new threads' stacks (8 MiB each) then fail with EAGAIN. Criterion runs
  * each test in a process of its own, so the cap ends with the test. */
