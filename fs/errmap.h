@@ -33,7 +33,8 @@
  * over-cap image from the documented EIO into EFBIG; read(2) has no EFBIG
  * either. The log line and errors.read or errors.image say which cap.
  *
- * The same table is in README.md ("Errors a reader sees"). */
+ * The same table, in users' words, is in docs/guide/operating.md
+ * ("Errors a reader sees"). */
 #ifndef ECHOFS_ERRMAP_H
 #define ECHOFS_ERRMAP_H
 
