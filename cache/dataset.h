@@ -418,20 +418,22 @@ int dataset_echo_own(struct dataset *ds, uint32_t sample);
 /* The lookup of a path served its own sample (dataset_echo_own, or any
  * own path once retired): on a converting mount its output is made at the
  * first such lookup (kept for the READs; later ones trust it), and one
- * that cannot be (a bad image) marks the sample, so that dataset_echo_own
- * says no from now on and the path is echoed instead (the pool skips bad
- * samples). 0 (also on mounts that do not convert) or -errno (-EIO for a
- * sample marked bad before). */
+ * that cannot be because the image is bad (the transform refused its
+ * bytes, read whole) marks the sample, so that dataset_echo_own says no
+ * from now on and the path is echoed instead (the pool skips bad samples).
+ * Any other failure (the fetch failed, the read timed out, no memory) is
+ * returned and marks nothing: the next call tries again. 0 (also on mounts
+ * that do not convert) or -errno (-EIO for a sample marked bad before). */
 MUST_CHECK
 int dataset_echo_check_own(struct dataset *ds, uint32_t sample);
 /* The open of a path served its own sample: dataset_echo_check_own, and 0
  * is counted as a fresh serve for the governor and the statistics. */
 MUST_CHECK
 int dataset_echo_open_own(struct dataset *ds, uint32_t sample);
-/* The sample's own output could not be made at a lookup: as above. */
-void dataset_echo_own_failed(struct dataset *ds, uint32_t sample);
 /* 1 when exact first knows the sample for a bad image: its output could
- * not be made at a lookup, or the pool's ingest failed it. */
+ * not be made at a lookup because the image is bad, or the pool's ingest
+ * failed it. A failure of dataset_echo_check_own that leaves this 0 was
+ * not the image's: the caller fails with it, and does not stand in. */
 int dataset_echo_known_bad(struct dataset *ds, uint32_t sample);
 /* "adaptive" / "fixed" / "greedy" <-> mode: 0 or -EINVAL; the name is
  * static. */

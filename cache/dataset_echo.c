@@ -476,11 +476,11 @@ int dataset_echo_own(struct dataset *ds, uint32_t sample)
 			      dataset_is_cached(ds, dataset_group(ds, sample)));
 }
 
-/* Counted by the outputs: the pool must not count it again. */
-void dataset_echo_own_failed(struct dataset *ds, uint32_t sample)
+/* A bad image found by its own path: exact first leaves it to the pool,
+ * which skips it too. Counted by the outputs: the pool must not count it
+ * again. */
+static void own_bad(struct dataset *ds, uint32_t sample)
 {
-	if (!ds->own_state || sample >= dataset_nsamples(ds))
-		return;
 	own_set(ds, sample, OWN_BAD);
 	pool_mark_bad(ds->pool, sample);
 }
@@ -494,7 +494,13 @@ int dataset_echo_known_bad(struct dataset *ds, uint32_t sample)
 
 /* The first look at a sample's own path makes its output (the read after
  * it finds it in ds->outputs), so that a bad image fails here, where the
- * pool can stand in, rather than at a read; later looks trust that. */
+ * pool can stand in, rather than at a read; later looks trust that. Only
+ * the image's own fault (outputs_bad) marks it bad: a failed fetch, a read
+ * timeout or memory running short is the moment's, fails this look with
+ * its errno and leaves the sample unknown, so the next look makes it again
+ * (a failed shard fails fast until its retry_failed_s backoff ends, as on
+ * any read); marked, its path would read another sample for good and the
+ * pool would never serve it (issue 50). */
 int dataset_echo_check_own(struct dataset *ds, uint32_t sample)
 {
 	struct dataset_output *o;
@@ -513,7 +519,8 @@ int dataset_echo_check_own(struct dataset *ds, uint32_t sample)
 	}
 	r = dataset_output_get(ds, sample, &o);
 	if (r) {
-		dataset_echo_own_failed(ds, sample);
+		if (outputs_bad(ds->outputs, sample))
+			own_bad(ds, sample);
 		return r;
 	}
 	dataset_output_put(ds, o);

@@ -456,15 +456,18 @@ static int own_entry(struct fs_ctx *fs, fuse_ino_t ino, uint32_t num,
 		return 1;
 	if (exact || dataset_echo_own(fs->ds, sample)) {
 		/* A bad image is found here, before the kernel may read the
-		 * path (it opens files itself once retired). */
+		 * path (it opens files itself once retired). Any other
+		 * failure (a fetch, a timeout) fails this lookup, counted as
+		 * a read error, and the next one tries again (issue 50). */
 		r = dataset_echo_check_own(fs->ds, sample);
-		if (r == 0) {
+		if (r == 0)
 			r = fill_entry(fs, ino, e, 1);
-			if (r && !exact)
-				dataset_echo_own_failed(fs->ds, sample);
-		}
 		if (r == 0)
 			return 0;
+		if (!dataset_echo_known_bad(fs->ds, sample)) {
+			count_read_error(fs, num, -r);
+			return r;
+		}
 	} else if (!dataset_echo_known_bad(fs->ds, sample)) {
 		return 1;
 	}
@@ -1070,17 +1073,24 @@ static void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 /* The sample the tree's own inode of file num serves on an echo mount:
  * its own, or when its image is bad (found at a READ of a path listed
  * with its entry, listed_with_entry) its good_neighbour's: every output
- * has one size there, so those bytes fit the attributes the kernel holds. */
-static uint32_t own_inode_sample(struct fs_ctx *fs, uint32_t num)
+ * has one size there, so those bytes fit the attributes the kernel holds.
+ * 0, or the error of making its own output when the image is not bad (a
+ * fetch, a timeout: it fails this READ only; *sample is its own). */
+static int own_inode_sample(struct fs_ctx *fs, uint32_t num, uint32_t *sample)
 {
-	uint32_t sample = fs->ns->files[num].sample;
 	uint32_t g;
+	int r;
 
-	if (!fs->bind || dataset_output_fixed_size(fs->ds) < 0 ||
-	    dataset_echo_check_own(fs->ds, sample) == 0)
-		return sample;
+	*sample = fs->ns->files[num].sample;
+	if (!fs->bind || dataset_output_fixed_size(fs->ds) < 0)
+		return 0;
+	r = dataset_echo_check_own(fs->ds, *sample);
+	if (r == 0 || !dataset_echo_known_bad(fs->ds, *sample))
+		return r;
 	g = good_neighbour(fs, num, 0, NULL);
-	return g == UINT32_MAX ? sample : fs->ns->files[g].sample;
+	if (g != UINT32_MAX)
+		*sample = fs->ns->files[g].sample;
+	return 0;
 }
 
 /* The sample an echo mount's file ino serves: its binding's, or its own
@@ -1092,7 +1102,8 @@ static int echo_source(struct fs_ctx *fs, fuse_ino_t ino, uint32_t *sample)
 	if (!fs->bind)
 		return -ENODATA;
 	if (ns_kind_of(fs->ns, ino, &num) == NS_FILE) {
-		*sample = own_inode_sample(fs, num);
+		/* A failure of the moment names its own: the path's. */
+		(void)own_inode_sample(fs, num, sample);
 		return 0;
 	}
 	if (!bindings_owns(fs->bind, ino) ||
@@ -1146,11 +1157,11 @@ static void read_output(fuse_req_t req, struct fs_ctx *fs, uint32_t file,
 			size_t size, off_t off)
 {
 	struct dataset_output *o;
-	uint32_t sample = own_inode_sample(fs, file);
-	int r;
+	uint32_t sample;
+	int r = own_inode_sample(fs, file, &sample);
 
-	r = dataset_output_get(fs->ds, sample, &o);
-
+	if (r == 0)
+		r = dataset_output_get(fs->ds, sample, &o);
 	if (r) {
 		count_read_error(fs, file, -r);
 		fuse_reply_err(req, errmap_reply(ERRMAP_READ, r));

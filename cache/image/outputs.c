@@ -111,9 +111,19 @@ static void count_rejected(struct outputs *o, uint32_t sample, const char *why)
 		    index_key(o->ix, &o->ix->samples[sample]), why);
 }
 
-/* Read the sample and transform it (no lock held). A failure to transform,
- * or a sample too large to read, leaves its reason in why (a read failure
- * leaves why empty: the reader counts those). */
+/* Whether the transform's error r is the image's own: the same bytes
+ * would fail the same way at every try (transform.h: corrupt, too large,
+ * an unsupported format, a crop it cannot give). Memory running short or
+ * the decode workers stopping (-ENOMEM, -ESHUTDOWN) are not. */
+static int image_fault(int r)
+{
+	return r == -EBADMSG || r == -EFBIG || r == -ENOTSUP || r == -EINVAL;
+}
+
+/* Read the sample and transform it (no lock held). A bad image
+ * (image_fault), or a sample too large to read, leaves its reason in why;
+ * any other failure (the read failed or timed out, memory) leaves why
+ * empty: the reader counts those, and the next get tries again. */
 static int make(struct outputs *o, uint32_t sample, struct output **out,
 		char *why, size_t whylen)
 {
@@ -144,7 +154,9 @@ static int make(struct outputs *o, uint32_t sample, struct output **out,
 	r = transform(o, raw, (size_t)s->size, x, why, whylen);
 	free(raw);
 	if (r) {
-		if (!why[0])
+		if (!image_fault(r))
+			why[0] = '\0';
+		else if (!why[0])
 			snprintf(why, whylen, "%s", strerror(-r));
 		free(x);
 		return r;
@@ -225,6 +237,18 @@ int outputs_get(struct outputs *o, uint32_t sample, struct output **out)
 	pthread_mutex_unlock(&o->lock);
 	*out = x;
 	return 0;
+}
+
+int outputs_bad(struct outputs *o, uint32_t sample)
+{
+	int bad;
+
+	if (!o || sample >= o->ix->nsamples)
+		return 0;
+	pthread_mutex_lock(&o->lock);
+	bad = o->failed[sample];
+	pthread_mutex_unlock(&o->lock);
+	return bad;
 }
 
 void outputs_put(struct outputs *o, struct output *x)

@@ -58,13 +58,23 @@ void outputs_free(struct outputs *o);
 void outputs_set_prepared(struct outputs *o, struct prepared *tier);
 
 /* The transformed bytes of sample `sample`, held until outputs_put.
- * Returns 0, or -EIO (the shard failed) / -EBADMSG and the like (a bad
- * image, logged with its reason once per file); -EFBIG (counted and
- * logged the same way) for a sample the index says is above
- * OUTPUTS_SAMPLE_MAX, refused before reading it. */
+ * Returns 0, or the error of the read (-EIO: the shard failed,
+ * -ETIMEDOUT...) or of the transform (-EBADMSG and the like: a bad image,
+ * logged with its reason and counted in `rejected` once per file, see
+ * outputs_bad; -ENOMEM, -ESHUTDOWN: not the image's fault, neither logged
+ * nor counted here); -EFBIG (a bad image too) for a sample the index says
+ * is above OUTPUTS_SAMPLE_MAX, refused before reading it. Nothing failed
+ * is kept: the next get of the sample tries again. */
 MUST_CHECK
 int outputs_get(struct outputs *o, uint32_t sample, struct output **out);
 void outputs_put(struct outputs *o, struct output *out);
+
+/* 1 when a get of sample failed because its image is bad (its bytes were
+ * read whole, and checked when the index has sums, and the transform
+ * refused them: the same bytes fail again), 0 when it never did (a read
+ * that failed, a timeout or memory running short makes no sample bad).
+ * Accepts NULL. */
+int outputs_bad(struct outputs *o, uint32_t sample);
 
 void outputs_get_stats(struct outputs *o, struct outputs_stats *out);
 

@@ -477,3 +477,62 @@ def test_a_class_of_bad_images_fails_at_once(mounter, private_nginx, dataset,
             assert e.value.errno == errno.EIO, (name, n, e.value)
         assert time.monotonic() - t0 < 2.5, (name, "waited for the pool")
         m.umount()
+
+
+def cache_file_of(cache, shard_path):
+    """The cache file that holds shard_path's bytes (its first 4 KB)."""
+    with open(shard_path, "rb") as f:
+        head = f.read(4096)
+    d = os.path.join(cache, "shards")
+    for n in sorted(os.listdir(d)):
+        if n.endswith(".shard"):
+            with open(os.path.join(d, n), "rb") as f:
+                if f.read(4096) == head:
+                    return os.path.join(d, n)
+    raise AssertionError("no cache file holds %s" % shard_path)
+
+
+@pytest.mark.parametrize("keep", [True, False], ids=["keep", "may-retire"])
+def test_a_transient_failure_of_an_own_path_is_not_a_bad_image(
+        mounter, fault_server, tmp_path, keep):
+    """Issue 50: a path's own output that cannot be made for a reason of the
+    moment is no bad image. Here its shard's cache copy is found corrupt at
+    the lookup and the new copy's fetch stalls past read_timeout: the open
+    fails with ETIMEDOUT (counted as a read error, not an image error) and
+    the sample stays the path's, so once the shard is back the path reads
+    its own sample. Marked bad, it read a neighbour's file for good."""
+    cache = str(tmp_path / "cache")
+    warm(mounter, fault_server, cache)
+    shard = os.path.join(fault_server.root, "test", "test-000003.tar")
+    off, size, label, key, _ = helpers.shard_samples(shard)[500]
+    opts = dict(PREP, index=fault_server.index)
+    exact = mounter(fault_server.source, cache_dir=cache, opts=opts,
+                    name="exact")
+    want, _ = read(exact.path(label, key + ".ppm"))
+    exact.umount()
+    with open(cache_file_of(cache, shard), "r+b") as f:
+        f.seek(off + size // 2)
+        f.write(b"\x00" * 64)
+    # One stalled GET of the shard: the first fetch of a new copy sends
+    # nothing for 3 s, then the retry gets it.
+    fault_server.set_faults("/test/test-000003.tar=stall:3,count=1")
+    # keep: exact_when_local=0, every open reaches the daemon; else the
+    # first open that succeeds may make the mount exact (retired).
+    extra = {"exact_when_local": 0} if keep else {}
+    m = mounter(fault_server.source, cache_dir=cache, name="echo",
+                opts=dict(opts, echo=4, seed=7, read_timeout=1, **extra))
+    path = m.path(label, key + ".ppm")
+    with pytest.raises(OSError) as e:
+        got, src = read(path)
+        raise AssertionError("read %r's file while its shard stalled" % src)
+    assert e.value.errno == errno.ETIMEDOUT, e.value
+    deadline = time.monotonic() + 60  # a hang guard
+    while not all_shards_cached(m):
+        assert time.monotonic() < deadline, ("shard never back", m.stats())
+        time.sleep(0.2)
+    got, src = read(path)
+    assert src == key.encode(), (key, src)
+    assert got == want
+    st = m.stats()
+    assert st["errors"]["image"] == 0, st["errors"]
+    assert st["errors"]["read"] == 1, st["errors"]

@@ -472,3 +472,56 @@ Test(dataset, converted_reads_go_through_the_outputs)
 	cr_expect_eq(st.outputs.rejected, 1);
 	dataset_close(ds);
 }
+
+/* Issue 50: exact first marks a sample bad only when its image is (these
+ * are random bytes: every image is bad). A sample whose shard cannot be
+ * fetched fails its own path's check with the fetch's EIO, is not marked
+ * (its path would read another sample for good, and the pool skip it),
+ * is not counted as an image error, and the next check asks again. */
+Test(dataset, a_failed_fetch_of_an_own_output_is_no_bad_image)
+{
+	struct dataset *ds = NULL;
+	struct dataset_stats st;
+	char err[512] = "", path[160];
+	uint32_t in0 = UINT32_MAX, in1 = UINT32_MAX;
+
+	fx_server_start(&srv, root, tdir, NULL);
+	snprintf(source, sizeof(source), "http://127.0.0.1:%d/s{0..%d}.tar",
+		 srv.port, NSHARDS - 1);
+	struct dataset_opts o = opts_for(source);
+	o.cache_size = 4096; /* every read goes to the server */
+	o.echo = (struct dataset_echo_opts){.on = 1, .echo = 2};
+	o.image =
+		(struct dataset_image_opts){.on = 1, .size = 32, .threads = 1};
+	cr_assert_eq(dataset_open(&o, &ds, err, sizeof(err)), 0, "%s", err);
+	size_t n = dataset_nsamples(ds);
+	uint32_t *cls = xcalloc(n, sizeof(*cls)); /* all class 0 */
+	cr_assert_eq(dataset_echo_start(ds, cls, 1, err, sizeof(err)), 0, "%s",
+		     err);
+	free(cls);
+	for (uint32_t i = 0; i < n; i++) {
+		if (dataset_group(ds, i) == 0 && in0 == UINT32_MAX)
+			in0 = i;
+		if (dataset_group(ds, i) == 1 && in1 == UINT32_MAX)
+			in1 = i;
+	}
+	snprintf(path, sizeof(path), "%s/s1.tar", root);
+	cr_assert_eq(unlink(path), 0);
+
+	cr_expect_eq(dataset_echo_check_own(ds, in1), -EIO);
+	cr_expect_not(dataset_echo_known_bad(ds, in1),
+		      "a failed fetch marked the sample bad");
+	cr_expect_eq(dataset_echo_check_own(ds, in1), -EIO);
+	dataset_get_stats(ds, &st);
+	cr_expect_eq(st.outputs.misses, 2, "asked again: %lu",
+		     (unsigned long)st.outputs.misses);
+	cr_expect_eq(st.outputs.rejected, 0);
+	/* A bad image is marked, counted once, and not made again. */
+	cr_expect_lt(dataset_echo_check_own(ds, in0), 0);
+	cr_expect(dataset_echo_known_bad(ds, in0));
+	cr_expect_eq(dataset_echo_check_own(ds, in0), -EIO);
+	dataset_get_stats(ds, &st);
+	cr_expect_eq(st.outputs.misses, 3);
+	cr_expect_eq(st.outputs.rejected, 1);
+	dataset_close(ds);
+}

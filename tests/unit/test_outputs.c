@@ -229,3 +229,32 @@ Test(outputs, a_sample_above_the_cap_is_refused_before_reading)
 	get_check(o, 0);
 	outputs_free(o);
 }
+
+/* Issue 50: only the image's own fault makes a sample bad. A sample whose
+ * shard cannot be fetched (404) fails with the read's errno, is neither
+ * counted nor marked (outputs_bad: a later get may succeed), and every get
+ * asks again; a corrupt image is marked. */
+Test(outputs, a_failed_read_is_no_bad_image)
+{
+	char url[128];
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/gone.tar", srv.port);
+	uint32_t gone = index_add_shard(ix, url, 4096, "");
+	cr_assert_eq(index_add_sample(ix, gone, 512, 1000, "0", "far", "jpg"),
+		     0);
+	uint32_t far = (uint32_t)ix->nsamples - 1;
+	shards_free(sh); /* sized at open: open again over the grown index */
+	cr_assert_eq(shards_open(ix, h, NULL, NULL, &sh), 0);
+	struct outputs *o = outputs_new(ix, sh, prep);
+	struct output *x = NULL;
+
+	cr_assert_eq(outputs_get(o, far, &x), -EIO);
+	cr_assert_null(x);
+	cr_expect_not(outputs_bad(o, far), "a failed fetch marked it bad");
+	cr_assert_eq(outputs_get(o, far, &x), -EIO);
+	stats(o, 0, 2, 0); /* asked twice, no image error */
+	cr_expect_eq(outputs_get(o, BAD, &x), -EBADMSG);
+	cr_expect(outputs_bad(o, BAD));
+	cr_expect_not(outputs_bad(o, 0));
+	cr_expect_not(outputs_bad(NULL, 0));
+	outputs_free(o);
+}
