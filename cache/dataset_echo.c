@@ -115,8 +115,9 @@ static int ingest_sample(void *ud, uint32_t sample, const uint8_t *in,
 		r = prep_apply(ds->prep, in, len, rand, out, outlen, why,
 			       sizeof(why));
 	} else if (ds->prepared) {
-		r = prepared_make(ds->prepared, ds->prep, in, len, out, outlen,
-				  why, sizeof(why));
+		r = prepared_make_named(ds->prepared, ds->prep,
+					dataset_key(ds, sample), in, len, out,
+					outlen, why, sizeof(why));
 	} else {
 		r = prep_prepare(ds->prep, in, len, out, outlen, why,
 				 sizeof(why));
@@ -583,8 +584,9 @@ int dataset_echo_decode(struct dataset *ds, const struct dataset_sample *s,
 	if (ds->prepared) {
 		/* Decoded once per dataset (the prepared-sample tier), as an
 		 * exact mount's outputs are. */
-		r = prepared_make(ds->prepared, ds->prep, ps->data, ps->len, &pb,
-				  &pl, why, sizeof(why));
+		r = prepared_make_named(ds->prepared, ds->prep,
+					dataset_key(ds, ps->sample), ps->data,
+					ps->len, &pb, &pl, why, sizeof(why));
 		if (r == 0) {
 			r = prep_augment(ds->prep, pb, pl, rand ^ ds->seed, out,
 					 outlen, why, sizeof(why));

@@ -46,8 +46,10 @@ static int transform(struct outputs *o, const uint8_t *raw, size_t len,
 	if (!o->tier)
 		return prep_apply(o->prep, raw, len, 0, &x->data, &x->len, why,
 				  whylen);
-	int r = prepared_make(o->tier, o->prep, raw, len, &pb, &pl, why,
-			      whylen);
+	/* Named, so that a corrupt prepared entry's line says whose. */
+	const char *key = index_key(o->ix, &o->ix->samples[x->sample]);
+	int r = prepared_make_named(o->tier, o->prep, key, raw, len, &pb, &pl,
+				    why, whylen);
 	if (r)
 		return r;
 	r = prep_augment(o->prep, pb, pl, 0, &x->data, &x->len, why, whylen);

@@ -536,3 +536,39 @@ def test_a_transient_failure_of_an_own_path_is_not_a_bad_image(
     st = m.stats()
     assert st["errors"]["image"] == 0, st["errors"]
     assert st["errors"]["read"] == 1, st["errors"]
+
+
+def test_a_corrupt_prepared_entry_names_its_sample(mounter, fault_server,
+                                                   tmp_path):
+    """A prepared entry (the tier an exact mount wrote) altered on disk is
+    dropped and made again when an echo mount serves its path its own
+    sample, and the line that says so names the sample's key (it said
+    "prepared sample ?")."""
+    cache = str(tmp_path / "cache")
+    warm(mounter, fault_server, cache)
+    shard = os.path.join(fault_server.root, "test", "test-000003.tar")
+    _, _, label, key, _ = helpers.shard_samples(shard)[500]
+    opts = dict(PREP, index=fault_server.index)
+    exact = mounter(fault_server.source, cache_dir=cache, opts=opts,
+                    name="exact")
+    want, _ = read(exact.path(label, key + ".ppm"))
+    deadline = time.monotonic() + 60  # a hang guard
+    while exact.stats()["prepared_queued"]:
+        assert time.monotonic() < deadline, exact.stats()
+        time.sleep(0.05)
+    exact.umount()
+    d = os.path.join(cache, "prepared", "shards")
+    files = [os.path.join(d, n) for n in os.listdir(d) if n.endswith(".shard")]
+    assert len(files) == 1, files
+    with open(files[0], "r+b") as f:
+        f.seek(100)
+        b = f.read(1)
+        f.seek(100)
+        f.write(bytes([b[0] ^ 0x40]))
+    m = mounter(fault_server.source, cache_dir=cache, name="echo",
+                opts=dict(opts, echo=4, seed=7, exact_when_local=0))
+    got, src = read(m.path(label, key + ".ppm"))
+    assert (got, src) == (want, key.encode())
+    assert m.stats()["prepared_corrupt"] == 1, m.stats()
+    lines = [ln for ln in m.log().splitlines() if "prepared sample" in ln]
+    assert any("prepared sample %s (" % key in ln for ln in lines), lines
