@@ -384,6 +384,8 @@ int dataset_echo_set(struct dataset *ds, double echo,
 		     enum dataset_echo_mode mode);
 /* Fresh samples of class cls ready now. */
 uint64_t dataset_echo_ready(struct dataset *ds, uint32_t cls);
+/* Takes (lookups, opens) parked in the pool now. */
+uint64_t dataset_echo_parked(struct dataset *ds);
 
 /* Exact when local (issue 29): 1 when an adaptive mount with exact first
  * has nothing left to echo for. Every shard is on local disk, so no open

@@ -543,6 +543,11 @@ uint64_t dataset_echo_ready(struct dataset *ds, uint32_t cls)
 	return ds->pool ? pool_ready(ds->pool, cls) : 0;
 }
 
+uint64_t dataset_echo_parked(struct dataset *ds)
+{
+	return ds->pool ? pool_parked(ds->pool) : 0;
+}
+
 int dataset_echo_mode_parse(const char *s, enum dataset_echo_mode *out)
 {
 	enum echo_mode m;

@@ -152,6 +152,22 @@ int bindings_is_bound(struct bindings *b, uint32_t file)
 	return r;
 }
 
+/* Put x at the tail of the held list, its last lookup now. Caller holds
+ * the lock. */
+static void hold(struct bindings *b, struct binding *x)
+{
+	ASSERT_HELD(&b->lock);
+	unlist(b, x);
+	x->created = now_mono();
+	x->uprev = b->utail;
+	x->unext = NULL;
+	if (b->utail)
+		b->utail->unext = x;
+	else
+		b->uhead = x;
+	b->utail = x;
+}
+
 /* The path's current binding, counting one kernel lookup; 1 if there is
  * none. */
 static int current(struct bindings *b, uint32_t file, uint32_t reader,
@@ -164,6 +180,9 @@ static int current(struct bindings *b, uint32_t file, uint32_t reader,
 	if (x) {
 		x->nlookup++;
 		x->looked++;
+		x->lookups++;
+		if (!x->opens)
+			hold(b, x); /* unopened: its expire_s start again */
 		fill(b, x, out);
 	}
 	pthread_mutex_unlock(&b->lock);
@@ -196,18 +215,12 @@ static void load(struct bindings *b, struct binding *x,
 {
 	ASSERT_HELD(&b->lock);
 	bindings_set_sample(b, x, s, made, outlen, rand);
-	x->created = now_mono();
 	x->nlookup++;
 	x->looked = 1;
+	x->lookups = 1;
+	x->opened = 0;
 	x->forgot = 0;
-	/* Append to the unopened list. */
-	x->uprev = b->utail;
-	x->unext = NULL;
-	if (b->utail)
-		b->utail->unext = x;
-	else
-		b->uhead = x;
-	b->utail = x;
+	hold(b, x); /* unopened */
 }
 
 /* A new draw for the make or render hook. Caller holds the lock. */
@@ -313,14 +326,17 @@ static int bind_sample(struct bindings *b, uint32_t file, uint32_t reader,
 		/* Bound meanwhile (between current() and here). */
 		x->nlookup++;
 		x->looked++;
+		x->lookups++;
+		if (!x->opens)
+			hold(b, x);
 		fill(b, x, out);
 		pthread_mutex_unlock(&b->lock);
 		free(made);
 		dataset_echo_untake(b->ds, s);
 		return 0;
 	}
-	/* Always a new inode: a node id the kernel was told about keeps its
-	 * sample, size and bytes until it is forgotten (see bindings.h). */
+	/* Always a new inode: a node id the kernel was told about never
+	 * changes its sample, size and bytes (see bindings.h). */
 	x = xcalloc(1, sizeof(*x));
 	x->ino = b->next_ino++;
 	x->file = file;
@@ -458,15 +474,18 @@ int bindings_open(struct bindings *b, uint64_t ino, struct binding **out)
 	x = bindings_find(b, ino);
 	if (!x || !x->s) {
 		pthread_mutex_unlock(&b->lock);
-		return -ENOENT; /* forgotten: the kernel cannot send this */
+		/* Given back: no lookup of it was left to open it within
+		 * expire_s. The kernel looks the path up again. */
+		return x ? -ESTALE : -ENOENT;
 	}
-	/* Spent, expired or open: the inode keeps its sample until it is
-	 * forgotten, so this open serves what the kernel was told. */
+	/* Open, or spent while this open's lookup was on its way: the
+	 * sample the kernel was told about. */
 	if (!x->committed) {
 		x->committed = 1;
 		commit = 1;
-		unlist(b, x);
 	}
+	unlist(b, x);
+	x->opened++;
 	x->opens++;
 	b->open_handles++;
 	pthread_mutex_unlock(&b->lock);
@@ -634,24 +653,43 @@ struct dataset_sample *bindings_finish(struct binding *h, int *untake)
 	return detach(h, untake);
 }
 
-/* After h's last handle. Bound at open, the sample goes (after the last
- * reply) and the inode takes the next one at its next OPEN. Bound at a
- * lookup, the path's next lookup binds anew while this inode keeps its
- * sample until the kernel forgets it; 1 is returned when the path's entry
- * should be dropped (inval hook) so that it does so soon. Caller holds the
- * lock; *s is the sample to drop unlocked, or NULL. */
+/* Whether done binding h must keep its sample: a lookup answered with it
+ * may still be followed by its OPEN (lookups > opened) while the kernel
+ * holds it. Such a binding waits on the held list and is given back
+ * expire_s after its last lookup unless opened again. */
+static int awaited(const struct binding *h)
+{
+	return h->lookups > h->opened && h->nlookup > 0;
+}
+
+/* After h's last handle, or its last reply. Bound at open, the sample
+ * goes and the inode takes the next one at its next OPEN. Bound at a
+ * lookup, the path's next lookup binds anew under a new inode, and the
+ * sample goes unless a lookup may still open h (awaited); 1 is returned,
+ * once, when the path's entry may be dropped (inval hook) so that the next
+ * walk costs one LOOKUP. Caller holds the lock; *s is the sample to drop
+ * unlocked, or NULL. */
 static int spend(struct bindings *b, struct binding *h,
 		 struct dataset_sample **s, int *untake)
 {
+	int first;
+
 	*s = NULL;
 	if (b->fixed) {
 		*s = bindings_finish(h, untake);
 		return 0;
 	}
-	if (h->opens || h->spent)
+	if (h->opens || !h->committed)
 		return 0;
+	first = !h->spent;
 	h->spent = 1;
-	return b->cur[h->file] == h && b->inval != NULL;
+	if (!h->reading) { /* else the last reply lets the bytes go */
+		if (awaited(h))
+			hold(b, h);
+		else if (h->s)
+			*s = detach(h, untake);
+	}
+	return first && b->cur[h->file] == h && b->inval != NULL;
 }
 
 static void inval(struct bindings *b, uint32_t file)
@@ -669,9 +707,15 @@ void bindings_read_done(struct bindings *b, struct binding *h)
 	h->reading--;
 	/* The kernel may send RELEASE while a READ is still being answered:
 	 * only the later of the two lets the bytes go. */
-	s = b->fixed && h->committed && !h->opens && !h->storing
-		    ? bindings_finish(h, &untake)
-		    : NULL;
+	s = NULL;
+	if (b->fixed && h->committed && !h->opens && !h->storing)
+		s = bindings_finish(h, &untake);
+	else if (!b->fixed && h->spent && !h->opens && !h->reading && h->s) {
+		if (awaited(h))
+			hold(b, h);
+		else
+			s = detach(h, &untake);
+	}
 	if (h->deferred && !h->s) {
 		/* An OPEN waited for this reply to bind the next sample. */
 		h->deferred = 0;
@@ -752,12 +796,17 @@ void bindings_get_stats(struct bindings *b, struct bindings_stats *out)
 	pthread_mutex_unlock(&b->lock);
 }
 
-/* Bindings nobody opened within expire_s: no longer the path's, and
- * their entries are dropped so that the kernel forgets them and they give
- * their samples back (bindings_forget); one opened meanwhile still serves
- * its sample. Bound at open, a lookup takes none: nothing expires. Their
- * files go to out (at most max) for the inval hook. */
-static size_t reap(struct bindings *b, uint32_t *out, size_t max)
+/* Give back what the held list kept expire_s after its last lookup:
+ * bindings nobody opened (expired: no longer the path's; their entries
+ * go to out, at most max, for the inval hook) and spent ones no lookup
+ * opened since. Their samples go to drop[], dropping[] says how. */
+struct reaped {
+	struct dataset_sample *s;
+	int untake;
+	uint32_t file; /* the entry to drop, or UINT32_MAX */
+};
+
+static size_t reap(struct bindings *b, struct reaped *out, size_t max)
 {
 	double limit = now_mono() - b->expire_s;
 	size_t n = 0;
@@ -765,10 +814,15 @@ static size_t reap(struct bindings *b, uint32_t *out, size_t max)
 	while (n < max && b->uhead && b->uhead->created < limit) {
 		struct binding *x = b->uhead;
 		unlist(b, x);
-		x->expired = 1;
-		b->expired++;
-		if (b->cur[x->file] == x && b->inval)
-			out[n++] = x->file;
+		out[n].file = UINT32_MAX;
+		if (!x->committed) {
+			x->expired = 1;
+			b->expired++;
+			if (b->cur[x->file] == x && b->inval)
+				out[n].file = x->file;
+		}
+		out[n].s = detach(x, &out[n].untake);
+		n++;
 	}
 	return n;
 }
@@ -776,7 +830,7 @@ static size_t reap(struct bindings *b, uint32_t *out, size_t max)
 static void *reaper_main(void *arg)
 {
 	struct bindings *b = arg;
-	uint32_t batch[REAP_BATCH];
+	struct reaped batch[REAP_BATCH];
 
 	pthread_mutex_lock(&b->lock);
 	while (!b->stop) {
@@ -784,8 +838,11 @@ static void *reaper_main(void *arg)
 		cond_wait_until(&b->cond, &b->lock, &d);
 		size_t n = reap(b, batch, REAP_BATCH);
 		pthread_mutex_unlock(&b->lock);
-		for (size_t i = 0; i < n; i++)
-			inval(b, batch[i]);
+		for (size_t i = 0; i < n; i++) {
+			bindings_drop_sample(b, batch[i].s, batch[i].untake);
+			if (batch[i].file != UINT32_MAX)
+				inval(b, batch[i].file);
+		}
 		pthread_mutex_lock(&b->lock);
 	}
 	pthread_mutex_unlock(&b->lock);

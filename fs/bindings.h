@@ -7,32 +7,34 @@
  * DESIGN
  * - The rule (docs/ARCHITECTURE.md, "What a path serves"): a node id that
  *   the kernel was told about serves one sample, with one size, one mtime
- *   and the same bytes, from the LOOKUP that made it until the kernel
- *   forgets it. Nothing an open, a release or the reaper does changes a
- *   known inode's sample, so every open file description reads one sample
- *   whose size, bytes and user.echofs.source agree, and an OPEN never
- *   fails for a binding the kernel holds (no ESTALE): the kernel's
- *   attributes, pages and node ids can never be out of step with it.
+ *   and the same bytes, for as long as it serves at all: no open, release
+ *   or timer binds another sample to a known inode, so every open file
+ *   description reads one sample whose size, bytes and user.echofs.source
+ *   agree, and the kernel's attributes and pages can never be out of step
+ *   with it. And an OPEN of an inode whose LOOKUP was answered within the
+ *   last expire_s always finds its sample (no ESTALE), whatever other opens
+ *   and releases of the path came between.
  * - A lookup of a path returns its current binding, making one (a new node
  *   id, dataset_echo_take) when there is none. bindings_lookup_async never
  *   waits: when the pool has no sample yet the lookup is parked in the
  *   pool and finished (bound, then the caller's done callback) by the
  *   thread that makes a sample ready, or failed by the pool's timer or
  *   bindings_cancel. The binding stays the path's until it has been opened
- *   and every handle released (spent) or nobody opened it within expire_s
- *   (expired); the next lookup then binds a new sample under a new node
- *   id. Lookups are not cached by the kernel (entry timeout 0), attributes
- *   are: they never change.
- * - A spent or expired binding keeps its sample until the kernel forgets
- *   its inode, so that an OPEN from a reader that looked the path up before
- *   the release still serves it. To bound what that holds, the path's
- *   entry is dropped then (the inval hook, fs/inval.h): the kernel forgets
- *   the inode as soon as nobody uses it, and the next walk of the path
- *   sends one LOOKUP, not a revalidation and a second LOOKUP.
- * - A binding counts as served (dataset_echo_commit) when first opened.
- *   Bindings that nobody opens are given back to the pool
- *   (dataset_echo_untake) when the kernel forgets them: looking at files
- *   (ls -l, stat) consumes no sample.
+ *   and every handle released (spent) or it was given back unopened
+ *   (expired); the next lookup then binds a new sample under a new node id
+ *   (the kernel's revalidation sees another node id and looks the path up
+ *   again, unless the entry was dropped: below).
+ * - A binding counts its LOOKUP replies and its OPENs. Spent while a
+ *   lookup answered with it has not opened it yet (another reader between
+ *   its LOOKUP and its OPEN), it keeps its sample on the held list; so does
+ *   one never opened. The held list gives samples back expire_s after the
+ *   binding's last lookup (dataset_echo_untake if never opened: looking at
+ *   files consumes no sample); a spent binding every lookup of which was
+ *   opened gives its sample back at its last release (or reply). A
+ *   binding counts as served (dataset_echo_commit) when first opened.
+ * - When a binding is done, the path's entry is dropped (the inval hook,
+ *   fs/inval.h), so that the next walk of the path sends one LOOKUP
+ *   rather than a revalidation and a second LOOKUP.
  * - The kernel may send RELEASE while a READ of the same handle is still
  *   being answered (seen on Linux 6.18), so a read pins the bytes
  *   (bindings_read ... bindings_read_done) and the later of the last release
@@ -125,8 +127,8 @@ void bindings_set_decode(struct bindings *b);
 
 /* Ask the kernel to drop namespace file `file`'s entry (fs/inval.h):
  * called without the lock when the path's binding is spent or expires.
- * Without it the kernel forgets such inodes in its own time. Call before
- * the mount serves. */
+ * Without it the next walk of the path costs two LOOKUPs. Call before the
+ * mount serves. */
 typedef void (*bindings_inval_fn)(void *ud, uint32_t file);
 void bindings_set_inval(struct bindings *b, bindings_inval_fn fn, void *ud);
 
@@ -203,9 +205,9 @@ int bindings_getattr(struct bindings *b, uint64_t ino, struct binding_attr *out)
 
 /* Open a binding: *out set (a handle for bindings_read/release) and 0, or
  * 1 when the kernel's cached pages of ino must be dropped at this open
- * (bound at open: keep_cache off when the store failed); or -ENOENT (not
- * a binding the kernel holds). A spent or expired binding opens and
- * serves its sample. */
+ * (bound at open: keep_cache off when the store failed); -ESTALE (its
+ * sample was given back: no lookup of it within expire_s), -ENOENT. A
+ * spent binding that still holds its sample opens and serves it. */
 MUST_CHECK
 int bindings_open(struct bindings *b, uint64_t ino, struct binding **out);
 /* Completion of an open: r 0 (keep the pages) or 1 (drop them) with h,

@@ -23,8 +23,8 @@ struct binding {
 	uint64_t ino;
 	uint32_t file;          /* the path: namespace file number */
 	uint32_t reader;        /* with visits: the reader whose visit took */
-	struct dataset_sample *s;  /* bound at a lookup: kept until forgotten;
-				    * bound at open: NULL between samples */
+	struct dataset_sample *s;  /* NULL once given back (done, or bound at
+				    * open: between samples) */
 	uint8_t *out;           /* bytes made by the make hook, or NULL */
 	uint64_t size;
 	uint64_t rand;          /* the render hook's draw for this binding */
@@ -34,9 +34,12 @@ struct binding {
 	uint32_t opens;         /* open handles */
 	uint32_t reading;       /* READ replies in progress */
 	uint32_t looked;        /* lookups and getattrs answered with this sample */
+	uint32_t lookups;       /* LOOKUP replies with it (bound at a lookup) */
+	uint32_t opened;        /* OPENs of it: a lookup not yet followed by one
+				 * may still be (lookups > opened) */
 	uint64_t forgot;        /* references the kernel dropped meanwhile */
 	unsigned committed : 1; /* opened at least once: counted as served */
-	unsigned expired : 1;   /* unopened within expire_s: not the path's */
+	unsigned expired : 1;   /* given back unopened */
 	unsigned stored : 1;    /* bindings_take_store said yes once */
 	unsigned rebound : 1;   /* bound at open: a later sample in this inode */
 	unsigned spent : 1;     /* released: the path binds anew (the bytes stay
@@ -50,9 +53,12 @@ struct binding {
 	unsigned by_member : 1; /* serves `member` (a visit's other file) */
 	const void *taker;      /* tag of the OPEN whose take is under way */
 	uint64_t gen;           /* serial of the sample bound: the mtime */
-	double created;
+	double created;         /* its last lookup (the held list's order) */
 	struct binding *hnext;            /* hash chain */
-	struct binding *uprev, *unext;    /* unopened list, oldest first */
+	/* The held list, oldest first: bindings unopened, or spent while a
+	 * lookup may still open them; given back expire_s after their last
+	 * lookup. */
+	struct binding *uprev, *unext;
 };
 
 struct bindings {

@@ -286,6 +286,8 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 		M("bindings_entries_dropped", 'c',
 		  s->inval.sent + s->inval.absent,
 		  "entries of done bindings the kernel was asked to drop");
+		M("bindings_entries_kept", 'c', s->inval.skipped,
+		  "entries of done bindings left cached: a take was parked");
 	}
 #undef M
 	return n;

@@ -1,5 +1,5 @@
 /* inval.c - on echo mounts, ask the kernel to drop the entry of a path
- * whose binding is done, so that the binding's inode is forgotten soon. */
+ * whose binding is done, so that the path's next open costs one LOOKUP. */
 #define FUSE_USE_VERSION 314
 #include "fs/inval.h"
 
@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/dataset.h"
 #include "common/util.h"
 #include "common/workq.h"
 #include "fs/namespace.h"
@@ -16,8 +17,9 @@
 struct inval {
 	struct fuse_session *se;
 	const struct namespace *ns;
+	struct dataset *ds;
 	struct workq *wq; /* one worker: the only thread that notifies */
-	_Atomic uint64_t sent, absent;
+	_Atomic uint64_t sent, absent, skipped;
 };
 
 struct inval_item {
@@ -32,9 +34,19 @@ static void inval_one(void *ctx, struct workq_item *it)
 	const struct ns_file *f = &v->ns->files[x->file];
 	uint64_t parent = f->cls == NS_NO_CLASS ? NS_INO_ROOT
 						: ns_class_ino(v->ns, f->cls);
-	int r = fuse_lowlevel_notify_inval_entry(v->se, parent, f->name,
-						 strlen(f->name));
+	int r;
 
+	/* A lookup parked in the pool holds its directory's lock in the
+	 * kernel: the notification would wait for it, and every lookup in
+	 * that directory behind the notification. Skip it then (the entry
+	 * goes the kernel's usual way: the next walk revalidates it). */
+	if (dataset_echo_parked(v->ds)) {
+		v->skipped++;
+		free(x);
+		return;
+	}
+	r = fuse_lowlevel_notify_inval_entry(v->se, parent, f->name,
+					     strlen(f->name));
 	if (r == 0)
 		v->sent++;
 	else
@@ -49,7 +61,7 @@ static void inval_cancel(void *ctx, struct workq_item *it)
 }
 
 int inval_open(struct fuse_session *se, const struct namespace *ns,
-	       struct inval **out)
+	       struct dataset *ds, struct inval **out)
 {
 	struct inval *v = xcalloc(1, sizeof(*v));
 	int r;
@@ -57,6 +69,7 @@ int inval_open(struct fuse_session *se, const struct namespace *ns,
 	*out = NULL;
 	v->se = se;
 	v->ns = ns;
+	v->ds = ds;
 	r = workq_open(&(struct workq_opts){.threads = 1, .run = inval_one,
 					    .cancel = inval_cancel, .ctx = v},
 		       &v->wq);
@@ -103,4 +116,5 @@ void inval_get_stats(struct inval *v, struct inval_stats *out)
 		return;
 	out->sent = v->sent;
 	out->absent = v->absent;
+	out->skipped = v->skipped;
 }

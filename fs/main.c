@@ -369,7 +369,7 @@ static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 	/* Done bindings let their samples go when the kernel forgets them:
 	 * their entries are dropped so that it does so soon (fs/inval.h). */
 	if (a->bind && !bindings_binds_at_open(a->bind)) {
-		r = inval_open(a->se, a->ns, &a->inval);
+		r = inval_open(a->se, a->ns, a->ds, &a->inval);
 		if (r == 0)
 			bindings_set_inval(a->bind, inval_path, a->inval);
 		else

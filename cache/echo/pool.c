@@ -1004,6 +1004,18 @@ void pool_get_stats(struct pool *p, struct pool_stats *out)
 	pthread_mutex_unlock(&p->lock);
 }
 
+uint64_t pool_parked(struct pool *p)
+{
+	uint64_t n;
+
+	if (!p)
+		return 0;
+	pthread_mutex_lock(&p->lock);
+	n = p->nparked;
+	pthread_mutex_unlock(&p->lock);
+	return n;
+}
+
 uint64_t pool_ready(struct pool *p, uint32_t cls)
 {
 	uint64_t n;

@@ -254,6 +254,8 @@ void pool_get_stats(struct pool *p, struct pool_stats *out);
 /* Fresh samples ready now in class cls (shuffle buffer included: a take
  * pulls one out of the buffer before it echoes). 0 for a bad class. */
 uint64_t pool_ready(struct pool *p, uint32_t cls);
+/* Takes parked now. */
+uint64_t pool_parked(struct pool *p);
 
 /* "adaptive" / "fixed" / "greedy" <-> enum. Returns 0 or -EINVAL. */
 MUST_CHECK

@@ -151,8 +151,12 @@ def wait_dropped(m, before):
     """Wait until the daemon has asked the kernel to drop one more done
     binding's entry than `before` (fs/inval.h)."""
     until = time.monotonic() + 10
-    while m.stats()["bindings_entries_dropped"] <= before:
-        assert time.monotonic() < until, "no entry dropped"
+    while True:
+        st = m.stats()
+        if st["bindings_entries_dropped"] > before:
+            return
+        assert st["bindings_entries_kept"] == 0, "entry kept: %s" % st
+        assert time.monotonic() < until, "no entry dropped: %s" % st
         time.sleep(0.005)
 
 

@@ -90,4 +90,5 @@ def test_pairs_stay_pairs_in_any_order(tmp_path, www, mounter, mode):  # noqa: F
     counts = {k: len(v) for k, v in mixed.items()}
     assert not any(counts.values()), "mixed pairs %s, e.g. %s" % (
         counts, [v[:2] for v in mixed.values() if v])
-    assert st["echoes_served"] > 0, st
+    if mode == "fixed":
+        assert st["echoes_served"] > 0, st
