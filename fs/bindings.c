@@ -134,12 +134,20 @@ static struct binding *live(const struct bindings *b, uint32_t file)
 }
 
 /* live() for reader: with visits, only the reader's own binding (another
- * reader's serves another visit's substitute). Caller holds the lock. */
+ * reader's serves another visit's substitute) made from the take of its
+ * current visit of the key, whose number is unit (visits_unit): one made
+ * in an earlier visit (the reader stat'ed the file, or kept it open, read
+ * another key and came back) may serve another substitute than the
+ * files it looks up now. Caller holds the lock. */
 static struct binding *live_for(const struct bindings *b, uint32_t file,
-				uint32_t reader)
+				uint32_t reader, uint32_t unit)
 {
 	struct binding *x = live(b, file);
-	return x && (!b->visits || x->reader == reader) ? x : NULL;
+
+	if (x && b->visits &&
+	    (x->reader != reader || dataset_sample_id(x->s) != unit))
+		return NULL;
+	return x;
 }
 
 int bindings_is_bound(struct bindings *b, uint32_t file)
@@ -168,15 +176,16 @@ static void hold(struct bindings *b, struct binding *x)
 	b->utail = x;
 }
 
-/* The path's current binding, counting one kernel lookup; 1 if there is
+/* The path's current binding for reader (and with visits its current
+ * visit's take, numbered unit), counting one kernel lookup; 1 if there is
  * none. */
 static int current(struct bindings *b, uint32_t file, uint32_t reader,
-		   struct binding_attr *out)
+		   uint32_t unit, struct binding_attr *out)
 {
 	struct binding *x;
 
 	pthread_mutex_lock(&b->lock);
-	x = live_for(b, file, reader);
+	x = live_for(b, file, reader, unit);
 	if (x) {
 		x->nlookup++;
 		x->looked++;
@@ -288,6 +297,7 @@ static int bind_sample(struct bindings *b, uint32_t file, uint32_t reader,
 	size_t outlen = dataset_sample_len(s);
 	uint32_t member = b->visits ? visits_member(b->visits, file, s)
 				    : VISITS_HELD;
+	uint32_t unit = dataset_sample_id(s); /* s is the visit's take */
 	struct binding *x;
 	int r;
 
@@ -314,14 +324,14 @@ static int bind_sample(struct bindings *b, uint32_t file, uint32_t reader,
 	}
 	if (member != VISITS_HELD) /* no hooks with visits: nothing made */
 		outlen = (size_t)dataset_size(b->ds, member);
-	if (current(b, file, reader, out) == 0) {
+	if (current(b, file, reader, unit, out) == 0) {
 		/* Another lookup of this path won the race: use its binding. */
 		free(made);
 		dataset_echo_untake(b->ds, s);
 		return 0;
 	}
 	pthread_mutex_lock(&b->lock);
-	x = live_for(b, file, reader);
+	x = live_for(b, file, reader, unit);
 	if (x) {
 		/* Bound meanwhile (between current() and here). */
 		x->nlookup++;
@@ -385,7 +395,7 @@ int bindings_lookup(struct bindings *b, uint32_t file, struct binding_attr *out)
 		return 0;
 	}
 	do {
-		if (current(b, file, 0, out) == 0)
+		if (current(b, file, 0, 0, out) == 0)
 			return 0;
 		r = take(b, file, 0, &s);
 		if (r == 0)
@@ -437,7 +447,9 @@ int bindings_lookup_async(struct bindings *b, uint32_t file, uint32_t reader,
 		return 0;
 	}
 	do {
-		if (current(b, file, reader, out) == 0)
+		uint32_t unit =
+			b->visits ? visits_unit(b->visits, reader, file) : 0;
+		if (current(b, file, reader, unit, out) == 0)
 			return 0;
 		pk = xmalloc(sizeof(*pk));
 		*pk = (struct parked){.b = b, .file = file, .reader = reader,

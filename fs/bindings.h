@@ -15,7 +15,10 @@
  *   last expire_s always finds its sample (no ESTALE), whatever other opens
  *   and releases of the path came between.
  * - A lookup of a path returns its current binding, making one (a new node
- *   id, dataset_echo_take) when there is none. bindings_lookup_async never
+ *   id, dataset_echo_take) when there is none. With visits (the samples
+ *   layout) that is the reader's own binding made from the take of its
+ *   current visit of the key: one made in an earlier visit is not, since
+ *   it may serve another substitute. bindings_lookup_async never
  *   waits: when the pool has no sample yet the lookup is parked in the
  *   pool and finished (bound, then the caller's done callback) by the
  *   thread that makes a sample ready, or failed by the pool's timer or

@@ -552,6 +552,21 @@ int visits_take(struct visits *v, uint32_t file, uint32_t reader,
 
 /* ---- serving, cancelling ---- */
 
+uint32_t visits_unit(struct visits *v, uint32_t reader, uint32_t file)
+{
+	uint32_t unit = VISITS_NONE;
+	struct visit *x;
+
+	if (file >= v->ns->nfiles)
+		return unit;
+	pthread_mutex_lock(&v->lock);
+	x = find(v, reader);
+	if (x && x->key == v->file_key[file] && x->s)
+		unit = dataset_sample_id(x->s);
+	pthread_mutex_unlock(&v->lock);
+	return unit;
+}
+
 uint32_t visits_member(const struct visits *v, uint32_t file,
 		       const struct dataset_sample *s)
 {

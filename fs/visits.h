@@ -82,6 +82,14 @@ MUST_CHECK
 int visits_take(struct visits *v, uint32_t file, uint32_t reader,
 		struct dataset_sample **out);
 
+/* The sample number (dataset_sample_id) of the take of reader's current
+ * visit when that visit is of file's key and holds its take, else
+ * VISITS_NONE. A binding of file that reader made serves its run of the
+ * key only if its take has this number: one made in an earlier visit of
+ * the key may serve another substitute (fs/bindings.c). */
+#define VISITS_NONE UINT32_MAX
+uint32_t visits_unit(struct visits *v, uint32_t reader, uint32_t file);
+
 /* What file serves of s, a take of its visit: the dataset number of the
  * substitute's member with the file's extension (read with dataset_read),
  * or VISITS_HELD for the member the pool holds (dataset_sample_data). */
