@@ -129,6 +129,46 @@ static const uint8_t *source(uint32_t i)
 	return shard_data[i / PER_SHARD] + off_of[i];
 }
 
+/* A lookup's answer (bindings_lookup_async's done). */
+struct looked {
+	pthread_mutex_t m;
+	pthread_cond_t c;
+	int done, err;
+	struct binding_attr a;
+};
+
+static void looked_cb(void *ud, int err, const struct binding_attr *attr)
+{
+	struct looked *l = ud;
+
+	pthread_mutex_lock(&l->m);
+	l->err = err;
+	if (attr)
+		l->a = *attr;
+	l->done = 1;
+	pthread_cond_signal(&l->c);
+	pthread_mutex_unlock(&l->m);
+}
+
+/* LOOKUP of file as fs/ops.c sends it (bindings_lookup_async, reader 1),
+ * waited for when parked in the pool. */
+static int lookup(struct bindings *b, uint32_t file, struct binding_attr *out)
+{
+	struct looked l = {.m = PTHREAD_MUTEX_INITIALIZER,
+			   .c = PTHREAD_COND_INITIALIZER};
+	int r = bindings_lookup_async(b, file, 1, &l, looked_cb, &l, out);
+
+	if (r != -EINPROGRESS)
+		return r;
+	pthread_mutex_lock(&l.m);
+	while (!l.done)
+		pthread_cond_wait(&l.c, &l.m);
+	pthread_mutex_unlock(&l.m);
+	if (l.err == 0)
+		*out = l.a;
+	return l.err;
+}
+
 static struct bindings *open_bindings(double expire_s, bindings_make_fn make)
 {
 	struct bindings *b = (struct bindings *)&b; /* must be set */
@@ -162,11 +202,11 @@ Test(bindings, a_path_looked_at_twice_gets_a_new_inode_after_its_open)
 	struct bindings_stats st;
 	uint32_t src;
 
-	cr_assert_eq(bindings_lookup(b, 3, &a1), 0);
+	cr_assert_eq(lookup(b, 3, &a1), 0);
 	cr_assert_geq(a1.ino, FIRST_INO);
 	cr_assert(bindings_owns(b, a1.ino));
 	cr_assert_not(bindings_owns(b, FIRST_INO - 1));
-	cr_assert_eq(bindings_lookup(b, 3, &a2), 0); /* ls, stat: same file */
+	cr_assert_eq(lookup(b, 3, &a2), 0); /* ls, stat: same file */
 	cr_assert_eq(a2.ino, a1.ino);
 	cr_assert_eq(bindings_getattr(b, a1.ino, &a2), 0);
 	cr_assert_eq(a2.size, a1.size);
@@ -177,7 +217,7 @@ Test(bindings, a_path_looked_at_twice_gets_a_new_inode_after_its_open)
 	/* opened and released after two lookups and a getattr (a reply about
 	 * it could still be applied late): the next lookup binds anew under a
 	 * new inode */
-	cr_assert_eq(bindings_lookup(b, 3, &a3), 0);
+	cr_assert_eq(lookup(b, 3, &a3), 0);
 	cr_assert_gt(a3.ino, a1.ino);
 	bindings_get_stats(b, &st);
 	cr_assert_eq(st.live, 2, "the kernel still knows the first inode");
@@ -199,7 +239,7 @@ Test(bindings, bytes_stay_pinned_while_a_read_outlives_its_release)
 	const void *data;
 	uint32_t src;
 
-	cr_assert_eq(bindings_lookup(b, 0, &a), 0);
+	cr_assert_eq(lookup(b, 0, &a), 0);
 	cr_assert_eq(bindings_source(b, a.ino, &src), 0);
 	cr_assert_eq(bindings_open(b, a.ino, &hd), 0);
 	cr_assert_eq(bindings_read(b, hd, 10, 50, &data), 50);
@@ -254,11 +294,11 @@ Test(bindings, an_unopened_binding_is_given_back_after_its_last_lookup)
 	struct binding *hd;
 	double until = now_mono() + 10;
 
-	cr_assert_eq(bindings_lookup(b, 5, &a), 0);
+	cr_assert_eq(lookup(b, 5, &a), 0);
 	/* Looked up again (stat, then an open's walk): its time starts
 	 * again, so an open soon after its last lookup always finds it. */
 	usleep(200 * 1000);
-	cr_assert_eq(bindings_lookup(b, 5, &a2), 0);
+	cr_assert_eq(lookup(b, 5, &a2), 0);
 	cr_assert_eq(a2.ino, a.ino);
 	usleep(200 * 1000);
 	bindings_get_stats(b, &st);
@@ -273,7 +313,7 @@ Test(bindings, an_unopened_binding_is_given_back_after_its_last_lookup)
 	/* An open more than expire_s after the last lookup: the kernel looks
 	 * the path up again (once). */
 	cr_assert_eq(bindings_open(b, a.ino, &hd), -ESTALE);
-	cr_assert_eq(bindings_lookup(b, 5, &a2), 0);
+	cr_assert_eq(lookup(b, 5, &a2), 0);
 	cr_assert_neq(a2.ino, a.ino, "an expired binding is no longer the path's");
 	bindings_forget(b, a.ino, 2);
 	bindings_forget(b, a2.ino, 1);
@@ -309,7 +349,7 @@ Test(bindings, the_make_hook_gives_each_binding_its_own_bytes)
 		struct binding *hd;
 		const void *data;
 		uint32_t src;
-		cr_assert_eq(bindings_lookup(b, 1, &a), 0);
+		cr_assert_eq(lookup(b, 1, &a), 0);
 		cr_assert_eq(bindings_source(b, a.ino, &src), 0);
 		cr_assert_eq(a.size, size_of[src] + sizeof(uint64_t));
 		cr_assert_eq(bindings_open(b, a.ino, &hd), 0);
@@ -334,7 +374,7 @@ Test(bindings, free_gives_back_what_is_still_bound)
 	struct pool_stats ps;
 
 	for (uint32_t f = 0; f < NSAMPLES; f++)
-		cr_assert_eq(bindings_lookup(b, f, &a), 0);
+		cr_assert_eq(lookup(b, f, &a), 0);
 	cr_assert_eq(bindings_open(b, a.ino, &hd), 0); /* one left open */
 	bindings_free(b); /* no forget, no release: as at unmount */
 	pool_get_stats(pool, &ps);
@@ -354,7 +394,7 @@ Test(bindings, take_store_says_yes_once_per_binding_within_the_cap)
 	uint64_t size = 0;
 	uint32_t src;
 
-	cr_assert_eq(bindings_lookup(b, 5, &a), 0);
+	cr_assert_eq(lookup(b, 5, &a), 0);
 	cr_assert_eq(bindings_source(b, a.ino, &src), 0);
 	cr_assert_eq(bindings_open(b, a.ino, &h1), 0);
 	cr_assert_eq(bindings_open(b, a.ino, &h2), 0); /* a second reader */
@@ -366,7 +406,7 @@ Test(bindings, take_store_says_yes_once_per_binding_within_the_cap)
 	bindings_release(b, h1);
 	bindings_release(b, h2);
 
-	cr_assert_eq(bindings_lookup(b, 5, &a2), 0); /* a new binding */
+	cr_assert_eq(lookup(b, 5, &a2), 0); /* a new binding */
 	cr_assert_gt(a2.ino, a.ino, "a new sample, a new inode");
 	cr_assert_gt(a2.gen, a.gen);
 	cr_assert_eq(bindings_source(b, a2.ino, &src), 0);
@@ -396,7 +436,7 @@ Test(bindings, a_path_opened_again_gets_a_new_inode_and_drops_its_entry)
 	/* As a trainer reads a file in each pass: one lookup, one open. */
 	for (int n = 0; n < 8; n++) {
 		uint32_t src;
-		cr_assert_eq(bindings_lookup(b, 2, &a[n]), 0);
+		cr_assert_eq(lookup(b, 2, &a[n]), 0);
 		cr_assert_eq(bindings_source(b, a[n].ino, &src), 0);
 		cr_assert_eq(class_of[src], class_of[2], "a sample of the class");
 		cr_assert_eq(a[n].size, size_of[src], "the new sample's size");
@@ -431,13 +471,13 @@ Test(bindings, an_open_after_another_readers_release_serves_its_lookup)
 	const void *data;
 	uint32_t src, src2;
 
-	cr_assert_eq(bindings_lookup(b, 7, &a), 0);  /* reader 1 */
-	cr_assert_eq(bindings_lookup(b, 7, &a2), 0); /* reader 2 */
+	cr_assert_eq(lookup(b, 7, &a), 0);  /* reader 1 */
+	cr_assert_eq(lookup(b, 7, &a2), 0); /* reader 2 */
 	cr_assert_eq(a2.ino, a.ino, "one binding while unopened");
 	cr_assert_eq(bindings_source(b, a.ino, &src), 0);
 	read_whole(b, a.ino, a.size, src); /* reader 2 opens, reads, closes */
 	/* Reader 3 looks up: a new inode with the next sample. */
-	cr_assert_eq(bindings_lookup(b, 7, &a2), 0);
+	cr_assert_eq(lookup(b, 7, &a2), 0);
 	cr_assert_gt(a2.ino, a.ino);
 	cr_assert_eq(bindings_source(b, a2.ino, &src2), 0);
 	read_whole(b, a2.ino, a2.size, src2);
@@ -470,12 +510,12 @@ Test(bindings, a_path_closed_while_a_reply_is_sent_keeps_the_bytes)
 	const void *data;
 	uint32_t src;
 
-	cr_assert_eq(bindings_lookup(b, 7, &a), 0);
+	cr_assert_eq(lookup(b, 7, &a), 0);
 	cr_assert_eq(bindings_source(b, a.ino, &src), 0);
 	cr_assert_eq(bindings_open(b, a.ino, &hd), 0);
 	cr_assert_eq(bindings_read(b, hd, 0, 64, &data), 64);
 	bindings_release(b, hd); /* the reader closed; the reply is not done */
-	cr_assert_eq(bindings_lookup(b, 7, &a2), 0);
+	cr_assert_eq(lookup(b, 7, &a2), 0);
 	cr_assert_gt(a2.ino, a.ino, "the path moves on at once");
 	cr_assert_eq(bindings_open(b, a.ino, &h2), 0, "the closed one opens");
 	cr_assert(memcmp(data, source(src), 64) == 0, "still pinned");
@@ -615,12 +655,12 @@ Test(bindings, at_open_a_lookup_binds_nothing_and_each_open_a_new_sample)
 	uint32_t src, last = UINT32_MAX;
 	uint8_t prev[FIXED];
 
-	cr_assert_eq(bindings_lookup(b, 4, &a), 0);
+	cr_assert_eq(lookup(b, 4, &a), 0);
 	cr_assert_eq(a.size, FIXED);
 	cr_assert(a.stable, "the kernel may cache the entry");
 	cr_assert_eq(bindings_source(b, a.ino, &src), -ENOENT,
 		     "no sample bound at lookup");
-	cr_assert_eq(bindings_lookup(b, 4, &a2), 0);
+	cr_assert_eq(lookup(b, 4, &a2), 0);
 	cr_assert_eq(a2.ino, a.ino);
 	for (int n = 0; n < 6; n++) {
 		int stores = o->stores, r;
@@ -685,7 +725,7 @@ Test(bindings, at_open_opens_during_the_store_wait_and_share_the_sample)
 	int tag1;
 
 	second.calls = 0;
-	cr_assert_eq(bindings_lookup(b, 2, &a), 0);
+	cr_assert_eq(lookup(b, 2, &a), 0);
 	o->during_store = open_twice_during_store;
 	cr_assert_eq(open_wait(b, o, a.ino, &tag1, &h), 0);
 	wait_calls(&second, 2);
@@ -716,7 +756,7 @@ Test(bindings, at_open_a_failed_store_drops_the_pages_and_a_wrong_size_fails)
 	struct binding *h;
 	int tag;
 
-	cr_assert_eq(bindings_lookup(b, 1, &a), 0);
+	cr_assert_eq(lookup(b, 1, &a), 0);
 	o->store_err = -ENOMEM;
 	cr_assert_eq(open_wait(b, o, a.ino, &tag, &h), 1, "drop the pages");
 	cr_assert_eq(o->stores, 1, "tried");
@@ -738,7 +778,7 @@ Test(bindings, at_open_a_failed_store_drops_the_pages_and_a_wrong_size_fails)
 	bindings_set_render(b, &(struct bindings_render){
 		.size = fixed_size, .range = fixed_range});
 	bindings_bind_at_open(b, FIXED + 1, store_hook, o);
-	cr_assert_eq(bindings_lookup(b, 1, &a), 0);
+	cr_assert_eq(lookup(b, 1, &a), 0);
 	cr_assert_eq(open_wait(b, o, a.ino, &tag, &h), -EIO);
 	cr_assert_null(h);
 	pool_get_stats(pool, &ps1);
@@ -758,7 +798,7 @@ Test(bindings, at_open_a_reopen_waits_for_the_last_reply_of_the_old_sample)
 	uint32_t src1, src2;
 	int tag, tag2_;
 
-	cr_assert_eq(bindings_lookup(b, 6, &a), 0);
+	cr_assert_eq(lookup(b, 6, &a), 0);
 	cr_assert_eq(open_wait(b, o, a.ino, &tag, &h), 0);
 	cr_assert_eq(bindings_source(b, a.ino, &src1), 0);
 	cr_assert_eq(bindings_read(b, h, 0, 100, &data), 100);
@@ -794,6 +834,44 @@ Test(bindings, at_open_a_reopen_waits_for_the_last_reply_of_the_old_sample)
 	bindings_free(b);
 }
 
+/* A take's answer (dataset_echo_take_async's done). */
+struct taken {
+	pthread_mutex_t m;
+	pthread_cond_t c;
+	int done, err;
+	struct dataset_sample *s;
+};
+
+static void taken_cb(void *ud, int err, struct dataset_sample *s)
+{
+	struct taken *t = ud;
+
+	pthread_mutex_lock(&t->m);
+	t->err = err;
+	t->s = s;
+	t->done = 1;
+	pthread_cond_signal(&t->c);
+	pthread_mutex_unlock(&t->m);
+}
+
+/* A sample of class cls from the pool, as the bindings take one, waited
+ * for when parked. */
+static int take_wait(uint32_t cls, struct dataset_sample **out)
+{
+	struct taken t = {.m = PTHREAD_MUTEX_INITIALIZER,
+			  .c = PTHREAD_COND_INITIALIZER};
+	int r = dataset_echo_take_async(ds, cls, &t, taken_cb, &t, out);
+
+	if (r != -EINPROGRESS)
+		return r;
+	pthread_mutex_lock(&t.m);
+	while (!t.done)
+		pthread_cond_wait(&t.c, &t.m);
+	pthread_mutex_unlock(&t.m);
+	*out = t.s;
+	return t.err;
+}
+
 /* During the store the kernel forgets the inode and the one OPEN is
  * interrupted: nobody is answered with the binding, and it is freed. */
 static int tag_forgotten;
@@ -813,12 +891,12 @@ Test(bindings, at_open_an_inode_forgotten_while_its_open_is_interrupted_is_freed
 	struct bindings_stats st;
 	struct binding *h = NULL;
 
-	cr_assert_eq(bindings_lookup(b, 3, &a), 0);
+	cr_assert_eq(lookup(b, 3, &a), 0);
 	/* A sample of the class ready, so that the take, the store and the
 	 * freeing all run in this thread (a parked take would finish them in
 	 * the pool's thread, after the EINTR). */
 	struct dataset_sample *ready;
-	cr_assert_eq(dataset_echo_take(ds, files[3].cls, &ready), 0);
+	cr_assert_eq(take_wait(files[3].cls, &ready), 0);
 	dataset_echo_untake(ds, ready);
 	o->during_store = forget_and_interrupt;
 	cr_assert_eq(open_wait(b, o, a.ino, &tag_forgotten, &h), -EINTR);

@@ -358,17 +358,14 @@ static int calls_of(struct answer *a)
 	return n;
 }
 
-/* A take for file f, blocking or through visits_take_async and its
- * answer (waited for: the pool answers every parked take within its
- * wait). */
-static int take(uint32_t reader, uint32_t f, int async,
-		struct dataset_sample **s)
+/* A take for file f through visits_take_async, as fs/bindings.c takes,
+ * and its answer (waited for: the pool answers every parked take within
+ * its wait). */
+static int take(uint32_t reader, uint32_t f, struct dataset_sample **s)
 {
 	struct answer *a;
 	int r;
 
-	if (!async)
-		return visits_take(v, f, reader, s);
 	a = answer_new();
 	r = visits_take_async(v, f, reader, a, answered, a, s);
 	if (r == -EINPROGRESS) {
@@ -383,21 +380,21 @@ static int take(uint32_t reader, uint32_t f, int async,
 /* One visit of key i as a reader of the whole sample makes it: both files
  * taken (txt first if txt_first), both opened (committed), both let go
  * of. 0, or -1 with why in err. */
-static int visit_key(uint32_t reader, int i, int txt_first, int async,
-		     char *err, size_t errlen)
+static int visit_key(uint32_t reader, int i, int txt_first, char *err,
+		     size_t errlen)
 {
 	struct dataset_sample *sj = NULL, *st = NULL;
 	uint32_t first = txt_first ? txt_file[i] : jpg_file[i];
 	uint32_t second = txt_first ? jpg_file[i] : txt_file[i];
 	struct dataset_sample **s1 = txt_first ? &st : &sj;
 	struct dataset_sample **s2 = txt_first ? &sj : &st;
-	int r = take(reader, first, async, s1), rc = -1;
+	int r = take(reader, first, s1), rc = -1;
 
 	if (r) {
 		snprintf(err, errlen, "k%02d: take: %s", i, strerror(-r));
 		return -1;
 	}
-	r = take(reader, second, !async, s2);
+	r = take(reader, second, s2);
 	if (r) {
 		snprintf(err, errlen, "k%02d: second take: %s", i,
 			 strerror(-r));
@@ -440,8 +437,8 @@ Test(visits, the_members_of_one_visit_come_from_one_substitute_of_the_label)
 			/* A reader per epoch: one reader's visit of a
 			 * key goes on while it reads that key. */
 			cr_assert_eq(visit_key((uint32_t)epoch + 1, i,
-					       (n + epoch) % 2, epoch >= 2,
-					       err, sizeof(err)),
+					       (n + epoch) % 2, err,
+					       sizeof(err)),
 				     0, "epoch %d: %s", epoch, err);
 			visits++;
 		}
@@ -455,7 +452,7 @@ Test(visits, the_members_of_one_visit_come_from_one_substitute_of_the_label)
 		struct dataset_sample *s;
 		struct serve a;
 		char key[8];
-		cr_assert_eq(visits_take(v, jpg_file[i], 99, &s), 0);
+		cr_assert_eq(take(99, jpg_file[i], &s), 0);
 		cr_assert_eq(visits_member(v, jpg_file[i], s), VISITS_HELD);
 		cr_assert_neq(visits_member(v, txt_file[i], s), VISITS_HELD);
 		cr_assert_eq(what_served(jpg_file[i], s, &a, err, sizeof(err)),
@@ -488,16 +485,16 @@ Test(visits, one_readers_takes_of_a_key_are_one_sample_until_it_moves_on)
 		uint32_t r1 = 10 + (uint32_t)round, r2 = 20 + (uint32_t)round;
 		s0 = served();
 		/* Reader 2 reads only a (an image-only pass). */
-		cr_assert_eq(visits_take(v, a, r2, &s5), 0);
+		cr_assert_eq(take(r2, a, &s5), 0);
 		dataset_echo_commit(ds, s5);
-		cr_assert_eq(visits_take(v, a, r1, &s1), 0);
+		cr_assert_eq(take(r1, a, &s1), 0);
 		dataset_echo_commit(ds, s1);
 		cr_assert_eq(served() - s0, 2, "each reader its own visit");
-		cr_assert_eq(visits_take(v, a, r1, &s2), 0);
+		cr_assert_eq(take(r1, a, &s2), 0);
 		dataset_echo_commit(ds, s2);
 		cr_assert_eq(served() - s0, 2, "the same file again: shared");
 		cr_assert_eq(dataset_sample_id(s2), dataset_sample_id(s1));
-		cr_assert_eq(visits_take(v, b, r1, &s3), 0);
+		cr_assert_eq(take(r1, b, &s3), 0);
 		dataset_echo_commit(ds, s3);
 		cr_assert_eq(served() - s0, 2, "the other file shares it");
 		cr_assert_eq(check_pair(i, round ? s3 : s2, round ? s2 : s3,
@@ -505,7 +502,7 @@ Test(visits, one_readers_takes_of_a_key_are_one_sample_until_it_moves_on)
 			     0, "%s", err);
 		dataset_echo_release(ds, s3);
 		/* Reader 2 now reads b: its own visit's substitute. */
-		cr_assert_eq(visits_take(v, b, r2, &s3), 0);
+		cr_assert_eq(take(r2, b, &s3), 0);
 		dataset_echo_commit(ds, s3);
 		cr_assert_eq(served() - s0, 2);
 		cr_assert_eq(check_pair(i, round ? s3 : s5, round ? s5 : s3,
@@ -513,10 +510,10 @@ Test(visits, one_readers_takes_of_a_key_are_one_sample_until_it_moves_on)
 			     0, "reader 2: %s", err);
 		/* Reader 1 moves on to another key, then comes back: a new
 		 * visit each time. */
-		cr_assert_eq(visits_take(v, jpg_file[other], r1, &s4), 0);
+		cr_assert_eq(take(r1, jpg_file[other], &s4), 0);
 		dataset_echo_commit(ds, s4);
 		dataset_echo_release(ds, s4);
-		cr_assert_eq(visits_take(v, b, r1, &s4), 0);
+		cr_assert_eq(take(r1, b, &s4), 0);
 		dataset_echo_commit(ds, s4);
 		cr_assert_eq(served() - s0, 4);
 		dataset_echo_release(ds, s1);
@@ -546,8 +543,7 @@ struct reader {
 	int file_key;
 };
 
-/* Each reader reads whole samples of its own keys (i % NTHREADS == id),
- * blocking and async in turn. */
+/* Each reader reads whole samples of its own keys (i % NTHREADS == id). */
 static void *read_own_keys(void *arg)
 {
 	struct reader *r = arg;
@@ -561,8 +557,8 @@ static void *read_own_keys(void *arg)
 		if (i == prev) /* a key read twice in a row is one visit */
 			i = r->id + NTHREADS * ((m + 1) % (NKEYS / NTHREADS));
 		prev = i;
-		if (visit_key((uint32_t)r->id + 1, i, rand_r(&seed) % 2, n % 2,
-			      r->err, sizeof(r->err)))
+		if (visit_key((uint32_t)r->id + 1, i, rand_r(&seed) % 2, r->err,
+			      sizeof(r->err)))
 			r->failed = 1;
 		r->visits++;
 	}
@@ -610,7 +606,6 @@ static void *read_half(void *arg)
 	for (int n = 0; n < ROUNDS; n++) {
 		int m = (int)(rand_r(&seed) % (NKEYS / npairs));
 		int i = r->id / 2 + npairs * m;
-		int async = (int)(rand_r(&seed) % 2) == jpg;
 		if (i == prev)
 			i = r->id / 2 + npairs * ((m + 1) % (NKEYS / npairs));
 		prev = i;
@@ -618,10 +613,10 @@ static void *read_half(void *arg)
 		uint32_t g = jpg ? txt_file[i] : jpg_file[i];
 		int e;
 		pthread_barrier_wait(r->bar);
-		e = take((uint32_t)r->id + 1, f, async, &r->got);
+		e = take((uint32_t)r->id + 1, f, &r->got);
 		pthread_barrier_wait(r->bar); /* both took their first */
 		if (!e)
-			e = take((uint32_t)r->id + 1, g, !async, &other);
+			e = take((uint32_t)r->id + 1, g, &other);
 		if (e && !r->failed) {
 			snprintf(r->err, sizeof(r->err), "k%02d: take: %s", i,
 				 strerror(-e));
@@ -739,67 +734,33 @@ Test(visits, cancel_answers_a_waiting_take_eintr_once)
 	answer_free(d);
 }
 
-struct blocked {
-	uint32_t file;
-	int r, done;
-	struct dataset_sample *s;
-	pthread_mutex_t m;
-	pthread_cond_t c;
-};
-
-static void *take_blocking(void *arg)
-{
-	struct blocked *bl = arg;
-	struct dataset_sample *s = NULL;
-	int r = visits_take(v, bl->file, 7, &s);
-
-	pthread_mutex_lock(&bl->m);
-	bl->r = r;
-	bl->s = s;
-	bl->done = 1;
-	pthread_cond_signal(&bl->c);
-	pthread_mutex_unlock(&bl->m);
-	return NULL;
-}
-
 /* visits_free with takes waiting, as at unmount: the one parked in the
  * pool for a visit and the one waiting on the visit are both answered
  * -ESHUTDOWN, and nothing waits for the pool's 30 s. */
 Test(visits, free_answers_every_waiting_take_eshutdown)
 {
-	struct blocked bl = {.m = PTHREAD_MUTEX_INITIALIZER,
-			     .c = PTHREAD_COND_INITIALIZER};
-	struct answer *b = answer_new();
+	struct answer *a = answer_new(), *b = answer_new();
 	struct dataset_sample *s = NULL;
-	struct timespec until;
-	pthread_t t;
 	int k = NKEYS - 1;
 
 	open_stack(stalled, 1, 2);
-	bl.file = txt_file[k];
-	cr_assert_eq(pthread_create(&t, NULL, take_blocking, &bl), 0);
-	for (int n = 0; n < 1000 && parked() == 0; n++)
-		usleep(10000);
-	cr_assert_eq(parked(), 1, "the blocking take never parked");
+	cr_assert_eq(visits_take_async(v, txt_file[k], 7, a, answered, a, &s),
+		     -EINPROGRESS);
+	cr_assert_eq(parked(), 1, "the visit's first take parks in the pool");
 	cr_assert_eq(visits_take_async(v, jpg_file[k], 7, b, answered, b, &s),
 		     -EINPROGRESS);
 	visits_free(v);
 	v = NULL;
 	cr_assert_eq(calls_of(b), 1, "the waiter answered by visits_free");
 	cr_assert_eq(b->err, -ESHUTDOWN);
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += 10;
-	pthread_mutex_lock(&bl.m);
-	while (!bl.done && pthread_cond_timedwait(&bl.c, &bl.m, &until) == 0)
-		;
-	pthread_mutex_unlock(&bl.m);
-	cr_assert(bl.done, "the take parked in the pool was not answered");
-	pthread_join(t, NULL);
-	cr_assert_eq(bl.r, -ESHUTDOWN);
-	cr_assert_null(bl.s);
+	cr_assert_eq(wait_calls(a, 1, 10), 1,
+		     "the take parked in the pool was not answered");
+	cr_assert_eq(a->err, -ESHUTDOWN);
+	cr_assert_null(a->s);
 	cr_assert_eq(parked(), 0);
 	close_stack();
-	cr_assert_eq(calls_of(b), 1);
+	cr_assert_eq(calls_of(a) + calls_of(b), 2, "every take answered once");
+	answer_free(a);
 	answer_free(b);
 	visits_free(NULL);
 }
