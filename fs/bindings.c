@@ -268,14 +268,6 @@ int bindings_make(struct bindings *b, struct dataset_sample *s, uint64_t rand,
 }
 
 /* A take for path `file`: of its class, or of the reader's visit. */
-static int take(struct bindings *b, uint32_t file, uint32_t reader,
-		struct dataset_sample **s)
-{
-	if (b->visits)
-		return visits_take(b->visits, file, reader, s);
-	return dataset_echo_take(b->ds, b->ns->files[file].cls, s);
-}
-
 static int take_async(struct bindings *b, uint32_t file, uint32_t reader,
 		      const void *tag, dataset_echo_done_fn done, void *ud,
 		      struct dataset_sample **s)
@@ -383,25 +375,6 @@ static void lookup_fixed(struct bindings *b, uint32_t file,
 	x->nlookup++;
 	fill(b, x, out);
 	pthread_mutex_unlock(&b->lock);
-}
-
-int bindings_lookup(struct bindings *b, uint32_t file, struct binding_attr *out)
-{
-	struct dataset_sample *s;
-	int r;
-
-	if (b->fixed) {
-		lookup_fixed(b, file, out);
-		return 0;
-	}
-	do {
-		if (current(b, file, 0, 0, out) == 0)
-			return 0;
-		r = take(b, file, 0, &s);
-		if (r == 0)
-			r = bind_sample(b, file, 0, s, out);
-	} while (r == -EAGAIN); /* a bad sample, discarded: the next */
-	return r;
 }
 
 /* A parked lookup. */

@@ -15,10 +15,10 @@
  *   last expire_s always finds its sample (no ESTALE), whatever other opens
  *   and releases of the path came between.
  * - A lookup of a path returns its current binding, making one (a new node
- *   id, dataset_echo_take) when there is none. With visits (the samples
- *   layout) that is the reader's own binding made from the take of its
- *   current visit of the key: one made in an earlier visit is not, since
- *   it may serve another substitute. bindings_lookup_async never
+ *   id, dataset_echo_take_async) when there is none. With visits (the
+ *   samples layout) that is the reader's own binding made from the take
+ *   of its current visit of the key: one made in an earlier visit is not,
+ *   since it may serve another substitute. bindings_lookup_async never
  *   waits: when the pool has no sample yet the lookup is parked in the
  *   pool and finished (bound, then the caller's done callback) by the
  *   thread that makes a sample ready, or failed by the pool's timer or
@@ -170,20 +170,16 @@ void bindings_free(struct bindings *b);
 /* 1 if ino is a binding inode (known or not). */
 int bindings_owns(const struct bindings *b, uint64_t ino);
 
-/* Current binding of namespace file `file`, made if needed; counts one
- * kernel lookup. Returns 0 or a negative errno from dataset_echo_take.
- * Reader 0 (see bindings_lookup_async). */
-MUST_CHECK
-int bindings_lookup(struct bindings *b, uint32_t file, struct binding_attr *out);
-
 /* Completion of a parked lookup: err 0 with attr (one kernel lookup
  * counted), or -ETIMEDOUT / -EINTR / -ESHUTDOWN / -errno with attr NULL. */
 typedef void (*bindings_done_fn)(void *ud, int err,
 				 const struct binding_attr *attr);
 
-/* bindings_lookup without waiting: 0 with *out set now, -EINPROGRESS when
- * parked (done(ud, ...) is then called exactly once, from another thread,
- * maybe before this returns), or -errno. tag names the lookup for
+/* Current binding of namespace file `file`, made if needed (a take of
+ * the pool, dataset_echo_take_async, or of the reader's visit), counting
+ * one kernel lookup; it never waits: 0 with *out set now, -EINPROGRESS
+ * when parked (done(ud, ...) is then called exactly once, from another
+ * thread, maybe before this returns), or -errno. tag names the lookup for
  * bindings_cancel. reader names the requesting thread: with visits (the
  * samples layout) a path's binding is the reader's own, taken through
  * its visit (fs/visits.h), so one reader's members of a key are one

@@ -510,46 +510,6 @@ int visits_take_async(struct visits *v, uint32_t file, uint32_t reader,
 	return r;
 }
 
-/* ---- the blocking form ---- */
-
-struct sync_take {
-	pthread_mutex_t m;
-	pthread_cond_t c;
-	int done, err;
-	struct dataset_sample *s;
-};
-
-static void sync_done(void *ud, int err, struct dataset_sample *s)
-{
-	struct sync_take *st = ud;
-
-	pthread_mutex_lock(&st->m);
-	st->err = err;
-	st->s = s;
-	st->done = 1;
-	pthread_cond_signal(&st->c);
-	pthread_mutex_unlock(&st->m);
-}
-
-int visits_take(struct visits *v, uint32_t file, uint32_t reader,
-		struct dataset_sample **out)
-{
-	struct sync_take st = {.m = PTHREAD_MUTEX_INITIALIZER,
-			       .c = PTHREAD_COND_INITIALIZER};
-	int r = visits_take_async(v, file, reader, &st, sync_done, &st, out);
-
-	if (r != -EINPROGRESS)
-		return r;
-	pthread_mutex_lock(&st.m);
-	while (!st.done)
-		pthread_cond_wait(&st.c, &st.m);
-	pthread_mutex_unlock(&st.m);
-	pthread_cond_destroy(&st.c);
-	pthread_mutex_destroy(&st.m);
-	*out = st.s;
-	return st.err;
-}
-
 /* ---- serving, cancelling ---- */
 
 uint32_t visits_unit(struct visits *v, uint32_t reader, uint32_t file)

@@ -77,10 +77,6 @@ MUST_CHECK
 int visits_take_async(struct visits *v, uint32_t file, uint32_t reader,
 		      const void *tag, dataset_echo_done_fn done, void *ud,
 		      struct dataset_sample **out);
-/* The blocking form (waits up to the pool's wait). */
-MUST_CHECK
-int visits_take(struct visits *v, uint32_t file, uint32_t reader,
-		struct dataset_sample **out);
 
 /* The sample number (dataset_sample_id) of the take of reader's current
  * visit when that visit is of file's key and holds its take, else
