@@ -1,8 +1,9 @@
 #!/bin/bash
 # tsan.sh - run the threaded modules' unit suites under ThreadSanitizer.
-#   tools/dev/tsan.sh [SUITE...]    default: pool shards bindings visits
-#                                   workq store indexer prep http push
-#                                   refresher budget control log
+#   tools/dev/tsan.sh [SUITE...]    default: pool shards bindings
+#                                   bindings_model visits workq store
+#                                   indexer prep http push refresher
+#                                   budget control log
 # Builds those unit suites with clang and -Db_sanitize=thread into
 # build-tsan/ (TSAN_BUILD_DIR overrides) through a Criterion stand-in
 # (tests/tsan/: Criterion's runner cannot start under TSan), then runs each
@@ -14,12 +15,12 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 case "${1:-}" in
--h | --help) sed -n '2,12p' "$0"; exit 0 ;;
+-h | --help) sed -n '2,13p' "$0"; exit 0 ;;
 esac
 SUITES=("$@")
 # log: its writers race a reopen (log/reopen_under_load).
-[ ${#SUITES[@]} -eq 0 ] && SUITES=(pool shards bindings visits workq store indexer prep http
-	push refresher budget control log)
+[ ${#SUITES[@]} -eq 0 ] && SUITES=(pool shards bindings bindings_model visits workq store
+	indexer prep http push refresher budget control log)
 B=${TSAN_BUILD_DIR:-build-tsan}
 TMP=$(mktemp -d /tmp/echofs-tsan.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
