@@ -258,7 +258,7 @@ void bindings_release(struct bindings *b, struct binding *h);
 void bindings_forget(struct bindings *b, uint64_t ino, uint64_t n);
 
 /* Source sample number of a binding (for user.echofs.source): 0 or -ENOENT
- * (unknown, or expired). */
+ * (a node id the kernel forgot, or never had). */
 MUST_CHECK
 int bindings_source(struct bindings *b, uint64_t ino, uint32_t *sample);
 

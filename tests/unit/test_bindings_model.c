@@ -20,8 +20,10 @@
  * The model (fs/bindings.h, "The rule"; fs/visits.h): a node id serves
  * one sample, with one size, gen and source, from the lookup that made it
  * until it is forgotten, whichever thread looks at it (a record per node
- * id, kept for the whole run: node ids are never reused); an OPEN of a node
- * id a thread holds never fails; every byte read is the source sample's
+ * id, kept for the whole run: node ids are never reused); an OPEN that
+ * follows a lookup answering its node id (as the kernel's does: a thread
+ * opens only an inode it looked up and has not opened since) never fails
+ * within expire_s of that lookup; every byte read is the source sample's
  * byte at that offset; a path serves a sample of its class (its label; in
  * the samples layout, the member of the file's extension). Samples layout:
  * the files one reader looks up for one key, one after the other, serve
@@ -320,6 +322,9 @@ struct held {
 	uint64_t ino, nlookup, size, gen;
 	uint32_t file, src;
 	int opens; /* this thread's handles */
+	int fresh; /* its lookups not yet followed by its open: the kernel
+		    * opens an inode only right after a lookup answered it */
+	double looked_at; /* this thread's last lookup that answered ino */
 };
 
 struct handle {
@@ -331,6 +336,7 @@ struct handle {
 struct worker {
 	pthread_t t;
 	int id;
+	uint64_t stale_late; /* ESTALE for opens past expire_s: allowed */
 	unsigned seed;
 	double until;
 	struct held held[HELD_MAX];
@@ -543,6 +549,8 @@ static void op_lookup(struct worker *w, uint32_t file)
 			     file, a.ino, a.size, a.gen, x->file, x->size,
 			     x->gen);
 		x->nlookup++;
+		x->fresh++;
+		x->looked_at = now_mono();
 		IGNORE_RESULT(check_source(w, file, a.ino, x->src, x->size));
 		return;
 	}
@@ -559,7 +567,9 @@ static void op_lookup(struct worker *w, uint32_t file)
 			   .size = a.size,
 			   .gen = a.gen,
 			   .file = file,
-			   .src = src};
+			   .src = src,
+			   .fresh = 1,
+			   .looked_at = now_mono()};
 	if (check_ino(w, a.ino, a.size, a.gen, src, "lookup") == 0) {
 		uint32_t was = 0;
 		atomic_compare_exchange_strong_explicit(
@@ -580,8 +590,19 @@ static void op_open(struct worker *w)
 	if (w->nheld == 0 || w->nhd == HANDLES_MAX)
 		return;
 	x = &w->held[rnd(w, (uint32_t)w->nheld)];
+	if (x->fresh == 0)
+		return; /* the kernel would look the path up first */
+	x->fresh--;
 	r = bindings_open(b, x->ino, &hb);
 	w->opens++;
+	/* The rule: an OPEN within expire_s of a lookup that answered the
+	 * inode finds its sample. Later (the kernel opens right after its
+	 * lookup; this model opens any inode it holds) the sample may have
+	 * been given back, and ESTALE makes the kernel look the path up. */
+	if (r == -ESTALE && now_mono() - x->looked_at > EXPIRE_S) {
+		w->stale_late++;
+		return;
+	}
 	if (r != 0 || !hb) {
 		fail(w,
 		     "open of ino %" PRIu64 " (file %u), held %" PRIu64
