@@ -337,10 +337,50 @@ static void track_pass(struct app *a)
 	free(v);
 }
 
+/* Where the mount is, for messages and mountinfo: MOUNTPOINT, or for
+ * /dev/fd/N the mounted_at= path when given. */
+static const char *mount_name(const struct app *a)
+{
+	return a->o.mounted_at ? a->o.mounted_at : a->o.mountpoint;
+}
+
+/* Our mount's ID in mountinfo, or -1: then a lazy unmount does not stop
+ * echofs at once (the kernel ends the session when the last file using
+ * it closes). A descriptor's mount may be unnamed, or outside this mount
+ * namespace (a container handed the descriptor alone): echofs serves it
+ * all the same, and its mounter unmounts it. */
+static int find_mount(const struct app *a)
+{
+	const char *where = mount_name(a);
+	char type[64] = "";
+	int id, r;
+
+	if (a->o.fuse_fd >= 0 && !a->o.mounted_at) {
+		log_info("serving %s, mounted elsewhere (no -o mounted_at): no "
+			 "lazy-unmount check",
+			 where);
+		return -1;
+	}
+	r = mounts_find(where, &id, type, sizeof(type));
+	if (a->o.fuse_fd < 0) {
+		if (r == 0)
+			return id;
+		log_warn("%s not found in mountinfo: a lazy unmount will not "
+			 "stop echofs",
+			 where);
+		return -1;
+	}
+	if (r == 0 && strncmp(type, "fuse", 4) == 0)
+		return id;
+	log_info("%s not in this mount namespace as a FUSE mount: no "
+		 "lazy-unmount check; its mounter unmounts it",
+		 where);
+	return -1;
+}
+
 static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 		    size_t errlen)
 {
-	char type[64];
 	int id, r;
 
 	a->se = fuse_session_new(args, &fs_ops, sizeof(fs_ops), &a->fs);
@@ -382,16 +422,14 @@ static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 	    (r = metrics_open(a->o.metrics, a->ctl, &a->metrics, err,
 			      errlen)) != 0)
 		return r;
+	/* With /dev/fd/N libfuse only takes the descriptor (its mounter
+	 * mounted it already), checked in setup. */
 	if (fuse_session_mount(a->se, a->o.mountpoint) != 0) {
 		snprintf(err, errlen, "cannot mount on %s (is /dev/fuse there, "
 			 "and fusermount3 installed?)", a->o.mountpoint);
 		return -EIO;
 	}
-	if (mounts_find(a->o.mountpoint, &id, type, sizeof(type)) != 0) {
-		log_warn("%s not found in mountinfo: a lazy unmount will not "
-			 "stop echofs", a->o.mountpoint);
-		id = -1;
-	}
+	id = find_mount(a);
 	/* One READ per file up to 1 MB (the largest FUSE request) instead of
 	 * one per 128 KB: a 224x224 PPM echo took two round trips. Before the
 	 * session answers INIT, which keeps the smaller of this and
@@ -425,7 +463,11 @@ static int loop(struct app *a)
 	if (!daemon_mount_gone() ||
 	    mounts_find(a->o.mountpoint, &id, type, sizeof(type)) == -ENOENT)
 		fuse_session_unmount(a->se);
-	if (sig)
+	if (sig && a->o.fuse_fd >= 0)
+		log_info("stopped serving %s after signal %d; its mounter "
+			 "unmounts it",
+			 mount_name(a), sig);
+	else if (sig)
 		log_info("unmounted %s after signal %d", a->o.mountpoint, sig);
 	/* A signal (libfuse returns its number) is a clean stop, not an
 	 * error: systemd must not mark the unit failed. */
@@ -558,7 +600,12 @@ static int absolutize(char **path, int must_exist, char *err, size_t errlen)
 static int setup(struct app *a, char *err, size_t errlen)
 {
 	int r;
-	if ((a->o.mountpoint &&
+	/* /dev/fd/N: a descriptor to serve, no directory to check. */
+	if (a->o.fuse_fd >= 0 &&
+	    (r = mounts_check_fuse_fd(a->o.fuse_fd, a->o.mountpoint, err,
+				      errlen)))
+		return r;
+	if ((a->o.fuse_fd < 0 && a->o.mountpoint &&
 	     ((r = mounts_check_free(a->o.mountpoint, err, errlen)) ||
 	      (r = absolutize(&a->o.mountpoint, 1, err, errlen)))) ||
 	    (r = absolutize(&a->o.cache_dir, 0, err, errlen)))
@@ -698,7 +745,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	log_info("mounted %zu files in %zu classes on %s", a.ns->nfiles,
-		 a.ns->nclasses, a.o.mountpoint);
+		 a.ns->nclasses, mount_name(&a));
 	daemon_ready();
 	if (!a.o.log_file && !a.o.foreground)
 		log_use_syslog();

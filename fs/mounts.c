@@ -8,8 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #define MOUNTINFO "/proc/self/mountinfo"
+/* /dev/fuse's device number (Documentation/admin-guide/devices.txt). */
+#define FUSE_MAJOR 10
+#define FUSE_MINOR 229
 
 /* mountinfo escapes space, tab, newline and backslash as \ooo. */
 static void unescape(char *s)
@@ -172,6 +176,34 @@ int mounts_check_free(const char *dir, char *err, size_t errlen)
 			 "it first: fusermount3 -u %s",
 			 dir, type, dir);
 		return -EBUSY;
+	}
+	return 0;
+}
+
+int mounts_check_fuse_fd(int fd, const char *path, char *err, size_t errlen)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) != 0) {
+		snprintf(err, errlen,
+			 "MOUNTPOINT %s: descriptor %d is not open "
+			 "(the mounting side passes its /dev/fuse descriptor "
+			 "as it)",
+			 path, fd);
+		return -EBADF;
+	}
+	if (!S_ISCHR(st.st_mode) || major(st.st_rdev) != FUSE_MAJOR ||
+	    minor(st.st_rdev) != FUSE_MINOR) {
+		snprintf(err, errlen,
+			 "MOUNTPOINT %s: not a /dev/fuse "
+			 "descriptor (%s)",
+			 path,
+			 S_ISREG(st.st_mode)	? "a regular file"
+			 : S_ISDIR(st.st_mode)	? "a directory"
+			 : S_ISSOCK(st.st_mode) ? "a socket"
+			 : S_ISFIFO(st.st_mode) ? "a pipe"
+						: "another device");
+		return -ENODEV;
 	}
 	return 0;
 }

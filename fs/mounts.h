@@ -25,6 +25,13 @@ int mounts_attached(int id);
 MUST_CHECK
 int mounts_check_free(const char *dir, char *err, size_t errlen);
 
+/* MOUNTPOINT /dev/fd/N: 0 when fd is an open /dev/fuse descriptor (the
+ * character device 10:229); else -EBADF (not open) or -ENODEV (something
+ * else) with a one-line message in err naming path. Whether its mounter
+ * really mounted it shows only when the kernel sends INIT. */
+MUST_CHECK
+int mounts_check_fuse_fd(int fd, const char *path, char *err, size_t errlen);
+
 /* Raise the read-ahead of the mount with this ID (its backing device's
  * /sys/class/bdi/MAJ:MIN/read_ahead_kb, root only) to at least kb: the
  * kernel sends one READ per read-ahead window, 128 KB by default, so a

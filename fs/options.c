@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fuse_lowlevel.h>
 #include <fuse_opt.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,7 @@ struct raw_opts {
 	char *prepared, *prepared_size;
 	char *metrics, *ca_file, *ca_path;
 	char *read_timeout, *min_rate, *stall_timeout;
-	char *zerocopy, *layout;
+	char *zerocopy, *layout, *mounted_at;
 	char *endpoint, *region, *profile, *path_style, *requester_pays, *no_sign;
 	char *rank, *world, *repartition, *exact_first, *exact_when_local;
 	char *positional[3];
@@ -74,6 +75,7 @@ static const struct fuse_opt opt_spec[] = {
 	RAW("stall_timeout", stall_timeout),
 	RAW("zerocopy", zerocopy),
 	RAW("layout", layout),
+	RAW("mounted_at", mounted_at),
 	RAW("endpoint", endpoint),
 	RAW("region", region),
 	RAW("profile", profile),
@@ -156,6 +158,7 @@ static char *default_cache_dir(void)
 static void raw_free(struct raw_opts *r)
 {
 	free(r->layout);
+	free(r->mounted_at);
 	free(r->cache_dir);
 	free(r->cache_size);
 	free(r->index);
@@ -707,6 +710,51 @@ static int convert_layout(struct raw_opts *r, struct fs_options *o, char *err,
 	return 0;
 }
 
+/* MOUNTPOINT /dev/fd/N (exactly libfuse's form: digits, nothing after)
+ * sets fuse_fd; -o mounted_at= goes with it and nothing else. Descriptors
+ * 0 to 2 are refused: a background start points them at /dev/null. */
+static int convert_fd(struct raw_opts *r, struct fs_options *o, char *err,
+		      size_t errlen)
+{
+	const char *mp = r->positional[1], *digits;
+	uint64_t n;
+
+	o->fuse_fd = -1;
+	if (mp && strncmp(mp, "/dev/fd/", 8) == 0) {
+		digits = mp + 8;
+		if (digits[0] < '0' || digits[0] > '9' ||
+		    parse_u64(digits, &n) || n > INT_MAX) {
+			snprintf(err, errlen,
+				 "bad MOUNTPOINT %s (/dev/fd/N: N the "
+				 "number of an open /dev/fuse descriptor)",
+				 mp);
+			return -EINVAL;
+		}
+		if (n < 3) {
+			snprintf(err, errlen,
+				 "MOUNTPOINT %s: pass the FUSE "
+				 "descriptor as 3 or above (0 to 2 are stdin, "
+				 "stdout and stderr)",
+				 mp);
+			return -EINVAL;
+		}
+		o->fuse_fd = (int)n;
+	}
+	if (r->mounted_at && o->fuse_fd < 0) {
+		snprintf(err, errlen,
+			 "mounted_at= names where a /dev/fd/N "
+			 "MOUNTPOINT is mounted; MOUNTPOINT here is %s",
+			 mp);
+		return -EINVAL;
+	}
+	if (r->mounted_at && r->mounted_at[0] != '/') {
+		snprintf(err, errlen, "mounted_at=%s: an absolute path, please",
+			 r->mounted_at);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 		  size_t errlen)
 {
@@ -723,6 +771,7 @@ int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 	o->min_rate = FS_DEFAULT_MIN_RATE;
 	o->stall_timeout_s = FS_DEFAULT_STALL_TIMEOUT_S;
 	o->world = 1;
+	o->fuse_fd = -1;
 	err[0] = '\0';
 
 	if (fuse_opt_parse(args, &r, opt_spec, opt_proc) != 0) {
@@ -757,6 +806,8 @@ int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 		ret = convert_layout(&r, o, err, errlen);
 	if (!ret)
 		ret = check_inputs(&r, err, errlen);
+	if (!ret && !r.check)
+		ret = convert_fd(&r, o, err, errlen);
 	if (ret)
 		goto out;
 	take(&o->source, &r.positional[0]);
@@ -769,6 +820,7 @@ int options_parse(struct fuse_args *args, struct fs_options *o, char *err,
 	take(&o->profile, &r.profile);
 	take(&o->log_file, &r.log_file);
 	take(&o->metrics, &r.metrics);
+	take(&o->mounted_at, &r.mounted_at);
 	take_ca(o, &r);
 	take(&o->cache_dir, &r.cache_dir);
 	if (!o->cache_dir)
@@ -808,6 +860,7 @@ void options_free(struct fs_options *o)
 	free(o->profile);
 	free(o->log_file);
 	free(o->metrics);
+	free(o->mounted_at);
 	free(o->ca_file);
 	free(o->ca_path);
 	memset(o, 0, sizeof(*o));
@@ -827,6 +880,10 @@ void options_usage(FILE *f, const char *prog)
 "        ranges, s3://BUCKET/PREFIX/ (every .tar under PREFIX) or\n"
 "        s3://BUCKET/PREFIX/*.tar (listed with ListObjectsV2); gs:// the same\n"
 "        through the GCS XML API\n"
+"MOUNTPOINT  a directory; or /dev/fd/N, a /dev/fuse descriptor that\n"
+"        another (privileged) process opened and mounted, inherited as N:\n"
+"        echofs then needs no privilege and does not unmount (its mounter\n"
+"        does); see -o mounted_at\n"
 "\n"
 "options:\n"
 "  -o cache_dir=DIR     shard cache directory (default /var/cache/echofs for\n"
@@ -955,6 +1012,9 @@ void options_usage(FILE *f, const char *prog)
 "                       $CURL_CA_BUNDLE, $SSL_CERT_FILE)\n"
 "  -o ca_path=DIR       hashed CA directory to trust (as curl --capath;\n"
 "                       else $SSL_CERT_DIR)\n"
+"  -o mounted_at=PATH   with MOUNTPOINT /dev/fd/N: where that mount is, for\n"
+"                       messages and the lazy-unmount check (a descriptor\n"
+"                       does not tell)\n"
 "  -o metrics=ADDR:PORT serve Prometheus metrics at http://ADDR:PORT/metrics\n"
 "                       (PORT alone: 127.0.0.1; [::1]:PORT for IPv6)\n"
 "  -o allow_other       let other users read the mount (libfuse option)\n"

@@ -27,6 +27,13 @@ enum fs_layout {
 struct fs_options {
 	char *source;      /* SOURCE as given (owned) */
 	char *mountpoint;  /* MOUNTPOINT as given (owned) */
+	/* MOUNTPOINT /dev/fd/N: N, the FUSE descriptor another process opened
+	 * and mounted (libfuse's convention); else -1. */
+	int fuse_fd;
+	/* -o mounted_at=PATH (owned, or NULL): where that descriptor's mount
+	 * is, for messages and mountinfo checks; echofs cannot learn it from
+	 * the descriptor. Only with /dev/fd/N. */
+	char *mounted_at;
 	char *cache_dir;   /* owned; a default is filled in when not given */
 	uint64_t cache_size;
 	char *index;       /* index= URL or path, or NULL (owned) */

@@ -408,3 +408,47 @@ Test(options, inputs_that_are_not_regular_files_name_their_option,
 	unlink(reg);
 	rmdir(dir);
 }
+
+/* MOUNTPOINT /dev/fd/N: a descriptor another process mounted (issue 49). */
+Test(options, dev_fd_mountpoint_and_mounted_at)
+{
+	static const struct {
+		const char *mp, *opt, *reason;
+	} bad[] = {
+		{"/dev/fd/x", "seed=1", "bad MOUNTPOINT"},
+		{"/dev/fd/7x", "seed=1", "bad MOUNTPOINT"},
+		{"/dev/fd/", "seed=1", "bad MOUNTPOINT"},
+		{"/dev/fd/-3", "seed=1", "bad MOUNTPOINT"},
+		{"/dev/fd/2", "seed=1", "3 or above"},
+		{"/dev/fd/7", "mounted_at=mnt/t", "absolute"},
+		{"/mnt", "mounted_at=/mnt", "MOUNTPOINT here is /mnt"},
+	};
+	const char *ok[] = {"echofs",	      "-o",	   "mounted_at=/mnt/t",
+			    "http://h/a.tar", "/dev/fd/7", NULL};
+	const char *dir[] = {"echofs", "http://h/a.tar", "/mnt", NULL};
+	struct fs_options o;
+	struct fuse_args a;
+	char err[256];
+
+	cr_assert_eq(parse(5, ok, &o, &a, err), 0, "%s", err);
+	cr_assert_eq(o.fuse_fd, 7);
+	cr_assert_str_eq(o.mounted_at, "/mnt/t");
+	cr_assert_str_eq(o.mountpoint, "/dev/fd/7");
+	options_free(&o);
+	fuse_opt_free_args(&a);
+	cr_assert_eq(parse(3, dir, &o, &a, err), 0, "%s", err);
+	cr_assert_eq(o.fuse_fd, -1);
+	cr_assert_null(o.mounted_at);
+	options_free(&o);
+	fuse_opt_free_args(&a);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		const char *argv[] = {"echofs",		"-o",	   bad[i].opt,
+				      "http://h/a.tar", bad[i].mp, NULL};
+		cr_assert_eq(parse(5, argv, &o, &a, err), -EINVAL, "%s",
+			     bad[i].mp);
+		cr_assert(strstr(err, bad[i].reason), "%s %s: %s", bad[i].mp,
+			  bad[i].opt, err);
+		options_free(&o);
+		fuse_opt_free_args(&a);
+	}
+}
