@@ -445,6 +445,7 @@ static int mount_fs(struct app *a, struct fuse_args *args, char *err,
 		fuse_session_unmount(a->se);
 		return r;
 	}
+	metrics_set_mounted(a->metrics, id); /* /healthz: ready */
 	return 0;
 }
 

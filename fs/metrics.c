@@ -8,6 +8,7 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,9 @@
 #include "common/deadline.h"
 #include "common/util.h"
 #include "fs/control.h"
+#include "fs/mounts.h"
+
+#define HEALTH_STARTING (-2) /* mount_id before metrics_set_mounted */
 
 union addr {
 	struct sockaddr sa;
@@ -44,6 +48,7 @@ struct metrics {
 	pthread_cond_t wake;  /* the reaper's sleep; signalled at stop */
 	int stopping;
 	struct guarded conns[METRICS_MAX_CONNECTIONS];
+	atomic_int mount_id; /* /healthz: HEALTH_STARTING, or the mount's */
 };
 
 /* spec -> a socket address; 0 or -EINVAL with a reason. */
@@ -376,6 +381,19 @@ static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status,
 	return ret;
 }
 
+/* GET /healthz, for Kubernetes probes (metrics.h). */
+static enum MHD_Result health(struct metrics *m, struct MHD_Connection *conn)
+{
+	int id = atomic_load(&m->mount_id);
+	const char *s = id == HEALTH_STARTING		      ? "starting\n"
+			: id >= 0 && mounts_attached(id) == 0 ? "mount gone\n"
+							      : "ok\n";
+
+	return reply(conn,
+		     s[0] == 'o' ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,
+		     xstrdup(s), strlen(s), "text/plain");
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 				  const char *url, const char *method,
 				  const char *version, const char *upload,
@@ -392,6 +410,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
 		return reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED,
 			     xstrdup("GET /metrics\n"), 13, "text/plain");
+	if (strcmp(url, "/healthz") == 0)
+		return health(m, conn);
 	if (strcmp(url, "/metrics") != 0 && strcmp(url, "/") != 0)
 		return reply(conn, MHD_HTTP_NOT_FOUND,
 			     xstrdup("see /metrics\n"), 13, "text/plain");
@@ -437,6 +457,7 @@ int metrics_open(const char *spec, struct control *ctl, struct metrics **out,
 		return -EINVAL;
 	m = xcalloc(1, sizeof(*m));
 	m->ctl = ctl;
+	atomic_init(&m->mount_id, HEALTH_STARTING);
 	pthread_mutex_init(&m->lock, NULL);
 	rc = cond_init_monotonic(&m->wake);
 	if (rc) {
@@ -468,6 +489,12 @@ fail_lock:
 	pthread_mutex_destroy(&m->lock);
 	free(m);
 	return rc;
+}
+
+void metrics_set_mounted(struct metrics *m, int mount_id)
+{
+	if (m)
+		atomic_store(&m->mount_id, mount_id < 0 ? -1 : mount_id);
 }
 
 const char *metrics_version(void)

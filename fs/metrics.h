@@ -19,8 +19,11 @@
  *   slow clients cannot keep a scraper from their own address out, and a
  *   scraper from any other address is answered beside them. A scrape is
  *   one short request, so the short limits cost Prometheus at most a
- *   reconnect. Requests other than GET/HEAD of /metrics (or /) are
- *   answered 404 or 405 without touching the stats.
+ *   reconnect. Requests other than GET/HEAD of /metrics (or /) and
+ *   /healthz are answered 404 or 405 without touching the stats.
+ * - GET /healthz answers Kubernetes probes: 503 "starting" until
+ *   metrics_set_mounted, then 200 "ok" while the mount is attached, 503
+ *   "mount gone" once mountinfo no longer has it.
  * - Threads: libmicrohttpd's one polling thread runs every callback
  *   (accept, request, completion, close); the reaper thread wakes every
  *   METRICS_REAP_S and shuts down overdue sockets, which libmicrohttpd then
@@ -57,6 +60,11 @@ int metrics_check_addr(const char *spec, char *err, size_t errlen);
 MUST_CHECK
 int metrics_open(const char *spec, struct control *ctl, struct metrics **out,
 		 char *err, size_t errlen);
+/* The tree is up: /healthz answers 200 while the mount with this ID is
+ * attached (mount_id -1: unknown, e.g. a /dev/fd/N mount outside this
+ * mount namespace: 200 while the daemon runs). Accepts NULL. */
+void metrics_set_mounted(struct metrics *m, int mount_id);
+
 /* libmicrohttpd's version (static string). */
 const char *metrics_version(void);
 

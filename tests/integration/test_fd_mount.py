@@ -15,6 +15,8 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -271,3 +273,32 @@ def test_bad_descriptor_is_one_line(place, nginx, case):
         r.stderr
     assert helpers.mount_entry(p["mnt"]) is None
 
+
+def healthz(port):
+    """(status, body) of GET /healthz, or (None, reason) when refused."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port,
+                                    timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except (urllib.error.URLError, ConnectionError) as e:
+        return None, str(e)
+
+
+def test_healthz_answers_probes(nginx, mounter):
+    """/healthz on the metrics listener: 200 "ok" once the tree is up, and
+    failing (503, then refused) once the mount is gone, here lazily
+    unmounted; /metrics is unchanged beside it."""
+    port = helpers.free_port()
+    m = mounter(source_of(nginx.url, "test"),
+                opts={"index": nginx.test_index, "metrics": port})
+    assert healthz(port) == (200, "ok\n")
+    assert "echofs_" in helpers.http_get("http://127.0.0.1:%d/metrics" % port).decode()
+    subprocess.run(["fusermount3", "-uz", m.mnt], check=True)
+    deadline = time.monotonic() + 30
+    while healthz(port)[0] == 200:
+        assert time.monotonic() < deadline, "healthy 30 s after the unmount"
+        time.sleep(0.1)
+    assert healthz(port)[0] in (503, None)
+    assert m.wait_daemon()
