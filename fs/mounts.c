@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,6 +183,7 @@ int mounts_check_free(const char *dir, char *err, size_t errlen)
 
 int mounts_check_fuse_fd(int fd, const char *path, char *err, size_t errlen)
 {
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
 	struct stat st;
 
 	if (fstat(fd, &st) != 0) {
@@ -204,6 +206,17 @@ int mounts_check_fuse_fd(int fd, const char *path, char *err, size_t errlen)
 			 : S_ISFIFO(st.st_mode) ? "a pipe"
 						: "another device");
 		return -ENODEV;
+	}
+	/* The kernel answers POLLERR on a /dev/fuse no mount uses (never
+	 * mounted, or unmounted since): libfuse's loop would fail only after
+	 * the start was reported ready. A mounted one has INIT waiting. */
+	if (poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLERR)) {
+		snprintf(err, errlen,
+			 "MOUNTPOINT %s: this /dev/fuse descriptor is not "
+			 "mounted (the mounting side mounts it, fd=%d in its "
+			 "mount options, before passing it)",
+			 path, fd);
+		return -ENOTCONN;
 	}
 	return 0;
 }

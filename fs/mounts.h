@@ -26,9 +26,9 @@ MUST_CHECK
 int mounts_check_free(const char *dir, char *err, size_t errlen);
 
 /* MOUNTPOINT /dev/fd/N: 0 when fd is an open /dev/fuse descriptor (the
- * character device 10:229); else -EBADF (not open) or -ENODEV (something
- * else) with a one-line message in err naming path. Whether its mounter
- * really mounted it shows only when the kernel sends INIT. */
+ * character device 10:229) that a mount uses; else -EBADF (not open),
+ * -ENODEV (something else) or -ENOTCONN (not mounted) with a one-line
+ * message in err naming path. */
 MUST_CHECK
 int mounts_check_fuse_fd(int fd, const char *path, char *err, size_t errlen);
 

@@ -247,17 +247,25 @@ def test_sender_stopped_first_unmounts_and_the_daemon_exits(place, nginx, tmp_pa
     assert proc.wait(30) == 0, log_of(p)[-3000:]
 
 
-@pytest.mark.parametrize("case", ["closed", "not_fuse", "stdio", "mounted_at"])
+@pytest.mark.parametrize("case", ["closed", "not_fuse", "unmounted", "stdio",
+                                  "mounted_at"])
 def test_bad_descriptor_is_one_line(place, nginx, case):
-    """A /dev/fd/N that is not an open /dev/fuse descriptor, one of 0-2, or
-    mounted_at= without /dev/fd/N: one clear line, nothing served."""
+    """A /dev/fd/N that is not an open /dev/fuse descriptor, one nobody
+    mounted, one of 0-2, or mounted_at= without /dev/fd/N: one clear line,
+    nothing served."""
     p = place
-    with open(p["log"] + ".txt", "w") as f:
-        opts = "cache_dir=%s,index=%s" % (p["cache"], nginx.test_index)
+    with open(p["log"] + ".txt", "w") as f, \
+            open("/dev/fuse", "rb", buffering=0) as unmounted:
+        shutil.copy(nginx.test_index, p["logs"])
+        opts = "cache_dir=%s,index=%s" % (p["cache"], os.path.join(
+            p["logs"], os.path.basename(nginx.test_index)))
         dev, fds, want = "/dev/fd/%d" % f.fileno(), (f.fileno(),), \
             "not a /dev/fuse descriptor"
         if case == "closed":
             dev, fds, want = "/dev/fd/250", (), "not open"
+        elif case == "unmounted":
+            dev, fds, want = "/dev/fd/%d" % unmounted.fileno(), \
+                (unmounted.fileno(),), "not mounted"
         elif case == "stdio":
             dev, fds, want = "/dev/fd/1", (), "3 or above"
         elif case == "mounted_at":
