@@ -122,6 +122,8 @@ static int ingest_sample(void *ud, uint32_t sample, const uint8_t *in,
 		r = prep_prepare(ds->prep, in, len, out, outlen, why,
 				 sizeof(why));
 	}
+	if (r && !transform_image_fault(r))
+		return -EAGAIN; /* memory, shutdown: not the image's fault */
 	if (r) {
 		/* Rate-limited: the pool never reads a failed sample again,
 		 * but a dataset with many bad ones must not flood the log

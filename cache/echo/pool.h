@@ -76,8 +76,11 @@ struct pool_opts {
 	bool lazy_start;
 	/* Optional: what the pool keeps of a sample, made from its bytes by
 	 * the streamer without the pool lock (a decoded and resized image,
-	 * or the final preprocessed bytes). Returns 0 with a malloc'd *out,
-	 * or -errno: the sample is skipped and counted in `rejected`. */
+	 * or the final preprocessed bytes). Returns 0 with a malloc'd *out;
+	 * -EAGAIN when the failure is not the sample's (memory, shutdown):
+	 * skipped this time, counted in `read_errors`, streamed again in a
+	 * later pass; or another -errno (a bad image): skipped for good and
+	 * counted in `rejected`. */
 	int (*ingest)(void *ud, uint32_t sample, const uint8_t *in, size_t len,
 		      uint8_t **out, size_t *outlen);
 	void *ingest_ud;

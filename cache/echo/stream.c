@@ -165,7 +165,9 @@ static void ingest_entry(struct pool *p, struct entry *e)
 	if (r) {
 		free(out);
 		e->data = NULL;
-		drop_failed(p, e, e->reserved, e->sample, true);
+		/* -EAGAIN: not the sample's fault, a later pass tries it
+		 * again (pool_opts.ingest). */
+		drop_failed(p, e, e->reserved, e->sample, r != -EAGAIN);
 	} else {
 		add_entry(p, e);
 	}

@@ -113,17 +113,8 @@ static void count_rejected(struct outputs *o, uint32_t sample, const char *why)
 		    index_key(o->ix, &o->ix->samples[sample]), why);
 }
 
-/* Whether the transform's error r is the image's own: the same bytes
- * would fail the same way at every try (transform.h: corrupt, too large,
- * an unsupported format, a crop it cannot give). Memory running short or
- * the decode workers stopping (-ENOMEM, -ESHUTDOWN) are not. */
-static int image_fault(int r)
-{
-	return r == -EBADMSG || r == -EFBIG || r == -ENOTSUP || r == -EINVAL;
-}
-
 /* Read the sample and transform it (no lock held). A bad image
- * (image_fault), or a sample too large to read, leaves its reason in why;
+ * (transform_image_fault), or a sample too large to read, leaves its reason in why;
  * any other failure (the read failed or timed out, memory) leaves why
  * empty: the reader counts those, and the next get tries again. */
 static int make(struct outputs *o, uint32_t sample, struct output **out,
@@ -156,7 +147,7 @@ static int make(struct outputs *o, uint32_t sample, struct output **out,
 	r = transform(o, raw, (size_t)s->size, x, why, whylen);
 	free(raw);
 	if (r) {
-		if (!image_fault(r))
+		if (!transform_image_fault(r))
 			why[0] = '\0';
 		else if (!why[0])
 			snprintf(why, whylen, "%s", strerror(-r));

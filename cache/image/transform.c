@@ -912,3 +912,8 @@ int transform_apply(struct transform_ctx *tc, const struct transform_opts *opts,
 	return apply_decoded(tc, opts, in, inlen, rand, out, outlen, why,
 			     whylen);
 }
+
+int transform_image_fault(int r)
+{
+	return r == -EBADMSG || r == -EFBIG || r == -ENOTSUP || r == -EINVAL;
+}

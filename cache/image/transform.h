@@ -102,6 +102,12 @@ void transform_image_free(struct image *img);
 /* Reads the declared size of a JPEG or PPM without decoding it (cheap: header
  * only). Returns 0, -EBADMSG, -ENOTSUP or -EFBIG (above max_pixels, 0 = the
  * default). */
+/* Whether a transform error r is the image's own: the same bytes would
+ * fail the same way at every try (corrupt, too large, an unsupported
+ * format, a crop it cannot give). Memory running short or the decode
+ * workers stopping (-ENOMEM, -ESHUTDOWN) are not. */
+int transform_image_fault(int r);
+
 MUST_CHECK
 int transform_probe(struct transform_ctx *tc, const void *in, size_t len,
 		    uint64_t max_pixels, unsigned *w, unsigned *h, char *why,
