@@ -8,7 +8,7 @@
 #include "common/log.h"
 #include "common/util.h"
 
-/* Admission rescans of the tier at most this often (store_set_lazy). */
+/* Lazy commits for the tier (store_set_lazy: any value > 0). */
 #define PREPARED_RESCAN_S 1.0
 /* Prepared samples waiting for the writer, at most (bytes). */
 #define PREPARED_QUEUE_BYTES (64u << 20)
@@ -87,8 +87,8 @@ int prepared_open(const char *cache_dir, uint64_t cap,
 	}
 	/* Another mount writing the same sample: skip ours, never wait. */
 	store_set_wait(p->st, 0);
-	/* Many small entries, each checked at its first read: rescan at most
-	 * every PREPARED_RESCAN_S and commit without fsync (store.h). */
+	/* Many small entries, each checked at its first read: commit without
+	 * fsync (store.h). */
 	store_set_lazy(p->st, PREPARED_RESCAN_S);
 	recipe(opts, p->url, sizeof(p->url));
 	pthread_mutex_init(&p->lock, NULL);

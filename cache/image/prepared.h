@@ -12,9 +12,8 @@
  *   file + rename), per-block checksums checked on first read, the flock
  *   protocol between processes (one writer of an entry, readers pinned),
  *   scan-resistant eviction under its own cap (prepared_size=). Its own
- *   directory because the store rescans its directory on every admission:
- *   thousands of per-sample files in the shards' directory would slow
- *   every shard admission.
+ *   directory, so that thousands of per-sample files neither crowd the
+ *   shards' directory nor compete with shards under one cap.
  * - Key: (url, etag, size) of the store with url "echofs-prepared://v1/"
  *   plus the recipe (size, crop, "-cut" when the prepared stage is the
  *   centre crop alone (transform_prepared_is_cut: options that draw

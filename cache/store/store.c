@@ -12,14 +12,36 @@
  *
  * DESIGN (sharing one directory between processes; see store.h)
  * - The directory is the truth; each process keeps a hash table (keyed by the
- *   entry name, i.e. the key's hash) of the entries it knows, refreshed from
- *   the directory whenever it admits a new entry.
+ *   entry name, i.e. the key's hash) of the entries it knows, and a list of
+ *   the temp files in the directory, brought up to date whenever it admits
+ *   a new entry: from the journal, or by a rescan when the journal cannot
+ *   say.
  * - Directory lock: flock(LOCK_EX) on a fresh descriptor of the shards
  *   directory (a fresh open file description, so threads of one process
- *   exclude each other too). Held to sweep, to rescan + evict + create a temp
- *   file, and to rename a finished entry into place, so every rescan sees
- *   every byte on disk: entry files plus other writers' temp files, which are
- *   allocated to their full size when created.
+ *   exclude each other too). Held to sweep, to catch up + evict + create a
+ *   temp file, to rename a finished entry into place, and to remove a temp
+ *   or entry file, so an admission counts every byte on disk: entry files
+ *   plus other writers' temp files, which are allocated to their full size
+ *   when created.
+ * - The journal ("<cache_dir>/shards.journal", store_lock.c; issue 50: a
+ *   rescan per admission read every entry's name and stat, CPU that grew
+ *   with the cache): a ring of records, each the name of a file about to
+ *   be created, renamed or removed, written under the directory lock
+ *   before the change it names. An admission replays the records since
+ *   its last look: each name is looked at again in the directory (a stat,
+ *   a footer read for a new entry), so a record whose change never
+ *   happened (its writer was killed between the two) changes nothing, and
+ *   no change is without its record. It rescans instead when the journal
+ *   cannot say: missing or replaced (its file is compared with the one
+ *   held open), a header or record that does not check (a torn write),
+ *   or more records behind than the ring keeps; and a record that cannot
+ *   be written removes the journal, so that every process rescans. A
+ *   rescan syncs the position to the end. Uses are not journaled (a
+ *   futimens on the entry, as before): eviction reads the times of a
+ *   victim before removing it and skips one used since, sorting again.
+ *   Files put in the directory by hand are counted from the next rescan
+ *   (a start-up); ones removed by hand are forgotten when eviction or a
+ *   lookup meets their absence.
  * - Invalid entry files (not ours, truncated, corrupt) met by a rescan or a
  *   lookup are removed under the directory lock, and only if the name still
  *   holds the file that was read (dev/ino): a rename into place, which
@@ -95,6 +117,17 @@
 
 /* ---- loading entry files ---- */
 
+bool store_unlink_same(struct store *s, const char *name, dev_t dev, ino_t ino)
+{
+	struct stat sb;
+
+	if (fstatat(s->dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
+	    sb.st_dev != dev || sb.st_ino != ino)
+		return false;
+	store_jnl_note(s, name);
+	return unlinkat(s->dirfd, name, 0) == 0;
+}
+
 /* The file `name` was read and found invalid (not ours, truncated or
  * corrupt; dev and ino say which file that was): remove it, but only if
  * the name still holds that very file, since another process may have
@@ -105,17 +138,14 @@
 static void drop_invalid(struct store *s, const char *name, dev_t dev,
 			 ino_t ino, bool dir_locked)
 {
-	struct stat sb;
-	bool removed = false;
+	bool removed;
 	int lk = -1;
 
 	if (s->on_invalid)
 		s->on_invalid(s->on_invalid_ud, name);
 	if (!dir_locked && (lk = store_dir_lock(s)) < 0)
 		return; /* the next rescan finds it again */
-	if (fstatat(s->dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
-	    sb.st_dev == dev && sb.st_ino == ino)
-		removed = unlinkat(s->dirfd, name, 0) == 0;
+	removed = store_unlink_same(s, name, dev, ino);
 	if (!dir_locked)
 		store_dir_unlock(lk);
 	if (!removed)
@@ -214,18 +244,130 @@ static void forget_unseen(struct store *s, uint64_t gen)
 	}
 }
 
-/* Directory lock held. Bring the table in line with the directory and
- * return the bytes of temp files (writers in progress, ours included) in
- * *tmp_bytes. With `sweep` (start-up), temp and lock files nobody holds are
- * removed first: their writers are gone. */
-static int rescan(struct store *s, bool sweep, uint64_t *tmp_bytes)
+/* ---- temp files in the directory (directory lock held) ---- */
+
+static bool is_tmp_name(const char *name)
+{
+	return strncmp(name, STORE_TMP_PREFIX, strlen(STORE_TMP_PREFIX)) == 0;
+}
+
+static void tmps_clear(struct store *s)
+{
+	for (size_t i = 0; i < s->ntmps; i++)
+		free(s->tmps[i].name);
+	s->ntmps = 0;
+}
+
+/* The temp file `name` holds `bytes` now; -1: it is gone. */
+static void tmps_set(struct store *s, const char *name, int64_t bytes)
+{
+	size_t i = 0;
+
+	while (i < s->ntmps && strcmp(s->tmps[i].name, name) != 0)
+		i++;
+	if (i < s->ntmps && bytes < 0) {
+		free(s->tmps[i].name);
+		s->tmps[i] = s->tmps[--s->ntmps];
+		return;
+	}
+	if (bytes < 0)
+		return;
+	if (i == s->ntmps) {
+		if (s->ntmps == s->tmps_cap) {
+			s->tmps_cap = s->tmps_cap ? 2 * s->tmps_cap : 8;
+			s->tmps = xrealloc(s->tmps,
+					   s->tmps_cap * sizeof(*s->tmps));
+		}
+		s->tmps[s->ntmps++].name = xstrdup(name);
+	}
+	s->tmps[i].bytes = (uint64_t)bytes;
+}
+
+/* Bytes of every writer in progress, ours included. */
+static uint64_t tmps_bytes(const struct store *s)
+{
+	uint64_t n = 0;
+	for (size_t i = 0; i < s->ntmps; i++)
+		n += s->tmps[i].bytes;
+	return n;
+}
+
+/* What the name holds now: a regular file's size, or -1. */
+static int64_t file_bytes_at(struct store *s, const char *name, struct stat *sb)
+{
+	if (fstatat(s->dirfd, name, sb, AT_SYMLINK_NOFOLLOW) != 0 ||
+	    !S_ISREG(sb->st_mode))
+		return -1;
+	return (int64_t)sb->st_size;
+}
+
+/* ---- the journal's replay ---- */
+
+/* s->lock held. The entries of hash h that own a file: keep the one that
+ * describes the file now there (sb, when `here`), forget the others (the
+ * file was evicted or replaced). Returns whether one was kept. */
+static bool recheck_entries(struct store *s, uint64_t h, bool here,
+			    const struct stat *sb)
+{
+	ASSERT_HELD(&s->lock);
+	struct store_entry *e = *store_tab_bucket(s, h), *next;
+	bool kept = false;
+
+	for (; e; e = next) {
+		next = e->hnext;
+		if (e->hash != h || !e->owns_file)
+			continue;
+		if (here && e->dev == sb->st_dev && e->ino == sb->st_ino) {
+			kept = true;
+			e->ins = sb->st_atim;
+			if (ts_cmp(sb->st_mtim, e->use) > 0)
+				e->use = sb->st_mtim;
+		} else if (e->pins == 0) {
+			store_ent_destroy(s, e, false);
+		} else {
+			store_acct_disown(s, e);
+		}
+	}
+	return kept;
+}
+
+/* Like a rescan's look, for one name: each change in the journal is
+ * looked at again in the directory, so a record whose change never
+ * happened (its writer died first) changes nothing. */
+void store_recheck_name(struct store *s, const char *name)
+{
+	struct store_entry *e;
+	struct stat sb;
+	bool here, kept;
+
+	if (is_tmp_name(name)) {
+		tmps_set(s, name, file_bytes_at(s, name, &sb));
+		return;
+	}
+	if (!store_fmt_is_entry_name(name))
+		return;
+	here = file_bytes_at(s, name, &sb) >= 0;
+	pthread_mutex_lock(&s->lock);
+	kept = recheck_entries(s, strtoull(name, NULL, 16), here, &sb);
+	pthread_mutex_unlock(&s->lock);
+	if (here && !kept && (e = load_entry(s, name, true)) != NULL) {
+		pthread_mutex_lock(&s->lock);
+		store_tab_adopt(s, e);
+		pthread_mutex_unlock(&s->lock);
+	}
+}
+
+/* Directory lock held. Bring the table and the list of temp files
+ * (writers in progress, ours included) in line with the directory, and
+ * the journal's position with both. With `sweep` (start-up), temp and
+ * lock files nobody holds are removed first: their writers are gone. */
+static int rescan(struct store *s, bool sweep)
 {
 	struct dirent *d;
 	uint64_t gen;
 	int fd = openat(s->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
 
-	*tmp_bytes = 0;
 	if (!dir) {
 		int r = -errno;
 		if (fd >= 0)
@@ -236,15 +378,17 @@ static int rescan(struct store *s, bool sweep, uint64_t *tmp_bytes)
 	gen = ++s->gen;
 	s->st.rescans++;
 	pthread_mutex_unlock(&s->lock);
+	tmps_clear(s);
 	while ((d = readdir(dir)) != NULL) {
 		struct stat sb;
-		bool tmp = strncmp(d->d_name, STORE_TMP_PREFIX,
-				   strlen(STORE_TMP_PREFIX)) == 0;
+		bool tmp = is_tmp_name(d->d_name);
+		if (sweep && tmp)
+			store_jnl_note(s, d->d_name); /* it may go */
 		if (sweep && (tmp || store_is_lock_name(d->d_name)))
 			store_remove_if_unlocked(s, d->d_name);
-		if (tmp &&
-		    fstatat(s->dirfd, d->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0)
-			*tmp_bytes += (uint64_t)sb.st_size;
+		if (tmp)
+			tmps_set(s, d->d_name,
+				 file_bytes_at(s, d->d_name, &sb));
 		else if (store_fmt_is_entry_name(d->d_name))
 			rescan_entry(s, d->d_name);
 	}
@@ -252,6 +396,7 @@ static int rescan(struct store *s, bool sweep, uint64_t *tmp_bytes)
 	pthread_mutex_lock(&s->lock);
 	forget_unseen(s, gen);
 	pthread_mutex_unlock(&s->lock);
+	store_jnl_sync(s);
 	return 0;
 }
 
@@ -347,7 +492,7 @@ static int open_dirs(struct store *s, const char *dir, char *err, size_t errlen)
 	if (r == 0)
 		r = open_own_dir(root, "shards", s->shards_dir, true, false,
 				 &s->dirfd, err, errlen);
-	close(root);
+	s->rootfd = root; /* the journal's directory */
 	return r;
 }
 
@@ -355,17 +500,16 @@ static int open_dirs(struct store *s, const char *dir, char *err, size_t errlen)
  * lock. */
 static int open_scan(struct store *s)
 {
-	uint64_t tmp_bytes;
 	int lk = store_dir_lock(s), r;
 
 	if (lk < 0)
 		return lk;
-	r = rescan(s, true, &tmp_bytes);
+	r = rescan(s, true);
 	if (r == 0) {
 		pthread_mutex_lock(&s->lock);
 		/* Best effort: over the cap with nothing evictable now, the
 		 * next admission evicts again and fails there if it must. */
-		IGNORE_RESULT(store_evict_for(s, tmp_bytes, 0));
+		IGNORE_RESULT(store_evict_for(s, tmps_bytes(s), 0));
 		pthread_mutex_unlock(&s->lock);
 	}
 	store_dir_unlock(lk);
@@ -380,7 +524,7 @@ int store_open(const char *dir, uint64_t cap, struct store **out, char *err,
 	int r;
 
 	*out = NULL;
-	s->dirfd = -1;
+	s->dirfd = s->rootfd = s->jfd = -1;
 	s->shards_dir = xmalloc(n);
 	snprintf(s->shards_dir, n, "%s/shards", dir);
 	s->st.cap = cap;
@@ -418,8 +562,13 @@ void store_close(struct store *s)
 		}
 	}
 	free(s->tab);
+	tmps_clear(s);
+	free(s->tmps);
+	store_jnl_close(s);
 	if (s->dirfd >= 0)
 		close(s->dirfd);
+	if (s->rootfd >= 0)
+		close(s->rootfd);
 	pthread_mutex_destroy(&s->lock);
 	free(s->shards_dir);
 	free(s);
@@ -637,6 +786,7 @@ static int create_tmp(struct store_writer *w)
 			 STORE_TMP_PREFIX "%016" PRIx64 "-%ld-%" PRIu64
 					  "-%08" PRIx32,
 			 w->hash, (long)getpid(), c, rnd);
+		store_jnl_note(s, w->tmp_name);
 		w->fd = openat(s->dirfd, w->tmp_name,
 			       O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC |
 				       O_NOFOLLOW,
@@ -670,38 +820,22 @@ static int create_tmp(struct store_writer *w)
 
 /* Room under the cap, counted over everything in the directory, then the
  * temp file: all under the directory lock so that no two processes admit
- * into the same room. */
+ * into the same room. What others changed since this process last looked
+ * comes from the journal (a record per change); the directory is read
+ * again only when the journal cannot say. */
 static int admit(struct store_writer *w)
 {
 	struct store *s = w->s;
-	uint64_t tmp_bytes;
-	int r, lk = store_dir_lock(s);
+	int r = 0, lk = store_dir_lock(s);
 
 	if (lk < 0)
 		return lk;
-	/* Lazy: the last rescan's view, unless it is old or the entry does
-	 * not fit by it (then a rescan may find room others freed). */
-	pthread_mutex_lock(&s->lock);
-	bool fresh = !s->lazy_s || now_mono() - s->rescanned >= s->lazy_s;
-	tmp_bytes = s->tmp_seen;
-	pthread_mutex_unlock(&s->lock);
-	r = fresh ? rescan(s, false, &tmp_bytes) : 0;
+	if (store_jnl_replay(s, store_recheck_name) != 0)
+		r = rescan(s, false);
 	if (r == 0) {
 		pthread_mutex_lock(&s->lock);
-		r = store_evict_for(s, tmp_bytes, w->file_bytes);
+		r = store_evict_for(s, tmps_bytes(s), w->file_bytes);
 		pthread_mutex_unlock(&s->lock);
-		if (r && !fresh && (r = rescan(s, false, &tmp_bytes)) == 0) {
-			fresh = true;
-			pthread_mutex_lock(&s->lock);
-			r = store_evict_for(s, tmp_bytes, w->file_bytes);
-			pthread_mutex_unlock(&s->lock);
-		}
-		if (fresh) {
-			pthread_mutex_lock(&s->lock);
-			s->rescanned = now_mono();
-			s->tmp_seen = tmp_bytes;
-			pthread_mutex_unlock(&s->lock);
-		}
 		if (r == 0 && (r = create_tmp(w)) != 0)
 			count_write_error(s, r);
 	}
@@ -711,10 +845,18 @@ static int admit(struct store_writer *w)
 
 static void writer_free(struct store_writer *w)
 {
+	int lk;
+
 	if (w->fd >= 0)
 		close(w->fd);
-	if (w->tmp_name)
+	/* Recorded, so other processes stop counting it. Without the lock
+	 * the file stays, its bytes truly there, for the next start-up's
+	 * sweep (its writer's lock is gone with the descriptor). */
+	if (w->tmp_name && (lk = store_dir_lock(w->s)) >= 0) {
+		store_jnl_note(w->s, w->tmp_name);
 		unlinkat(w->s->dirfd, w->tmp_name, 0);
+		store_dir_unlock(lk);
+	}
 	store_entry_unlock(w->s, w->name, w->lockfd);
 	free(w->tmp_name);
 	free(w->key);
@@ -914,6 +1056,8 @@ static int publish(struct store_writer *w, struct store_entry *e)
 	if (lk < 0)
 		return lk;
 	t[0] = t[1] = now_real();
+	store_jnl_note(s, w->tmp_name);
+	store_jnl_note(s, w->name);
 	if (futimens(w->fd, t) != 0 || fstat(w->fd, &sb) != 0 ||
 	    (r = pin_shared(w->fd)) != 0 ||
 	    renameat(s->dirfd, w->tmp_name, s->dirfd, w->name) != 0) {

@@ -12,8 +12,10 @@
  * coordinate through flock(2) on files in the directory, never by guessing.
  * A writer's temp file ("<dir>/shards/.tmp-<hash>-<pid>-<n>-<random>") stays
  * locked until it is renamed, and store_open removes only temp files nobody
- * holds; the cap is kept over the whole directory (every admission rescans it
- * under a directory lock and counts other writers' temp files); an entry pinned
+ * holds; the cap is kept over the whole directory (every admission, under a
+ * directory lock, learns from a journal, "<dir>/shards.journal", what other
+ * processes added or removed since it last looked, their temp files
+ * included, without reading the directory); an entry pinned
  * here is never evicted, and one pinned by another process only when nothing
  * else frees enough (that process keeps reading the unlinked file); and an
  * entry being written by one process is waited for, not written again, by
@@ -54,7 +56,8 @@ struct store_stats {
 	uint64_t waits;	       /* writers that waited for another writer of
 				* the same entry (another mount's fetch);
 				* counted when the wait starts */
-	uint64_t rescans;      /* directory rescans (open, admissions) */
+	uint64_t rescans;      /* directory rescans (open; an admission only
+				* when the journal cannot say what changed) */
 };
 
 struct store;
@@ -80,16 +83,11 @@ void store_close(struct store *s);
  * 120 s); 0: not at all. */
 void store_set_wait(struct store *s, double seconds);
 /* For a store of many small entries that are checked at every first read
- * (the prepared-sample tier): an admission rescans the directory only if
- * `seconds` passed since the last rescan, or when the entry does not fit
- * by this process's count (a rescan reads every entry's name and stat: per
- * admission, O(n^2) over a pass of n entries, 2 million stats for 2,000
- * samples); and a commit skips both fsyncs. A crash may then lose or cut
- * recent entries, which their checks drop at the first read; other
- * processes' entries admitted since the last rescan are not counted, so
- * writers sharing the directory may together pass the cap by what they
- * admitted within `seconds`. 0 (the default): every admission rescans and
- * every commit is durable. */
+ * (the prepared-sample tier): a commit skips both fsyncs. A crash of the
+ * machine may then lose or cut recent entries, which their checks drop at
+ * the first read. Any `seconds` > 0 turns it on (the value is no longer
+ * used: admissions stopped rescanning the directory, lazy or not); 0 (the
+ * default): every commit is durable. */
 void store_set_lazy(struct store *s, double seconds);
 /* A lookup within this many seconds after an entry was written does not
  * count as a use again (default 1 s; see the eviction order above). */

@@ -5,6 +5,7 @@
 #include "cache/store/store_int.h"
 
 #include "cache/store/store_format.h"
+#include "cache/store/store_lock.h"
 #include "common/lockcheck.h"
 #include "common/util.h"
 
@@ -99,34 +100,51 @@ static bool is_protected(const struct store_entry *e)
 	return ts_cmp(e->use, e->ins) > 0;
 }
 
+enum evicted { KEPT, GONE, USED };
+
 /* Evict one entry this process has not pinned. Unless `force`, not one that
- * another process has pinned either. Returns true when its bytes are gone
- * from the directory. */
-static bool try_evict(struct store *s, struct store_entry *e, bool force)
+ * another process has pinned either. Returns GONE when its bytes are gone
+ * from the directory, USED when another process used it since this one
+ * last looked (its times are taken from the file: a use is recorded there,
+ * not in the journal; the caller sorts again), KEPT otherwise. */
+static enum evicted try_evict(struct store *s, struct store_entry *e,
+			      bool force)
 {
 	struct stat sb;
 	int fd = store_fmt_open(s->dirfd, e->name);
 
 	if (fd < 0) {
 		store_ent_destroy(s, e, false); /* already gone */
-		return true;
+		return GONE;
 	}
-	if (fstat(fd, &sb) != 0 || sb.st_ino != e->ino || sb.st_dev != e->dev ||
-	    (flock(fd, LOCK_EX | LOCK_NB) != 0 && !force)) {
-		close(fd); /* a new file, or pinned by another process */
-		return false;
+	if (fstat(fd, &sb) != 0 || sb.st_ino != e->ino || sb.st_dev != e->dev) {
+		close(fd); /* a new file */
+		return KEPT;
+	}
+	if (ts_cmp(sb.st_mtim, e->use) > 0) {
+		close(fd);
+		e->use = sb.st_mtim;
+		e->ins = sb.st_atim;
+		return USED;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0 && !force) {
+		close(fd); /* pinned by another process */
+		return KEPT;
 	}
 	/* A file that stays (EPERM, EIO, a read-only remount) still holds
 	 * its bytes: keep the entry so the cap counts them. ENOENT: another
-	 * store removed it first, which is the eviction we wanted. */
+	 * store removed it first, which is the eviction we wanted. Noted
+	 * first, so other processes stop counting it (s->lock is held over
+	 * that small write: the record must come before the unlink). */
+	store_jnl_note(s, e->name);
 	if (unlinkat(s->dirfd, e->name, 0) != 0 && errno != ENOENT) {
 		close(fd);
-		return false;
+		return KEPT;
 	}
 	close(fd);
 	store_acct_count_locked(s, STORE_COUNT_EVICTIONS);
 	store_ent_destroy(s, e, false);
-	return true;
+	return GONE;
 }
 
 static int cmp_newest_ins(const void *a, const void *b)
@@ -246,9 +264,11 @@ static void victims_free(struct victims *v)
 
 /* One pass over the candidates in eviction order. Returns true when `need`
  * more bytes fit. Without `needed`, refuses at once (evicting nothing)
- * when only entries the reader still needs would make room. */
+ * when only entries the reader still needs would make room. Sets *used
+ * when a candidate turned out used by another process (skipped: its place
+ * in the order has changed). */
 static bool evict_pass(struct store *s, uint64_t tmp_bytes, uint64_t need,
-		       bool force, bool needed)
+		       bool force, bool needed, bool *used)
 {
 	struct victims v;
 	struct store_entry *e;
@@ -264,8 +284,10 @@ static bool evict_pass(struct store *s, uint64_t tmp_bytes, uint64_t need,
 	       (e = next_victim(s, &v, pos, needed)) != NULL) {
 		uint64_t fb = e->file_bytes;
 		bool p = is_protected(e);
-		if (try_evict(s, e, force) && p)
+		enum evicted r = try_evict(s, e, force);
+		if (r == GONE && p)
 			v.prot_bytes -= fb;
+		*used |= r == USED;
 	}
 	victims_free(&v);
 	return s->st.bytes + tmp_bytes + need <= s->st.cap;
@@ -283,14 +305,17 @@ static bool evict_pass(struct store *s, uint64_t tmp_bytes, uint64_t need,
 int store_evict_for(struct store *s, uint64_t tmp_bytes, uint64_t need)
 {
 	ASSERT_HELD(&s->lock);
-	bool all = s->needed == NULL;
+	bool all = s->needed == NULL, used = false;
 
 	/* It fits: no candidates to sort (a sort of every entry per
 	 * admission was 6% of the prepared tier's first pass). */
 	if (s->st.bytes + tmp_bytes + need <= s->st.cap)
 		return 0;
-	if (evict_pass(s, tmp_bytes, need, false, all) ||
-	    evict_pass(s, tmp_bytes, need, true, all))
+	/* A pass that met entries other processes used sorts again before
+	 * it evicts what others have pinned. */
+	if (evict_pass(s, tmp_bytes, need, false, all, &used) ||
+	    (used && evict_pass(s, tmp_bytes, need, false, all, &used)) ||
+	    evict_pass(s, tmp_bytes, need, true, all, &used))
 		return 0;
 	return all ? -ENOSPC : -EDQUOT;
 }

@@ -6,9 +6,9 @@
 #ifndef ECHOFS_STORE_INT_H
 #define ECHOFS_STORE_INT_H
 
-#include "common/attrs.h"
 #include "cache/store/store.h"
 #include "cache/store/store_format.h"
+#include "common/attrs.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -56,19 +56,33 @@ struct store_writer {
 	int err;    /* first write error, sticky */
 };
 
+/* A temp file in the directory and its size: a writer in progress, in any
+ * process, whose bytes count under the cap. */
+struct store_tmp {
+	char *name;
+	uint64_t bytes;
+};
+
 struct store {
 	pthread_mutex_t lock;
 	char *shards_dir; /* for messages only: every call goes through dirfd */
 	int dirfd;
 	double wait_s;	    /* longest wait for another writer of an entry */
 	double reuse_gap_s; /* see DEFAULT_REUSE_GAP_S, store.c */
-	/* store_set_lazy: > 0, the shortest time between admission rescans
-	 * (and commits skip their fsyncs); 0: every admission rescans. */
+	/* store_set_lazy: > 0, commits skip their fsyncs. */
 	double lazy_s;
-	double rescanned;    /* under lock: now_mono() of the last rescan */
-	uint64_t tmp_seen;   /* under lock: temp bytes that rescan saw */
-	int interrupted;    /* atomic: waits end with -ECANCELED */
-	uint64_t counter;   /* atomic: temp file names */
+	/* The change journal (store_lock.c) and what it keeps current: all
+	 * guarded by the directory lock (threads of this process too). */
+	int rootfd; /* the cache_dir: the journal's directory */
+	int jfd;    /* the journal, or -1 (admissions rescan) */
+	dev_t jdev; /* the file jfd is, to see it replaced */
+	ino_t jino;
+	uint64_t jseq; /* the table holds every change before it */
+	bool jstale;   /* jseq means nothing: the next admission rescans */
+	struct store_tmp *tmps; /* temp files in the directory (any writer's) */
+	size_t ntmps, tmps_cap;
+	int interrupted;  /* atomic: waits end with -ECANCELED */
+	uint64_t counter; /* atomic: temp file names */
 	/* All below guarded by lock. The table holds every entry this process
 	 * knows, dropped ones included until their last put. */
 	struct store_entry **tab;
@@ -167,7 +181,14 @@ void store_ent_free(struct store_entry *e);
 void store_ent_destroy(struct store *s, struct store_entry *e,
 		       bool unlink_file);
 
-/* ---- loading (store.c) ---- */
+/* ---- loading and changes (store.c) ---- */
+
+/* Directory lock held. Note the change in the journal, then remove `name`
+ * if it still holds the file (dev, ino). Returns true if removed. */
+bool store_unlink_same(struct store *s, const char *name, dev_t dev, ino_t ino);
+/* Directory lock held. Bring the table (or the temp files' list) in line
+ * with what the name `name` holds now: the journal's replay. */
+void store_recheck_name(struct store *s, const char *name);
 
 /* No lock held. The entry of key if its file is on disk (another process's
  * or an earlier mount's): loaded into the table, unpinned. */

@@ -5,6 +5,7 @@
 #include "cache/store/store_int.h"
 
 #include "cache/store/store_format.h"
+#include "cache/store/store_lock.h"
 #include "common/lockcheck.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -266,9 +267,27 @@ int store_contains(struct store *s, const char *url, const char *etag,
 	return found;
 }
 
+/* A dropped entry's file, removed at its last put: under the directory
+ * lock (taken after s->lock is let go: the lock order) and noted in the
+ * journal, so other processes stop counting it. */
+static void unlink_dropped(struct store *s, const char *name, dev_t dev,
+			   ino_t ino)
+{
+	int lk = store_dir_lock(s);
+	if (lk < 0)
+		return; /* the next rescan or lookup finds it damaged */
+	store_unlink_same(s, name, dev, ino);
+	store_dir_unlock(lk);
+}
+
 void store_put(struct store_entry *e)
 {
+	char name[STORE_FMT_NAME_LEN + 1];
 	struct store *s;
+	bool unlink_it = false;
+	dev_t dev = 0;
+	ino_t ino = 0;
+
 	if (!e)
 		return;
 	s = e->s;
@@ -276,10 +295,17 @@ void store_put(struct store_entry *e)
 	if (--e->pins == 0) {
 		close(e->fd);
 		e->fd = -1;
-		if (e->dropped)
-			store_ent_destroy(s, e, true);
+		if (e->dropped) {
+			unlink_it = e->owns_file;
+			memcpy(name, e->name, sizeof(name));
+			dev = e->dev;
+			ino = e->ino;
+			store_ent_destroy(s, e, false);
+		}
 	}
 	pthread_mutex_unlock(&s->lock);
+	if (unlink_it)
+		unlink_dropped(s, name, dev, ino);
 }
 
 void store_drop(struct store_entry *e)

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -169,4 +170,37 @@ void only_entry_path(char *out, size_t outlen)
 			snprintf(out, outlen, "%s/%s", p, d->d_name);
 	closedir(dir);
 	cr_assert(out[0], "no entry file");
+}
+
+int dir_reads_watch(void)
+{
+	char path[128];
+	int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	DIR *d;
+
+	snprintf(path, sizeof(path), "%s/shards", tdir);
+	cr_assert_geq(in, 0);
+	cr_assert_geq(inotify_add_watch(in, path, IN_ACCESS), 0);
+	d = opendir(path); /* the watch sees directory reads */
+	cr_assert_not_null(d);
+	while (readdir(d))
+		;
+	closedir(d);
+	cr_assert_gt(dir_reads(in), 0, "no IN_ACCESS for a readdir here");
+	return in;
+}
+
+int dir_reads(int in)
+{
+	char ev[4096] __attribute__((aligned(8)));
+	int n = 0;
+	ssize_t len;
+
+	while ((len = read(in, ev, sizeof(ev))) > 0)
+		for (char *p = ev; p < ev + len;) {
+			struct inotify_event *e = (struct inotify_event *)p;
+			n += e->len == 0 && (e->mask & IN_ACCESS);
+			p += sizeof(*e) + e->len;
+		}
+	return n;
 }

@@ -37,6 +37,12 @@ struct store *open_store(uint64_t cap);
 size_t count_files(const char *prefix);
 /* How many files in tdir/sub start with prefix. */
 size_t count_files_in(const char *sub, const char *prefix);
+/* An inotify descriptor watching tdir/shards for directory reads, shown
+ * to see a readdir there (the test fails otherwise) and emptied. */
+int dir_reads_watch(void);
+/* Reads of tdir/shards itself (IN_ACCESS events without a name) queued on
+ * the descriptor in since the last call. */
+int dir_reads(int in);
 /* The path of the only entry file in the store. */
 void only_entry_path(char *out, size_t outlen);
 

@@ -435,6 +435,152 @@ Test(store_evict, eviction_spares_entry_pinned_by_other_store)
 	store_close(a);
 }
 
+/* Entries "http://h/m<i>.tar" for i in [from, to), added by s. */
+static void fill_store(struct store *s, int from, int to)
+{
+	for (int i = from; i < to; i++) {
+		char url[32];
+		snprintf(url, sizeof(url), "http://h/m%d.tar", i);
+		add_put(s, url, 1000, (unsigned)i);
+	}
+}
+
+static uint64_t rescans_of(struct store *a, struct store *b)
+{
+	struct store_stats x, y;
+	store_get_stats(a, &x);
+	store_get_stats(b, &y);
+	return x.rescans + y.rescans;
+}
+
+/* Admit 8 entries, alternately by stores a and b of one directory (each
+ * admission must count what the other did), each checked against the
+ * cap. Returns the directory reads meanwhile; *rescans, theirs. */
+static int reads_admitting(struct store *a, struct store *b, int from,
+			   uint64_t cap, uint64_t *rescans)
+{
+	uint64_t r0 = rescans_of(a, b);
+	int in = dir_reads_watch(), reads = 0;
+
+	for (int i = from; i < from + 8; i++) {
+		char url[32];
+		snprintf(url, sizeof(url), "http://h/n%d.tar", i);
+		add_put(i % 2 ? b : a, url, 1000, (unsigned)i);
+		reads += dir_reads(in);
+		cr_assert_leq(dir_bytes(), cap,
+			      "after %d: %" PRIu64 " > %" PRIu64, i,
+			      dir_bytes(), cap);
+		dir_reads(in); /* dir_bytes's own */
+	}
+	close(in);
+	*rescans = rescans_of(a, b) - r0;
+	return reads;
+}
+
+/* Issue 50: every admission rescanned the directory under its lock (a
+ * readdir and a stat per entry): CPU that grew with the cache. Admitting 8
+ * entries into a cache of 4, then of 60 entries, by two stores sharing it,
+ * must not read the directory at all. */
+Test(store_evict, admission_reads_do_not_grow_with_the_cache)
+{
+	uint64_t cap = 1ULL << 30, small_rs, large_rs;
+	struct store *a = open_store(cap), *b = open_store(cap);
+	int small, large;
+
+	fill_store(a, 0, 4);
+	small = reads_admitting(a, b, 0, cap, &small_rs);
+	fill_store(b, 4, 60);
+	large = reads_admitting(a, b, 100, cap, &large_rs);
+	cr_assert_leq(large, small,
+		      "%d directory reads with 60 entries, %d "
+		      "with 4",
+		      large, small);
+	cr_assert_eq(small + large, 0,
+		     "admissions read the directory (%d "
+		     "times with 4 entries, %d with 60; %" PRIu64
+		     " and %" PRIu64 " rescans)",
+		     small, large, small_rs, large_rs);
+	cr_assert_eq(small_rs + large_rs, 0);
+	store_close(b);
+	store_close(a);
+}
+
+/* The same under a full cap: every admission evicts one of the 60 entries
+ * (the other store's too), still without reading the directory, and the
+ * cap holds after each. */
+Test(store_evict, admission_under_a_full_cap_reads_no_directory)
+{
+	uint64_t unit = unit_of(1000), cap = 60 * unit + unit / 2, rs;
+	struct store *a = open_store(cap), *b = open_store(cap);
+	struct store_stats sa, sb;
+	int reads;
+
+	fill_store(a, 0, 30);
+	fill_store(b, 30, 60);
+	reads = reads_admitting(a, b, 0, cap, &rs);
+	store_get_stats(a, &sa);
+	store_get_stats(b, &sb);
+	cr_assert_eq(reads, 0, "%d directory reads, %" PRIu64 " rescans", reads,
+		     rs);
+	cr_assert_eq(sa.evictions + sb.evictions, 8);
+	cr_assert_eq(count_files(""), 60);
+	store_close(b);
+	store_close(a);
+}
+
+/* A journal that cannot say what changed (a crash of the machine tore a
+ * write, someone removed it): the next admission of each store rescans
+ * once, counts what the other added meanwhile (the cap holds), and the
+ * journal is trusted again after that. {offset, length} of the garbage
+ * written over it; length 0: removed. */
+static const struct {
+	off_t off;
+	size_t len;
+} jnl_damage[] = {{0, 24}, {128, 2048 * 128}, {0, 0}};
+
+Test(store_evict, a_journal_that_cannot_say_makes_admission_rescan)
+{
+	uint64_t unit = unit_of(1000), cap = 4 * unit + unit / 2;
+	struct store *a = open_store(cap), *b = open_store(cap);
+	char jp[128], junk[4096];
+	int n = 0;
+
+	snprintf(jp, sizeof(jp), "%s/shards.journal", tdir);
+	memset(junk, 0xa5, sizeof(junk));
+	for (size_t d = 0; d < sizeof(jnl_damage) / sizeof(*jnl_damage); d++) {
+		struct store_stats s0, s1, s2;
+		int fd = open(jp, O_WRONLY);
+		cr_assert_geq(fd, 0);
+		fill_store(b, n, n + 2);
+		n += 2;
+		for (size_t o = 0; o < jnl_damage[d].len; o += sizeof(junk))
+			cr_assert_eq(pwrite(fd, junk,
+					    sizeof(junk) < jnl_damage[d].len - o
+						    ? sizeof(junk)
+						    : jnl_damage[d].len - o,
+					    jnl_damage[d].off + (off_t)o) > 0,
+				     1);
+		close(fd);
+		if (!jnl_damage[d].len)
+			cr_assert_eq(unlink(jp), 0);
+		store_get_stats(a, &s0);
+		fill_store(a, n, n + 1);
+		store_get_stats(a, &s1);
+		fill_store(a, n + 1, n + 2);
+		store_get_stats(a, &s2);
+		n += 2;
+		cr_assert_eq(s1.rescans, s0.rescans + 1, "damage %zu", d);
+		cr_assert_eq(s2.rescans, s1.rescans,
+			     "damage %zu: the journal "
+			     "was not trusted again",
+			     d);
+		cr_assert_leq(dir_bytes(), cap, "damage %zu", d);
+		cr_assert_eq(count_files(""), 4, "damage %zu", d);
+	}
+	store_close(b);
+	store_close(a);
+}
+
 /* Two passes over 8 entries through a store that holds 6: plain LRU hits
  * nothing in the second pass; keeping part of the sweep hits that part. */
 Test(store_evict, sweep_larger_than_cap_keeps_part)
