@@ -437,6 +437,17 @@ int dataset_echo_open_own(struct dataset *ds, uint32_t sample);
  * failed it. A failure of dataset_echo_check_own that leaves this 0 was
  * not the image's: the caller fails with it, and does not stand in. */
 int dataset_echo_known_bad(struct dataset *ds, uint32_t sample);
+/* The stand-in for a bad image on an echo mount that serves its path as
+ * its own (a retired mount, or exact first): among the candidates, the
+ * samples of its class in the tree's order (at(ud, k) for k < count; the
+ * bad one is k = self), the first after it, in a circle, whose image is
+ * good (dataset_echo_check_own). local: only candidates whose shard is on
+ * local disk; *skipped (if not NULL) counts the others. Returns the
+ * candidate's k, or UINT32_MAX when none is. */
+typedef uint32_t (*dataset_candidate_fn)(const void *ud, uint32_t k);
+uint32_t dataset_echo_stand_in(struct dataset *ds, uint32_t count,
+			       uint32_t self, dataset_candidate_fn at,
+			       const void *ud, int local, uint32_t *skipped);
 /* "adaptive" / "fixed" / "greedy" <-> mode: 0 or -EINVAL; the name is
  * static. */
 MUST_CHECK

@@ -531,6 +531,31 @@ int dataset_echo_check_own(struct dataset *ds, uint32_t sample)
 	return 0;
 }
 
+/* A good image the same every time, rather than EIO: the reader gets a
+ * sample of the right label, as a hard link to a sibling would give it.
+ * Only local candidates when asked (checking one makes its output, which
+ * must not wait for a fetch on a FUSE thread). */
+uint32_t dataset_echo_stand_in(struct dataset *ds, uint32_t count,
+			       uint32_t self, dataset_candidate_fn at,
+			       const void *ud, int local, uint32_t *skipped)
+{
+	if (skipped)
+		*skipped = 0;
+	for (uint32_t k = 1; k < count; k++) {
+		uint32_t c = (self + k) % count;
+		uint32_t s = at(ud, c);
+
+		if (local && !dataset_is_cached(ds, dataset_group(ds, s))) {
+			if (skipped)
+				++*skipped;
+			continue;
+		}
+		if (dataset_echo_check_own(ds, s) == 0)
+			return c;
+	}
+	return UINT32_MAX;
+}
+
 int dataset_echo_open_own(struct dataset *ds, uint32_t sample)
 {
 	int r = dataset_echo_check_own(ds, sample);

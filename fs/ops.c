@@ -376,42 +376,37 @@ static void lookup_echo(fuse_req_t req, struct fs_ctx *fs, uint32_t num)
 	reply_echo_entry(req, fs, r, &ba);
 }
 
-/* The file that stands in for file num, a bad image, on an echo mount
- * that serves it as its own: the next good file of its class, the same one
- * every time, so that a reader gets a sample of the right label instead of
- * EIO. local: only files whose shard is on local disk (their check makes
- * an output, which must not wait for a fetch on a FUSE thread); *skipped
- * (if not NULL) counts the others. UINT32_MAX when the class has no such
- * file. */
+/* The class's k-th file's sample, for dataset_echo_stand_in. */
+static uint32_t class_sample(const void *ud, uint32_t k)
+{
+	const struct ns_file *first = ud;
+	return first[k].sample;
+}
+
+/* The file that stands in for file num, a bad image: the dataset's choice
+ * (dataset_echo_stand_in) among the files of its class. UINT32_MAX when
+ * the class has no such file. */
 static uint32_t good_neighbour(struct fs_ctx *fs, uint32_t num, int local,
 			       uint32_t *skipped)
 {
 	const struct ns_file *f = &fs->ns->files[num];
 	const struct ns_class *c;
+	uint32_t k;
 
 	if (skipped)
 		*skipped = 0;
 	if (f->cls == NS_NO_CLASS)
 		return UINT32_MAX;
 	c = &fs->ns->classes[f->cls];
-	for (uint32_t k = 1; k < c->count; k++) {
-		uint32_t g = c->first + (num - c->first + k) % c->count;
-		uint32_t s = fs->ns->files[g].sample;
-
-		if (local &&
-		    !dataset_is_cached(fs->ds, dataset_group(fs->ds, s))) {
-			if (skipped)
-				++*skipped;
-			continue;
-		}
-		if (dataset_echo_check_own(fs->ds, s) == 0) {
-			log_debug("%s/%s is a bad image: answered with %s",
-				  ns_dir_name(fs->ns, f->cls), f->name,
-				  fs->ns->files[g].name);
-			return g;
-		}
-	}
-	return UINT32_MAX;
+	k = dataset_echo_stand_in(fs->ds, c->count, num - c->first,
+				  class_sample, &fs->ns->files[c->first],
+				  local, skipped);
+	if (k == UINT32_MAX)
+		return UINT32_MAX;
+	log_debug("%s/%s is a bad image: answered with %s",
+		  ns_dir_name(fs->ns, f->cls), f->name,
+		  fs->ns->files[c->first + k].name);
+	return c->first + k;
 }
 
 /* The path of a bad image is answered with the entry of its
