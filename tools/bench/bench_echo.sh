@@ -6,6 +6,7 @@
 #                       [--runs 1] [--echoes "2 3 4"] [--modes "adaptive fixed"]
 #                       [--seed 1] [--out /tmp/echofs-bench] [--budget 1800]
 #                       [--layout imagefolder|samples]
+#                       [--files N --warmup-files N]
 # nginx and every echofs daemon run in a private network namespace whose
 # loopback is capped to --rate by tc tbf; the readers (tools/bench/bench_echo_reader.py)
 # read the mount from outside for --seconds after --warmup. Every mount gets a
@@ -14,6 +15,9 @@
 # Data is packed once into OUT/data. BUILD_DIR picks the build (default build).
 # --layout samples mounts every member (-o layout=samples: whole-sample echo)
 # and the readers read each key.jpg with its key.cls, counting pairs.
+# --files counts the window in files, as a user times a job: it opens after
+# --warmup-files read from mount and closes --files later (--seconds then
+# bounds each of the two waits).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -28,12 +32,14 @@ SEED=1
 OUT=/tmp/echofs-bench
 BUDGET=1800
 LAYOUT=imagefolder
+FILES=0
+WARMUP_FILES=0
 CMDLINE="tools/bench/bench_echo.sh $*"
 # shellcheck source=tools/bench/common.sh
 . tools/bench/common.sh
-bench_args 2,15 --rate=RATE --seconds=SECONDS_ --warmup=WARMUP \
+bench_args 2,20 --rate=RATE --seconds=SECONDS_ --warmup=WARMUP \
 	--procs=PROCS --runs=RUNS --echoes=ECHOES --modes=MODES --seed=SEED \
-	--out=OUT --budget=BUDGET --layout=LAYOUT -- "$@"
+	--out=OUT --budget=BUDGET --layout=LAYOUT --files=FILES --warmup-files=WARMUP_FILES -- "$@"
 
 DATA=$OUT/data
 RES=$OUT/echo-$LAYOUT
@@ -62,8 +68,9 @@ pack() {
 # measure LABEL ROOT [ORDER]: one reader window; appends a JSON line to results.jsonl
 measure() {
 	local label=$1 root=$2 out
-	out=$(timeout $((WARMUP + SECONDS_ + 90)) $PY tools/bench/bench_echo_reader.py "$root" \
+	out=$(timeout $((WARMUP + 2 * SECONDS_ + 90)) $PY tools/bench/bench_echo_reader.py "$root" \
 		--procs "$PROCS" --seconds "$SECONDS_" --warmup "$WARMUP" --seed "$SEED" \
+		--files "$FILES" --warmup-files "$WARMUP_FILES" \
 		--order "${3:-shuffled}" ${4:+"${PAIRS[@]}"}) ||
 		blog "$label: reader reported errors"
 	[ -n "$out" ] || out='{"files_per_s": null}'

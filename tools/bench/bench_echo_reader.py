@@ -5,6 +5,7 @@ and stall share over the same window).
 
   bench_echo_reader.py ROOT [--procs 2] [--seconds 20] [--warmup 3] [--seed 0]
                        [--order shuffled|shard] [--pairs EXT]
+                       [--warmup-files N --files N]
 
 The file list (ROOT/<class>/<file>) is taken once; each of --procs reader
 processes walks its own shuffled copy of it (seed + process number), opening,
@@ -17,7 +18,10 @@ echofs-pack wrote them, shard after shard) between them, i % procs, and walk
 that once: the best case for an exact mount's whole-shard read-ahead. With
 --pairs EXT (a samples layout mount) the list is every *.jpg under ROOT, and
 each is read with its sibling <key>.EXT as one sample, as a pair reader's
-__getitem__ does; files/s then counts pairs. Prints one
+__getitem__ does; files/s then counts pairs. With --files the window is
+counted in files instead, as a user times a job: it opens once the readers
+have read --warmup-files (from mount) and closes after --files more (or
+after --seconds, a bound then, when the mount is too slow). Prints one
 JSON line. Exit status 1 if any read failed or nothing was read.
 """
 
@@ -66,6 +70,13 @@ def worker(files, seed, slot, counts, errors, nbytes, stop, shuffle, pair):
                 errors[slot] += 1
 
 
+def wait_files(counts, n, bound_s):
+    """Until the readers have read n files in all, or bound_s went by."""
+    end = time.monotonic() + bound_s
+    while sum(counts) < n and time.monotonic() < end:
+        time.sleep(0.02)
+
+
 def snapshot(root, counts, nbytes):
     return time.monotonic(), sum(counts), sum(nbytes), read_stats(root)
 
@@ -110,6 +121,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--order", choices=("shuffled", "shard"), default="shuffled")
     ap.add_argument("--pairs", metavar="EXT", default="")
+    ap.add_argument("--files", type=int, default=0)
+    ap.add_argument("--warmup-files", type=int, default=0)
     a = ap.parse_args()
 
     t_list = time.monotonic()
@@ -133,9 +146,14 @@ def main():
     for p in procs:
         p.start()
     try:
-        time.sleep(a.warmup)
-        t0 = snapshot(a.root, counts, nbytes)
-        time.sleep(a.seconds)
+        if a.files:
+            wait_files(counts, a.warmup_files, a.seconds)
+            t0 = snapshot(a.root, counts, nbytes)
+            wait_files(counts, t0[1] + a.files, a.seconds)
+        else:
+            time.sleep(a.warmup)
+            t0 = snapshot(a.root, counts, nbytes)
+            time.sleep(a.seconds)
         t1 = snapshot(a.root, counts, nbytes)
     finally:
         stop.set()
