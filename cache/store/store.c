@@ -87,6 +87,7 @@
 
 #include "cache/store/store_format.h"
 #include "cache/store/store_int.h"
+#include "cache/store/store_journal.h"
 #include "cache/store/store_lock.h"
 
 #include "common/lockcheck.h"
@@ -147,7 +148,7 @@ static void drop_invalid(struct store *s, const char *name, dev_t dev,
 		return; /* the next rescan finds it again */
 	removed = store_unlink_same(s, name, dev, ino);
 	if (!dir_locked)
-		store_dir_unlock(lk);
+		store_dir_unlock(s, lk);
 	if (!removed)
 		return;
 	store_acct_count(s, STORE_COUNT_CORRUPT);
@@ -512,7 +513,7 @@ static int open_scan(struct store *s)
 		IGNORE_RESULT(store_evict_for(s, tmps_bytes(s), 0));
 		pthread_mutex_unlock(&s->lock);
 	}
-	store_dir_unlock(lk);
+	store_dir_unlock(s, lk);
 	return r;
 }
 
@@ -531,6 +532,7 @@ int store_open(const char *dir, uint64_t cap, struct store **out, char *err,
 	s->wait_s = DEFAULT_WAIT_S;
 	s->reuse_gap_s = DEFAULT_REUSE_GAP_S;
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->dirmu, NULL);
 	/* Nobody else sees s yet; the lock is for store_tab_grow's check. */
 	pthread_mutex_lock(&s->lock);
 	store_tab_grow(s);
@@ -570,6 +572,7 @@ void store_close(struct store *s)
 	if (s->rootfd >= 0)
 		close(s->rootfd);
 	pthread_mutex_destroy(&s->lock);
+	pthread_mutex_destroy(&s->dirmu);
 	free(s->shards_dir);
 	free(s);
 }
@@ -839,7 +842,7 @@ static int admit(struct store_writer *w)
 		if (r == 0 && (r = create_tmp(w)) != 0)
 			count_write_error(s, r);
 	}
-	store_dir_unlock(lk);
+	store_dir_unlock(s, lk);
 	return r;
 }
 
@@ -855,7 +858,7 @@ static void writer_free(struct store_writer *w)
 	if (w->tmp_name && (lk = store_dir_lock(w->s)) >= 0) {
 		store_jnl_note(w->s, w->tmp_name);
 		unlinkat(w->s->dirfd, w->tmp_name, 0);
-		store_dir_unlock(lk);
+		store_dir_unlock(w->s, lk);
 	}
 	store_entry_unlock(w->s, w->name, w->lockfd);
 	free(w->tmp_name);
@@ -1062,7 +1065,7 @@ static int publish(struct store_writer *w, struct store_entry *e)
 	    (r = pin_shared(w->fd)) != 0 ||
 	    renameat(s->dirfd, w->tmp_name, s->dirfd, w->name) != 0) {
 		r = r ? r : -errno;
-		store_dir_unlock(lk);
+		store_dir_unlock(s, lk);
 		return r;
 	}
 	free(w->tmp_name);
@@ -1079,7 +1082,7 @@ static int publish(struct store_writer *w, struct store_entry *e)
 	store_tab_insert(s, e);
 	store_acct_add(s, e);
 	pthread_mutex_unlock(&s->lock);
-	store_dir_unlock(lk);
+	store_dir_unlock(s, lk);
 	/* The rename is durable once the directory is. If it is not, the entry
 	 * still serves now (its bytes were synced); a crash may lose its name,
 	 * which costs a fetch: a disk error to count and say, not a failed

@@ -5,6 +5,7 @@
 #include "cache/store/store_int.h"
 
 #include "cache/store/store_format.h"
+#include "cache/store/store_journal.h"
 #include "cache/store/store_lock.h"
 #include "common/lockcheck.h"
 #include "common/util.h"

@@ -71,8 +71,13 @@ struct store {
 	double reuse_gap_s; /* see DEFAULT_REUSE_GAP_S, store.c */
 	/* store_set_lazy: > 0, commits skip their fsyncs. */
 	double lazy_s;
-	/* The change journal (store_lock.c) and what it keeps current: all
-	 * guarded by the directory lock (threads of this process too). */
+	/* Held with the directory lock (store_dir_lock), before it: flock
+	 * already keeps out other threads, each on its own open file, but
+	 * only a mutex makes that visible to ThreadSanitizer and to readers
+	 * of the code. Taken before `lock`, never while holding it. */
+	pthread_mutex_t dirmu;
+	/* The change journal (store_journal.c) and what it keeps current:
+	 * all guarded by the directory lock and dirmu. */
 	int rootfd; /* the cache_dir: the journal's directory */
 	int jfd;    /* the journal, or -1 (admissions rescan) */
 	dev_t jdev; /* the file jfd is, to see it replaced */

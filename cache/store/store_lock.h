@@ -12,12 +12,12 @@ struct store;
 #define STORE_LOCK_SUFFIX ".lock"
 #define STORE_TMP_PREFIX ".tmp-"
 
-/* flock(LOCK_EX) on a fresh descriptor of the shards directory (threads of
- * one process exclude each other too). Returns the descriptor holding it,
- * or -errno; store_dir_unlock(fd) lets go (accepts -1). */
+/* flock(LOCK_EX) on a fresh descriptor of the shards directory, with
+ * s->dirmu held for threads of this process. Returns the descriptor
+ * holding it, or -errno; store_dir_unlock(s, fd) lets go (accepts -1). */
 MUST_CHECK
 int store_dir_lock(struct store *s);
-void store_dir_unlock(int fd);
+void store_dir_unlock(struct store *s, int fd);
 /* Take "<name>.lock" (name: an entry's file name), waiting up to the
  * store's wait for another writer of the entry, in any process; a wait is
  * counted when it starts and *waited set. Returns the descriptor holding
@@ -35,27 +35,5 @@ bool store_is_lock_name(const char *n);
 void store_remove_if_unlocked(struct store *s, const char *name);
 /* fd of a temp file: does its writer still hold it (LOCK_EX)? */
 bool store_writer_alive(int fd);
-
-/* ---- the change journal ("<cache_dir>/shards.journal", DESIGN in
- * store.c): names changed in the shards directory, in order, so that an
- * admission learns what other processes did without reading the
- * directory. Directory lock held for all. ---- */
-
-#define STORE_JNL_NAME "shards.journal"
-
-/* Record that `name` (an entry or temp file) is about to be created,
- * replaced or removed: called before the change, under the same hold of
- * the directory lock. When the record cannot be written the journal is
- * removed, so that every process rescans instead of trusting it. */
-void store_jnl_note(struct store *s, const char *name);
-/* fn(s, name) for every record since s->jseq, which then moves to the
- * end. Returns 0, or -ESTALE when the journal cannot say what changed
- * (none, replaced, damaged, or more than it keeps): then a rescan must. */
-int store_jnl_replay(struct store *s, void (*fn)(struct store *, const char *));
-/* After a rescan: the journal opened (made if missing) and s->jseq at its
- * end. Without one (it cannot be made), admissions keep rescanning. */
-void store_jnl_sync(struct store *s);
-/* Close the journal (accepts a store without one). */
-void store_jnl_close(struct store *s);
 
 #endif

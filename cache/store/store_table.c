@@ -277,7 +277,7 @@ static void unlink_dropped(struct store *s, const char *name, dev_t dev,
 	if (lk < 0)
 		return; /* the next rescan or lookup finds it damaged */
 	store_unlink_same(s, name, dev, ino);
-	store_dir_unlock(lk);
+	store_dir_unlock(s, lk);
 }
 
 void store_put(struct store_entry *e)
