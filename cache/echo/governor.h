@@ -17,8 +17,10 @@
  *   every echo a reader takes costs a fraction of a decode. It starts at
  *   level 0 (an exact mount's behaviour) so that the best rate includes
  *   the rate without echo.
- * - Windows: serves are counted in windows of `window_s` seconds; a window
- *   with fewer than `min_serves` serves is extended (up to 8 windows), and
+ * - Windows: fresh samples supplied (fresh serves, plus the growth of the
+ *   read-ahead the caller reports) are counted in windows of `window_s`
+ *   seconds; a window with fewer than `min_serves` serves is extended (up
+ *   to 8 windows), and
  *   one that still has fewer than 4, or in which no serve came for a whole
  *   window, is dropped as idle (a trainer evaluating, an epoch boundary):
  *   no information, no decision. Each
@@ -106,6 +108,11 @@ void echo_gov_serve(struct echo_gov *g, bool fresh);
 /* Undo a serve counted by echo_gov_serve (a take given back). */
 void echo_gov_unserve(struct echo_gov *g, bool fresh);
 
+/* Fresh samples read ahead and not served yet, told before each tick: a
+ * window measures what the source supplied (fresh serves plus the growth
+ * of this backlog), so that a read-ahead drained at once does not pass
+ * for a faster source. Never told: 0, serves alone are measured. */
+void echo_gov_backlog(struct echo_gov *g, uint64_t ready);
 /* Advance the clock to now: closes the window if its time is up and may
  * change the level. Returns true when the factor changed. */
 bool echo_gov_tick(struct echo_gov *g, double now);

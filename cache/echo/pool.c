@@ -739,7 +739,11 @@ static void count_echo(struct pool *p, uint64_t age)
  * policy's cap, and parked takes may be served echoes now. */
 static void tick_governor(struct pool *p, bool fresh)
 {
+	struct echo_policy_stats ps;
+
+	echo_policy_get_stats(p->ep, &ps);
 	echo_gov_serve(p->gov, fresh);
+	echo_gov_backlog(p->gov, ps.ready + p->nshuf);
 	if (!echo_gov_tick(p->gov, now_mono()))
 		return;
 	IGNORE_RESULT(echo_policy_set_cap(p->ep, echo_gov_factor(p->gov))); /* >= 1 */

@@ -269,3 +269,57 @@ Test(governor, levels_and_options)
 	cr_assert_eq(st.nlevels, 3); /* 1, 1.125, 1.2 */
 	echo_gov_free(g);
 }
+
+/* A read-ahead drained at once is not a faster source (issue 45): the link
+ * supplies 100 fresh/s throughout; for 8 s the readers take 10/s and the
+ * other 90/s pile up ahead of them (720 samples), which they then take in
+ * one second, while the governor climbs, before taking 100/s. Measured by
+ * serves, that second made the best rate 272/s and kept the factor below
+ * E a fifth of the time after 20 s (probes down take a fifth too); by
+ * what the source supplied (serves plus the read-ahead's growth, as
+ * pool.c reports it) the governor climbs to E and stays there. */
+Test(governor, a_drained_read_ahead_is_not_a_faster_source)
+{
+	struct echo_gov_opts o = gov_opts(4.0);
+	struct echo_gov *g;
+	struct echo_gov_state st;
+	double made = 0, taken = 0, echoes = 0, top = 0, n = 0, best = 0;
+	const double dt = 0.001;
+	uint64_t backlog = 0, changes = 0, downs = 0;
+
+	cr_assert_eq(echo_gov_open(&o, 0, &g), 0);
+	for (long i = 0; i * dt < 60; i++) {
+		double t = (double)i * dt, e = echo_gov_factor(g);
+		double want = t < 8 ? 10 : t < 9 ? 800 : 100;
+
+		for (made += 100 * dt; made >= 1; made -= 1)
+			backlog++;
+		taken += want * dt;
+		echoes += want * (e - 1) * dt;
+		for (; taken >= 1 && backlog > 0; taken -= 1) {
+			backlog--;
+			echo_gov_serve(g, true);
+			echo_gov_backlog(g, backlog);
+			echo_gov_tick(g, t);
+		}
+		for (; echoes >= 1; echoes -= 1) {
+			echo_gov_serve(g, false);
+			echo_gov_backlog(g, backlog);
+			echo_gov_tick(g, t);
+		}
+		echo_gov_get(g, &st);
+		best = fmax(best, st.best_rate);
+		downs += st.reason == GOV_DOWN && st.changes != changes;
+		changes = st.changes;
+		if (t >= 20) {
+			top += e == 4.0;
+			n++;
+		}
+	}
+	cr_expect_lt(best, 150, "best rate %.0f/s on a 100/s source", best);
+	cr_expect_eq(downs, 0, "%llu steps down on a network-bound source",
+		     (unsigned long long)downs);
+	cr_expect_geq(top / n, 0.7, "at E only %.0f%% of the time after 20 s",
+		      100 * top / n);
+	echo_gov_free(g);
+}

@@ -11,7 +11,8 @@
 # loopback is capped to --rate by tc tbf; the readers (tools/bench/bench_echo_reader.py)
 # read the mount from outside for --seconds after --warmup. Every mount gets a
 # fresh cache_dir and the same seed. --runs repeats everything (medians).
-# Results: OUT/echo/results.jsonl (one line a measurement), OUT/echo/table.md.
+# Results: OUT/echo/results.jsonl (one line a measurement), OUT/echo/table.md,
+# OUT/echo/trace-LABEL-RUN.jsonl (the echo statistics every 0.5 s).
 # Data is packed once into OUT/data. BUILD_DIR picks the build (default build).
 # --layout samples mounts every member (-o layout=samples: whole-sample echo)
 # and the readers read each key.jpg with its key.cls, counting pairs.
@@ -71,6 +72,7 @@ measure() {
 	out=$(timeout $((WARMUP + 2 * SECONDS_ + 90)) $PY tools/bench/bench_echo_reader.py "$root" \
 		--procs "$PROCS" --seconds "$SECONDS_" --warmup "$WARMUP" --seed "$SEED" \
 		--files "$FILES" --warmup-files "$WARMUP_FILES" \
+		--trace "$RES/trace-${label// /_}-$RUN.jsonl" \
 		--order "${3:-shuffled}" ${4:+"${PAIRS[@]}"}) ||
 		blog "$label: reader reported errors"
 	[ -n "$out" ] || out='{"files_per_s": null}'

@@ -5,7 +5,7 @@ and stall share over the same window).
 
   bench_echo_reader.py ROOT [--procs 2] [--seconds 20] [--warmup 3] [--seed 0]
                        [--order shuffled|shard] [--pairs EXT]
-                       [--warmup-files N --files N]
+                       [--warmup-files N --files N] [--trace FILE]
 
 The file list (ROOT/<class>/<file>) is taken once; each of --procs reader
 processes walks its own shuffled copy of it (seed + process number), opening,
@@ -21,8 +21,10 @@ each is read with its sibling <key>.EXT as one sample, as a pair reader's
 __getitem__ does; files/s then counts pairs. With --files the window is
 counted in files instead, as a user times a job: it opens once the readers
 have read --warmup-files (from mount) and closes after --files more (or
-after --seconds, a bound then, when the mount is too slow). Prints one
-JSON line. Exit status 1 if any read failed or nothing was read.
+after --seconds, a bound then, when the mount is too slow). --trace
+writes a JSON line every 0.5 s from mount: files read so far and the echo
+statistics (the governor's factor and rates, fresh, own and echo serves,
+stall), to see how the echo factor moved. Prints one JSON line. Exit status 1 if any read failed or nothing was read.
 """
 
 import argparse
@@ -32,6 +34,7 @@ import multiprocessing as mp
 import os
 import random
 import sys
+import threading
 import time
 
 from benchlib import list_tree, read_stats
@@ -75,6 +78,24 @@ def wait_files(counts, n, bound_s):
     end = time.monotonic() + bound_s
     while sum(counts) < n and time.monotonic() < end:
         time.sleep(0.02)
+
+
+TRACE_KEYS = ("echo_factor", "echo_fresh_rate", "echo_best_fresh_rate",
+              "echo_changes", "echo_reason", "fresh_served", "own_served",
+              "echoes_served", "stall_s", "bytes_fetched", "pool_samples",
+              "pool_fresh_ready", "pass")
+
+
+def tracer(root, counts, path, stop):
+    """Every 0.5 s until stop: files read and the echo statistics."""
+    t0 = time.monotonic()
+    with open(path, "w") as out:
+        while not stop.wait(0.5):
+            st = read_stats(root) or {}
+            row = {"t": round(time.monotonic() - t0, 2), "files": sum(counts)}
+            row.update({k: st.get(k) for k in TRACE_KEYS})
+            out.write(json.dumps(row) + "\n")
+            out.flush()
 
 
 def snapshot(root, counts, nbytes):
@@ -123,6 +144,7 @@ def main():
     ap.add_argument("--pairs", metavar="EXT", default="")
     ap.add_argument("--files", type=int, default=0)
     ap.add_argument("--warmup-files", type=int, default=0)
+    ap.add_argument("--trace", metavar="FILE", default="")
     a = ap.parse_args()
 
     t_list = time.monotonic()
@@ -145,6 +167,10 @@ def main():
         for i in range(a.procs)]
     for p in procs:
         p.start()
+    trace_stop = threading.Event()
+    if a.trace:
+        threading.Thread(target=tracer, daemon=True,
+                         args=(a.root, counts, a.trace, trace_stop)).start()
     try:
         if a.files:
             wait_files(counts, a.warmup_files, a.seconds)
@@ -156,6 +182,7 @@ def main():
             time.sleep(a.seconds)
         t1 = snapshot(a.root, counts, nbytes)
     finally:
+        trace_stop.set()
         stop.set()
         for p in procs:
             p.join(30)  # a reader blocked in a stalled open gets 30 s
