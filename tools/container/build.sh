@@ -9,7 +9,10 @@
 #      it (remade when older than 7 days, or with --refresh-base);
 #   3. that tarball imported as localhost/echofs-base:bookworm (once per
 #      tarball), and tools/container/Containerfile built on it with buildah:
-#      apt-get install of the .deb, the user echofs, the cache volume.
+#      apt-get install of the .deb, the user echofs, the cache volume, and
+#      tools/container/entrypoint.sh (mounts as root, serves as echofs).
+# tools/container/host_args.sh adds what this host needs beyond podman's
+# defaults (runc, ulimits); the same goes into every podman run here.
 #
 #   tools/container/build.sh [--deb FILE] [--tag NAME] [--refresh-base]
 #
