@@ -120,6 +120,16 @@ FAST = {
                        "test_log_file_symlink_is_refused_at_mount",
                        "test_a_reopen_onto_a_symlink_keeps_the_old_file",
                        "test_no_loop_config_is_a_failed_start_not_a_crash"],
+    # the daemon without mount privileges, probes, the Kubernetes manifests
+    # (issue 49; --durations=0 on 2 cores under load: about 17 s together)
+    "test_fd_mount.py": ["test_inherited_descriptor_served_by_nobody",
+                         "test_descriptor_over_a_unix_socket",
+                         "test_sender_stopped_first_unmounts_and_the_daemon_exits",
+                         "test_bad_descriptor_is_one_line",
+                         "test_healthz_answers_probes"],
+    "test_manifests.py": ["test_docs_manifests_pass_the_check",
+                          "test_check_catches",
+                          "test_manifests_use_real_options"],
 }
 
 

@@ -6,9 +6,22 @@
 #   3. apt-get install ./echofs_*.deb, `man -w` finds every page, and the
 #      installed /usr/bin/echofs mounts a small dataset served by nginx and
 #      reads it back byte for byte; then the package is removed again.
-# Run as root from anywhere (CI runs it after the test suites). The last line
-# sums up; exits non-zero if anything failed.
+#
+#   tools/dev/check_package.sh [--keep-deb DIR]
+#
+# --keep-deb copies the .deb into DIR (tools/container/build.sh --deb takes
+# it, so CI builds the package once). Run as root from anywhere (CI runs it
+# after the test suites). The last line sums up; exits non-zero if anything
+# failed.
 set -euo pipefail
+KEEP=
+if [ "${1:-}" = --keep-deb ]; then
+	KEEP=$(realpath "${2:?--keep-deb DIR}")
+	mkdir -p "$KEEP"
+elif [ $# -gt 0 ]; then
+	echo "check_package: error: unknown argument $1" >&2
+	exit 2
+fi
 cd "$(dirname "$0")/../.."
 
 PY=/usr/bin/python3
@@ -55,11 +68,13 @@ if grep -q 'warning:' "$TMP/deb.log"; then
 fi
 deb=$(ls "$TMP"/echofs_*.deb)
 say "built $(basename "$deb"): $(dpkg-deb -f "$deb" Depends)"
+[ -z "$KEEP" ] || cp "$deb" "$KEEP/"
 
 say "apt-get install ./$(basename "$deb")"
 apt-get install -y -qq "$deb" >"$TMP/apt.log" 2>&1 || { cat "$TMP/apt.log"; exit 1; }
 INSTALLED=1
-for page in echofs echofs-index echofs-pack echofs-top; do
+for page in echofs echofs-index echofs-pack echofs-top echofs-fdpass; do
+	command -v "/usr/bin/$page" >/dev/null || { say "/usr/bin/$page not installed"; exit 1; }
 	man -w "$page" >/dev/null || { say "man page $page not found"; exit 1; }
 done
 /usr/bin/echofs --version
