@@ -3,6 +3,7 @@
 #include "cache/image/prepared.h"
 
 #include "cache/image/prep.h"
+#include "cache/image/prepared_seen.h"
 #include "cache/image/resample.h"
 #include "cache/store/store.h"
 #include "common/log.h"
@@ -12,6 +13,9 @@
 #define PREPARED_RESCAN_S 1.0
 /* Prepared samples waiting for the writer, at most (bytes). */
 #define PREPARED_QUEUE_BYTES (64u << 20)
+/* First uses between two wake-ups of the writer to append them to the
+ * seen file (so that a killed mount loses at most these). */
+#define PREPARED_SEEN_BATCH 4096u
 
 #include <errno.h>
 #include <inttypes.h>
@@ -34,14 +38,19 @@ struct job {
 
 struct prepared {
 	struct store *st;
-	char url[512]; /* the recipe, the key's url part */
-	uint64_t hits, misses, writes, corrupt, skipped; /* atomic */
+	char url[512];	/* the recipe, the key's url part */
+	uint64_t url_h; /* its hash: the seed of the seen keys */
+	struct prepared_seen *seen;
+	/* atomic: */
+	uint64_t hits, misses, writes, corrupt, skipped;
+	uint64_t skipped_first, skipped_seen_full, firsts;
+	uint64_t writer_ns; /* wall time in save(), the writer's */
 	pthread_t writer;
 	pthread_mutex_t lock; /* guards the queue and stop */
 	pthread_cond_t cv;    /* a job queued, or stop */
 	struct job *head, **tail;
 	size_t queued, queued_bytes;
-	bool stop;
+	bool stop, flush; /* flush: seen keys to append */
 };
 
 static void save(struct prepared *p, const char *etag, const uint8_t *buf,
@@ -91,6 +100,14 @@ int prepared_open(const char *cache_dir, uint64_t cap,
 	 * every PREPARED_RESCAN_S and commit without fsync (store.h). */
 	store_set_lazy(p->st, PREPARED_RESCAN_S);
 	recipe(opts, p->url, sizeof(p->url));
+	p->url_h = hash64(p->url, strlen(p->url), 0);
+	r = prepared_seen_open(dir, &p->seen, serr, sizeof(serr));
+	if (r) {
+		snprintf(err, errlen, "%s", serr);
+		store_close(p->st);
+		free(p);
+		return r;
+	}
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->cv, NULL);
 	p->tail = &p->head;
@@ -100,6 +117,7 @@ int prepared_open(const char *cache_dir, uint64_t cap,
 			 strerror(r));
 		pthread_cond_destroy(&p->cv);
 		pthread_mutex_destroy(&p->lock);
+		prepared_seen_close(p->seen);
 		store_close(p->st);
 		free(p);
 		return -r;
@@ -130,6 +148,7 @@ void prepared_close(struct prepared *p)
 		free(j);
 	}
 	pthread_join(p->writer, NULL);
+	prepared_seen_close(p->seen); /* appends what is pending */
 	pthread_cond_destroy(&p->cv);
 	pthread_mutex_destroy(&p->lock);
 	store_close(p->st);
@@ -177,8 +196,20 @@ static int lookup(struct prepared *p, const char *key, const char *etag,
 }
 
 /* Writes buf as the entry; failures only logged (the tier is a cache). */
+static void save_timed(struct prepared *p, const char *etag, const uint8_t *buf,
+		       size_t n);
+
 static void save(struct prepared *p, const char *etag, const uint8_t *buf,
 		 size_t n)
+{
+	double t0 = now_mono();
+	save_timed(p, etag, buf, n);
+	uint64_t ns = (uint64_t)((now_mono() - t0) * 1e9);
+	__atomic_add_fetch(&p->writer_ns, ns, __ATOMIC_RELAXED);
+}
+
+static void save_timed(struct prepared *p, const char *etag, const uint8_t *buf,
+		       size_t n)
 {
 	struct store_writer *w;
 	struct store_entry *e;
@@ -219,8 +250,16 @@ static void *writer_main(void *arg)
 			  strerror(errno));
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
-		while (!p->head && !p->stop)
+		while (!p->head && !p->stop && !p->flush)
 			pthread_cond_wait(&p->cv, &p->lock);
+		if (p->flush) {
+			p->flush = false;
+			pthread_mutex_unlock(&p->lock);
+			if (prepared_seen_flush(p->seen) != 0)
+				log_debug("prepared: seen samples not kept");
+			pthread_mutex_lock(&p->lock);
+			continue;
+		}
 		struct job *j = p->head;
 		if (!j)
 			break;
@@ -267,6 +306,37 @@ static void queue_save(struct prepared *p, const char *etag, const uint8_t *buf,
 	pthread_mutex_unlock(&p->lock);
 }
 
+/* Whether the entry of the sample whose encoded bytes have etag is worth
+ * writing now: at its second use (in this mount or since an earlier one
+ * on the cache_dir), never its first, so that a pass that reads each
+ * sample once writes nothing (issue 47). A first use is counted, and
+ * every PREPARED_SEEN_BATCH-th wakes the writer to append the batch to
+ * the seen file. */
+static bool worth_writing(struct prepared *p, const char *etag)
+{
+	uint64_t key = hash64(etag, strlen(etag), p->url_h);
+
+	switch (prepared_seen_mark(p->seen, key)) {
+	case PREPARED_SEEN_AGAIN:
+		return true;
+	case PREPARED_SEEN_FULL:
+		__atomic_add_fetch(&p->skipped_seen_full, 1, __ATOMIC_RELAXED);
+		return false;
+	case PREPARED_SEEN_FIRST:
+		break;
+	}
+	__atomic_add_fetch(&p->skipped_first, 1, __ATOMIC_RELAXED);
+	if (__atomic_add_fetch(&p->firsts, 1, __ATOMIC_RELAXED) %
+		    PREPARED_SEEN_BATCH ==
+	    0) {
+		pthread_mutex_lock(&p->lock);
+		p->flush = true;
+		pthread_cond_signal(&p->cv);
+		pthread_mutex_unlock(&p->lock);
+	}
+	return false;
+}
+
 int prepared_make_named(struct prepared *p, struct prep *prep, const char *key,
 			const void *in, size_t len, uint8_t **out,
 			size_t *outlen, char *why, size_t whylen)
@@ -287,7 +357,8 @@ int prepared_make_named(struct prepared *p, struct prep *prep, const char *key,
 		__atomic_add_fetch(&p->corrupt, 1, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&p->misses, 1, __ATOMIC_RELAXED);
 	int r = prep_prepare(prep, in, len, out, outlen, why, whylen);
-	if (r == 0 && *outlen == (size_t)n)
+	if (r == 0 && *outlen == (size_t)n &&
+	    (hit < 0 || worth_writing(p, etag)))
 		queue_save(p, etag, *out, *outlen);
 	return r;
 }
@@ -312,6 +383,13 @@ void prepared_get_stats(struct prepared *p, struct prepared_stats *out)
 	out->writes = __atomic_load_n(&p->writes, __ATOMIC_RELAXED);
 	out->corrupt = __atomic_load_n(&p->corrupt, __ATOMIC_RELAXED);
 	out->skipped = __atomic_load_n(&p->skipped, __ATOMIC_RELAXED);
+	out->skipped_first =
+		__atomic_load_n(&p->skipped_first, __ATOMIC_RELAXED);
+	out->skipped_seen_full =
+		__atomic_load_n(&p->skipped_seen_full, __ATOMIC_RELAXED);
+	out->writer_s =
+		(double)__atomic_load_n(&p->writer_ns, __ATOMIC_RELAXED) / 1e9;
+	out->seen = prepared_seen_count(p->seen);
 	pthread_mutex_lock(&p->lock);
 	out->queued = p->queued;
 	pthread_mutex_unlock(&p->lock);
