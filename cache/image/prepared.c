@@ -28,11 +28,16 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+/* Written jobs' buffers kept for the next ones, at most: a 150 KB malloc
+ * is an mmap whose pages fault in at the copy and whose free is a munmap
+ * with a TLB shootdown on every core (perf, issue 47). */
+#define PREPARED_SPARES 16
+
 /* A prepared sample waiting to be written. */
 struct job {
 	struct job *next;
 	char etag[64];
-	size_t n;
+	size_t n, cap; /* bytes in data; its room */
 	uint8_t data[];
 };
 
@@ -49,6 +54,8 @@ struct prepared {
 	pthread_mutex_t lock; /* guards the queue and stop */
 	pthread_cond_t cv;    /* a job queued, or stop */
 	struct job *head, **tail;
+	struct job *spare; /* buffers to reuse, nspare of them */
+	size_t nspare;
 	size_t queued, queued_bytes;
 	bool stop, flush; /* flush: seen keys to append */
 };
@@ -148,6 +155,10 @@ void prepared_close(struct prepared *p)
 		free(j);
 	}
 	pthread_join(p->writer, NULL);
+	for (j = p->spare; j; j = next) {
+		next = j->next;
+		free(j);
+	}
 	prepared_seen_close(p->seen); /* appends what is pending */
 	pthread_cond_destroy(&p->cv);
 	pthread_mutex_destroy(&p->lock);
@@ -270,7 +281,13 @@ static void *writer_main(void *arg)
 		pthread_mutex_lock(&p->lock);
 		p->queued--;
 		p->queued_bytes -= j->n;
-		free(j);
+		if (p->nspare < PREPARED_SPARES) {
+			j->next = p->spare;
+			p->spare = j;
+			p->nspare++;
+		} else {
+			free(j);
+		}
 	}
 	pthread_mutex_unlock(&p->lock);
 	return NULL;
@@ -278,6 +295,21 @@ static void *writer_main(void *arg)
 
 /* Queues buf (copied) for the writer; a full queue skips it (counted):
  * the sample is decoded again when next read, and queued again. */
+/* p->lock held. A job with room for n bytes: a spare one (its pages
+ * already mapped) or a new one; NULL when out of memory. */
+static struct job *job_take(struct prepared *p, size_t n)
+{
+	struct job *j = p->spare;
+	if (j && j->cap >= n) {
+		p->spare = j->next;
+		p->nspare--;
+		return j;
+	}
+	if ((j = malloc(sizeof(*j) + n)))
+		j->cap = n;
+	return j;
+}
+
 static void queue_save(struct prepared *p, const char *etag, const uint8_t *buf,
 		       size_t n)
 {
@@ -285,7 +317,7 @@ static void queue_save(struct prepared *p, const char *etag, const uint8_t *buf,
 
 	pthread_mutex_lock(&p->lock);
 	if (!p->stop && p->queued_bytes + n <= PREPARED_QUEUE_BYTES &&
-	    (j = malloc(sizeof(*j) + n))) {
+	    (j = job_take(p, n))) {
 		p->queued++;
 		p->queued_bytes += n;
 	}
