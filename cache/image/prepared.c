@@ -369,30 +369,55 @@ static bool worth_writing(struct prepared *p, const char *etag)
 	return false;
 }
 
-int prepared_make_named(struct prepared *p, struct prep *prep, const char *key,
-			const void *in, size_t len, uint8_t **out,
-			size_t *outlen, char *why, size_t whylen)
+/* prepared_make_named, or (skip: the caller can make its output without
+ * the prepared buffer) 0 at once, before any decode, for a miss whose
+ * entry is not worth writing. Returns 1 with *out set, 0, or -errno. */
+static int make(struct prepared *p, struct prep *prep, const char *key,
+		const void *in, size_t len, bool skip, uint8_t **out,
+		size_t *outlen, char *why, size_t whylen)
 {
 	char etag[64];
 	ssize_t n = prep_prepared_len(prep, in, len);
+	int r;
 
-	if (n < 0) /* unusable header: prep_prepare says why */
-		return prep_prepare(prep, in, len, out, outlen, why, whylen);
+	if (n < 0) { /* unusable header: prep_prepare says why */
+		r = prep_prepare(prep, in, len, out, outlen, why, whylen);
+		return r ? r : 1;
+	}
 	etag_of(in, len, etag, sizeof(etag));
 	int hit = lookup(p, key, etag, (size_t)n, out);
 	if (hit > 0) {
 		__atomic_add_fetch(&p->hits, 1, __ATOMIC_RELAXED);
 		*outlen = (size_t)n;
-		return 0;
+		return 1;
 	}
 	if (hit < 0) /* logged with the drop */
 		__atomic_add_fetch(&p->corrupt, 1, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&p->misses, 1, __ATOMIC_RELAXED);
-	int r = prep_prepare(prep, in, len, out, outlen, why, whylen);
-	if (r == 0 && *outlen == (size_t)n &&
-	    (hit < 0 || worth_writing(p, etag)))
+	bool keep = hit < 0 || worth_writing(p, etag);
+	if (!keep && skip)
+		return 0;
+	r = prep_prepare(prep, in, len, out, outlen, why, whylen);
+	if (r)
+		return r;
+	if (keep && *outlen == (size_t)n)
 		queue_save(p, etag, *out, *outlen);
-	return r;
+	return 1;
+}
+
+int prepared_make_named(struct prepared *p, struct prep *prep, const char *key,
+			const void *in, size_t len, uint8_t **out,
+			size_t *outlen, char *why, size_t whylen)
+{
+	int r = make(p, prep, key, in, len, false, out, outlen, why, whylen);
+	return r < 0 ? r : 0;
+}
+
+int prepared_take_named(struct prepared *p, struct prep *prep, const char *key,
+			const void *in, size_t len, uint8_t **out,
+			size_t *outlen, char *why, size_t whylen)
+{
+	return make(p, prep, key, in, len, true, out, outlen, why, whylen);
 }
 
 int prepared_make(struct prepared *p, struct prep *prep, const void *in,

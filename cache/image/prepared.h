@@ -106,6 +106,17 @@ int prepared_make_named(struct prepared *p, struct prep *prep, const char *key,
 			const void *in, size_t len, uint8_t **out,
 			size_t *outlen, char *why, size_t whylen);
 
+/* prepared_make_named for a caller that can make its output from the
+ * encoded bytes in one step (an exact mount's prep_apply): a miss that
+ * will not be kept (the sample's first use) returns 0 at once, before any
+ * decode, and the caller makes its output itself (one decode job, not a
+ * prepare and then an augment: issue 47, the first run's cost). Returns 1
+ * with *out set (read from the tier, or made and queued), 0, or -errno. */
+MUST_CHECK
+int prepared_take_named(struct prepared *p, struct prep *prep, const char *key,
+			const void *in, size_t len, uint8_t **out,
+			size_t *outlen, char *why, size_t whylen);
+
 void prepared_get_stats(struct prepared *p, struct prepared_stats *out);
 
 #endif

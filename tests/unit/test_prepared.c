@@ -260,3 +260,38 @@ Test(prepared, seen_file_with_a_torn_tail)
 	cr_assert_eq(prepared_seen_mark(s, 8), PREPARED_SEEN_AGAIN);
 	prepared_seen_close(s);
 }
+
+/* The exact mount's way in (outputs.c): a first use is left to the caller
+ * at once, before any decode, so that it makes its output in one job as
+ * without the tier; a second use is made and kept; then a hit. */
+Test(prepared, take_leaves_a_first_use_to_the_caller)
+{
+	struct prepared *p = tier_open();
+	struct prepared_stats s;
+	uint8_t *out = NULL, *ref;
+	size_t n = 0, refn;
+	char why[160] = "";
+
+	cr_assert_eq(prepared_take_named(p, prep, "k", in[0], inlen[0], &out,
+					 &n, why, sizeof(why)),
+		     0, "%s", why);
+	cr_assert_null(out);
+	cr_assert_eq(prep_prepare(prep, in[0], inlen[0], &ref, &refn, why,
+				  sizeof(why)),
+		     0);
+	for (int k = 0; k < 2; k++) { /* made and kept; then read back */
+		prepared_close(p);
+		p = tier_open();
+		cr_assert_eq(prepared_take_named(p, prep, "k", in[0], inlen[0],
+						 &out, &n, why, sizeof(why)),
+			     1, "%s", why);
+		cr_assert_eq(n, refn);
+		cr_assert(memcmp(out, ref, n) == 0);
+		free(out);
+		prepared_get_stats(p, &s);
+		cr_assert_eq(s.hits, (uint64_t)k);
+	}
+	prepared_close(p);
+	free(ref);
+	cr_assert_eq(entries_on_disk(), 1);
+}
