@@ -21,8 +21,8 @@ struct outputs {
 	struct shards *sh;
 	struct prep *prep;
 	struct prepared *tier; /* or NULL; set before any get */
-	pthread_mutex_t lock; /* guards everything below */
-	struct list_node lru; /* cached outputs, least recently used first */
+	pthread_mutex_t lock;  /* guards everything below */
+	struct list_node lru;  /* cached outputs, least recently used first */
 	size_t ncached;
 	struct outputs_stats st;
 	uint8_t *failed; /* per sample: its image error is counted and logged */
@@ -48,9 +48,12 @@ static int transform(struct outputs *o, const uint8_t *raw, size_t len,
 				  whylen);
 	/* Named, so that a corrupt prepared entry's line says whose. */
 	const char *key = index_key(o->ix, &o->ix->samples[x->sample]);
-	int r = prepared_make_named(o->tier, o->prep, key, raw, len, &pb, &pl,
+	int r = prepared_take_named(o->tier, o->prep, key, raw, len, &pb, &pl,
 				    why, whylen);
-	if (r)
+	if (r == 0) /* not kept: made in one step, as without the tier */
+		return prep_apply(o->prep, raw, len, 0, &x->data, &x->len, why,
+				  whylen);
+	if (r < 0)
 		return r;
 	r = prep_augment(o->prep, pb, pl, 0, &x->data, &x->len, why, whylen);
 	free(pb);
@@ -114,8 +117,8 @@ static void count_rejected(struct outputs *o, uint32_t sample, const char *why)
 }
 
 /* Read the sample and transform it (no lock held). A bad image
- * (transform_image_fault), or a sample too large to read, leaves its reason in why;
- * any other failure (the read failed or timed out, memory) leaves why
+ * (transform_image_fault), or a sample too large to read, leaves its reason in
+ * why; any other failure (the read failed or timed out, memory) leaves why
  * empty: the reader counts those, and the next get tries again. */
 static int make(struct outputs *o, uint32_t sample, struct output **out,
 		char *why, size_t whylen)

@@ -3,6 +3,7 @@
 #include "cache/image/prepared.h"
 
 #include "cache/image/prep.h"
+#include "cache/image/prepared_seen.h"
 #include "cache/image/resample.h"
 #include "cache/store/store.h"
 #include "common/log.h"
@@ -12,6 +13,9 @@
 #define PREPARED_RESCAN_S 1.0
 /* Prepared samples waiting for the writer, at most (bytes). */
 #define PREPARED_QUEUE_BYTES (64u << 20)
+/* First uses between two wake-ups of the writer to append them to the
+ * seen file (so that a killed mount loses at most these). */
+#define PREPARED_SEEN_BATCH 4096u
 
 #include <errno.h>
 #include <inttypes.h>
@@ -24,24 +28,36 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+/* Written jobs' buffers kept for the next ones, at most: a 150 KB malloc
+ * is an mmap whose pages fault in at the copy and whose free is a munmap
+ * with a TLB shootdown on every core (perf, issue 47). */
+#define PREPARED_SPARES 16
+
 /* A prepared sample waiting to be written. */
 struct job {
 	struct job *next;
 	char etag[64];
-	size_t n;
+	size_t n, cap; /* bytes in data; its room */
 	uint8_t data[];
 };
 
 struct prepared {
 	struct store *st;
-	char url[512]; /* the recipe, the key's url part */
-	uint64_t hits, misses, writes, corrupt, skipped; /* atomic */
+	char url[512];	/* the recipe, the key's url part */
+	uint64_t url_h; /* its hash: the seed of the seen keys */
+	struct prepared_seen *seen;
+	/* atomic: */
+	uint64_t hits, misses, writes, corrupt, skipped;
+	uint64_t skipped_first, skipped_seen_full, firsts;
+	uint64_t writer_ns; /* wall time in save(), the writer's */
 	pthread_t writer;
 	pthread_mutex_t lock; /* guards the queue and stop */
 	pthread_cond_t cv;    /* a job queued, or stop */
 	struct job *head, **tail;
+	struct job *spare; /* buffers to reuse, nspare of them */
+	size_t nspare;
 	size_t queued, queued_bytes;
-	bool stop;
+	bool stop, flush; /* flush: seen keys to append */
 };
 
 static void save(struct prepared *p, const char *etag, const uint8_t *buf,
@@ -91,6 +107,14 @@ int prepared_open(const char *cache_dir, uint64_t cap,
 	 * fsync (store.h). */
 	store_set_lazy(p->st, PREPARED_RESCAN_S);
 	recipe(opts, p->url, sizeof(p->url));
+	p->url_h = hash64(p->url, strlen(p->url), 0);
+	r = prepared_seen_open(dir, &p->seen, serr, sizeof(serr));
+	if (r) {
+		snprintf(err, errlen, "%s", serr);
+		store_close(p->st);
+		free(p);
+		return r;
+	}
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->cv, NULL);
 	p->tail = &p->head;
@@ -100,6 +124,7 @@ int prepared_open(const char *cache_dir, uint64_t cap,
 			 strerror(r));
 		pthread_cond_destroy(&p->cv);
 		pthread_mutex_destroy(&p->lock);
+		prepared_seen_close(p->seen);
 		store_close(p->st);
 		free(p);
 		return -r;
@@ -130,6 +155,11 @@ void prepared_close(struct prepared *p)
 		free(j);
 	}
 	pthread_join(p->writer, NULL);
+	for (j = p->spare; j; j = next) {
+		next = j->next;
+		free(j);
+	}
+	prepared_seen_close(p->seen); /* appends what is pending */
 	pthread_cond_destroy(&p->cv);
 	pthread_mutex_destroy(&p->lock);
 	store_close(p->st);
@@ -177,8 +207,20 @@ static int lookup(struct prepared *p, const char *key, const char *etag,
 }
 
 /* Writes buf as the entry; failures only logged (the tier is a cache). */
+static void save_timed(struct prepared *p, const char *etag, const uint8_t *buf,
+		       size_t n);
+
 static void save(struct prepared *p, const char *etag, const uint8_t *buf,
 		 size_t n)
+{
+	double t0 = now_mono();
+	save_timed(p, etag, buf, n);
+	uint64_t ns = (uint64_t)((now_mono() - t0) * 1e9);
+	__atomic_add_fetch(&p->writer_ns, ns, __ATOMIC_RELAXED);
+}
+
+static void save_timed(struct prepared *p, const char *etag, const uint8_t *buf,
+		       size_t n)
 {
 	struct store_writer *w;
 	struct store_entry *e;
@@ -219,8 +261,16 @@ static void *writer_main(void *arg)
 			  strerror(errno));
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
-		while (!p->head && !p->stop)
+		while (!p->head && !p->stop && !p->flush)
 			pthread_cond_wait(&p->cv, &p->lock);
+		if (p->flush) {
+			p->flush = false;
+			pthread_mutex_unlock(&p->lock);
+			if (prepared_seen_flush(p->seen) != 0)
+				log_debug("prepared: seen samples not kept");
+			pthread_mutex_lock(&p->lock);
+			continue;
+		}
 		struct job *j = p->head;
 		if (!j)
 			break;
@@ -231,7 +281,13 @@ static void *writer_main(void *arg)
 		pthread_mutex_lock(&p->lock);
 		p->queued--;
 		p->queued_bytes -= j->n;
-		free(j);
+		if (p->nspare < PREPARED_SPARES) {
+			j->next = p->spare;
+			p->spare = j;
+			p->nspare++;
+		} else {
+			free(j);
+		}
 	}
 	pthread_mutex_unlock(&p->lock);
 	return NULL;
@@ -239,6 +295,21 @@ static void *writer_main(void *arg)
 
 /* Queues buf (copied) for the writer; a full queue skips it (counted):
  * the sample is decoded again when next read, and queued again. */
+/* p->lock held. A job with room for n bytes: a spare one (its pages
+ * already mapped) or a new one; NULL when out of memory. */
+static struct job *job_take(struct prepared *p, size_t n)
+{
+	struct job *j = p->spare;
+	if (j && j->cap >= n) {
+		p->spare = j->next;
+		p->nspare--;
+		return j;
+	}
+	if ((j = malloc(sizeof(*j) + n)))
+		j->cap = n;
+	return j;
+}
+
 static void queue_save(struct prepared *p, const char *etag, const uint8_t *buf,
 		       size_t n)
 {
@@ -246,7 +317,7 @@ static void queue_save(struct prepared *p, const char *etag, const uint8_t *buf,
 
 	pthread_mutex_lock(&p->lock);
 	if (!p->stop && p->queued_bytes + n <= PREPARED_QUEUE_BYTES &&
-	    (j = malloc(sizeof(*j) + n))) {
+	    (j = job_take(p, n))) {
 		p->queued++;
 		p->queued_bytes += n;
 	}
@@ -267,29 +338,86 @@ static void queue_save(struct prepared *p, const char *etag, const uint8_t *buf,
 	pthread_mutex_unlock(&p->lock);
 }
 
-int prepared_make_named(struct prepared *p, struct prep *prep, const char *key,
-			const void *in, size_t len, uint8_t **out,
-			size_t *outlen, char *why, size_t whylen)
+/* Whether the entry of the sample whose encoded bytes have etag is worth
+ * writing now: at its second use (in this mount or since an earlier one
+ * on the cache_dir), never its first, so that a pass that reads each
+ * sample once writes nothing (issue 47). A first use is counted, and
+ * every PREPARED_SEEN_BATCH-th wakes the writer to append the batch to
+ * the seen file. */
+static bool worth_writing(struct prepared *p, const char *etag)
+{
+	uint64_t key = hash64(etag, strlen(etag), p->url_h);
+
+	switch (prepared_seen_mark(p->seen, key)) {
+	case PREPARED_SEEN_AGAIN:
+		return true;
+	case PREPARED_SEEN_FULL:
+		__atomic_add_fetch(&p->skipped_seen_full, 1, __ATOMIC_RELAXED);
+		return false;
+	case PREPARED_SEEN_FIRST:
+		break;
+	}
+	__atomic_add_fetch(&p->skipped_first, 1, __ATOMIC_RELAXED);
+	if (__atomic_add_fetch(&p->firsts, 1, __ATOMIC_RELAXED) %
+		    PREPARED_SEEN_BATCH ==
+	    0) {
+		pthread_mutex_lock(&p->lock);
+		p->flush = true;
+		pthread_cond_signal(&p->cv);
+		pthread_mutex_unlock(&p->lock);
+	}
+	return false;
+}
+
+/* prepared_make_named, or (skip: the caller can make its output without
+ * the prepared buffer) 0 at once, before any decode, for a miss whose
+ * entry is not worth writing. Returns 1 with *out set, 0, or -errno. */
+static int make(struct prepared *p, struct prep *prep, const char *key,
+		const void *in, size_t len, bool skip, uint8_t **out,
+		size_t *outlen, char *why, size_t whylen)
 {
 	char etag[64];
 	ssize_t n = prep_prepared_len(prep, in, len);
+	int r;
 
-	if (n < 0) /* unusable header: prep_prepare says why */
-		return prep_prepare(prep, in, len, out, outlen, why, whylen);
+	if (n < 0) { /* unusable header: prep_prepare says why */
+		r = prep_prepare(prep, in, len, out, outlen, why, whylen);
+		return r ? r : 1;
+	}
 	etag_of(in, len, etag, sizeof(etag));
 	int hit = lookup(p, key, etag, (size_t)n, out);
 	if (hit > 0) {
 		__atomic_add_fetch(&p->hits, 1, __ATOMIC_RELAXED);
 		*outlen = (size_t)n;
-		return 0;
+		return 1;
 	}
 	if (hit < 0) /* logged with the drop */
 		__atomic_add_fetch(&p->corrupt, 1, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&p->misses, 1, __ATOMIC_RELAXED);
-	int r = prep_prepare(prep, in, len, out, outlen, why, whylen);
-	if (r == 0 && *outlen == (size_t)n)
+	bool keep = hit < 0 || worth_writing(p, etag);
+	if (!keep && skip)
+		return 0;
+	r = prep_prepare(prep, in, len, out, outlen, why, whylen);
+	if (r)
+		return r;
+	if (keep && *outlen == (size_t)n)
 		queue_save(p, etag, *out, *outlen);
-	return r;
+	return 1;
+}
+
+int prepared_make_named(struct prepared *p, struct prep *prep, const char *key,
+			const void *in, size_t len, uint8_t **out,
+			size_t *outlen, char *why, size_t whylen)
+{
+	int r = make(p, prep, key, in, len, false, out, outlen, why, whylen);
+	return r < 0 ? r : 0;
+}
+
+int prepared_take_named(struct prepared *p, struct prep *prep, const char *key,
+			const void *in, size_t len, uint8_t **out,
+			size_t *outlen, char *why, size_t whylen)
+{
+	return make(p, prep, key, in, len, true, out, outlen, why, whylen);
 }
 
 int prepared_make(struct prepared *p, struct prep *prep, const void *in,
@@ -312,6 +440,13 @@ void prepared_get_stats(struct prepared *p, struct prepared_stats *out)
 	out->writes = __atomic_load_n(&p->writes, __ATOMIC_RELAXED);
 	out->corrupt = __atomic_load_n(&p->corrupt, __ATOMIC_RELAXED);
 	out->skipped = __atomic_load_n(&p->skipped, __ATOMIC_RELAXED);
+	out->skipped_first =
+		__atomic_load_n(&p->skipped_first, __ATOMIC_RELAXED);
+	out->skipped_seen_full =
+		__atomic_load_n(&p->skipped_seen_full, __ATOMIC_RELAXED);
+	out->writer_s =
+		(double)__atomic_load_n(&p->writer_ns, __ATOMIC_RELAXED) / 1e9;
+	out->seen = prepared_seen_count(p->seen);
 	pthread_mutex_lock(&p->lock);
 	out->queued = p->queued;
 	pthread_mutex_unlock(&p->lock);
