@@ -94,4 +94,9 @@ int64_t index_places_find(const struct index_places *p,
 			  const struct index_sample *v,
 			  const struct index_sample *x);
 
+/* index_write.c: index_save_mode with the writer given (index_write,
+ * index_bin_write): temp file, fsync, rename, fsync of the directory. */
+int index_save_with(const struct index *ix, const char *path, mode_t mode,
+		    int (*write)(const struct index *, FILE *));
+
 #endif
