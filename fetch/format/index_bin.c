@@ -448,3 +448,31 @@ int64_t index_bin_find_file(const struct index_bin *b, size_t c,
 	}
 	return -ENOENT;
 }
+
+int index_bin_file_sum(const char *path, uint64_t *sum)
+{
+	XXH3_state_t *st = XXH3_createState();
+	size_t cap = (size_t)8 << 20;
+	char *buf = xmalloc(cap);
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	int r = fd < 0 ? -errno : !st ? -ENOMEM : 0;
+	ssize_t n = 0;
+
+	if (!r && XXH3_64bits_reset(st) != XXH_OK)
+		r = -ENOMEM;
+	while (!r && (n = read(fd, buf, cap)) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			r = -errno;
+		else if (XXH3_64bits_update(st, buf, (size_t)n) != XXH_OK)
+			r = -ENOMEM;
+	}
+	if (!r)
+		*sum = XXH3_64bits_digest(st);
+	if (fd >= 0)
+		close(fd);
+	XXH3_freeState(st);
+	free(buf);
+	return r;
+}

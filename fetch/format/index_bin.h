@@ -71,6 +71,11 @@ MUST_CHECK
 int index_bin_to_index(const struct index_bin *b, struct index **out, char *err,
 		       size_t errlen);
 
+/* The XXH3-64 of a local file's bytes (read in chunks): the key under which a
+ * mount keeps the binary copy of a text index it was given. 0 or -errno. */
+MUST_CHECK
+int index_bin_file_sum(const char *path, uint64_t *sum);
+
 /* What a mount reads in place: the tree (borrowed from the mapping). */
 size_t index_bin_nsamples(const struct index_bin *b);
 size_t index_bin_nclasses(const struct index_bin *b);

@@ -1,0 +1,108 @@
+"""test_index_bin.py - mounts given a binary index (docs/index-format.md):
+the tree equals what tar -x makes of the shards; a text index given by
+index= is converted once into cache_dir and its binary copy used by later
+mounts; a corrupt binary index fails the mount with one line."""
+
+import glob
+import hashlib
+import os
+import subprocess
+
+import helpers
+from helpers import source_of
+
+INDEXER = os.path.join(helpers.BUILD, "tools", "echofs-index")
+MAGIC = b"\x89EFSIDX\n"
+
+
+def tar_x_tree(shards, where):
+    """{class/key.jpg: sha256} from the shards extracted with tar -x."""
+    os.makedirs(where)
+    for s in shards:
+        subprocess.run(["tar", "-x", "-f", s, "-C", where], check=True)
+    tree = {}
+    for jpg in glob.glob(os.path.join(where, "*.jpg")):
+        stem = jpg[:-len(".jpg")]
+        with open(stem + ".cls") as f:
+            label = f.read().strip()
+        with open(jpg, "rb") as f:
+            tree["%s/%s" % (label, os.path.basename(jpg))] = \
+                hashlib.sha256(f.read()).hexdigest()
+    return tree
+
+
+def binary_index(nginx, dataset, path):
+    r = subprocess.run([INDEXER, "--format", "binary", "--base-url",
+                        nginx.url + "/test", "-o", path]
+                       + dataset.shards("test"), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    with open(path, "rb") as f:
+        assert f.read(8) == MAGIC
+    return path
+
+
+def test_binary_index_mount_equals_tar_x(nginx, dataset, mounter, tmp_path):
+    """index= names a binary index: the tree is the shards' tar -x."""
+    ix = binary_index(nginx, dataset, str(tmp_path / "test.echofs-index"))
+    want = tar_x_tree(dataset.shards("test"), str(tmp_path / "x"))
+    assert len(want) == 10000
+    m = mounter(source_of(nginx.url, "test"), opts={"index": ix})
+    got = helpers.walk(m.mnt)
+    assert set(got) == set(want)
+    bad = [p for p in want if got[p] != want[p]]
+    assert not bad, "%d files differ, e.g. %s" % (len(bad), bad[:3])
+    assert "index from option" in m.log()
+
+
+def test_text_index_converted_once(nginx, dataset, mounter, tmp_path):
+    """A text index given by index= is kept in binary under cache_dir,
+    keyed by its checksum: the next mount loads the copy, a changed text
+    gets a copy of its own."""
+    text = str(tmp_path / "test.echofs-index")
+    with open(nginx.test_index, "rb") as f:
+        body = f.read()
+    assert body.startswith(b"echofs-index ")
+    with open(text, "wb") as f:
+        f.write(body)
+    cache = str(tmp_path / "cache")
+    src = source_of(nginx.url, "test")
+
+    def copies():
+        return sorted(glob.glob(os.path.join(cache, "index", "given-*")))
+
+    m = mounter(src, cache_dir=cache, opts={"index": text})
+    assert "its binary copy" not in m.log()
+    first = helpers.walk(m.mnt)
+    m.umount()
+    assert len(copies()) == 1
+    with open(copies()[0], "rb") as f:
+        assert f.read(8) == MAGIC
+    m2 = mounter(src, cache_dir=cache, opts={"index": text})
+    assert "its binary copy" in m2.log()
+    assert helpers.walk(m2.mnt) == first
+    m2.umount()
+    with open(text, "ab") as f:
+        f.write(b"# changed\n")
+    m3 = mounter(src, cache_dir=cache, opts={"index": text})
+    assert "its binary copy" not in m3.log()
+    assert len(copies()) == 2
+
+
+def test_corrupt_binary_index_fails_in_one_line(nginx, dataset, mounter,
+                                               tmp_path):
+    """A flipped byte, or a file cut short, fails the mount with one line
+    naming the binary index's check, not a crash or a wrong byte."""
+    ix = binary_index(nginx, dataset, str(tmp_path / "good.echofs-index"))
+    with open(ix, "rb") as f:
+        good = f.read()
+    flipped = bytearray(good)
+    flipped[len(good) // 2] ^= 0x40
+    cases = {"flip": (bytes(flipped), "checksum mismatch"),
+             "cut": (good[:len(good) - 100], "truncated")}
+    for name, (body, why) in cases.items():
+        path = str(tmp_path / ("%s.echofs-index" % name))
+        with open(path, "wb") as f:
+            f.write(body)
+        err = helpers.failed_mount(mounter, source_of(nginx.url, "test"),
+                                   {"index": path})
+        assert "binary index: " in err and why in err, err
