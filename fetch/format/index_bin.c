@@ -334,32 +334,70 @@ void index_bin_close(struct index_bin *b)
 	free(b);
 }
 
-static int add_records(const struct index_bin *b, struct index *ix, bool member,
-		       char *err, size_t errlen)
+/* The index's names id for the file's pair p (made on first use): -1
+ * when the pair breaks a rule, -2 out of memory. */
+static int64_t names_id(const struct index_bin *b, struct index *ix,
+			int64_t *map, uint32_t p)
 {
-	const struct ibin_sample *v = member ? b->members : b->samples;
-	size_t n = member ? b->nmembers : b->nsamples;
+	const char *label = b->str + b->names[p].label;
+	const char *ext = b->str + b->names[p].ext;
+	size_t elen = strlen(ext);
+	char lext[16];
 
-	for (size_t i = 0; i < n; i++) {
-		const struct ibin_sample *s = &v[i];
-		const struct ibin_names *nm = &b->names[s->names];
-		const char *key = b->str + s->key, *ext = b->str + nm->ext;
-		int r = member ? index_add_member(ix, s->shard, s->offset,
-						  s->size, key, ext)
-			       : index_add_sample(ix, s->shard, s->offset,
-						  s->size, b->str + nm->label,
-						  key, ext);
+	if (map[p] != -1)
+		return map[p];
+	if (!index_text_ok(label) || !index_text_ok(ext) ||
+	    elen >= sizeof(lext))
+		return -1;
+	index_lower_into(lext, ext, elen);
+	map[p] = index_names_of(ix, label, strlen(label), lext, elen);
+	return map[p] < 0 ? -2 : map[p];
+}
+
+static int add_samples(const struct index_bin *b, struct index *ix, char *err,
+		       size_t errlen)
+{
+	int64_t *map = xmalloc((b->nnames + 1) * sizeof(*map)), id;
+	int r = index_reserve(ix, b->nsamples, b->strlen);
+
+	for (size_t i = 0; i < b->nnames; i++)
+		map[i] = -1;
+	for (size_t i = 0; i < b->nsamples && !r; i++) {
+		const struct ibin_sample *s = &b->samples[i];
+		id = names_id(b, ix, map, s->names);
+		r = id == -2 ? -ENOMEM
+		    : id < 0 ? -EINVAL
+			     : index_add_sample_named(ix, s->shard, s->offset,
+						      s->size, b->str + s->key,
+						      (uint32_t)id);
 		if (r == -EINVAL)
-			return bad(err, errlen, "%s %zu breaks a name rule",
-				   member ? "member" : "sample", i);
+			r = bad(err, errlen, "sample %zu breaks a name rule",
+				i);
+		else if (!r)
+			ix->samples[ix->nsamples - 1].sum = s->sum;
+	}
+	if (r == -ENOMEM)
+		snprintf(err, errlen, "out of memory");
+	free(map);
+	return r;
+}
+
+static int add_members(const struct index_bin *b, struct index *ix, char *err,
+		       size_t errlen)
+{
+	for (size_t i = 0; i < b->nmembers; i++) {
+		const struct ibin_sample *s = &b->members[i];
+		int r = index_add_member(ix, s->shard, s->offset, s->size,
+					 b->str + s->key,
+					 b->str + b->names[s->names].ext);
+		if (r == -EINVAL)
+			return bad(err, errlen, "member %zu breaks a name rule",
+				   i);
 		if (r) {
 			snprintf(err, errlen, "out of memory");
 			return r;
 		}
-		if (member)
-			ix->members[ix->nmembers - 1].sum = s->sum;
-		else
-			ix->samples[ix->nsamples - 1].sum = s->sum;
+		ix->members[ix->nmembers - 1].sum = s->sum;
 	}
 	return 0;
 }
@@ -375,9 +413,9 @@ int index_bin_to_index(const struct index_bin *b, struct index **out, char *err,
 		index_add_shard(ix, b->str + s->url, s->size, b->str + s->etag);
 		ix->shards[i].sum = s->sum;
 	}
-	r = add_records(b, ix, false, err, errlen);
+	r = add_samples(b, ix, err, errlen);
 	if (!r)
-		r = add_records(b, ix, true, err, errlen);
+		r = add_members(b, ix, err, errlen);
 	if (r) {
 		index_free(ix);
 		ix = NULL;

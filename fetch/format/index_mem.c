@@ -455,6 +455,61 @@ int index_add_sample(struct index *ix, uint32_t shard, uint64_t offset,
 	return 0;
 }
 
+int index_reserve(struct index *ix, size_t nsamples, size_t key_bytes)
+{
+	struct index_arena *a = ix->arena;
+	char *k;
+
+	if (nsamples > ix->cap_samples && grow_samples(ix, nsamples))
+		return -ENOMEM;
+	if (key_bytes > INDEX_KEYS_MAX ||
+	    (a->keys_owned && a->keys_cap >= key_bytes))
+		return 0;
+	k = malloc(key_bytes > a->keys_len ? key_bytes : a->keys_len + 1);
+	if (!k)
+		return -ENOMEM;
+	if (a->keys_len)
+		memcpy(k, a->keys, a->keys_len);
+	if (a->keys_owned)
+		free(a->keys);
+	a->keys = k;
+	a->keys_cap = key_bytes > a->keys_len ? key_bytes : a->keys_len + 1;
+	a->keys_owned = true;
+	ix->keys = k;
+	return 0;
+}
+
+int index_add_sample_named(struct index *ix, uint32_t shard, uint64_t offset,
+			   uint64_t size, const char *key, uint32_t names)
+{
+	const struct index_names *nm;
+	struct index_sample *s;
+	int r;
+
+	if (names >= ix->nnames)
+		return -EINVAL;
+	nm = &ix->names[names];
+	if (!index_text_ok(key) ||
+	    index_names_reject(nm->label, strlen(nm->label), key, strlen(key),
+			       nm->ext, strlen(nm->ext)) ||
+	    size > INDEX_SAMPLE_MAX || !index_in_shard(ix, shard, offset, size))
+		return -EINVAL;
+	if (ix->nsamples == ix->cap_samples &&
+	    grow_samples(ix, ix->nsamples + 1))
+		return -ENOMEM;
+	s = &ix->samples[ix->nsamples];
+	s->shard = shard;
+	s->offset = offset;
+	s->size = (uint32_t)size;
+	s->names = names;
+	r = add_key(ix, key, &s->key);
+	if (r)
+		return r;
+	s->sum = 0;
+	ix->nsamples++;
+	return 0;
+}
+
 /* Room for one more member. */
 int index_grow_members(struct index *ix)
 {
