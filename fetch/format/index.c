@@ -440,7 +440,7 @@ static int load_bin(const char *buf, size_t len, const char *path,
 		     : index_bin_open_mem(buf, len, &b, err, errlen);
 
 	if (!r)
-		r = index_bin_to_index(b, out, err, errlen);
+		r = index_bin_into_index(b, out, err, errlen);
 	index_bin_close(b);
 	return r;
 }

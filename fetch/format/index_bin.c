@@ -354,22 +354,28 @@ static int64_t names_id(const struct index_bin *b, struct index *ix,
 	return map[p] < 0 ? -2 : map[p];
 }
 
-static int add_samples(const struct index_bin *b, struct index *ix, char *err,
-		       size_t errlen)
+/* The samples into ix; keys read in place when ix borrows the string
+ * table (index_keys_borrow), else copied. */
+static int add_samples(const struct index_bin *b, struct index *ix,
+		       bool in_place, char *err, size_t errlen)
 {
 	int64_t *map = xmalloc((b->nnames + 1) * sizeof(*map)), id;
-	int r = index_reserve(ix, b->nsamples, b->strlen);
+	int r = index_reserve(ix, b->nsamples, in_place ? 0 : b->strlen);
 
 	for (size_t i = 0; i < b->nnames; i++)
 		map[i] = -1;
 	for (size_t i = 0; i < b->nsamples && !r; i++) {
 		const struct ibin_sample *s = &b->samples[i];
 		id = names_id(b, ix, map, s->names);
-		r = id == -2 ? -ENOMEM
-		    : id < 0 ? -EINVAL
-			     : index_add_sample_named(ix, s->shard, s->offset,
-						      s->size, b->str + s->key,
-						      (uint32_t)id);
+		if (id < 0)
+			r = id == -2 ? -ENOMEM : -EINVAL;
+		else if (in_place)
+			r = index_add_sample_at(ix, s->shard, s->offset,
+						s->size, s->key, (uint32_t)id);
+		else
+			r = index_add_sample_named(ix, s->shard, s->offset,
+						   s->size, b->str + s->key,
+						   (uint32_t)id);
 		if (r == -EINVAL)
 			r = bad(err, errlen, "sample %zu breaks a name rule",
 				i);
@@ -402,8 +408,8 @@ static int add_members(const struct index_bin *b, struct index *ix, char *err,
 	return 0;
 }
 
-int index_bin_to_index(const struct index_bin *b, struct index **out, char *err,
-		       size_t errlen)
+static int to_index(struct index_bin *b, bool in_place, struct index **out,
+		    char *err, size_t errlen)
 {
 	struct index *ix = index_new();
 	int r;
@@ -413,7 +419,12 @@ int index_bin_to_index(const struct index_bin *b, struct index **out, char *err,
 		index_add_shard(ix, b->str + s->url, s->size, b->str + s->etag);
 		ix->shards[i].sum = s->sum;
 	}
-	r = add_samples(b, ix, err, errlen);
+	if (in_place) { /* the mapping is the index's from here on */
+		index_keys_borrow(ix, (void *)b->base, b->mapped, b->str,
+				  b->strlen);
+		b->mapped = 0;
+	}
+	r = add_samples(b, ix, in_place, err, errlen);
 	if (!r)
 		r = add_members(b, ix, err, errlen);
 	if (r) {
@@ -425,6 +436,18 @@ int index_bin_to_index(const struct index_bin *b, struct index **out, char *err,
 	}
 	*out = ix;
 	return r;
+}
+
+int index_bin_to_index(const struct index_bin *b, struct index **out, char *err,
+		       size_t errlen)
+{
+	return to_index((struct index_bin *)b, false, out, err, errlen);
+}
+
+int index_bin_into_index(struct index_bin *b, struct index **out, char *err,
+			 size_t errlen)
+{
+	return to_index(b, b->mapped != 0, out, err, errlen);
 }
 
 size_t index_bin_nsamples(const struct index_bin *b)

@@ -76,6 +76,14 @@ int index_bin_to_index(const struct index_bin *b, struct index **out, char *err,
 MUST_CHECK
 int index_bin_file_sum(const char *path, uint64_t *sum);
 
+/* index_bin_to_index for a b of index_bin_open: the index takes over the
+ * mapping and reads its keys in place from the file's string table
+ * (shared, file-backed pages rather than a copy); b keeps working until
+ * index_bin_close, the mapping until index_free. */
+MUST_CHECK
+int index_bin_into_index(struct index_bin *b, struct index **out, char *err,
+			 size_t errlen);
+
 /* What a mount reads in place: the tree (borrowed from the mapping). */
 size_t index_bin_nsamples(const struct index_bin *b);
 size_t index_bin_nclasses(const struct index_bin *b);

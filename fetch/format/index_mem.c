@@ -462,7 +462,7 @@ int index_reserve(struct index *ix, size_t nsamples, size_t key_bytes)
 
 	if (nsamples > ix->cap_samples && grow_samples(ix, nsamples))
 		return -ENOMEM;
-	if (key_bytes > INDEX_KEYS_MAX ||
+	if (!key_bytes || key_bytes > INDEX_KEYS_MAX ||
 	    (a->keys_owned && a->keys_cap >= key_bytes))
 		return 0;
 	k = malloc(key_bytes > a->keys_len ? key_bytes : a->keys_len + 1);
@@ -479,35 +479,62 @@ int index_reserve(struct index *ix, size_t nsamples, size_t key_bytes)
 	return 0;
 }
 
-int index_add_sample_named(struct index *ix, uint32_t shard, uint64_t offset,
-			   uint64_t size, const char *key, uint32_t names)
+int index_add_sample_at(struct index *ix, uint32_t shard, uint64_t offset,
+			uint64_t size, uint32_t key, uint32_t names)
 {
 	const struct index_names *nm;
+	const char *k;
 	struct index_sample *s;
-	int r;
 
-	if (names >= ix->nnames)
+	if (names >= ix->nnames || key >= ix->arena->keys_len)
 		return -EINVAL;
 	nm = &ix->names[names];
-	if (!index_text_ok(key) ||
-	    index_names_reject(nm->label, strlen(nm->label), key, strlen(key),
+	k = ix->keys + key;
+	if (!index_text_ok(k) ||
+	    index_names_reject(nm->label, strlen(nm->label), k, strlen(k),
 			       nm->ext, strlen(nm->ext)) ||
 	    size > INDEX_SAMPLE_MAX || !index_in_shard(ix, shard, offset, size))
 		return -EINVAL;
 	if (ix->nsamples == ix->cap_samples &&
 	    grow_samples(ix, ix->nsamples + 1))
 		return -ENOMEM;
-	s = &ix->samples[ix->nsamples];
-	s->shard = shard;
-	s->offset = offset;
-	s->size = (uint32_t)size;
-	s->names = names;
-	r = add_key(ix, key, &s->key);
-	if (r)
-		return r;
-	s->sum = 0;
-	ix->nsamples++;
+	s = &ix->samples[ix->nsamples++];
+	*s = (struct index_sample){.offset = offset,
+				   .key = key,
+				   .shard = shard,
+				   .size = (uint32_t)size,
+				   .names = names};
 	return 0;
+}
+
+int index_add_sample_named(struct index *ix, uint32_t shard, uint64_t offset,
+			   uint64_t size, const char *key, uint32_t names)
+{
+	uint32_t at;
+	int r = add_key(ix, key, &at);
+
+	if (!r)
+		r = index_add_sample_at(ix, shard, offset, size, at, names);
+	if (r) /* the key stays unused in the key area */
+		return r;
+	return 0;
+}
+
+void index_keys_borrow(struct index *ix, void *map, size_t maplen,
+		       const char *keys, size_t keys_len)
+{
+	struct index_arena *a = ix->arena;
+
+	bigmap_free(a->text, a->text_map);
+	if (a->keys_owned)
+		free(a->keys);
+	a->text = map;
+	a->text_map = maplen;
+	a->keys = (char *)keys;
+	a->keys_len = keys_len;
+	a->keys_cap = keys_len;
+	a->keys_owned = false;
+	ix->keys = keys;
 }
 
 /* Room for one more member. */
