@@ -18,7 +18,9 @@ struct layout {
 	struct ibin_tree t;
 	struct ibin_shard *shards;
 	struct ibin_names *names;
-	struct ibin_sample *samples, *members;
+	/* string offsets of the samples' and members' keys: their records
+	 * (40 bytes each) are made as they are written, not held */
+	uint32_t *skey, *mkey;
 };
 
 static uint32_t add(struct layout *l, const char *s, int *r)
@@ -30,18 +32,21 @@ static uint32_t add(struct layout *l, const char *s, int *r)
 	return at;
 }
 
-static void put_record(struct layout *l, struct ibin_sample *d,
-		       const struct index *ix, const struct index_sample *s,
-		       int *r)
+/* The record of sample i, or of member i. */
+static struct ibin_sample record(const struct layout *l, const struct index *ix,
+				 size_t i, bool member)
 {
-	*d = (struct ibin_sample){.offset = s->offset,
-				  .sum = s->sum,
-				  .shard = s->shard,
-				  .size = s->size,
-				  .key = add(l, index_key(ix, s), r),
-				  .names = s->names,
-				  .cls = IBIN_NONE,
-				  .name = IBIN_NONE};
+	const struct index_sample *s =
+		member ? &ix->members[i] : &ix->samples[i];
+
+	return (struct ibin_sample){.offset = s->offset,
+				    .sum = s->sum,
+				    .shard = s->shard,
+				    .size = s->size,
+				    .key = member ? l->mkey[i] : l->skey[i],
+				    .names = s->names,
+				    .cls = member ? IBIN_NONE : l->t.cls[i],
+				    .name = member ? IBIN_NONE : l->t.name[i]};
 }
 
 static int lay_out(struct layout *l, const struct index *ix)
@@ -50,8 +55,8 @@ static int lay_out(struct layout *l, const struct index *ix)
 
 	l->shards = xcalloc(ix->nshards + 1, sizeof(*l->shards));
 	l->names = xcalloc(ix->nnames + 1, sizeof(*l->names));
-	l->samples = xcalloc(ix->nsamples + 1, sizeof(*l->samples));
-	l->members = xcalloc(ix->nmembers + 1, sizeof(*l->members));
+	l->skey = xcalloc(ix->nsamples + 1, sizeof(*l->skey));
+	l->mkey = xcalloc(ix->nmembers + 1, sizeof(*l->mkey));
 	for (size_t i = 0; i < ix->nshards && !r; i++) {
 		const struct index_shard *s = &ix->shards[i];
 		if (!index_text_ok(s->url) || !s->url[0] ||
@@ -66,13 +71,10 @@ static int lay_out(struct layout *l, const struct index *ix)
 		l->names[i] = (struct ibin_names){
 			.label = add(l, ix->names[i].label, &r),
 			.ext = add(l, ix->names[i].ext, &r)};
-	for (size_t i = 0; i < ix->nsamples && !r; i++) {
-		put_record(l, &l->samples[i], ix, &ix->samples[i], &r);
-		l->samples[i].cls = l->t.cls[i];
-		l->samples[i].name = l->t.name[i];
-	}
+	for (size_t i = 0; i < ix->nsamples && !r; i++)
+		l->skey[i] = add(l, index_key(ix, &ix->samples[i]), &r);
 	for (size_t i = 0; i < ix->nmembers && !r; i++)
-		put_record(l, &l->members[i], ix, &ix->members[i], &r);
+		l->mkey[i] = add(l, index_key(ix, &ix->members[i]), &r);
 	return r;
 }
 
@@ -81,8 +83,8 @@ static void layout_clear(struct layout *l)
 	ibin_tree_clear(&l->t);
 	free(l->shards);
 	free(l->names);
-	free(l->samples);
-	free(l->members);
+	free(l->skey);
+	free(l->mkey);
 }
 
 /* One section at the file's current end (8-aligned), its place and sum
@@ -106,6 +108,38 @@ static int put_section(FILE *f, struct ibin_section *sec, const void *p,
 	return 0;
 }
 
+/* The samples' or members' section, made and hashed a chunk at a time. */
+static int put_records(FILE *f, struct ibin_section *sec,
+		       const struct layout *l, const struct index *ix,
+		       bool member, uint64_t *at)
+{
+	struct ibin_sample chunk[1024];
+	size_t n = member ? ix->nmembers : ix->nsamples, k = 0;
+	XXH3_state_t *st = XXH3_createState();
+	int r = st && XXH3_64bits_reset(st) == XXH_OK ? 0 : -ENOMEM;
+
+	if (!r)
+		r = put_section(f, sec, NULL, 0, sizeof(*chunk), at);
+	for (size_t i = 0; i < n && !r; i++) {
+		chunk[k++] = record(l, ix, i, member);
+		if (k < sizeof(chunk) / sizeof(*chunk) && i + 1 < n)
+			continue;
+		if (XXH3_64bits_update(st, chunk, k * sizeof(*chunk)) !=
+			    XXH_OK ||
+		    fwrite(chunk, sizeof(*chunk), k, f) != k)
+			r = -EIO;
+		k = 0;
+	}
+	if (!r) {
+		sec->count = n;
+		sec->size = (uint64_t)n * sizeof(*chunk);
+		sec->sum = XXH3_64bits_digest(st);
+		*at += sec->size;
+	}
+	XXH3_freeState(st);
+	return r;
+}
+
 static int put_all(FILE *f, const struct layout *l, const struct index *ix,
 		   struct ibin_header *h)
 {
@@ -122,16 +156,17 @@ static int put_all(FILE *f, const struct layout *l, const struct index *ix,
 		[IBIN_STRINGS] = {l->t.str, l->t.len, 1},
 		[IBIN_SHARDS] = {l->shards, ix->nshards, sizeof(*l->shards)},
 		[IBIN_NAMES] = {l->names, ix->nnames, sizeof(*l->names)},
-		[IBIN_SAMPLES] = {l->samples, ix->nsamples,
-				  sizeof(*l->samples)},
-		[IBIN_MEMBERS] = {l->members, ix->nmembers,
-				  sizeof(*l->members)},
+		/* IBIN_SAMPLES, IBIN_MEMBERS: put_records */
 		[IBIN_CLASSES] = {l->t.classes, l->t.nclasses,
 				  sizeof(*l->t.classes)},
 		[IBIN_ORDER] = {l->t.order, l->t.norder, sizeof(*l->t.order)},
 	};
 	for (int i = 0; i < IBIN_NSECTIONS && !r; i++)
-		r = put_section(f, &h->sec[i], s[i].p, s[i].n, s[i].rec, &at);
+		r = i == IBIN_SAMPLES || i == IBIN_MEMBERS
+			    ? put_records(f, &h->sec[i], l, ix,
+					  i == IBIN_MEMBERS, &at)
+			    : put_section(f, &h->sec[i], s[i].p, s[i].n,
+					  s[i].rec, &at);
 	h->file_size = at;
 	return r;
 }
