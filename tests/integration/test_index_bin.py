@@ -5,11 +5,19 @@ mounts; a corrupt binary index fails the mount with one line."""
 
 import glob
 import hashlib
+import io
 import os
+import struct
 import subprocess
+import sys
+import tarfile
 
 import helpers
 from helpers import source_of
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..",
+                                "tools", "dev"))
+import nginx as nginx_mod  # noqa: E402  (tools/dev/nginx.py)
 
 INDEXER = os.path.join(helpers.BUILD, "tools", "echofs-index")
 MAGIC = b"\x89EFSIDX\n"
@@ -106,3 +114,70 @@ def test_corrupt_binary_index_fails_in_one_line(nginx, dataset, mounter,
         err = helpers.failed_mount(mounter, source_of(nginx.url, "test"),
                                    {"index": path})
         assert "binary index: " in err and why in err, err
+
+
+def bin_tree(path):
+    """{class/file: sample} read from a binary index as docs/index-format.md
+    lays it out (a reader independent of the C one)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    head = struct.unpack_from("<8sIIQII", data, 0)
+    assert head[0] == MAGIC and head[1] == 1 and head[3] == len(data)
+    secs = [struct.unpack_from("<QQQQ", data, 32 + 32 * i) for i in range(7)]
+    strings = data[secs[0][0]:secs[0][0] + secs[0][1]]
+
+    def s(off):
+        return strings[off:strings.index(b"\0", off)].decode()
+
+    samples = [struct.unpack_from("<QQIIIIII", data, secs[3][0] + 40 * i)
+               for i in range(secs[3][2])]
+    order = struct.unpack_from("<%dI" % secs[6][2], data, secs[6][0])
+    tree = {}
+    for c in range(secs[5][2]):
+        name, _label, first, count = struct.unpack_from(
+            "<IIII", data, secs[5][0] + 16 * c)
+        for i in order[first:first + count]:
+            assert samples[i][6] == c
+            tree["%s/%s" % (s(name), s(samples[i][7]))] = i
+    return tree
+
+
+def test_write_time_names_are_the_mounts(tmp_path, mounter):
+    """The tree a binary index carries (classes, sorted names, _dup
+    renames decided when it is written) is the tree echofs builds from
+    the same index given as text: repeated keys across shards, numeric
+    labels "3" and "03" in one class, and a key that takes a renamed
+    file's name (a second renaming round)."""
+    www = tmp_path / "www"
+    (www / "d").mkdir(parents=True)
+    members = [[("a/k", "3"), ("b/k", "3"), ("x", "12"), ("c/k_dup1", "3")],
+               [("e/k", "03"), ("f/x", "12"), ("g/k", "3")]]
+    shards = []
+    for n, samples in enumerate(members):
+        path = str(www / "d" / ("d-%06d.tar" % n))
+        with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as t:
+            for key, label in samples:
+                for ext, body in (("jpg", ("%s/%d" % (key, n)).encode()),
+                                  ("cls", label.encode())):
+                    ti = tarfile.TarInfo("%s.%s" % (key, ext))
+                    ti.size = len(body)
+                    t.addfile(ti, io.BytesIO(body))
+        shards.append(path)
+    srv = nginx_mod.Nginx(str(www), str(tmp_path / "ngx"))
+    try:
+        src = "%s/d/d-{000000..000001}.tar" % srv.url
+        got = {}
+        for fmt in ("binary", "text"):
+            ix = str(tmp_path / ("d.%s" % fmt))
+            r = subprocess.run([INDEXER, "--format", fmt, "--base-url",
+                                srv.url + "/d", "-o", ix] + shards,
+                               capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+            m = mounter(src, opts={"index": ix}, name="m-" + fmt)
+            got[fmt] = sorted(helpers.list_paths(m.mnt))
+        want = bin_tree(str(tmp_path / "d.binary"))
+        assert got["binary"] == got["text"] == sorted(want), (got, want)
+        assert len(want) == 7 and any("_dup" in p and p.count("_dup") == 2
+                                      for p in want), want
+    finally:
+        srv.stop()
