@@ -1,5 +1,6 @@
 /* echofs_index.c - echofs-index: build a dataset index from tar shards (local
- * files or HTTP(S) URLs), or check that an index file loads. */
+ * files or HTTP(S) URLs), in the binary or the text format, convert one
+ * format to the other, or check that an index file loads. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -15,11 +16,12 @@
 #include "cache/index/indexer.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "fetch/net/bucket.h"
-#include "fetch/net/http.h"
 #include "fetch/format/index.h"
+#include "fetch/format/index_bin.h"
 #include "fetch/format/scan.h"
 #include "fetch/format/sums.h"
+#include "fetch/net/bucket.h"
+#include "fetch/net/http.h"
 #include "fetch/net/shardlist.h"
 
 #define PROG "echofs-index"
@@ -32,17 +34,30 @@ struct opts {
 	const char *base_url;	 /* for local files */
 	const char *header_file; /* extra HTTP headers */
 	const char *check;	 /* --check FILE */
+	const char *convert;	 /* --convert FILE */
+	bool text;		 /* --format text */
 	bool allow_paths;
 	unsigned jobs;
 };
 
-enum { OPT_BASE_URL = 256, OPT_HEADER_FILE, OPT_CHECK, OPT_ALLOW_PATHS };
+enum {
+	OPT_BASE_URL = 256,
+	OPT_HEADER_FILE,
+	OPT_CHECK,
+	OPT_ALLOW_PATHS,
+	OPT_FORMAT,
+	OPT_CONVERT
+};
+
+/* What is written when --format is not given. */
+#define DEFAULT_TEXT false
 
 static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: " PROG " [options] SHARD...\n"
 		"       " PROG " --check FILE\n"
+		"       " PROG " --convert FILE [-o OUT] [--format FMT]\n"
 		"\n"
 		"Scan WebDataset tar shards and write an echofs index.\n"
 		"SHARD is a local tar file or an http(s) URL; URLs may hold "
@@ -65,11 +80,18 @@ static void usage(FILE *f)
 		"  -j, --jobs N          shards fetched at a time for URLs "
 		"(default 4)\n"
 		"      --header-file F   extra HTTP header lines for URLs\n"
-		"      --check FILE      load an index, print its size and "
-		"load "
-		"time\n"
+		"      --format FMT      binary (fixed records, checksummed: "
+		"index-format.md)\n"
+		"                        or text (the line format); default "
+		"%s\n"
+		"      --convert FILE    read an index (text or binary) and "
+		"write it in FMT\n"
+		"      --check FILE      load an index (text or binary), print "
+		"its size and\n"
+		"                        load time\n"
 		"  -h, --help            this help\n"
-		"  -V, --version         print the version\n");
+		"  -V, --version         print the version\n",
+		DEFAULT_TEXT ? "text" : "binary");
 }
 
 static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -96,6 +118,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{"jobs", required_argument, NULL, 'j'},
 		{"header-file", required_argument, NULL, OPT_HEADER_FILE},
 		{"check", required_argument, NULL, OPT_CHECK},
+		{"format", required_argument, NULL, OPT_FORMAT},
+		{"convert", required_argument, NULL, OPT_CONVERT},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -104,6 +128,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	int c;
 
 	o->jobs = 4;
+	o->text = DEFAULT_TEXT;
 	while ((c = getopt_long(argc, argv, "o:j:hV", longs, NULL)) != -1) {
 		switch (c) {
 		case 'o':
@@ -128,6 +153,18 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case OPT_CHECK:
 			o->check = optarg;
+			break;
+		case OPT_CONVERT:
+			o->convert = optarg;
+			break;
+		case OPT_FORMAT:
+			if (strcmp(optarg, "text") &&
+			    strcmp(optarg, "binary")) {
+				fail("--format wants binary or text, not '%s'",
+				     optarg);
+				return -1;
+			}
+			o->text = strcmp(optarg, "text") == 0;
 			break;
 		case 'h':
 			usage(stdout);
@@ -349,8 +386,8 @@ static int build_remote(int n, char **args, const struct opts *o,
 	}
 	/* e.g. S3 with no region given asks the first bucket */
 	buckets_ready(bk, h, (const char *const *)list.urls, list.n);
-	r = indexer_build(h, NULL, &list, o->jobs, progress, NULL, out, NULL, err,
-			  sizeof(err));
+	r = indexer_build(h, NULL, &list, o->jobs, progress, NULL, out, NULL,
+			  err, sizeof(err));
 	http_free(h);
 	buckets_free(bk);
 	shardlist_clear(&list);
@@ -371,22 +408,76 @@ static void strip_secrets(struct index *ix)
 		free(u);
 	}
 	if (n)
-		fprintf(stderr, PROG ": warning: %zu shard URL%s held userinfo or "
+		fprintf(stderr,
+			PROG
+			": warning: %zu shard URL%s held userinfo or "
 			"a query string; stripped from the index (pass the "
 			"credentials to echofs in SOURCE or -o header_file)\n",
 			n, n == 1 ? "" : "s");
 }
 
-static int write_index(const struct index *ix, const char *out)
+/* The binary writer seeks back to its header: through a temporary file
+ * when standard output is a pipe. */
+static int write_bin_stdout(const struct index *ix)
+{
+	char buf[1 << 16];
+	FILE *t;
+	size_t n;
+	int r;
+
+	if (isatty(STDOUT_FILENO))
+		return -ENOTTY;
+	/* A file at its start, not appended to: written in place. */
+	if (lseek(STDOUT_FILENO, 0, SEEK_CUR) == 0 &&
+	    !(fcntl(STDOUT_FILENO, F_GETFL) & O_APPEND))
+		return index_bin_write(ix, stdout);
+	if (!(t = tmpfile()))
+		return -errno;
+	r = index_bin_write(ix, t);
+	if (!r && fseeko(t, 0, SEEK_SET))
+		r = -EIO;
+	while (!r && (n = fread(buf, 1, sizeof(buf), t)) > 0)
+		if (fwrite(buf, 1, n, stdout) != n)
+			r = -EIO;
+	if (!r && (ferror(t) || fflush(stdout)))
+		r = -EIO;
+	fclose(t);
+	return r;
+}
+
+static int write_index(const struct index *ix, const struct opts *o)
 {
 	int r;
 
-	if (out) {
-		r = index_save(ix, out);
-		return r ? fail("%s: %s", out, strerror(-r)) : 0;
+	if (o->out) {
+		r = o->text ? index_save(ix, o->out)
+			    : index_bin_save_mode(ix, o->out, 0644);
+		return r ? fail("%s: %s", o->out, strerror(-r)) : 0;
 	}
-	r = index_write(ix, stdout);
+	r = o->text ? index_write(ix, stdout) : write_bin_stdout(ix);
+	if (r == -ENOTTY)
+		return fail("not writing a binary index to a terminal: give "
+			    "-o FILE or --format text");
 	return r ? fail("writing the index: %s", strerror(-r)) : 0;
+}
+
+/* --convert: any index in, the chosen format out. */
+static int run_convert(const struct opts *o)
+{
+	struct index *ix;
+	char err[512];
+	int r = index_load(o->convert, &ix, err, sizeof(err));
+
+	if (r == -EBADMSG)
+		return fail("%s: %s", o->convert, err);
+	if (r)
+		return fail("%s", err);
+	r = write_index(ix, o);
+	if (!r)
+		fprintf(stderr, PROG ": %zu shards, %zu samples\n", ix->nshards,
+			ix->nsamples);
+	index_free(ix);
+	return r;
 }
 
 int main(int argc, char **argv)
@@ -400,6 +491,10 @@ int main(int argc, char **argv)
 		return 1;
 	if (o.check)
 		return run_check(o.check);
+	if (o.convert && first != argc)
+		return fail("--convert takes no shards");
+	if (o.convert)
+		return run_convert(&o);
 	if (first == argc)
 		return fail("no shards given (see --help)");
 	log_set_level(LOG_LEVEL_WARN);
@@ -414,7 +509,7 @@ int main(int argc, char **argv)
 	if (r)
 		return r;
 	strip_secrets(ix);
-	r = write_index(ix, o.out);
+	r = write_index(ix, &o);
 	if (!r) {
 		fprintf(stderr, PROG ": %zu shards, %zu samples\n", ix->nshards,
 			ix->nsamples);

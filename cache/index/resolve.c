@@ -4,6 +4,7 @@
 #include "cache/index/resolve.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "fetch/format/index.h"
+#include "fetch/format/index_bin.h"
 #include "fetch/net/bucket.h"
 #include "fetch/net/http.h"
 #include "fetch/net/scheme.h"
@@ -399,7 +401,7 @@ static void save_cached(const char *path, struct index *ix)
 		kept[i] = ix->shards[i].url;
 		ix->shards[i].url = http_strip_secrets(kept[i]);
 	}
-	int r = index_save_mode(ix, path, 0600);
+	int r = index_bin_save_mode(ix, path, 0600);
 	for (size_t i = 0; i < ix->nshards; i++) {
 		free((char *)ix->shards[i].url);
 		ix->shards[i].url = kept[i];
@@ -455,23 +457,91 @@ static void use_url_key(const struct resolve_opts *o)
 	int r = http_url_key_use(o->cache_dir, !o->look_only);
 
 	if (r && !(r == -ENOENT && o->look_only))
-		log_warn("cache dir %s: no key for URL digests (%s): shards with "
+		log_warn("cache dir %s: no key for URL digests (%s): shards "
+			 "with "
 			 "a query string are not found again by later mounts",
 			 o->cache_dir, strerror(-r));
+}
+
+/* Where the binary copy of a text index given by index= is kept: under
+ * cache_dir/index/, keyed by the text's XXH3 (a local file) or by its URL
+ * (without secrets), size and ETag. -ENOENT when none is kept for it: no
+ * cache_dir, a look-only run, a binary index already, a URL without an
+ * ETag (a change could not be told) or one that cannot be reached (the
+ * load then says why). */
+static int given_copy_path(const struct resolve_opts *o, struct http *h,
+			   char *buf, size_t buflen)
+{
+	char etag[HTTP_ETAG_MAX], head[INDEX_BIN_MAGIC_LEN];
+	uint64_t key, size;
+	int fd;
+
+	buf[0] = '\0';
+	if (!o->cache_dir || o->look_only)
+		return -ENOENT;
+	if (shardlist_is_url(o->index)) {
+		char *u;
+		if (http_stat(h, o->index, &size, etag, sizeof(etag)) ||
+		    !etag[0])
+			return -ENOENT;
+		u = http_strip_secrets(o->index);
+		key = hash64(u, strlen(u) + 1, size);
+		key = hash64(etag, strlen(etag), key);
+		free(u);
+	} else {
+		fd = open(o->index, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0)
+			return -ENOENT;
+		size = pread(fd, head, sizeof(head), 0) == sizeof(head) &&
+		       index_bin_is(head, sizeof(head));
+		close(fd);
+		if (size || index_bin_file_sum(o->index, &key))
+			return -ENOENT;
+	}
+	snprintf(buf, buflen, "%s/index/given-%016llx.echofs-index",
+		 o->cache_dir, (unsigned long long)key);
+	return 0;
+}
+
+/* The kept binary copy of a given index, when there is one that loads and
+ * matches SOURCE; a broken one is removed (and made again). */
+static bool load_copy(struct http *h, const char *copy,
+		      const struct shardlist *l, struct index **out)
+{
+	char err[512];
+
+	if (access(copy, R_OK) != 0)
+		return false;
+	if (load_index(h, copy, out, err, sizeof(err)) == 0 &&
+	    check_matches(*out, l, "kept copy of the index", 1, err,
+			  sizeof(err)) == 0) {
+		log_info("index from option: its binary copy %s", copy);
+		return true;
+	}
+	log_warn("ignoring the kept copy of the index %s: %s", copy, err);
+	index_free(*out);
+	*out = NULL;
+	unlink(copy);
+	return false;
 }
 
 /* Index from option, cache or beside the shards; -ENOENT when none of them
  * has one (then the caller builds it). */
 static int find_index(const struct resolve_opts *o, struct http *h,
-		      const struct shardlist *l, const char *cached,
-		      struct index **out, struct resolve_info *info, char *err,
-		      size_t errlen)
+		      const struct shardlist *l, const char *cached, char *copy,
+		      size_t copylen, struct index **out,
+		      struct resolve_info *info, char *err, size_t errlen)
 {
 	char beside[4096];
 	int r;
 
 	if (o->index) {
 		info->index_from = "option";
+		r = given_copy_path(o, h, copy, copylen);
+		if (r == 0 && load_copy(h, copy, l, out)) {
+			copy[0] = '\0'; /* kept already */
+			return 0;
+		}
 		r = load_index(h, o->index, out, err, errlen);
 		return r == -ENOENT ? -EINVAL : r; /* given but missing: fail */
 	}
@@ -500,7 +570,7 @@ int resolve_open(const struct resolve_opts *o, struct http *h, struct store *st,
 		 size_t errlen)
 {
 	struct shardlist l = {0};
-	char cached[4096] = "";
+	char cached[4096] = "", copy[4096] = "";
 	int r;
 
 	*out = NULL;
@@ -516,7 +586,8 @@ int resolve_open(const struct resolve_opts *o, struct http *h, struct store *st,
 	snprintf(info->first_shard, sizeof(info->first_shard), "%s", l.urls[0]);
 	if (o->cache_dir)
 		cached_index_path(o->cache_dir, &l, cached, sizeof(cached));
-	r = find_index(o, h, &l, cached, out, info, err, errlen);
+	r = find_index(o, h, &l, cached, copy, sizeof(copy), out, info, err,
+		       errlen);
 	if (r == -ENOENT && o->look_only) {
 		info->index_from = "none";
 		goto out;
@@ -546,6 +617,10 @@ int resolve_open(const struct resolve_opts *o, struct http *h, struct store *st,
 	    (strcmp(info->index_from, "built") == 0 ||
 	     strcmp(info->index_from, "beside") == 0))
 		save_cached(cached, *out);
+	/* A text index given by index= is converted once; later mounts map
+	 * the copy (find_index). */
+	if (copy[0] && strcmp(info->index_from, "option") == 0)
+		save_cached(copy, *out);
 	r = probe(h, st, *out, err, errlen);
 out:
 	if (r) {

@@ -8,6 +8,7 @@
  * fresh memory for the text. The strings an index keeps (URLs, ETags, keys)
  * are copied side by side into one region sized by the text and trimmed
  * after (index_mem.c holds the rest of the index's storage). */
+#include "fetch/format/index_bin.h"
 #include "fetch/format/index_int.h"
 
 #include <errno.h>
@@ -429,6 +430,21 @@ static int parse_finish(struct parser *ps, struct index **out, char *err,
 	return 0;
 }
 
+/* A binary index (index_bin.h) from memory (buf) or a file (path), copied
+ * into an index in memory. */
+static int load_bin(const char *buf, size_t len, const char *path,
+		    struct index **out, char *err, size_t errlen)
+{
+	struct index_bin *b;
+	int r = path ? index_bin_open(path, &b, err, errlen)
+		     : index_bin_open_mem(buf, len, &b, err, errlen);
+
+	if (!r)
+		r = index_bin_into_index(b, out, err, errlen);
+	index_bin_close(b);
+	return r;
+}
+
 int index_parse(const char *buf, size_t len, struct index **out, char *err,
 		size_t errlen)
 {
@@ -437,6 +453,8 @@ int index_parse(const char *buf, size_t len, struct index **out, char *err,
 	int r;
 
 	*out = NULL;
+	if (index_bin_is(buf, len))
+		return load_bin(buf, len, NULL, out, err, errlen);
 	if (len >= INDEX_FILE_MAX) {
 		snprintf(err, errlen, "index too large");
 		return -EFBIG;
@@ -538,6 +556,16 @@ static int load_fd(struct reader *rd, struct index **out, char *err,
 	return r;
 }
 
+/* The file at fd starts with the binary index's magic (a binary index is
+ * mapped, not read through the text reader). */
+static bool starts_binary(int fd)
+{
+	char magic[INDEX_BIN_MAGIC_LEN];
+
+	return pread(fd, magic, sizeof(magic), 0) == (ssize_t)sizeof(magic) &&
+	       index_bin_is(magic, sizeof(magic));
+}
+
 int index_load(const char *path, struct index **out, char *err, size_t errlen)
 {
 	struct reader rd = {.fd = -1};
@@ -556,6 +584,10 @@ int index_load(const char *path, struct index **out, char *err, size_t errlen)
 		r = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
 	else if ((uint64_t)st.st_size >= INDEX_FILE_MAX)
 		r = -EFBIG;
+	if (!r && starts_binary(rd.fd)) {
+		close(rd.fd);
+		return load_bin(NULL, 0, path, out, err, errlen);
+	}
 	if (!r) {
 		rd.size = (size_t)st.st_size;
 		r = load_fd(&rd, out, err, errlen);

@@ -191,7 +191,10 @@ MUST_CHECK
 int index_parse(const char *buf, size_t len, struct index **out, char *err,
 		size_t errlen);
 /* Read and parse a local file (in chunks, never past the size it had when
- * opened). -errno on I/O failure, with a reason in err. */
+ * opened). -errno on I/O failure, with a reason in err.
+ * index_parse and index_load also take a binary index (index_bin.h: one
+ * starting with INDEX_BIN_MAGIC), which they check whole and copy in; its
+ * errors read "binary index: reason" instead of "line N: reason". */
 MUST_CHECK
 int index_load(const char *path, struct index **out, char *err, size_t errlen);
 /* index_parse on a malloc'd buffer of len bytes (file_read_all's and

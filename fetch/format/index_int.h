@@ -94,4 +94,26 @@ int64_t index_places_find(const struct index_places *p,
 			  const struct index_sample *v,
 			  const struct index_sample *x);
 
+/* index_mem.c: room for nsamples samples and key_bytes (0: none asked) of keys
+ * in all, taken at once (a binary index knows both): 0 or -ENOMEM. */
+int index_reserve(struct index *ix, size_t nsamples, size_t key_bytes);
+/* index_mem.c: index_add_sample with the (label, ext) pair given by its
+ * id in ix->names (index_names_of), checked as index_add_sample does;
+ * _at with the key already in the key area, at offset key. */
+int index_add_sample_named(struct index *ix, uint32_t shard, uint64_t offset,
+			   uint64_t size, const char *key, uint32_t names);
+int index_add_sample_at(struct index *ix, uint32_t shard, uint64_t offset,
+			uint64_t size, uint32_t key, uint32_t names);
+/* index_mem.c: the key area becomes keys (keys_len bytes, NUL-ended),
+ * inside map (maplen bytes, munmap'd by index_free: a binary index's
+ * read-only mapping, whose string table the keys are read from in
+ * place); keys added later are copied out first (add_key). */
+void index_keys_borrow(struct index *ix, void *map, size_t maplen,
+		       const char *keys, size_t keys_len);
+
+/* index_write.c: index_save_mode with the writer given (index_write,
+ * index_bin_write): temp file, fsync, rename, fsync of the directory. */
+int index_save_with(const struct index *ix, const char *path, mode_t mode,
+		    int (*write)(const struct index *, FILE *));
+
 #endif

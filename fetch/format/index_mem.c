@@ -455,6 +455,88 @@ int index_add_sample(struct index *ix, uint32_t shard, uint64_t offset,
 	return 0;
 }
 
+int index_reserve(struct index *ix, size_t nsamples, size_t key_bytes)
+{
+	struct index_arena *a = ix->arena;
+	char *k;
+
+	if (nsamples > ix->cap_samples && grow_samples(ix, nsamples))
+		return -ENOMEM;
+	if (!key_bytes || key_bytes > INDEX_KEYS_MAX ||
+	    (a->keys_owned && a->keys_cap >= key_bytes))
+		return 0;
+	k = malloc(key_bytes > a->keys_len ? key_bytes : a->keys_len + 1);
+	if (!k)
+		return -ENOMEM;
+	if (a->keys_len)
+		memcpy(k, a->keys, a->keys_len);
+	if (a->keys_owned)
+		free(a->keys);
+	a->keys = k;
+	a->keys_cap = key_bytes > a->keys_len ? key_bytes : a->keys_len + 1;
+	a->keys_owned = true;
+	ix->keys = k;
+	return 0;
+}
+
+int index_add_sample_at(struct index *ix, uint32_t shard, uint64_t offset,
+			uint64_t size, uint32_t key, uint32_t names)
+{
+	const struct index_names *nm;
+	const char *k;
+	struct index_sample *s;
+
+	if (names >= ix->nnames || key >= ix->arena->keys_len)
+		return -EINVAL;
+	nm = &ix->names[names];
+	k = ix->keys + key;
+	if (!index_text_ok(k) ||
+	    index_names_reject(nm->label, strlen(nm->label), k, strlen(k),
+			       nm->ext, strlen(nm->ext)) ||
+	    size > INDEX_SAMPLE_MAX || !index_in_shard(ix, shard, offset, size))
+		return -EINVAL;
+	if (ix->nsamples == ix->cap_samples &&
+	    grow_samples(ix, ix->nsamples + 1))
+		return -ENOMEM;
+	s = &ix->samples[ix->nsamples++];
+	*s = (struct index_sample){.offset = offset,
+				   .key = key,
+				   .shard = shard,
+				   .size = (uint32_t)size,
+				   .names = names};
+	return 0;
+}
+
+int index_add_sample_named(struct index *ix, uint32_t shard, uint64_t offset,
+			   uint64_t size, const char *key, uint32_t names)
+{
+	uint32_t at;
+	int r = add_key(ix, key, &at);
+
+	if (!r)
+		r = index_add_sample_at(ix, shard, offset, size, at, names);
+	if (r) /* the key stays unused in the key area */
+		return r;
+	return 0;
+}
+
+void index_keys_borrow(struct index *ix, void *map, size_t maplen,
+		       const char *keys, size_t keys_len)
+{
+	struct index_arena *a = ix->arena;
+
+	bigmap_free(a->text, a->text_map);
+	if (a->keys_owned)
+		free(a->keys);
+	a->text = map;
+	a->text_map = maplen;
+	a->keys = (char *)keys;
+	a->keys_len = keys_len;
+	a->keys_cap = keys_len;
+	a->keys_owned = false;
+	ix->keys = keys;
+}
+
 /* Room for one more member. */
 int index_grow_members(struct index *ix)
 {

@@ -115,6 +115,12 @@ int index_save(const struct index *ix, const char *path)
 
 int index_save_mode(const struct index *ix, const char *path, mode_t mode)
 {
+	return index_save_with(ix, path, mode, index_write);
+}
+
+int index_save_with(const struct index *ix, const char *path, mode_t mode,
+		    int (*write)(const struct index *, FILE *))
+{
 	size_t tlen = strlen(path) + sizeof(".tmp.XXXXXX");
 	char *tmp = xmalloc(tlen);
 	FILE *f;
@@ -132,7 +138,7 @@ int index_save_mode(const struct index *ix, const char *path, mode_t mode)
 		close(fd);
 		goto out;
 	}
-	r = index_write(ix, f);
+	r = write(ix, f);
 	if (!r && fsync(fileno(f)))
 		r = -errno;
 	if (fclose(f) && !r)

@@ -8,11 +8,16 @@
 # (rank/world) mounted one after the other.
 #   tools/bench/bench_scale.sh [--samples N] [--classes N] [--stats N]
 #                              [--echo-seconds S] [--ranks N] [--data DIR]
+#                              [--index-format binary|text]
 # The shards are sparse files of zeros served by nginx (nothing is read
 # from them but the echo mount's samples), and the index is format 1
-# (no checksums: the zeros would fail them) with unknown ETags; its lines
-# are otherwise what echofs-index writes. DATA (default
-# /tmp/echofs-bench/scale) keeps the shards and the index between runs.
+# (no checksums: the zeros would fail them) with unknown ETags: its text
+# is written by awk (tar shards of zeros have no members for
+# echofs-index to find), its lines otherwise what echofs-index writes;
+# echofs-index --convert makes the binary index (docs/index-format.md)
+# the mounts are given (--index-format text: the text one). DATA
+# (default /tmp/echofs-bench/scale) keeps the shards and the indexes
+# between runs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=tools/bench/common.sh
@@ -24,8 +29,14 @@ STATS=1000
 ECHO_SECONDS=60
 RANKS=4
 DATA=/tmp/echofs-bench/scale
-bench_args 2,15 --samples=SAMPLES --classes=CLASSES --stats=STATS \
-	--echo-seconds=ECHO_SECONDS --ranks=RANKS --data=DATA -- "$@"
+INDEX_FORMAT=binary
+bench_args 2,20 --samples=SAMPLES --classes=CLASSES --stats=STATS \
+	--echo-seconds=ECHO_SECONDS --ranks=RANKS --data=DATA \
+	--index-format=INDEX_FORMAT -- "$@"
+case "$INDEX_FORMAT" in
+binary | text) ;;
+*) echo "bench_scale: --index-format wants binary or text" >&2; exit 2 ;;
+esac
 
 PER=1000
 STEP=8192 # bytes between samples in a shard
@@ -61,7 +72,17 @@ make_index() {
 				(i % per) * step + 1024, 1000 + (i * 37) % 6000, c, c, c, i
 		}
 	}' >"$INDEX"
+	rm -f "$INDEX.bin"
 	echo "$1" >"$INDEX.port"
+}
+
+# make_binary: the binary index from the text one, with the project's tool
+# (kept with the text; BIN_INDEX set).
+make_binary() {
+	BIN_INDEX=$INDEX.bin
+	[ -f "$BIN_INDEX" ] && [ "$BIN_INDEX" -nt "$INDEX" ] && return 0
+	/usr/bin/time -f "binary index (echofs-index --convert): %e s wall, %M KB max rss" \
+		$B/tools/echofs-index --convert "$INDEX" --format binary -o "$BIN_INDEX" >/dev/null
 }
 
 # cpu_s PID: user + system seconds of a process so far.
@@ -103,11 +124,18 @@ timed() {
 make_shards
 bench_nginx "$DATA/www"
 make_index "$PORT"
+make_binary
 SOURCE="$BASE/ds/train-{000000..$LAST}.tar"
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "index: $SAMPLES samples, $NSHARDS shards, $CLASSES classes, $(($(stat -c %s "$INDEX") / 1000000)) MB"
-/usr/bin/time -f "index load (echofs-index --check): %e s wall, %U+%S s cpu, %M KB max rss" \
+echo "index: $SAMPLES samples, $NSHARDS shards, $CLASSES classes," \
+	"text $(($(stat -c %s "$INDEX") / 1000000)) MB," \
+	"binary $(($(stat -c %s "$BIN_INDEX") / 1000000)) MB"
+/usr/bin/time -f "text index load (echofs-index --check): %e s wall, %U+%S s cpu, %M KB max rss" \
 	$B/tools/echofs-index --check "$INDEX" >/dev/null
+/usr/bin/time -f "binary index load (echofs-index --check): %e s wall, %U+%S s cpu, %M KB max rss" \
+	$B/tools/echofs-index --check "$BIN_INDEX" >/dev/null
+[ "$INDEX_FORMAT" = binary ] && INDEX=$BIN_INDEX
+echo "mounts given the $INDEX_FORMAT index"
 
 mount_big exact ""
 echo "exact mount: ready tree in $wall s (daemon cpu $cpu s), rss $rss MB (peak $hwm MB)"

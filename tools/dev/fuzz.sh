@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
-ALL=(index tar transform png webp shardlist s3_xml gcs_json aws_creds options)
+ALL=(index index_bin tar transform png webp shardlist s3_xml gcs_json aws_creds options)
 UPDATE=0
 case "${1:-}" in
 -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
