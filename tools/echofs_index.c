@@ -50,7 +50,7 @@ enum {
 };
 
 /* What is written when --format is not given. */
-#define DEFAULT_TEXT false
+#define DEFAULT_TEXT true
 
 static void usage(FILE *f)
 {
