@@ -106,6 +106,11 @@ struct dataset_prepared_stats {
 	int on;
 	uint64_t hits, misses, writes, corrupt, bytes, entries, evictions;
 	uint64_t queued, skipped; /* waiting for the writer; not kept */
+	/* Not kept because it was the sample's first use (issue 47: the tier
+	 * fills from second uses), or first use with the seen set full. */
+	uint64_t skipped_first, skipped_seen_full;
+	uint64_t seen;	 /* samples known to have been used */
+	double writer_s; /* seconds the writer spent writing entries */
 };
 
 struct dataset_stats {

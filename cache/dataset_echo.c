@@ -732,7 +732,10 @@ void dataset_echo_fill_stats(struct dataset *ds, struct dataset_stats *out)
 			.writes = ps.writes, .corrupt = ps.corrupt,
 			.bytes = ps.bytes, .entries = ps.entries,
 			.evictions = ps.evictions, .queued = ps.queued,
-			.skipped = ps.skipped};
+			.skipped = ps.skipped,
+			.skipped_first = ps.skipped_first,
+			.skipped_seen_full = ps.skipped_seen_full,
+			.seen = ps.seen, .writer_s = ps.writer_s};
 	}
 	if (!ds->pool)
 		return;

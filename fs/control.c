@@ -18,7 +18,7 @@
 #include "fs/namespace.h"
 #include "fs/push.h"
 
-#define MAX_METRICS 96
+#define MAX_METRICS 128
 #define MAX_ERRORS 16
 
 /* Append to a table of cap rows. A row past cap is a bug of the code that
@@ -239,6 +239,14 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 		  "prepared samples waiting for the tier's writer");
 		M("prepared_skipped", 'c', s->prep.skipped,
 		  "prepared samples not kept: the writer's queue was full");
+		M("prepared_skipped_first_use", 'c', s->prep.skipped_first,
+		  "prepared samples not kept: their first use (kept at the second)");
+		M("prepared_skipped_seen_full", 'c', s->prep.skipped_seen_full,
+		  "prepared samples not kept: first use, the set of used samples full");
+		M("prepared_seen", 'g', s->prep.seen,
+		  "samples known to have been used once (a second use keeps them)");
+		M("prepared_writer_s", 'c', s->prep.writer_s,
+		  "seconds the tier's writer spent writing entries");
 	}
 	if (dataset_echoes(c->src.ds)) {
 		M("echo", 'g', s->echo, "echo factor E in force");

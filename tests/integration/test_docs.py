@@ -213,7 +213,7 @@ def test_doc_links_resolve():
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.parametrize("tool", ["echofs-index", "echofs-pack", "echofs-top"])
+@pytest.mark.parametrize("tool", ["echofs-index", "echofs-pack", "echofs-top", "echofs-fdpass"])
 def test_tool_flags_agree(tool):
     helped = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", help_text(
         os.path.join(BUILD, "tools", tool))))
