@@ -80,6 +80,9 @@ def test_stats_counts(nginx, dataset, mounter):
     assert set(helpers.ERROR_KEYS) <= set(s0["errors"]), s0["errors"]
     assert (s0["samples"], s0["shards"], s0["classes"]) == (60000, 60, 10)
     assert s0["open_handles"] == 0
+    # The daemon's memory in its two parts (issue 48): a heap of some MB
+    # (the tree of 60,000 files), and the pages of files it maps.
+    assert s0["rss_anon_bytes"] > 1e6 and s0["rss_file_bytes"] > 0, s0
     # Shard 0 holds train_000000..train_000999; read them all.
     ref = dataset.ref_dir("train")
     files = sorted(p for p in dataset.ref_hashes("train")
