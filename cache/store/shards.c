@@ -802,6 +802,25 @@ int shards_track(struct shards *sh, const uint32_t *samples, size_t n)
 	return 0;
 }
 
+/* A pass ended: its readers' network wait becomes the last pass's, and
+ * is logged, so that it can be read even where the stats are not. */
+static void pass_wait_ended(struct shards *sh)
+{
+	double w;
+	uint64_t n;
+
+	pthread_mutex_lock(&sh->lock);
+	w = sh->stats.net_wait_s - sh->wait_at_pass;
+	sh->stats.net_wait_last_pass_s = w;
+	sh->wait_at_pass = sh->stats.net_wait_s;
+	pthread_mutex_unlock(&sh->lock);
+	pthread_mutex_lock(&sh->pass->lock);
+	n = sh->pass->passes;
+	pthread_mutex_unlock(&sh->pass->lock);
+	log_info("pass %llu read: readers waited %.1f s for the network",
+		 (unsigned long long)n, w);
+}
+
 void shards_note(struct shards *sh, uint32_t sample)
 {
 	struct pass *p = sh ? sh->pass : NULL;
@@ -823,13 +842,8 @@ void shards_note(struct shards *sh, uint32_t sample)
 		}
 	}
 	pthread_mutex_unlock(&p->lock);
-	if (ended) { /* the network wait of the pass that ended */
-		pthread_mutex_lock(&sh->lock);
-		sh->stats.net_wait_last_pass_s =
-			sh->stats.net_wait_s - sh->wait_at_pass;
-		sh->wait_at_pass = sh->stats.net_wait_s;
-		pthread_mutex_unlock(&sh->lock);
-	}
+	if (ended) /* the network wait of the pass that ended */
+		pass_wait_ended(sh);
 	if (done)
 		pass_finished(sh, g);
 }

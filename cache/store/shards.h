@@ -126,7 +126,9 @@ struct shards_stats {
 				  * 416): whole shards from then on */
 	double net_wait_s;      /* reader time spent waiting for the network
 				 * (a range GET, a download, a peer's) */
-	double net_wait_pass_s; /* of it, in the current pass */
+	double net_wait_pass_s; /* of it, in the current pass (the read
+				 * that completes a pass counts in the next:
+				 * its sample is noted before it is read) */
 	double net_wait_last_pass_s; /* in the last completed pass */
 };
 

@@ -34,11 +34,12 @@ static uint32_t most_wanted(const struct shards *sh)
 {
 	uint32_t best = UINT32_MAX;
 	unsigned most = 0;
+	double now = now_mono();
 
 	for (size_t i = 0; i < nshards(sh); i++) {
 		const struct slot *s = &sh->slots[i];
 		if (s->state == NONE && s->wants > most &&
-		    now_mono() >= s->bypass_until) {
+		    now >= s->bypass_until) {
 			most = s->wants;
 			best = (uint32_t)i;
 		}
