@@ -468,6 +468,8 @@ static ssize_t step_demand(struct shards *sh, struct slot *s, struct req *q)
 	if (!q->ranged && shards_demand_wants_range(sh, q->n, q->off, q->len)) {
 		q->ranged = true;
 		q->net = true;
+		if (!s->wr && shards_demand_peer_busy(sh, q->n))
+			return AGAIN; /* read from that download (step_peer) */
 		r = shards_demand_range(sh, q->n, q->off, q->len, q->buf);
 		return r == 0 ? (ssize_t)q->len : AGAIN;
 	}

@@ -12,6 +12,7 @@
 #include "cache/store/shards_int.h"
 
 #include "cache/store/demand.h"
+#include "cache/store/store.h"
 #include "common/lockcheck.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -19,6 +20,7 @@
 #include "fetch/net/http.h"
 
 #include <errno.h>
+#include <unistd.h>
 
 /* Weight of a new duration in the round-trip EWMA. */
 #define RTT_ALPHA 0.2
@@ -95,6 +97,22 @@ bool shards_demand_wants_range(struct shards *sh, uint32_t n, uint64_t off,
 
 	c.shard_eta_s = stream_eta(s, off + len, &l.rate_Bps);
 	return demand_decide(&c, &l) == DEMAND_RANGE;
+}
+
+bool shards_demand_peer_busy(struct shards *sh, uint32_t n)
+{
+	ASSERT_HELD(&sh->lock);
+	const struct index_shard *is = &sh->ix->shards[n];
+	int fd;
+
+	if (!sh->st)
+		return false;
+	pthread_mutex_unlock(&sh->lock);
+	fd = store_peer_open(sh->st, is->url, is->etag, is->size);
+	if (fd >= 0)
+		close(fd);
+	pthread_mutex_lock(&sh->lock);
+	return fd >= 0;
 }
 
 static void note_refused(struct shards *sh, uint32_t n)

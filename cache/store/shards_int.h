@@ -157,6 +157,9 @@ void shards_demand_schedule(struct shards *sh);
  * or FETCHING) fetch its bytes with a range GET now? */
 bool shards_demand_wants_range(struct shards *sh, uint32_t n, uint64_t off,
 			       size_t len);
+/* Lock dropped meanwhile. Is another mount sharing the cache downloading
+ * shard n? Its bytes then come once for both (peer reads), not by range. */
+bool shards_demand_peer_busy(struct shards *sh, uint32_t n);
 /* Lock dropped meanwhile. len bytes at off of shard n with a range GET:
  * 0, or -errno (-ERANGE: the server refuses ranges; turned off for the
  * mount and logged once). Counted in range_reads and demand_ranges. */

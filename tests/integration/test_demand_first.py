@@ -67,7 +67,8 @@ def test_shuffled_reads_come_before_the_shards(fault_server, dataset, mounter,
     # quarter of the dataset had arrived. Waiting for the shards (0.3 s
     # and more per file, six downloads at once before issue 46) brings in
     # more than a third of it by then.
-    assert s["range_reads"] >= 90, s
+    # (a file near the head of a shard already streaming waits for it)
+    assert s["range_reads"] >= 50, s
     assert s["bytes_fetched"] < 0.25 * shard_bytes, (
         "the reads waited for whole shards: %d of %d bytes fetched, "
         "%d shards cached" % (s["bytes_fetched"], shard_bytes,
