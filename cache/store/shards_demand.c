@@ -103,20 +103,16 @@ bool shards_demand_peer_busy(struct shards *sh, uint32_t n)
 {
 	ASSERT_HELD(&sh->lock);
 	const struct index_shard *is = &sh->ix->shards[n];
-	enum state was = sh->slots[n].state;
 	int fd;
 
-	/* Only NONE or QUEUED come here: our own worker writes no temp file
-	 * before it sets FETCHING (under this lock), so one found while the
-	 * state stayed the same is another mount's. */
-	if (!sh->st || (was != NONE && was != QUEUED))
+	if (!sh->st)
 		return false;
 	pthread_mutex_unlock(&sh->lock);
 	fd = store_peer_open(sh->st, is->url, is->etag, is->size);
 	if (fd >= 0)
 		close(fd);
 	pthread_mutex_lock(&sh->lock);
-	return fd >= 0 && sh->slots[n].state == was;
+	return fd >= 0;
 }
 
 static void note_refused(struct shards *sh, uint32_t n)
