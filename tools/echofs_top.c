@@ -470,9 +470,18 @@ static void render_io(struct view *v, const struct delta *d)
 		{"reads/s", rate(d, "reads"), 1},
 		{"served MB/s", rate(d, "bytes_served") / MB, 2},
 		{"shards cached", gauge(d->b, "shards_cached"), 0}};
+	/* Demand first (issue 46): the share of the interval readers spent
+	 * waiting for the network, that wait in the pass so far, and the
+	 * range GETs that spared them a whole shard. "-" until the mount
+	 * reports them. */
+	const struct cell l3[] = {
+		{"net wait %", rate(d, "net_wait_s") * 100, 1},
+		{"pass wait s", gauge(d->b, "net_wait_pass_s"), 1},
+		{"range reads/s", rate(d, "range_reads"), 1}};
 
 	cells(v, l1, ARRAY_SIZE(l1));
 	cells(v, l2, ARRAY_SIZE(l2));
+	cells(v, l3, ARRAY_SIZE(l3));
 }
 
 /* Total errors and, by kind, the ones new in this interval. */

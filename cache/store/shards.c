@@ -124,6 +124,7 @@ void shards_attach(struct shards *sh, uint32_t n, struct store_entry *e)
 			shards_unpin_some(sh, n, false);
 	}
 	s->state = CACHED;
+	s->wants = 0;
 	wake(s);
 }
 
@@ -198,6 +199,8 @@ struct req {
 	struct deadline deadline;
 	bool waited;
 	bool ranged; /* a range GET was tried for it already */
+	bool net;    /* it waited for the network (net_wait_s) */
+	bool wanted; /* counted in its shard's wants (demand first) */
 };
 
 static ssize_t wait_slot(struct shards *sh, struct slot *s, struct req *q)
@@ -212,6 +215,7 @@ static ssize_t wait_slot(struct shards *sh, struct slot *s, struct req *q)
 	if (sh->range_after_s > 0 && !q->ranged)
 		until = deadline_min(until, deadline_in(RANGE_RECHECK_S));
 	q->waited = true;
+	q->net = true;
 	s->waiters++;
 	r = cond_wait_until(&s->cond, &sh->lock, &until);
 	s->waiters--;
@@ -230,6 +234,7 @@ static ssize_t range_read(struct shards *sh, struct slot *s, struct req *q,
 	const struct index_shard *is = &sh->ix->shards[q->n];
 	int r;
 
+	q->net = true;
 	pthread_mutex_unlock(&sh->lock);
 	r = http_get_range_of(sh->h, is->url, is->etag, is->size, q->off,
 			      q->len, q->buf);
@@ -248,7 +253,10 @@ static ssize_t range_read(struct shards *sh, struct slot *s, struct req *q,
 	return -EIO;
 }
 
-/* NONE: look in the store (lock dropped), else queue a fetch. */
+static ssize_t step_demand(struct shards *sh, struct slot *s, struct req *q);
+
+/* NONE: look in the store (lock dropped), else queue a fetch (or, demand
+ * first, count the wait and maybe fetch just q's bytes). */
 static ssize_t step_none(struct shards *sh, struct slot *s, struct req *q)
 {
 	ASSERT_HELD(&sh->lock);
@@ -269,6 +277,8 @@ static ssize_t step_none(struct shards *sh, struct slot *s, struct req *q)
 		store_put(e);
 	else if (s->state == NONE && bypass_store(sh, s, q->n))
 		return range_read(sh, s, q, NONE, true);
+	else if (s->state == NONE && sh->demand)
+		return step_demand(sh, s, q);
 	else if (s->state == NONE)
 		shards_enqueue(sh, q->n);
 	else if (s->state == CACHED && !s->c)
@@ -354,6 +364,7 @@ static ssize_t step_peer(struct shards *sh, struct slot *s, struct req *q)
 		return -ETIMEDOUT;
 	until = deadline_min(q->deadline, deadline_in(PEER_POLL_S));
 	q->waited = true;
+	q->net = true;
 	s->waiters++;
 	cond_wait_until(&s->cond, &sh->lock, &until);
 	s->waiters--;
@@ -429,6 +440,7 @@ static ssize_t step_range(struct shards *sh, struct req *q)
 	int r;
 
 	q->ranged = true;
+	q->net = true;
 	pthread_mutex_unlock(&sh->lock);
 	r = http_get_range_of(sh->h, is->url, is->etag, is->size, q->off,
 			      q->len, q->buf);
@@ -437,6 +449,35 @@ static ssize_t step_range(struct shards *sh, struct req *q)
 		return AGAIN;
 	sh->stats.range_reads++;
 	return (ssize_t)q->len;
+}
+
+/* Demand first (shards_demand.c): q's shard is not local. Its wait
+ * counts toward the download order; its bytes come by a range GET when
+ * that pays (one try: a failure waits for the shard), else from the
+ * download. */
+static ssize_t step_demand(struct shards *sh, struct slot *s, struct req *q)
+{
+	ASSERT_HELD(&sh->lock);
+	int r;
+
+	if (!q->wanted) {
+		q->wanted = true;
+		s->wants++;
+	}
+	shards_demand_schedule(sh);
+	if (!q->ranged && shards_demand_wants_range(sh, q->n, q->off, q->len)) {
+		q->ranged = true;
+		q->net = true;
+		if (!s->wr && shards_demand_peer_busy(sh, q->n))
+			return AGAIN; /* read from that download (step_peer) */
+		r = shards_demand_range(sh, q->n, q->off, q->len, q->buf);
+		return r == 0 ? (ssize_t)q->len : AGAIN;
+	}
+	if (s->state == FETCHING)
+		return step_fetching(sh, s, q);
+	if (s->state == NONE || s->state == QUEUED)
+		return wait_slot(sh, s, q);
+	return AGAIN;
 }
 
 static ssize_t step(struct shards *sh, struct req *q)
@@ -448,10 +489,14 @@ static ssize_t step(struct shards *sh, struct req *q)
 	case NONE:
 		return step_none(sh, s, q);
 	case QUEUED:
+		if (sh->demand)
+			return step_demand(sh, s, q);
 		if (worth_a_range(sh, s, q))
 			return step_range(sh, q);
 		return wait_slot(sh, s, q);
 	case FETCHING:
+		if (sh->demand && s->wr)
+			return step_demand(sh, s, q);
 		if (worth_a_range(sh, s, q))
 			return step_range(sh, q);
 		return step_fetching(sh, s, q);
@@ -471,12 +516,15 @@ static ssize_t step(struct shards *sh, struct req *q)
 /* The bytes of q as they come, through the state machine. */
 static ssize_t read_plain(struct shards *sh, struct req *q)
 {
+	double t0 = now_mono();
 	ssize_t r;
 
 	pthread_mutex_lock(&sh->lock);
 	do {
 		r = sh->stop ? -ECANCELED : step(sh, q);
 	} while (r == AGAIN);
+	if (q->net)
+		sh->stats.net_wait_s += now_mono() - t0;
 	pthread_mutex_unlock(&sh->lock);
 	return r;
 }
@@ -601,7 +649,7 @@ static ssize_t read_checked(struct shards *sh, const struct req *q)
 ssize_t shards_read(struct shards *sh, uint32_t shard, uint64_t off, size_t len,
 		    void *buf)
 {
-	struct req q = {shard, off, len, buf, {{0, 0}}, false, false};
+	struct req q = {.n = shard, .off = off, .len = len, .buf = buf};
 	uint64_t size;
 	ssize_t r;
 	double old;
@@ -748,13 +796,37 @@ int shards_track(struct shards *sh, const uint32_t *samples, size_t n)
 		return -EINVAL;
 	sh->pass = pass_new(sh, samples, n);
 	store_set_needed(sh->st, pass_needed, sh);
+	/* Exact mounts read each path's own sample: demand first pays. The
+	 * echo pool streams whole shards in order and never calls this. */
+	pthread_mutex_lock(&sh->lock);
+	sh->demand = true;
+	pthread_mutex_unlock(&sh->lock);
 	return 0;
+}
+
+/* A pass ended: its readers' network wait becomes the last pass's, and
+ * is logged, so that it can be read even where the stats are not. */
+static void pass_wait_ended(struct shards *sh)
+{
+	double w;
+	uint64_t n;
+
+	pthread_mutex_lock(&sh->lock);
+	w = sh->stats.net_wait_s - sh->wait_at_pass;
+	sh->stats.net_wait_last_pass_s = w;
+	sh->wait_at_pass = sh->stats.net_wait_s;
+	pthread_mutex_unlock(&sh->lock);
+	pthread_mutex_lock(&sh->pass->lock);
+	n = sh->pass->passes;
+	pthread_mutex_unlock(&sh->pass->lock);
+	log_info("pass %llu read: readers waited %.1f s for the network",
+		 (unsigned long long)n, w);
 }
 
 void shards_note(struct shards *sh, uint32_t sample)
 {
 	struct pass *p = sh ? sh->pass : NULL;
-	bool done = false;
+	bool done = false, ended = false;
 	uint32_t g;
 
 	if (!p || sample >= sh->ix->nsamples || !p->in_view[sample])
@@ -768,9 +840,12 @@ void shards_note(struct shards *sh, uint32_t sample)
 		if (--p->view_left == 0) {
 			p->passes++;
 			pass_restart(sh, p);
+			ended = true;
 		}
 	}
 	pthread_mutex_unlock(&p->lock);
+	if (ended) /* the network wait of the pass that ended */
+		pass_wait_ended(sh);
 	if (done)
 		pass_finished(sh, g);
 }
@@ -784,6 +859,8 @@ void shards_get_stats(struct shards *sh, struct shards_stats *out)
 	*out = sh->stats;
 	out->queued = workq_pending(sh->wq);
 	out->active = sh->nfetching;
+	out->range_bytes = sh->range_bytes;
+	out->net_wait_pass_s = sh->stats.net_wait_s - sh->wait_at_pass;
 	pthread_mutex_unlock(&sh->lock);
 	if (sh->pass) {
 		pthread_mutex_lock(&sh->pass->lock);
@@ -840,6 +917,10 @@ int shards_open(const struct index *ix, struct http *h, struct store *st,
 		o && o->read_timeout_s > 0 ? o->read_timeout_s : 120;
 	sh->range_after_s = o && o->range_after_s > 0 ? o->range_after_s : 0;
 	sh->max_pinned = workers * 8 < 32 ? 32 : workers * 8;
+	sh->demand_streams =
+		workers < DEMAND_STREAMS ? workers : DEMAND_STREAMS;
+	for (size_t i = 0; i < ix->nshards; i++)
+		sh->dataset_bytes += ix->shards[i].size;
 	sh->slots = xcalloc(ix->nshards ? ix->nshards : 1, sizeof(*sh->slots));
 	sh->nslots = ix->nshards;
 	if ((r = init_slots(sh)) != 0) {

@@ -12,6 +12,11 @@
  * - Shuffled readers over a slow link would wait for half a shard per
  *   file; with range_after_s set, a reader that would wait long reads just
  *   its bytes with a range GET instead (see shards_opts).
+ * - Demand first (tracked views, i.e. exact mounts; shards_demand.c and
+ *   demand.h): a read whose shard is not local takes a range GET of its
+ *   bytes at once when demand_decide says it pays, counts toward its
+ *   shard's wants, and whole shards download at most DEMAND_STREAMS at a
+ *   time, most wanted first, instead of one queued per read.
  * - When the disk cache can't take the shard (no store, disk full, shard
  *   larger than the cache), reads are served by range GETs of just the
  *   requested bytes (counted as range_reads) and nothing is kept.
@@ -113,6 +118,18 @@ struct shards_stats {
 				 * download of the shard (checked by sum) */
 	uint64_t passes;        /* passes over the tracked view completed */
 	uint64_t pass_left;     /* samples of the view this pass has not read */
+	/* Demand first (shards_track) and the time readers waited. */
+	uint64_t demand_ranges; /* of range_reads: a reader's sample fetched
+				 * ahead of its shard (demand first) */
+	uint64_t range_bytes;   /* their bytes, response headers estimated */
+	uint64_t ranges_refused; /* range GETs the server refused (200 or
+				  * 416): whole shards from then on */
+	double net_wait_s;      /* reader time spent waiting for the network
+				 * (a range GET, a download, a peer's) */
+	double net_wait_pass_s; /* of it, in the current pass (the read
+				 * that completes a pass counts in the next:
+				 * its sample is noted before it is read) */
+	double net_wait_last_pass_s; /* in the last completed pass */
 };
 
 struct shards;

@@ -226,6 +226,8 @@ static void fetch_cached(struct shards *sh, uint32_t n, struct store_writer *w)
 	} else {
 		shards_set_failed(sh, n);
 	}
+	if (sh->demand)
+		shards_demand_schedule(sh); /* the next most wanted shard */
 	copies = s->bad_copies; /* a reader may change it once unlocked */
 	pthread_mutex_unlock(&sh->lock);
 	if (bad_sum)
@@ -265,6 +267,8 @@ static void fetch_one(struct shards *sh, uint32_t n)
 	} else {
 		shards_set_uncached(sh, n);
 	}
+	if (sh->demand)
+		shards_demand_schedule(sh);
 	pthread_mutex_unlock(&sh->lock);
 }
 

@@ -58,6 +58,8 @@ struct slot {
 	uint64_t tmo_off;
 	unsigned bad_copies; /* checksum failures since the last good copy */
 	double bypass_until; /* the store refused it (EDQUOT) until then */
+	unsigned wants;	     /* demand first: reads that waited for it since
+			      * it was last cached (the download order) */
 	pthread_cond_t cond; /* state, avail or users changed */
 };
 
@@ -99,6 +101,14 @@ struct shards {
 	size_t nslots; /* the index's shards at open: a shard added later has
 			* no slot and reads as unknown */
 	unsigned npinned, nfetching;
+	/* Demand first (shards_track; shards_demand.c). */
+	bool demand;
+	bool ranges_refused;	 /* the server said no: whole shards only */
+	unsigned demand_streams; /* whole-shard downloads at once, at most */
+	uint64_t range_bytes;	 /* demand range bytes (headers estimated) */
+	uint64_t dataset_bytes;	 /* every shard's size */
+	double rtt_s;		 /* EWMA of demand range GETs' durations */
+	double wait_at_pass;	 /* stats.net_wait_s when the pass began */
 	uint64_t use_clock;
 	bool stop;
 	struct shards_stats stats;
@@ -134,6 +144,27 @@ void shards_unpin_some(struct shards *sh, uint32_t keep, bool all);
 void shards_attach(struct shards *sh, uint32_t n, struct store_entry *e);
 /* Readers take range GETs for shard n for a while: the store refused it. */
 #define BYPASS_S 1.0
+
+/* ---- shards_demand.c (sh->lock held; see demand.h) ---- */
+
+/* Whole-shard downloads in demand mode, at most (and workers). */
+#define DEMAND_STREAMS 2u
+
+/* Queue the shards readers waited for most, while fewer than
+ * demand_streams downloads are queued or running. */
+void shards_demand_schedule(struct shards *sh);
+/* Should this reader (len bytes at off of shard n, in state NONE, QUEUED
+ * or FETCHING) fetch its bytes with a range GET now? */
+bool shards_demand_wants_range(struct shards *sh, uint32_t n, uint64_t off,
+			       size_t len);
+/* Lock dropped meanwhile. Is another mount sharing the cache downloading
+ * shard n? Its bytes then come once for both (peer reads), not by range. */
+bool shards_demand_peer_busy(struct shards *sh, uint32_t n);
+/* Lock dropped meanwhile. len bytes at off of shard n with a range GET:
+ * 0, or -errno (-ERANGE: the server refuses ranges; turned off for the
+ * mount and logged once). Counted in range_reads and demand_ranges. */
+int shards_demand_range(struct shards *sh, uint32_t n, uint64_t off, size_t len,
+			void *buf);
 
 /* ---- shards_fetch.c ---- */
 

@@ -218,6 +218,7 @@ void http_get_stats(struct http *h, struct http_stats *out)
 {
 	out->requests = atomic_load(&h->st.requests);
 	out->bytes = atomic_load(&h->st.bytes);
+	out->header_bytes = atomic_load(&h->st.header_bytes);
 	out->retries = atomic_load(&h->st.retries);
 	out->resumes = atomic_load(&h->st.resumes);
 	out->stalls = atomic_load(&h->st.stalls);

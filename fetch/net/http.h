@@ -25,6 +25,7 @@
  *            (e.g. 416 for a range past the end)
  *   -ECONNREFUSED / -EHOSTUNREACH  could not connect, retries exhausted
  *   -EFBIG   body larger than the caller's cap
+ *   -ERANGE  http_get_part: the server refuses ranges (200 or 416)
  *   -ECANCELED  the sink asked to stop (its own errno is returned instead
  *               when it returned one)
  * 404/410/401/403/412 and verification failures are final; 5xx, 408, 429,
@@ -123,6 +124,8 @@ struct http_opts {
 struct http_stats {
 	uint64_t requests; /* transfers started */
 	uint64_t bytes;	   /* body bytes received */
+	uint64_t header_bytes; /* response header bytes received (status
+				* lines included, every response) */
 	uint64_t retries;  /* attempts repeated after a retryable failure */
 	uint64_t resumes;  /* broken bodies resumed with Range */
 	/* attempts broken off for a stalled body: no byte for
@@ -187,6 +190,14 @@ int http_get_range(struct http *h, const char *url, const char *etag,
 MUST_CHECK
 int http_get_range_of(struct http *h, const char *url, const char *etag,
 		      uint64_t total, uint64_t off, size_t len, void *buf);
+
+/* The same, for callers with another way to the bytes (a whole-object
+ * download): a server that answers the range with 200 (it ignores Range)
+ * or 416 is -ERANGE at once, before any of the body is taken, where
+ * http_get_range_of would read the whole object up to off + len. */
+MUST_CHECK
+int http_get_part(struct http *h, const char *url, const char *etag,
+		  uint64_t total, uint64_t off, size_t len, void *buf);
 
 /* Whole object into a malloc'd, NUL-terminated buffer of at most cap bytes
  * (-EFBIG beyond). Caller frees *out. */

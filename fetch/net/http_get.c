@@ -80,13 +80,15 @@ int http_get_range(struct http *h, const char *url, const char *etag,
 	return http_get_range_of(h, url, etag, UINT64_MAX, off, len, buf);
 }
 
-int http_get_range_of(struct http *h, const char *url, const char *etag,
-		      uint64_t total, uint64_t off, size_t len, void *buf)
+static int get_range(struct http *h, const char *url, const char *etag,
+		     uint64_t total, uint64_t off, size_t len, void *buf,
+		     int strict)
 {
 	struct into_buf b = {.buf = buf};
 	struct want w = {.pos = off,
 			 .end = off + len,
 			 .total = total,
+			 .strict = strict,
 			 .sink = buf_sink,
 			 .ud = &b};
 
@@ -95,6 +97,18 @@ int http_get_range_of(struct http *h, const char *url, const char *etag,
 	if (off > NO_SIZE - 1 - len || want_etag(&w, etag))
 		return -EINVAL;
 	return http_run(h, url, &w);
+}
+
+int http_get_range_of(struct http *h, const char *url, const char *etag,
+		      uint64_t total, uint64_t off, size_t len, void *buf)
+{
+	return get_range(h, url, etag, total, off, len, buf, 0);
+}
+
+int http_get_part(struct http *h, const char *url, const char *etag,
+		  uint64_t total, uint64_t off, size_t len, void *buf)
+{
+	return get_range(h, url, etag, total, off, len, buf, 1);
 }
 
 int http_grow_sink(void *ud, const void *data, size_t len)

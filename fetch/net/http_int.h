@@ -41,7 +41,8 @@ struct http {
 	double rate_window_s;
 	_Atomic int stopping; /* http_cancel was called */
 	struct {
-		_Atomic uint64_t requests, bytes, retries, resumes, stalls;
+		_Atomic uint64_t requests, bytes, header_bytes, retries,
+			resumes, stalls;
 		_Atomic uint64_t errors_4xx, errors_5xx, errors_conn,
 			errors_verify;
 	} st;
@@ -62,6 +63,7 @@ struct want {
 	uint64_t total; /* object size; NO_SIZE until known */
 	char etag[HTTP_ETAG_MAX]; /* "" until known */
 	int head;		  /* HEAD request: headers only */
+	int strict;		  /* a range only: 200 or 416 is -ERANGE */
 	long status;		  /* of the last final response */
 	http_sink_fn sink;
 	void *ud;

@@ -86,6 +86,7 @@ size_t http_on_header(char *buf, size_t size, size_t n, void *ud)
 	size_t len = size * n, nlen;
 	const char *v, *colon, *name;
 
+	STAT_ADD(x->h, header_bytes, len);
 	if (len >= 5 && strncmp(buf, "HTTP/", 5) == 0) {
 		/* a new response (after 1xx): forget the previous one */
 		const char *sp = memchr(buf, ' ', len);

@@ -91,6 +91,10 @@ int http_check_headers(struct xfer *x)
 	struct want *w = x->w;
 	int rc;
 
+	if (w->strict && (r->status == 416 || r->status == 200))
+		return http_note_why(-ERANGE, "the server refuses ranges "
+					      "(answered a range with the "
+					      "whole object or 416)");
 	if (r->status != 200 && r->status != 206)
 		return 0; /* http_xlate() judges the status after the transfer
 			   */

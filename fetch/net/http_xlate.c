@@ -207,6 +207,9 @@ const char *http_reason(int err)
 		       "from https to http)";
 	case -ELOOP:
 		return "too many redirects (more than 5)";
+	case -ERANGE:
+		return "the server refuses ranges (answered a range with the "
+		       "whole object or 416)";
 	case -ETIMEDOUT:
 		return "timed out";
 	case -ECONNREFUSED:
