@@ -518,6 +518,7 @@ static void net_stats(struct http *h, struct dataset_net_stats *out)
 		.errors_5xx = hs.errors_5xx,
 		.errors_conn = hs.errors_conn,
 		.errors_verify = hs.errors_verify,
+		.header_bytes = hs.header_bytes,
 	};
 }
 
@@ -539,6 +540,10 @@ static void read_stats(struct shards *sh, struct dataset_read_stats *out)
 		.views_refused = s.views_refused, .bypassed = s.bypassed,
 		.peer_reads = s.peer_reads, .passes = s.passes,
 		.pass_left = s.pass_left,
+		.demand_ranges = s.demand_ranges, .range_bytes = s.range_bytes,
+		.ranges_refused = s.ranges_refused,
+		.net_wait_s = s.net_wait_s, .net_wait_pass_s = s.net_wait_pass_s,
+		.net_wait_last_pass_s = s.net_wait_last_pass_s,
 	};
 }
 

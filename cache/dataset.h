@@ -29,6 +29,7 @@
 struct dataset_net_stats {
 	uint64_t requests, bytes, retries, resumes, stalls;
 	uint64_t errors_4xx, errors_5xx, errors_conn, errors_verify;
+	uint64_t header_bytes; /* response header bytes received */
 };
 
 /* What the shard readers counted (cache/store/shards.h, shards_stats). */
@@ -52,6 +53,11 @@ struct dataset_read_stats {
 	uint64_t peer_reads;    /* samples from another mount's download */
 	uint64_t passes;        /* passes over the tracked view completed */
 	uint64_t pass_left;     /* samples this pass has not read */
+	/* Demand first (issue 46, cache/store/shards.h): a reader's sample
+	 * fetched by a range GET ahead of its shard, their bytes, refusals;
+	 * reader time waiting for the network, all, this pass, last pass. */
+	uint64_t demand_ranges, range_bytes, ranges_refused;
+	double net_wait_s, net_wait_pass_s, net_wait_last_pass_s;
 };
 
 /* The disk store's figures (cache/store/store.h); all 0 without one. */

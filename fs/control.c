@@ -86,6 +86,15 @@ struct snapshot {
 	double rss_anon, rss_file; /* bytes (read_rss) */
 };
 
+/* HTTP transfers per sample read from the cache, a range GET or another
+ * mount's download: what demand first costs the origin. */
+static double requests_per_sample(const struct snapshot *s)
+{
+	double n = (double)(s->sh.hits + s->sh.misses + s->sh.range_reads +
+			    s->sh.peer_reads);
+	return n > 0 ? (double)s->http.requests / n : 0;
+}
+
 /* The daemon's resident memory in two parts (issue 48): anonymous pages
  * (heap: records, tables, buffers; only swap can take them back) and
  * pages of mapped files (a binary index, the page cache the kernel shares
@@ -202,6 +211,23 @@ static size_t metrics(const struct control *c, const struct snapshot *s,
 	  "samples served from another mount's download in progress");
 	M("passes_read", 'c', s->sh.passes,
 	  "passes over the tree the daemon saw complete (exact mounts)");
+	/* Demand first (issue 46): what readers waited for and what it cost. */
+	M("demand_ranges", 'c', s->sh.demand_ranges,
+	  "samples a reader waited for, fetched by a range GET ahead of their shard");
+	M("range_bytes", 'c', s->sh.range_bytes,
+	  "bytes of those range GETs (response headers estimated)");
+	M("ranges_refused", 'c', s->sh.ranges_refused,
+	  "range GETs the server refused (whole shards only from then on)");
+	M("net_wait_s", 'c', s->sh.net_wait_s,
+	  "reader seconds spent waiting for the network");
+	M("net_wait_pass_s", 'g', s->sh.net_wait_pass_s,
+	  "reader seconds waiting for the network in the current pass");
+	M("net_wait_last_pass_s", 'g', s->sh.net_wait_last_pass_s,
+	  "reader seconds waiting for the network in the last complete pass");
+	M("bytes_received", 'c', s->http.bytes + s->http.header_bytes,
+	  "HTTP bytes received: bodies and response headers");
+	M("requests_per_sample", 'g', requests_per_sample(s),
+	  "HTTP requests per sample read (range GETs and whole shards)");
 	M("retries", 'c', s->http.retries, "HTTP attempts repeated");
 	M("resumes", 'c', s->http.resumes, "broken bodies resumed");
 	M("stalls", 'c', s->http.stalls,

@@ -81,6 +81,11 @@ def test_shuffled_reads_come_before_the_shards(fault_server, dataset, mounter,
     # download per shard read, six at once, plus the range GETs).
     assert srv["max_open"] <= 4, srv
     assert s["errors"]["read"] == 0, s["errors"]
+    # What readers waited for and what it cost, in the stats (issue 46).
+    assert s["demand_ranges"] >= 50 and s["range_bytes"] > 0, s
+    assert s["net_wait_s"] > 0 and s["net_wait_pass_s"] > 0, s
+    assert 0 < s["requests_per_sample"] < 2, s
+    assert s["bytes_received"] > s["bytes_fetched"], s
 
 
 def test_server_refusing_ranges_falls_back(fault_server, dataset, mounter,
@@ -92,6 +97,7 @@ def test_server_refusing_ranges_falls_back(fault_server, dataset, mounter,
     read_and_compare(m, paths, members)
     s = m.stats()
     assert s["range_reads"] == 0, s
+    assert s["ranges_refused"] >= 1, s
     assert s["errors"]["read"] == 0, s["errors"]
     lines = [ln for ln in m.log().splitlines()
              if "refuses range requests" in ln]

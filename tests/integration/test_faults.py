@@ -36,8 +36,11 @@ def test_truncated_body_is_resumed(fault_server, dataset, mounter):
 
 def test_server_ignoring_range(fault_server, dataset, mounter):
     # Truncations force resumes; the resumes get 200 + the whole body.
+    # A demand range GET (issue 46) may take a truncation rule's turn
+    # without being cut (its body is under 300000 bytes), and the first
+    # one refused turns ranges off: count=5 leaves at least two cuts.
     m = mounter(fault_server.source, opts={"index": fault_server.index})
-    fault_server.set_faults("/test/*.tar=truncate:300000,count=2",
+    fault_server.set_faults("/test/*.tar=truncate:300000,count=5",
                             "/test/*.tar=ignore-range")
     fault_server.reset_stats()
     read_all_correct(m, dataset.ref_hashes("test"))
