@@ -201,6 +201,7 @@ struct req {
 	bool ranged; /* a range GET was tried for it already */
 	bool net;    /* it waited for the network (net_wait_s) */
 	bool wanted; /* counted in its shard's wants (demand first) */
+	bool peer;   /* reads another mount's download (demand first) */
 };
 
 static ssize_t wait_slot(struct shards *sh, struct slot *s, struct req *q)
@@ -465,11 +466,20 @@ static ssize_t step_demand(struct shards *sh, struct slot *s, struct req *q)
 		s->wants++;
 	}
 	shards_demand_schedule(sh);
+	/* Another mount downloads the shard: its temp file, polled, until
+	 * our own worker has a stream (a QUEUED slot's waiters are not woken
+	 * when a worker takes it, so waiting on the slot would last until
+	 * our worker's store_begin, blocked on that mount's fetch, returns
+	 * with the shard complete). */
+	if (q->peer && !s->wr)
+		return step_peer(sh, s, q);
 	if (!q->ranged && shards_demand_wants_range(sh, q->n, q->off, q->len)) {
 		q->ranged = true;
 		q->net = true;
-		if (!s->wr && shards_demand_peer_busy(sh, q->n))
-			return AGAIN; /* read from that download (step_peer) */
+		if (!s->wr && shards_demand_peer_busy(sh, q->n)) {
+			q->peer = true;
+			return step_peer(sh, s, q);
+		}
 		r = shards_demand_range(sh, q->n, q->off, q->len, q->buf);
 		return r == 0 ? (ssize_t)q->len : AGAIN;
 	}

@@ -108,7 +108,7 @@ bool shards_demand_peer_busy(struct shards *sh, uint32_t n)
 	if (!sh->st)
 		return false;
 	pthread_mutex_unlock(&sh->lock);
-	fd = store_peer_open(sh->st, is->url, is->etag, is->size);
+	fd = store_peer_open_other(sh->st, is->url, is->etag, is->size);
 	if (fd >= 0)
 		close(fd);
 	pthread_mutex_lock(&sh->lock);

@@ -188,6 +188,13 @@ int store_begin(struct store *s, const char *url, const char *etag,
 MUST_CHECK
 int store_peer_open(struct store *s, const char *url, const char *etag,
 		    uint64_t size);
+/* store_peer_open, but only another process's writer: a reader deciding
+ * whether another mount is downloading the shard must not take its own
+ * fetch worker's temp file, made before the worker's state says so, for
+ * one (issue 46: it then waited for its own slow stream). */
+MUST_CHECK
+int store_peer_open_other(struct store *s, const char *url, const char *etag,
+			  uint64_t size);
 /* Append data. Returns 0 or -errno (e.g. -ENOSPC). */
 MUST_CHECK
 int store_write(struct store_writer *w, const void *data, size_t len);

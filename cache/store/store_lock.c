@@ -162,8 +162,19 @@ static bool tmp_name_ok(const char *name, uint64_t h)
 	return strncmp(name, want, (size_t)n) == 0 && !strchr(name, '/');
 }
 
-int store_peer_open(struct store *s, const char *url, const char *etag,
-		    uint64_t size)
+/* Was the temp file `name` made by this process? create_tmp writes our
+ * pid after the prefix and the hash. */
+static bool tmp_is_ours(const char *name)
+{
+	const char *p = name + strlen(STORE_TMP_PREFIX) + 17;
+	char *end;
+	long pid = strtol(p, &end, 10);
+
+	return end != p && *end == '-' && pid == (long)getpid();
+}
+
+static int peer_open(struct store *s, const char *url, const char *etag,
+		     uint64_t size, bool others_only)
 {
 	char name[STORE_FMT_NAME_LEN + 1], ln[32], tmp[128];
 	struct stat sb;
@@ -189,7 +200,7 @@ int store_peer_open(struct store *s, const char *url, const char *etag,
 	if (n <= 0)
 		return -ENOENT;
 	tmp[n] = '\0';
-	if (!tmp_name_ok(tmp, h))
+	if (!tmp_name_ok(tmp, h) || (others_only && tmp_is_ours(tmp)))
 		return -ENOENT;
 	fd = openat(s->dirfd, tmp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
@@ -200,6 +211,18 @@ int store_peer_open(struct store *s, const char *url, const char *etag,
 		return -ENOENT;
 	}
 	return fd;
+}
+
+int store_peer_open(struct store *s, const char *url, const char *etag,
+		    uint64_t size)
+{
+	return peer_open(s, url, etag, size, false);
+}
+
+int store_peer_open_other(struct store *s, const char *url, const char *etag,
+			  uint64_t size)
+{
+	return peer_open(s, url, etag, size, true);
 }
 
 /* fd of a temp file in the directory: is its writer still there (holding
