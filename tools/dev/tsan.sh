@@ -3,7 +3,8 @@
 #   tools/dev/tsan.sh [SUITE...]    default: pool shards bindings
 #                                   bindings_model visits workq store
 #                                   indexer prep http push refresher
-#                                   budget control log
+#                                   budget control log prepared
+#                                   shards_demand
 # Builds those unit suites with clang and -Db_sanitize=thread into
 # build-tsan/ (TSAN_BUILD_DIR overrides) through a Criterion stand-in
 # (tests/tsan/: Criterion's runner cannot start under TSan), then runs each
@@ -20,7 +21,8 @@ esac
 SUITES=("$@")
 # log: its writers race a reopen (log/reopen_under_load).
 [ ${#SUITES[@]} -eq 0 ] && SUITES=(pool shards bindings bindings_model visits workq store
-	indexer prep http push refresher budget control log)
+	indexer prep http push refresher budget control log prepared
+	shards_demand)
 B=${TSAN_BUILD_DIR:-build-tsan}
 TMP=$(mktemp -d /tmp/echofs-tsan.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
